@@ -1,0 +1,10 @@
+//! Integration tests: the real `remora` binary against a real containerd.
+//!
+//! Each test runs its own containerd (CRI plugin disabled) in a scratch dir, so tests can stop
+//! and restart it in parallel without touching each other or the shared test bed.
+
+mod harness;
+
+mod crictl;
+mod daemon;
+mod runtime_info;

@@ -1,0 +1,371 @@
+//! Version, Status, RuntimeConfig, and UNIMPLEMENTED for everything not built yet.
+
+use std::time::Duration;
+
+use k8s_cri::v1;
+use tonic::Code;
+
+use crate::harness::{wait_until, Bed};
+
+fn condition(resp: &v1::StatusResponse, kind: &str) -> v1::RuntimeCondition {
+    resp.status
+        .as_ref()
+        .expect("status present")
+        .conditions
+        .iter()
+        .find(|c| c.r#type == kind)
+        .unwrap_or_else(|| panic!("no {kind} condition in {resp:?}"))
+        .clone()
+}
+
+#[tokio::test]
+async fn version_names_remora_and_cri_v1() {
+    let bed = Bed::start("");
+    let v = bed
+        .remora
+        .runtime()
+        .version(v1::VersionRequest {
+            version: "v1".into(),
+        })
+        .await
+        .expect("Version")
+        .into_inner();
+    assert_eq!(v.runtime_name, "remora");
+    assert_eq!(v.runtime_api_version, "v1");
+    assert_eq!(v.version, "0.1.0");
+    assert_eq!(v.runtime_version, env!("CARGO_PKG_VERSION"));
+}
+
+#[tokio::test]
+async fn runtime_config_reports_the_configured_cgroup_driver() {
+    let bed = Bed::start("");
+    let rc = bed
+        .remora
+        .runtime()
+        .runtime_config(v1::RuntimeConfigRequest {})
+        .await
+        .expect("RuntimeConfig")
+        .into_inner();
+    assert_eq!(
+        rc.linux.expect("linux config").cgroup_driver,
+        v1::CgroupDriver::Cgroupfs as i32
+    );
+
+    let bed = Bed::start("[runtime]\ncgroup_driver = \"systemd\"\n");
+    let rc = bed
+        .remora
+        .runtime()
+        .runtime_config(v1::RuntimeConfigRequest {})
+        .await
+        .expect("RuntimeConfig")
+        .into_inner();
+    assert_eq!(
+        rc.linux.expect("linux config").cgroup_driver,
+        v1::CgroupDriver::Systemd as i32
+    );
+}
+
+#[tokio::test]
+async fn runtime_ready_flips_when_containerd_stops_and_returns() {
+    let mut bed = Bed::start("");
+    let mut rt = bed.remora.runtime();
+    let status = rt
+        .status(v1::StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    let ready = condition(&status, "RuntimeReady");
+    assert!(ready.status, "{ready:?}");
+    assert!(status.info.is_empty(), "info is only for verbose requests");
+
+    bed.containerd.stop();
+    let status = rt
+        .status(v1::StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    let ready = condition(&status, "RuntimeReady");
+    assert!(!ready.status, "containerd is stopped: {ready:?}");
+    assert_eq!(ready.reason, "ContainerdUnreachable");
+    assert!(
+        ready
+            .message
+            .contains(&bed.containerd.socket().display().to_string()),
+        "message names containerd's socket: {}",
+        ready.message
+    );
+
+    bed.containerd.restart();
+    wait_until(
+        "RuntimeReady after containerd restart",
+        Duration::from_secs(20),
+        || {
+            let mut rt = rt.clone();
+            async move {
+                let s = rt
+                    .status(v1::StatusRequest { verbose: false })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                condition(&s, "RuntimeReady").status
+            }
+        },
+    )
+    .await;
+    // remora logged the outage once and each recovery once, not every probe.
+    let log = bed.remora.log_text();
+    assert_eq!(log.matches("containerd is unreachable").count(), 1, "{log}");
+    assert_eq!(log.matches("containerd is reachable").count(), 2, "{log}");
+}
+
+#[tokio::test]
+async fn containerd_down_at_start_is_reported_then_picked_up() {
+    let dir = crate::harness::scratch();
+    let mut containerd = crate::harness::Containerd::start(dir.path());
+    containerd.stop();
+    let _ = std::fs::remove_file(containerd.socket());
+    let socket = dir.path().join("remora.sock");
+    let config =
+        crate::harness::remora_config(&socket, &containerd.socket(), &dir.path().join("net.d"), "");
+    let remora = crate::harness::Remora::start(dir.path(), &config, &socket);
+    let mut rt = remora.runtime();
+    // remora serves even though containerd is absent.
+    let v = rt
+        .version(v1::VersionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(v.runtime_name, "remora");
+    let s = rt
+        .status(v1::StatusRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!condition(&s, "RuntimeReady").status);
+
+    containerd.restart();
+    wait_until(
+        "RuntimeReady once containerd starts",
+        Duration::from_secs(20),
+        || {
+            let mut rt = rt.clone();
+            async move {
+                let s = rt
+                    .status(v1::StatusRequest::default())
+                    .await
+                    .unwrap()
+                    .into_inner();
+                condition(&s, "RuntimeReady").status
+            }
+        },
+    )
+    .await;
+    drop(remora);
+    drop(containerd);
+}
+
+#[tokio::test]
+async fn network_ready_follows_the_cni_conf_dir() {
+    let bed = Bed::start("");
+    let mut rt = bed.remora.runtime();
+    let s = rt
+        .status(v1::StatusRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let net = condition(&s, "NetworkReady");
+    assert!(!net.status);
+    assert_eq!(net.reason, "NetworkPluginNotReady");
+
+    let conf_dir = bed.dir.path().join("net.d");
+    std::fs::create_dir_all(&conf_dir).unwrap();
+    std::fs::write(
+        conf_dir.join("10-test.conflist"),
+        r#"{"cniVersion":"1.0.0","name":"test","plugins":[{"type":"bridge","bridge":"t0"},{"type":"portmap","capabilities":{"portMappings":true}}]}"#,
+    )
+    .unwrap();
+    let s = rt
+        .status(v1::StatusRequest { verbose: true })
+        .await
+        .unwrap()
+        .into_inner();
+    let net = condition(&s, "NetworkReady");
+    assert!(net.status, "{net:?}");
+    let info: serde_json::Value = serde_json::from_str(&s.info["network"]).unwrap();
+    assert_eq!(info["name"], "test");
+    let config: serde_json::Value = serde_json::from_str(&s.info["config"]).unwrap();
+    assert_eq!(
+        config["cni"]["conf_dir"],
+        conf_dir.display().to_string(),
+        "verbose info carries the effective config"
+    );
+
+    std::fs::remove_file(conf_dir.join("10-test.conflist")).unwrap();
+    let s = rt
+        .status(v1::StatusRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!condition(&s, "NetworkReady").status);
+}
+
+/// Asserts `result` is UNIMPLEMENTED naming `rpc`.
+fn assert_unimplemented<T: std::fmt::Debug>(rpc: &str, result: Result<T, tonic::Status>) {
+    match result {
+        Ok(v) => panic!("{rpc} succeeded but is not implemented: {v:?}"),
+        Err(s) => {
+            assert_eq!(s.code(), Code::Unimplemented, "{rpc}: {s:?}");
+            assert!(
+                s.message().contains(rpc),
+                "{rpc}: message {:?} must name the RPC",
+                s.message()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_rpc_not_built_yet_is_unimplemented_with_its_name() {
+    let bed = Bed::start("");
+    let mut rt = bed.remora.runtime();
+    let mut img = bed.remora.images();
+    assert_unimplemented(
+        "RunPodSandbox",
+        rt.run_pod_sandbox(v1::RunPodSandboxRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "StopPodSandbox",
+        rt.stop_pod_sandbox(v1::StopPodSandboxRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "RemovePodSandbox",
+        rt.remove_pod_sandbox(v1::RemovePodSandboxRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "PodSandboxStatus",
+        rt.pod_sandbox_status(v1::PodSandboxStatusRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ListPodSandbox",
+        rt.list_pod_sandbox(v1::ListPodSandboxRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "CreateContainer",
+        rt.create_container(v1::CreateContainerRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "StartContainer",
+        rt.start_container(v1::StartContainerRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "StopContainer",
+        rt.stop_container(v1::StopContainerRequest::default()).await,
+    );
+    assert_unimplemented(
+        "RemoveContainer",
+        rt.remove_container(v1::RemoveContainerRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ListContainers",
+        rt.list_containers(v1::ListContainersRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ContainerStatus",
+        rt.container_status(v1::ContainerStatusRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "UpdateContainerResources",
+        rt.update_container_resources(v1::UpdateContainerResourcesRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ReopenContainerLog",
+        rt.reopen_container_log(v1::ReopenContainerLogRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ExecSync",
+        rt.exec_sync(v1::ExecSyncRequest::default()).await,
+    );
+    assert_unimplemented("Exec", rt.exec(v1::ExecRequest::default()).await);
+    assert_unimplemented("Attach", rt.attach(v1::AttachRequest::default()).await);
+    assert_unimplemented(
+        "PortForward",
+        rt.port_forward(v1::PortForwardRequest::default()).await,
+    );
+    assert_unimplemented(
+        "ContainerStats",
+        rt.container_stats(v1::ContainerStatsRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ListContainerStats",
+        rt.list_container_stats(v1::ListContainerStatsRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "PodSandboxStats",
+        rt.pod_sandbox_stats(v1::PodSandboxStatsRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ListPodSandboxStats",
+        rt.list_pod_sandbox_stats(v1::ListPodSandboxStatsRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "UpdateRuntimeConfig",
+        rt.update_runtime_config(v1::UpdateRuntimeConfigRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "CheckpointContainer",
+        rt.checkpoint_container(v1::CheckpointContainerRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "GetContainerEvents",
+        rt.get_container_events(v1::GetEventsRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ListMetricDescriptors",
+        rt.list_metric_descriptors(v1::ListMetricDescriptorsRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ListPodSandboxMetrics",
+        rt.list_pod_sandbox_metrics(v1::ListPodSandboxMetricsRequest::default())
+            .await,
+    );
+    assert_unimplemented(
+        "ListImages",
+        img.list_images(v1::ListImagesRequest::default()).await,
+    );
+    assert_unimplemented(
+        "ImageStatus",
+        img.image_status(v1::ImageStatusRequest::default()).await,
+    );
+    assert_unimplemented(
+        "PullImage",
+        img.pull_image(v1::PullImageRequest::default()).await,
+    );
+    assert_unimplemented(
+        "RemoveImage",
+        img.remove_image(v1::RemoveImageRequest::default()).await,
+    );
+    assert_unimplemented(
+        "ImageFsInfo",
+        img.image_fs_info(v1::ImageFsInfoRequest::default()).await,
+    );
+}

@@ -1,0 +1,435 @@
+//! remora's configuration: a TOML file (default `/etc/remora/config.toml`) in which every key
+//! has a default.
+//!
+//! Unknown keys are rejected (`deny_unknown_fields`), and values that parse but make no sense
+//! (an empty namespace, a relative socket path, a zero timeout) are rejected by [`Config::validate`]
+//! with the dotted key name, so a typo never silently falls back to a default.
+//!
+//! [`DEFAULT_TOML`] is the documented default file that `remora config default` prints. A unit
+//! test parses it and compares it with [`Config::default`], so the two cannot drift apart.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+/// Where remora looks for its config file when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/remora/config.toml";
+
+/// The full default configuration, every key documented. Printed by `remora config default`.
+pub const DEFAULT_TOML: &str = r#"# remora configuration. Every key is optional; the values shown are the defaults.
+# Unknown keys and invalid values are rejected at start with a message naming the key.
+
+[server]
+# Unix socket on which remora serves the CRI v1 RuntimeService and ImageService.
+# The socket is created with mode 0660, owned by the user remora runs as (root).
+# A lock file "<socket>.lock" beside it keeps a second remora off the same socket.
+socket = "/run/remora/remora.sock"
+
+[log]
+# Minimum level logged: "trace", "debug", "info", "warning", "error" or "critical".
+level = "info"
+# "text" for human-readable lines, "json" for one JSON object per line. Logs go to stderr.
+format = "text"
+
+[containerd]
+# containerd's gRPC socket.
+address = "/run/containerd/containerd.sock"
+# containerd namespace that holds remora's objects. Kept apart from containerd's own CRI
+# plugin ("k8s.io") so that both can run on one containerd without touching each other.
+namespace = "remora"
+# How long a health probe (containerd's Version call) may take before containerd counts as
+# unreachable. Status reports RuntimeReady=false while probes fail.
+probe_timeout = "2s"
+# While containerd is reachable, remora probes it this often.
+probe_interval = "5s"
+# While containerd is unreachable, remora retries with exponential backoff: first after
+# reconnect_backoff_min, doubling each time...
+reconnect_backoff_min = "100ms"
+# ...up to at most reconnect_backoff_max between attempts.
+reconnect_backoff_max = "10s"
+
+[runtime]
+# Cgroup driver reported to kubelet by the RuntimeConfig RPC: "cgroupfs" or "systemd".
+cgroup_driver = "cgroupfs"
+
+[cni]
+# Directory of CNI network configs (.conf, .conflist, .json). The first file in lexical
+# order is the pod network; NetworkReady is true only while a valid one is loaded.
+conf_dir = "/etc/cni/net.d"
+# Directories searched, in order, for the CNI plugin binaries the network config names.
+bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
+"#;
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The CRI server.
+    pub server: ServerConfig,
+    /// Logging.
+    pub log: LogConfig,
+    /// The containerd connection.
+    pub containerd: ContainerdConfig,
+    /// Runtime-wide settings reported to kubelet.
+    pub runtime: RuntimeConfig,
+    /// Pod networking.
+    pub cni: CniConfig,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// The CRI unix socket.
+    pub socket: PathBuf,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            socket: PathBuf::from("/run/remora/remora.sock"),
+        }
+    }
+}
+
+/// Minimum log level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Everything.
+    Trace,
+    /// Per-request detail.
+    Debug,
+    /// Lifecycle events.
+    Info,
+    /// Degraded but working.
+    Warning,
+    /// Failed operations.
+    Error,
+    /// remora cannot go on.
+    Critical,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable key=value lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Minimum level.
+    pub level: LogLevel,
+    /// Line format.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: LogLevel::Info,
+            format: LogFormat::Text,
+        }
+    }
+}
+
+/// `[containerd]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContainerdConfig {
+    /// containerd's gRPC socket.
+    pub address: PathBuf,
+    /// The containerd namespace for remora's objects.
+    pub namespace: String,
+    /// Timeout of one health probe.
+    #[serde(with = "humantime_serde")]
+    pub probe_timeout: Duration,
+    /// Probe period while containerd is reachable.
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
+    /// First retry delay while containerd is unreachable.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_backoff_min: Duration,
+    /// Cap of the retry delay.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_backoff_max: Duration,
+}
+
+impl Default for ContainerdConfig {
+    fn default() -> Self {
+        Self {
+            address: PathBuf::from("/run/containerd/containerd.sock"),
+            namespace: "remora".to_string(),
+            probe_timeout: Duration::from_secs(2),
+            probe_interval: Duration::from_secs(5),
+            reconnect_backoff_min: Duration::from_millis(100),
+            reconnect_backoff_max: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Cgroup driver reported to kubelet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    /// Cgroups managed directly through cgroupfs.
+    Cgroupfs,
+    /// Cgroups managed through systemd.
+    Systemd,
+}
+
+/// `[runtime]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Cgroup driver.
+    pub cgroup_driver: CgroupDriver,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            cgroup_driver: CgroupDriver::Cgroupfs,
+        }
+    }
+}
+
+/// `[cni]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CniConfig {
+    /// Network config directory.
+    pub conf_dir: PathBuf,
+    /// Plugin binary directories, searched in order.
+    pub bin_dirs: Vec<PathBuf>,
+}
+
+impl Default for CniConfig {
+    fn default() -> Self {
+        Self {
+            conf_dir: PathBuf::from("/etc/cni/net.d"),
+            bin_dirs: vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")],
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a TOML document. `origin` names it in errors (a path, or
+    /// "built-in defaults").
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            // toml's message already names the key (`unknown field `foo``) and the line.
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Loads the config. An explicitly given path must exist; the default path may be absent,
+    /// in which case every key takes its default.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let (path, explicit) = match path {
+            Some(p) => (p, true),
+            None => (Path::new(DEFAULT_CONFIG_PATH), false),
+        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::from_toml(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {
+                let config = Config::default();
+                config.validate()?;
+                Ok(config)
+            }
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Checks values that deserialize but cannot work, naming the offending key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
+            ConfigError::Invalid {
+                key: key.to_string(),
+                reason: reason.into(),
+            }
+        }
+        fn absolute(key: &str, p: &Path) -> Result<(), ConfigError> {
+            if p.is_absolute() {
+                Ok(())
+            } else {
+                Err(invalid(
+                    key,
+                    format!(
+                        "must be an absolute path, got {:?}",
+                        p.display().to_string()
+                    ),
+                ))
+            }
+        }
+        absolute("server.socket", &self.server.socket)?;
+        // sockaddr_un holds 108 bytes including the NUL terminator.
+        let socket_len = self.server.socket.as_os_str().len();
+        if socket_len > 107 {
+            return Err(invalid(
+                "server.socket",
+                format!("is {socket_len} bytes long; a unix socket path may be at most 107"),
+            ));
+        }
+        absolute("containerd.address", &self.containerd.address)?;
+        let ns = &self.containerd.namespace;
+        // containerd's namespace rule: a DNS-label-like identifier, dots allowed.
+        let ns_ok = !ns.is_empty()
+            && ns.len() <= 76
+            && ns.starts_with(|c: char| c.is_ascii_alphabetic())
+            && ns.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.')
+            });
+        if !ns_ok {
+            return Err(invalid(
+                "containerd.namespace",
+                format!(
+                    "{ns:?} is not a valid containerd namespace (lowercase letters, digits, '-', '_', '.'; starting with a letter; at most 76 characters)"
+                ),
+            ));
+        }
+        for (key, d) in [
+            ("containerd.probe_timeout", self.containerd.probe_timeout),
+            ("containerd.probe_interval", self.containerd.probe_interval),
+            (
+                "containerd.reconnect_backoff_min",
+                self.containerd.reconnect_backoff_min,
+            ),
+            (
+                "containerd.reconnect_backoff_max",
+                self.containerd.reconnect_backoff_max,
+            ),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(key, "must be greater than zero"));
+            }
+        }
+        if self.containerd.reconnect_backoff_max < self.containerd.reconnect_backoff_min {
+            return Err(invalid(
+                "containerd.reconnect_backoff_max",
+                "must not be smaller than containerd.reconnect_backoff_min",
+            ));
+        }
+        absolute("cni.conf_dir", &self.cni.conf_dir)?;
+        if self.cni.bin_dirs.is_empty() {
+            return Err(invalid("cni.bin_dirs", "must name at least one directory"));
+        }
+        for dir in &self.cni.bin_dirs {
+            absolute("cni.bin_dirs", dir)?;
+        }
+        Ok(())
+    }
+
+    /// The effective config as JSON (for `Status` with `verbose`).
+    pub fn to_json(&self) -> String {
+        // Serializing plain structs of strings, paths, numbers and enums cannot fail; if it
+        // somehow did, an error text in the verbose info is better than failing Status.
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documented_defaults_match_code_defaults() {
+        let parsed = Config::from_toml(DEFAULT_TOML, "DEFAULT_TOML").unwrap();
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn every_key_in_the_default_file_is_documented() {
+        // Each `key = value` line must follow a comment line, so `remora config default` is a
+        // complete reference.
+        let lines: Vec<&str> = DEFAULT_TOML.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let line = line.trim();
+            if line.contains(" = ") && !line.starts_with('#') {
+                let prev = lines[i - 1].trim();
+                assert!(
+                    prev.starts_with('#'),
+                    "key line {line:?} has no comment above it"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(Config::from_toml("", "t").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_by_name() {
+        let err = Config::from_toml("[containerd]\nadress = \"/x\"\n", "t").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("adress"), "{msg}");
+        let err = Config::from_toml("bogus = 1\n", "t").unwrap_err();
+        assert!(err.to_string().contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_key() {
+        let cases = [
+            ("[runtime]\ncgroup_driver = \"cgroupz\"\n", "cgroup_driver"),
+            ("[containerd]\nnamespace = \"\"\n", "containerd.namespace"),
+            (
+                "[containerd]\nnamespace = \"Bad NS\"\n",
+                "containerd.namespace",
+            ),
+            (
+                "[containerd]\nprobe_timeout = \"0s\"\n",
+                "containerd.probe_timeout",
+            ),
+            ("[containerd]\nprobe_timeout = \"soon\"\n", "probe_timeout"),
+            ("[server]\nsocket = \"relative.sock\"\n", "server.socket"),
+            ("[cni]\nbin_dirs = []\n", "cni.bin_dirs"),
+            ("[log]\nlevel = \"loud\"\n", "level"),
+            (
+                "[containerd]\nreconnect_backoff_min = \"20s\"\nreconnect_backoff_max = \"1s\"\n",
+                "containerd.reconnect_backoff_max",
+            ),
+        ];
+        for (text, key) in cases {
+            let err = Config::from_toml(text, "t").expect_err(text);
+            assert!(err.to_string().contains(key), "{text:?} -> {err}");
+        }
+    }
+
+    #[test]
+    fn overlong_socket_path_is_rejected() {
+        let text = format!("[server]\nsocket = \"/{}\"\n", "a".repeat(120));
+        let err = Config::from_toml(&text, "t").unwrap_err();
+        assert!(err.to_string().contains("server.socket"), "{err}");
+    }
+
+    #[test]
+    fn explicit_missing_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.toml");
+        let err = Config::load(Some(&missing)).unwrap_err();
+        assert!(err.to_string().contains("nope.toml"), "{err}");
+    }
+
+    #[test]
+    fn durations_parse_human_form() {
+        let c = Config::from_toml("[containerd]\nprobe_timeout = \"1500ms\"\n", "t").unwrap();
+        assert_eq!(c.containerd.probe_timeout, Duration::from_millis(1500));
+    }
+}

@@ -1,0 +1,110 @@
+//! The containerd port: the only code that talks to containerd.
+//!
+//! Users define the narrow traits they need (here [`VersionApi`] for health probing); the one
+//! implementation over `containerd-client` (tonic) lives in this module. Logic behind the traits
+//! is unit-tested with fakes; integration tests use a real containerd.
+
+pub mod health;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use containerd_client::services::v1::version_client::VersionClient;
+use tonic::transport::Channel;
+
+use crate::error::ContainerdError;
+
+/// containerd's answer to `Version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerdVersion {
+    /// Release, e.g. `v2.3.4`.
+    pub version: String,
+    /// Git revision.
+    pub revision: String,
+}
+
+/// Asks containerd for its version: the cheapest call that proves it answers.
+#[tonic::async_trait]
+pub trait VersionApi: Send + Sync + 'static {
+    /// One `Version` call bounded by `timeout`.
+    async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, ContainerdError>;
+}
+
+/// A connection to containerd over its unix socket.
+///
+/// The channel is lazy: creating it never fails because containerd is down, and every call
+/// reconnects if the previous connection broke, so a restarted containerd is picked up without
+/// rebuilding anything. The health monitor paces those attempts with backoff.
+#[derive(Clone, Debug)]
+pub struct Client {
+    channel: Channel,
+    address: PathBuf,
+    namespace: String,
+}
+
+impl Client {
+    /// A lazy client for the containerd socket at `address`, using `namespace` for namespaced
+    /// calls.
+    pub fn new(address: &Path, namespace: &str, connect_timeout: Duration) -> Self {
+        let channel = crate::grpc::unix_channel(address, connect_timeout);
+        Self {
+            channel,
+            address: address.to_path_buf(),
+            namespace: namespace.to_string(),
+        }
+    }
+
+    /// containerd's socket path.
+    pub fn address(&self) -> &Path {
+        &self.address
+    }
+
+    /// The containerd namespace remora uses.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn call_error(&self, op: &'static str, status: tonic::Status) -> ContainerdError {
+        // A transport failure hides its cause (e.g. "No such file or directory") in the
+        // source chain; include it so the message says why.
+        let mut message = status.message().to_string();
+        let mut source = std::error::Error::source(&status);
+        while let Some(s) = source {
+            // Layers often repeat their cause's text; keep each piece once.
+            let text = s.to_string();
+            if !message.contains(&text) {
+                message.push_str(": ");
+                message.push_str(&text);
+            }
+            source = s.source();
+        }
+        ContainerdError::Call {
+            address: self.address.clone(),
+            op,
+            code: status.code(),
+            message,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl VersionApi for Client {
+    async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, ContainerdError> {
+        let mut client = VersionClient::new(self.channel.clone());
+        let call = client.version(());
+        match tokio::time::timeout(timeout, call).await {
+            Err(_elapsed) => Err(ContainerdError::Timeout {
+                address: self.address.clone(),
+                after: timeout,
+            }),
+            Ok(Err(status)) => Err(self.call_error("Version.Version", status)),
+            Ok(Ok(resp)) => {
+                let v = resp.into_inner();
+                Ok(ContainerdVersion {
+                    version: v.version,
+                    revision: v.revision,
+                })
+            }
+        }
+    }
+}

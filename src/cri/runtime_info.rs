@@ -1,0 +1,250 @@
+//! Version, Status and RuntimeConfig: what remora is and whether it can run pods now.
+
+use std::collections::BTreeMap;
+
+use crate::cni;
+use crate::config::CgroupDriver;
+use crate::cri::Runtime;
+use crate::error::CriError;
+
+/// The runtime name reported by `Version`.
+pub const RUNTIME_NAME: &str = "remora";
+/// `VersionResponse.version`: the version of the kubelet runtime API, which the CRI defines as
+/// "0.1.0" for every v1 runtime.
+pub const KUBELET_API_VERSION: &str = "0.1.0";
+/// The CRI API version served.
+pub const CRI_API_VERSION: &str = "v1";
+/// Condition type: the runtime can run containers.
+pub const RUNTIME_READY: &str = "RuntimeReady";
+/// Condition type: pod networking is configured.
+pub const NETWORK_READY: &str = "NetworkReady";
+
+/// `Version`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionInfo {
+    /// The kubelet runtime API version.
+    pub version: &'static str,
+    /// `remora`.
+    pub runtime_name: &'static str,
+    /// remora's own version.
+    pub runtime_version: &'static str,
+    /// `v1`.
+    pub runtime_api_version: &'static str,
+}
+
+/// One runtime condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    /// `RuntimeReady` or `NetworkReady`.
+    pub kind: &'static str,
+    /// Whether the condition holds.
+    pub status: bool,
+    /// CamelCase reason when it does not.
+    pub reason: String,
+    /// Human-readable detail when it does not.
+    pub message: String,
+}
+
+/// `Status`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusReport {
+    /// RuntimeReady then NetworkReady.
+    pub conditions: Vec<Condition>,
+    /// JSON values by key; filled only for verbose requests.
+    pub info: BTreeMap<String, String>,
+}
+
+/// `Version`.
+pub fn version() -> VersionInfo {
+    VersionInfo {
+        version: KUBELET_API_VERSION,
+        runtime_name: RUNTIME_NAME,
+        runtime_version: env!("CARGO_PKG_VERSION"),
+        runtime_api_version: CRI_API_VERSION,
+    }
+}
+
+/// `Status`: RuntimeReady is true only if containerd answers a probe made now; NetworkReady only
+/// if a valid CNI network config with all its plugins is present now.
+pub async fn status(rt: &Runtime, verbose: bool) -> Result<StatusReport, CriError> {
+    let containerd = rt.health.probe().await;
+    let runtime = match &containerd {
+        Ok(_) => ready(RUNTIME_READY),
+        Err(e) => Condition {
+            kind: RUNTIME_READY,
+            status: false,
+            reason: "ContainerdUnreachable".into(),
+            message: e.to_string(),
+        },
+    };
+
+    let cni_conf = rt.config.cni.clone();
+    // Reading the conf dir is blocking file I/O; keep it off the async workers.
+    let network_result = tokio::task::spawn_blocking(move || {
+        cni::load_network(&cni_conf.conf_dir, &cni_conf.bin_dirs)
+    })
+    .await;
+    let network_result = match network_result {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(join) => Err(format!("loading the CNI config panicked: {join}")),
+    };
+    let network = match &network_result {
+        Ok(_) => ready(NETWORK_READY),
+        Err(msg) => Condition {
+            kind: NETWORK_READY,
+            status: false,
+            reason: "NetworkPluginNotReady".into(),
+            message: format!("network plugin is not ready: {msg}"),
+        },
+    };
+
+    let mut info = BTreeMap::new();
+    if verbose {
+        info.insert("config".into(), rt.config.to_json());
+        let containerd_info = match &containerd {
+            Ok(v) => serde_json::json!({
+                "address": rt.config.containerd.address,
+                "namespace": rt.config.containerd.namespace,
+                "version": v.version,
+                "revision": v.revision,
+            }),
+            Err(e) => serde_json::json!({
+                "address": rt.config.containerd.address,
+                "namespace": rt.config.containerd.namespace,
+                "error": e.to_string(),
+            }),
+        };
+        info.insert("containerd".into(), containerd_info.to_string());
+        let network_info = match &network_result {
+            Ok(n) => serde_json::json!({"name": n.name, "file": n.file, "plugins": n.plugins}),
+            Err(msg) => serde_json::json!({ "error": msg }),
+        };
+        info.insert("network".into(), network_info.to_string());
+    }
+    Ok(StatusReport {
+        conditions: vec![runtime, network],
+        info,
+    })
+}
+
+/// `RuntimeConfig`: the cgroup driver kubelet must use.
+pub fn runtime_config(rt: &Runtime) -> CgroupDriver {
+    rt.config.runtime.cgroup_driver
+}
+
+fn ready(kind: &'static str) -> Condition {
+    Condition {
+        kind,
+        status: true,
+        reason: String::new(),
+        message: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::containerd::health::{HealthMonitor, ProbeSchedule};
+    use crate::containerd::{ContainerdVersion, VersionApi};
+    use crate::error::ContainerdError;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    struct Switch(AtomicBool);
+
+    #[tonic::async_trait]
+    impl VersionApi for Switch {
+        async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, ContainerdError> {
+            if self.0.load(Ordering::SeqCst) {
+                Ok(ContainerdVersion {
+                    version: "v2.3.4".into(),
+                    revision: "abc".into(),
+                })
+            } else {
+                Err(ContainerdError::Timeout {
+                    address: "/run/c.sock".into(),
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    fn runtime(
+        up: bool,
+        conf_dir: &std::path::Path,
+        bin_dir: &std::path::Path,
+    ) -> (Runtime, Arc<Switch>) {
+        let mut config = Config::default();
+        config.cni.conf_dir = conf_dir.to_path_buf();
+        config.cni.bin_dirs = vec![bin_dir.to_path_buf()];
+        let switch = Arc::new(Switch(AtomicBool::new(up)));
+        let log = slog::Logger::root(slog::Discard, slog::o!());
+        let health = HealthMonitor::new(
+            switch.clone(),
+            ProbeSchedule {
+                timeout: Duration::from_secs(1),
+                interval: Duration::from_secs(5),
+                backoff_min: Duration::from_millis(100),
+                backoff_max: Duration::from_secs(1),
+            },
+            log.clone(),
+        );
+        (
+            Runtime {
+                config: Arc::new(config),
+                health: Arc::new(health),
+                log,
+            },
+            switch,
+        )
+    }
+
+    #[test]
+    fn version_names_remora_and_v1() {
+        let v = version();
+        assert_eq!(v.runtime_name, "remora");
+        assert_eq!(v.runtime_api_version, "v1");
+        assert_eq!(v.version, "0.1.0");
+        assert_eq!(v.runtime_version, env!("CARGO_PKG_VERSION"));
+    }
+
+    #[tokio::test]
+    async fn runtime_ready_follows_containerd_and_network_follows_cni_conf() {
+        let conf = tempfile::tempdir().unwrap();
+        let bin = tempfile::tempdir().unwrap();
+        let (rt, switch) = runtime(false, conf.path(), bin.path());
+
+        let s = status(&rt, false).await.unwrap();
+        assert_eq!(s.conditions[0].kind, RUNTIME_READY);
+        assert!(!s.conditions[0].status);
+        assert_eq!(s.conditions[0].reason, "ContainerdUnreachable");
+        assert!(
+            s.conditions[0].message.contains("/run/c.sock"),
+            "{}",
+            s.conditions[0].message
+        );
+        assert_eq!(s.conditions[1].kind, NETWORK_READY);
+        assert!(!s.conditions[1].status);
+        assert!(s.conditions[1].message.contains("no CNI network config"));
+        assert!(s.info.is_empty(), "info must be empty unless verbose");
+
+        switch.0.store(true, Ordering::SeqCst);
+        std::fs::write(bin.path().join("bridge"), "").unwrap();
+        std::fs::write(
+            conf.path().join("10.conflist"),
+            r#"{"name":"pods","plugins":[{"type":"bridge"}]}"#,
+        )
+        .unwrap();
+        let s = status(&rt, true).await.unwrap();
+        assert!(s.conditions[0].status && s.conditions[0].reason.is_empty());
+        assert!(s.conditions[1].status, "{:?}", s.conditions[1]);
+        let cfg: serde_json::Value = serde_json::from_str(&s.info["config"]).unwrap();
+        assert_eq!(cfg["containerd"]["namespace"], "remora");
+        let ctd: serde_json::Value = serde_json::from_str(&s.info["containerd"]).unwrap();
+        assert_eq!(ctd["version"], "v2.3.4");
+        let net: serde_json::Value = serde_json::from_str(&s.info["network"]).unwrap();
+        assert_eq!(net["name"], "pods");
+    }
+}

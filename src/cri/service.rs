@@ -1,0 +1,336 @@
+//! tonic adapters for CRI v1 `RuntimeService` and `ImageService`.
+//!
+//! Each method unpacks the protobuf request, calls the plain operation through
+//! [`instrument::run`], and packs the domain result into the protobuf response. RPCs that
+//! remora does not implement yet answer `UNIMPLEMENTED` naming the RPC — never a fake success.
+
+use std::pin::Pin;
+
+use k8s_cri::v1;
+use k8s_cri::v1::image_service_server::ImageService;
+use k8s_cri::v1::runtime_service_server::RuntimeService;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::config::CgroupDriver;
+use crate::cri::instrument::{self, Ids};
+use crate::cri::{runtime_info, Runtime};
+use crate::error::CriError;
+
+const RUNTIME: &str = "RuntimeService";
+const IMAGE: &str = "ImageService";
+
+/// Serves both CRI services over one [`Runtime`].
+#[derive(Clone)]
+pub struct CriService {
+    rt: Runtime,
+}
+
+impl CriService {
+    /// Wraps the runtime.
+    pub fn new(rt: Runtime) -> Self {
+        Self { rt }
+    }
+
+    async fn unimplemented<T>(
+        &self,
+        service: &'static str,
+        rpc: &'static str,
+    ) -> Result<Response<T>, Status> {
+        instrument::run(&self.rt.log, rpc, Ids::none(), |_log| async move {
+            Err(CriError::Unimplemented { service, rpc })
+        })
+        .await
+    }
+}
+
+fn cgroup_driver(d: CgroupDriver) -> v1::CgroupDriver {
+    match d {
+        CgroupDriver::Cgroupfs => v1::CgroupDriver::Cgroupfs,
+        CgroupDriver::Systemd => v1::CgroupDriver::Systemd,
+    }
+}
+
+#[tonic::async_trait]
+impl RuntimeService for CriService {
+    async fn version(
+        &self,
+        _request: Request<v1::VersionRequest>,
+    ) -> Result<Response<v1::VersionResponse>, Status> {
+        instrument::run(&self.rt.log, "Version", Ids::none(), |_log| async {
+            let v = runtime_info::version();
+            Ok(v1::VersionResponse {
+                version: v.version.to_string(),
+                runtime_name: v.runtime_name.to_string(),
+                runtime_version: v.runtime_version.to_string(),
+                runtime_api_version: v.runtime_api_version.to_string(),
+            })
+        })
+        .await
+    }
+
+    async fn status(
+        &self,
+        request: Request<v1::StatusRequest>,
+    ) -> Result<Response<v1::StatusResponse>, Status> {
+        let verbose = request.into_inner().verbose;
+        instrument::run(&self.rt.log, "Status", Ids::none(), |_log| async move {
+            let report = runtime_info::status(&self.rt, verbose).await?;
+            Ok(v1::StatusResponse {
+                status: Some(v1::RuntimeStatus {
+                    conditions: report
+                        .conditions
+                        .into_iter()
+                        .map(|c| v1::RuntimeCondition {
+                            r#type: c.kind.to_string(),
+                            status: c.status,
+                            reason: c.reason,
+                            message: c.message,
+                        })
+                        .collect(),
+                }),
+                info: report.info.into_iter().collect(),
+                ..Default::default()
+            })
+        })
+        .await
+    }
+
+    async fn runtime_config(
+        &self,
+        _request: Request<v1::RuntimeConfigRequest>,
+    ) -> Result<Response<v1::RuntimeConfigResponse>, Status> {
+        instrument::run(&self.rt.log, "RuntimeConfig", Ids::none(), |_log| async {
+            Ok(v1::RuntimeConfigResponse {
+                linux: Some(v1::LinuxRuntimeConfiguration {
+                    cgroup_driver: cgroup_driver(runtime_info::runtime_config(&self.rt)) as i32,
+                }),
+            })
+        })
+        .await
+    }
+
+    type GetContainerEventsStream =
+        Pin<Box<dyn Stream<Item = Result<v1::ContainerEventResponse, Status>> + Send + 'static>>;
+
+    async fn get_container_events(
+        &self,
+        _request: Request<v1::GetEventsRequest>,
+    ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
+        self.unimplemented(RUNTIME, "GetContainerEvents").await
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        _request: Request<v1::RunPodSandboxRequest>,
+    ) -> Result<Response<v1::RunPodSandboxResponse>, Status> {
+        self.unimplemented(RUNTIME, "RunPodSandbox").await
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        _request: Request<v1::StopPodSandboxRequest>,
+    ) -> Result<Response<v1::StopPodSandboxResponse>, Status> {
+        self.unimplemented(RUNTIME, "StopPodSandbox").await
+    }
+
+    async fn remove_pod_sandbox(
+        &self,
+        _request: Request<v1::RemovePodSandboxRequest>,
+    ) -> Result<Response<v1::RemovePodSandboxResponse>, Status> {
+        self.unimplemented(RUNTIME, "RemovePodSandbox").await
+    }
+
+    async fn pod_sandbox_status(
+        &self,
+        _request: Request<v1::PodSandboxStatusRequest>,
+    ) -> Result<Response<v1::PodSandboxStatusResponse>, Status> {
+        self.unimplemented(RUNTIME, "PodSandboxStatus").await
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        _request: Request<v1::ListPodSandboxRequest>,
+    ) -> Result<Response<v1::ListPodSandboxResponse>, Status> {
+        self.unimplemented(RUNTIME, "ListPodSandbox").await
+    }
+
+    async fn create_container(
+        &self,
+        _request: Request<v1::CreateContainerRequest>,
+    ) -> Result<Response<v1::CreateContainerResponse>, Status> {
+        self.unimplemented(RUNTIME, "CreateContainer").await
+    }
+
+    async fn start_container(
+        &self,
+        _request: Request<v1::StartContainerRequest>,
+    ) -> Result<Response<v1::StartContainerResponse>, Status> {
+        self.unimplemented(RUNTIME, "StartContainer").await
+    }
+
+    async fn stop_container(
+        &self,
+        _request: Request<v1::StopContainerRequest>,
+    ) -> Result<Response<v1::StopContainerResponse>, Status> {
+        self.unimplemented(RUNTIME, "StopContainer").await
+    }
+
+    async fn remove_container(
+        &self,
+        _request: Request<v1::RemoveContainerRequest>,
+    ) -> Result<Response<v1::RemoveContainerResponse>, Status> {
+        self.unimplemented(RUNTIME, "RemoveContainer").await
+    }
+
+    async fn list_containers(
+        &self,
+        _request: Request<v1::ListContainersRequest>,
+    ) -> Result<Response<v1::ListContainersResponse>, Status> {
+        self.unimplemented(RUNTIME, "ListContainers").await
+    }
+
+    async fn container_status(
+        &self,
+        _request: Request<v1::ContainerStatusRequest>,
+    ) -> Result<Response<v1::ContainerStatusResponse>, Status> {
+        self.unimplemented(RUNTIME, "ContainerStatus").await
+    }
+
+    async fn update_container_resources(
+        &self,
+        _request: Request<v1::UpdateContainerResourcesRequest>,
+    ) -> Result<Response<v1::UpdateContainerResourcesResponse>, Status> {
+        self.unimplemented(RUNTIME, "UpdateContainerResources")
+            .await
+    }
+
+    async fn reopen_container_log(
+        &self,
+        _request: Request<v1::ReopenContainerLogRequest>,
+    ) -> Result<Response<v1::ReopenContainerLogResponse>, Status> {
+        self.unimplemented(RUNTIME, "ReopenContainerLog").await
+    }
+
+    async fn exec_sync(
+        &self,
+        _request: Request<v1::ExecSyncRequest>,
+    ) -> Result<Response<v1::ExecSyncResponse>, Status> {
+        self.unimplemented(RUNTIME, "ExecSync").await
+    }
+
+    async fn exec(
+        &self,
+        _request: Request<v1::ExecRequest>,
+    ) -> Result<Response<v1::ExecResponse>, Status> {
+        self.unimplemented(RUNTIME, "Exec").await
+    }
+
+    async fn attach(
+        &self,
+        _request: Request<v1::AttachRequest>,
+    ) -> Result<Response<v1::AttachResponse>, Status> {
+        self.unimplemented(RUNTIME, "Attach").await
+    }
+
+    async fn port_forward(
+        &self,
+        _request: Request<v1::PortForwardRequest>,
+    ) -> Result<Response<v1::PortForwardResponse>, Status> {
+        self.unimplemented(RUNTIME, "PortForward").await
+    }
+
+    async fn container_stats(
+        &self,
+        _request: Request<v1::ContainerStatsRequest>,
+    ) -> Result<Response<v1::ContainerStatsResponse>, Status> {
+        self.unimplemented(RUNTIME, "ContainerStats").await
+    }
+
+    async fn list_container_stats(
+        &self,
+        _request: Request<v1::ListContainerStatsRequest>,
+    ) -> Result<Response<v1::ListContainerStatsResponse>, Status> {
+        self.unimplemented(RUNTIME, "ListContainerStats").await
+    }
+
+    async fn pod_sandbox_stats(
+        &self,
+        _request: Request<v1::PodSandboxStatsRequest>,
+    ) -> Result<Response<v1::PodSandboxStatsResponse>, Status> {
+        self.unimplemented(RUNTIME, "PodSandboxStats").await
+    }
+
+    async fn list_pod_sandbox_stats(
+        &self,
+        _request: Request<v1::ListPodSandboxStatsRequest>,
+    ) -> Result<Response<v1::ListPodSandboxStatsResponse>, Status> {
+        self.unimplemented(RUNTIME, "ListPodSandboxStats").await
+    }
+
+    async fn update_runtime_config(
+        &self,
+        _request: Request<v1::UpdateRuntimeConfigRequest>,
+    ) -> Result<Response<v1::UpdateRuntimeConfigResponse>, Status> {
+        self.unimplemented(RUNTIME, "UpdateRuntimeConfig").await
+    }
+
+    async fn checkpoint_container(
+        &self,
+        _request: Request<v1::CheckpointContainerRequest>,
+    ) -> Result<Response<v1::CheckpointContainerResponse>, Status> {
+        self.unimplemented(RUNTIME, "CheckpointContainer").await
+    }
+
+    async fn list_metric_descriptors(
+        &self,
+        _request: Request<v1::ListMetricDescriptorsRequest>,
+    ) -> Result<Response<v1::ListMetricDescriptorsResponse>, Status> {
+        self.unimplemented(RUNTIME, "ListMetricDescriptors").await
+    }
+
+    async fn list_pod_sandbox_metrics(
+        &self,
+        _request: Request<v1::ListPodSandboxMetricsRequest>,
+    ) -> Result<Response<v1::ListPodSandboxMetricsResponse>, Status> {
+        self.unimplemented(RUNTIME, "ListPodSandboxMetrics").await
+    }
+}
+
+#[tonic::async_trait]
+impl ImageService for CriService {
+    async fn list_images(
+        &self,
+        _request: Request<v1::ListImagesRequest>,
+    ) -> Result<Response<v1::ListImagesResponse>, Status> {
+        self.unimplemented(IMAGE, "ListImages").await
+    }
+
+    async fn image_status(
+        &self,
+        _request: Request<v1::ImageStatusRequest>,
+    ) -> Result<Response<v1::ImageStatusResponse>, Status> {
+        self.unimplemented(IMAGE, "ImageStatus").await
+    }
+
+    async fn pull_image(
+        &self,
+        _request: Request<v1::PullImageRequest>,
+    ) -> Result<Response<v1::PullImageResponse>, Status> {
+        self.unimplemented(IMAGE, "PullImage").await
+    }
+
+    async fn remove_image(
+        &self,
+        _request: Request<v1::RemoveImageRequest>,
+    ) -> Result<Response<v1::RemoveImageResponse>, Status> {
+        self.unimplemented(IMAGE, "RemoveImage").await
+    }
+
+    async fn image_fs_info(
+        &self,
+        _request: Request<v1::ImageFsInfoRequest>,
+    ) -> Result<Response<v1::ImageFsInfoResponse>, Status> {
+        self.unimplemented(IMAGE, "ImageFsInfo").await
+    }
+}

@@ -1,0 +1,282 @@
+//! The CRI socket server: socket ownership, serving, and clean shutdown.
+//!
+//! One remora per socket: a lock file `<socket>.lock` is held (flock) for the daemon's life.
+//! Because the kernel drops the lock when its holder dies, a lock we can take means any socket
+//! file left at the path is stale and may be replaced; a lock we cannot take means a live remora
+//! serves there, and we refuse to start rather than steal its socket. The socket is created
+//! mode 0660 and removed on clean shutdown (only if it is still the one we bound).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_cri::v1::image_service_server::ImageServiceServer;
+use k8s_cri::v1::runtime_service_server::RuntimeServiceServer;
+use nix::fcntl::{Flock, FlockArg};
+use slog::{info, warn, Logger};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::config::Config;
+use crate::containerd::health::{HealthMonitor, ProbeSchedule};
+use crate::containerd::Client;
+use crate::cri::service::CriService;
+use crate::cri::Runtime;
+use crate::error::ServerError;
+
+/// Largest CRI message accepted or sent, as kubelet's own client allows.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// How long in-flight requests (and open event streams) get to finish after SIGTERM/SIGINT.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Owns the socket path for the daemon's life: holds the lock, removes the socket on drop.
+pub struct SocketGuard {
+    socket: PathBuf,
+    /// Held, never read: dropping it releases the lock.
+    _lock: Flock<File>,
+    /// (device, inode, ctime) of the socket we bound, so drop removes only our own socket
+    /// (inode numbers alone are reused at once by a socket bound after ours was removed).
+    identity: (u64, u64, i64, i64),
+}
+
+impl Drop for SocketGuard {
+    fn drop(&mut self) {
+        if let Ok(meta) = std::fs::symlink_metadata(&self.socket) {
+            if identity(&meta) == self.identity {
+                let _ = std::fs::remove_file(&self.socket);
+            }
+        }
+    }
+}
+
+fn identity(meta: &std::fs::Metadata) -> (u64, u64, i64, i64) {
+    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
+}
+
+fn socket_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ServerError {
+    let path = path.to_path_buf();
+    move |source| ServerError::Socket {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Takes ownership of `socket`: locks it, replaces a stale socket file, binds, sets mode 0660.
+pub fn bind_socket(socket: &Path) -> Result<(SocketGuard, tokio::net::UnixListener), ServerError> {
+    if let Some(dir) = socket.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(dir)
+            .map_err(socket_err("create directory", dir))?;
+    }
+    let mut lock_path = socket.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(socket_err("open lock file", &lock_path))?;
+    let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => lock,
+        Err((mut file, nix::errno::Errno::EWOULDBLOCK)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = pid.trim();
+            return Err(ServerError::AlreadyRunning {
+                socket: socket.to_path_buf(),
+                pid: if pid.is_empty() {
+                    "unknown".into()
+                } else {
+                    pid.to_string()
+                },
+            });
+        }
+        Err((_, errno)) => {
+            return Err(ServerError::Socket {
+                action: "lock",
+                path: lock_path,
+                source: errno.into(),
+            })
+        }
+    };
+    lock.set_len(0)
+        .map_err(socket_err("write lock file", &lock_path))?;
+    lock.rewind()
+        .map_err(socket_err("write lock file", &lock_path))?;
+    writeln!(&mut *lock, "{}", std::process::id())
+        .map_err(socket_err("write lock file", &lock_path))?;
+
+    // We hold the lock, so whatever is at the socket path was left by a dead process.
+    match std::fs::remove_file(socket) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(socket_err("remove stale socket", socket)(e)),
+    }
+    let std_listener =
+        std::os::unix::net::UnixListener::bind(socket).map_err(socket_err("bind", socket))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
+        .map_err(socket_err("set mode 0660 on", socket))?;
+    let meta = std::fs::symlink_metadata(socket).map_err(socket_err("stat", socket))?;
+    std_listener
+        .set_nonblocking(true)
+        .map_err(socket_err("set non-blocking", socket))?;
+    let listener = tokio::net::UnixListener::from_std(std_listener)
+        .map_err(socket_err("listen on", socket))?;
+    Ok((
+        SocketGuard {
+            socket: socket.to_path_buf(),
+            _lock: lock,
+            identity: identity(&meta),
+        },
+        listener,
+    ))
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|source| ServerError::Signal {
+        signal: "SIGTERM",
+        source,
+    })?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|source| ServerError::Signal {
+        signal: "SIGINT",
+        source,
+    })?;
+
+    let (guard, listener) = bind_socket(&config.server.socket)?;
+    let cd = &config.containerd;
+    let client = Client::new(&cd.address, &cd.namespace, cd.probe_timeout);
+    let health = Arc::new(HealthMonitor::new(
+        Arc::new(client),
+        ProbeSchedule {
+            timeout: cd.probe_timeout,
+            interval: cd.probe_interval,
+            backoff_min: cd.reconnect_backoff_min,
+            backoff_max: cd.reconnect_backoff_max,
+        },
+        log.new(slog::o!("component" => "containerd-health")),
+    ));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let monitor = tokio::spawn(health.clone().run(stop_rx.clone()));
+
+    let rt = Runtime {
+        config: Arc::new(config.clone()),
+        health,
+        log: log.clone(),
+    };
+    let service = CriService::new(rt);
+    let mut server_stop = stop_rx;
+    let mut server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                RuntimeServiceServer::new(service.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                ImageServiceServer::new(service)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                let _ = server_stop.wait_for(|stop| *stop).await;
+            }),
+    );
+    info!(log, "serving CRI v1";
+        "remora_version" => env!("CARGO_PKG_VERSION"),
+        "socket" => %config.server.socket.display(),
+        "containerd" => %config.containerd.address.display(),
+        "namespace" => &config.containerd.namespace);
+
+    let signal_name = tokio::select! {
+        result = &mut server => {
+            // The server stopped on its own: that is a failure (or a panic in it).
+            let _ = stop_tx.send(true);
+            let _ = monitor.await;
+            drop(guard);
+            return match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(ServerError::Serve(e)),
+                Err(join) => Err(ServerError::Socket {
+                    action: "serve",
+                    path: config.server.socket.clone(),
+                    source: std::io::Error::other(join.to_string()),
+                }),
+            };
+        }
+        _ = sigterm.recv() => "SIGTERM",
+        _ = sigint.recv() => "SIGINT",
+    };
+    info!(log, "shutting down"; "signal" => signal_name);
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+        Ok(_) => {}
+        Err(_) => {
+            warn!(log, "requests still open after the shutdown grace period; closing them"; "grace_s" => SHUTDOWN_GRACE.as_secs());
+            server.abort();
+        }
+    }
+    let _ = monitor.await;
+    drop(guard);
+    info!(log, "stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn socket_is_0660_and_a_second_bind_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("sub/remora.sock");
+        let (guard, _listener) = bind_socket(&sock).unwrap();
+        let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o660);
+        match bind_socket(&sock) {
+            Err(ServerError::AlreadyRunning { pid, .. }) => {
+                assert_eq!(pid, std::process::id().to_string())
+            }
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("second bind succeeded"),
+        }
+        drop(guard);
+        assert!(
+            !sock.exists(),
+            "socket must be removed when the guard drops"
+        );
+    }
+
+    #[tokio::test]
+    async fn stale_socket_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("remora.sock");
+        // A socket file with no process behind it, as a crashed remora leaves.
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        assert!(sock.exists());
+        let (_guard, _listener) = bind_socket(&sock).unwrap();
+        assert!(std::os::unix::net::UnixStream::connect(&sock).is_ok());
+    }
+
+    #[tokio::test]
+    async fn guard_does_not_remove_a_socket_it_did_not_bind() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("remora.sock");
+        let (guard, listener) = bind_socket(&sock).unwrap();
+        drop(listener);
+        std::fs::remove_file(&sock).unwrap();
+        let _other = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        drop(guard);
+        assert!(sock.exists());
+    }
+}

@@ -8,6 +8,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backoff;
 pub mod cni;
 pub mod config;
 pub mod containerd;

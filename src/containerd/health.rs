@@ -14,6 +14,7 @@ use slog::{info, warn, Logger};
 use tokio::sync::watch;
 
 use super::{ContainerdVersion, VersionApi};
+use crate::backoff::Backoff;
 use crate::error::ContainerdError;
 
 /// What the last probe found.
@@ -92,18 +93,14 @@ impl HealthMonitor {
 
     /// Probes until `shutdown` turns true (or its sender is dropped).
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let mut backoff = self.schedule.backoff_min;
+        let mut backoff = Backoff::new(self.schedule.backoff_min, self.schedule.backoff_max);
         loop {
             let delay = match self.probe().await {
                 Ok(_) => {
-                    backoff = self.schedule.backoff_min;
+                    backoff.reset();
                     self.schedule.interval
                 }
-                Err(_) => {
-                    let d = backoff;
-                    backoff = (backoff * 2).min(self.schedule.backoff_max);
-                    d
-                }
+                Err(_) => backoff.next_delay(),
             };
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}

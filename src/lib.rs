@@ -14,6 +14,8 @@ pub mod config;
 pub mod containerd;
 pub mod cri;
 pub mod error;
+pub mod events;
 pub mod grpc;
+pub mod images;
 pub mod logging;
 pub mod server;

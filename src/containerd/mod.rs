@@ -4,7 +4,9 @@
 //! implementation over `containerd-client` (tonic) lives in this module. Logic behind the traits
 //! is unit-tested with fakes; integration tests use a real containerd.
 
+pub mod events;
 pub mod health;
+pub mod images;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,7 +66,29 @@ impl Client {
         &self.namespace
     }
 
-    fn call_error(&self, op: &'static str, status: tonic::Status) -> ContainerdError {
+    /// A request in remora's namespace, optionally within a lease.
+    pub(crate) fn request<T>(&self, msg: T, lease: Option<&str>) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        let md = req.metadata_mut();
+        // The namespace was validated by Config::validate (lowercase ASCII letters, digits,
+        // '-', '_', '.'), so it is a valid header value; skip it rather than panic if not.
+        if let Ok(v) = self.namespace.parse() {
+            md.insert("containerd-namespace", v);
+        }
+        if let Some(lease) = lease.filter(|l| !l.is_empty()) {
+            if let Ok(v) = lease.parse() {
+                md.insert("containerd-lease", v);
+            }
+        }
+        req
+    }
+
+    /// The channel, for service clients.
+    pub(crate) fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    pub(crate) fn call_error(&self, op: &'static str, status: tonic::Status) -> ContainerdError {
         // A transport failure hides its cause (e.g. "No such file or directory") in the
         // source chain; include it so the message says why.
         let mut message = status.message().to_string();

@@ -1,0 +1,179 @@
+//! containerd's event stream, decoded into the events remora acts on.
+
+use std::pin::Pin;
+
+use containerd_client::events::{TaskExit, TaskOom};
+use containerd_client::services::v1::events_client::EventsClient;
+use containerd_client::services::v1::{ImageCreate, ImageDelete, ImageUpdate, SubscribeRequest};
+use prost::Message;
+use tokio_stream::{Stream, StreamExt};
+
+use super::Client;
+use crate::error::ContainerdError;
+
+/// An event remora handles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// An image record was created (by remora or another client).
+    ImageCreate {
+        /// Record name.
+        name: String,
+    },
+    /// An image record changed.
+    ImageUpdate {
+        /// Record name.
+        name: String,
+    },
+    /// An image record was deleted.
+    ImageDelete {
+        /// Record name.
+        name: String,
+    },
+    /// A task's process exited.
+    TaskExit {
+        /// Container id.
+        container_id: String,
+        /// Exec id (equal to the container id for the init process).
+        id: String,
+        /// Exit status.
+        exit_status: u32,
+    },
+    /// A task's cgroup hit its memory limit.
+    TaskOom {
+        /// Container id.
+        container_id: String,
+    },
+    /// Any other topic (ignored by handlers, kept for logging).
+    Other,
+}
+
+impl Event {
+    /// The object the event is about: events for one id are handled in order.
+    pub fn subject(&self) -> Option<&str> {
+        match self {
+            Event::ImageCreate { name }
+            | Event::ImageUpdate { name }
+            | Event::ImageDelete { name } => Some(name),
+            Event::TaskExit { container_id, .. } | Event::TaskOom { container_id } => {
+                Some(container_id)
+            }
+            Event::Other => None,
+        }
+    }
+}
+
+/// One event with its envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    /// containerd namespace the event happened in.
+    pub namespace: String,
+    /// Topic, e.g. `/images/create`.
+    pub topic: String,
+    /// The decoded event.
+    pub event: Event,
+}
+
+/// A stream of events; ends (or yields an error) when the connection to containerd breaks.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<Envelope, ContainerdError>> + Send>>;
+
+fn decode(type_url: &str, value: &[u8]) -> Option<Event> {
+    // containerd names event types by their protobuf full name; match on the last segment
+    // of the URL so both "/pkg.Type" and "types.containerd.io/pkg.Type" forms decode.
+    let name = type_url.rsplit(['/']).next()?;
+    Some(match name {
+        "containerd.services.images.v1.ImageCreate" => Event::ImageCreate {
+            name: ImageCreate::decode(value).ok()?.name,
+        },
+        "containerd.services.images.v1.ImageUpdate" => Event::ImageUpdate {
+            name: ImageUpdate::decode(value).ok()?.name,
+        },
+        "containerd.services.images.v1.ImageDelete" => Event::ImageDelete {
+            name: ImageDelete::decode(value).ok()?.name,
+        },
+        "containerd.events.TaskExit" => {
+            let e = TaskExit::decode(value).ok()?;
+            Event::TaskExit {
+                container_id: e.container_id,
+                id: e.id,
+                exit_status: e.exit_status,
+            }
+        }
+        "containerd.events.TaskOOM" | "containerd.events.TaskOom" => Event::TaskOom {
+            container_id: TaskOom::decode(value).ok()?.container_id,
+        },
+        _ => Event::Other,
+    })
+}
+
+impl Client {
+    /// Subscribes to events in remora's namespace whose topic matches one of `topic_prefixes`
+    /// (e.g. `/images/`, `/tasks/exit`).
+    pub async fn subscribe(&self, topic_prefixes: &[&str]) -> Result<EventStream, ContainerdError> {
+        let ns = self.namespace().to_string();
+        let filters = topic_prefixes
+            .iter()
+            .map(|t| format!("namespace=={ns},topic~=\"^{}\"", t))
+            .collect();
+        let mut c = EventsClient::new(self.channel());
+        let stream = c
+            .subscribe(self.request(SubscribeRequest { filters }, None))
+            .await
+            .map_err(|s| self.call_error("Events.Subscribe", s))?
+            .into_inner();
+        let me = self.clone();
+        Ok(Box::pin(stream.map(move |item| {
+            let env = item.map_err(|s| me.call_error("Events.Subscribe", s))?;
+            let event = env
+                .event
+                .as_ref()
+                .and_then(|any| decode(&any.type_url, &any.value))
+                .unwrap_or(Event::Other);
+            Ok(Envelope {
+                namespace: env.namespace,
+                topic: env.topic,
+                event,
+            })
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_image_and_task_events() {
+        let v = ImageCreate {
+            name: "docker.io/library/busybox:latest".into(),
+            labels: Default::default(),
+        }
+        .encode_to_vec();
+        assert_eq!(
+            decode("containerd.services.images.v1.ImageCreate", &v),
+            Some(Event::ImageCreate {
+                name: "docker.io/library/busybox:latest".into()
+            })
+        );
+        let v = TaskExit {
+            container_id: "c1".into(),
+            id: "c1".into(),
+            pid: 7,
+            exit_status: 137,
+            exited_at: None,
+        }
+        .encode_to_vec();
+        let e = decode("types.containerd.io/containerd.events.TaskExit", &v).unwrap();
+        assert_eq!(e.subject(), Some("c1"));
+        assert!(matches!(
+            e,
+            Event::TaskExit {
+                exit_status: 137,
+                ..
+            }
+        ));
+        assert_eq!(
+            decode("containerd.events.ContentCreate", &[]),
+            Some(Event::Other)
+        );
+    }
+}

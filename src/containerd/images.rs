@@ -1,0 +1,551 @@
+//! The image-side traits of [`crate::images::backend`] over containerd's gRPC API: content,
+//! images, leases, snapshots and diff.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use containerd_client::services::v1::content_client::ContentClient;
+use containerd_client::services::v1::diff_client::DiffClient;
+use containerd_client::services::v1::images_client::ImagesClient;
+use containerd_client::services::v1::leases_client::LeasesClient;
+use containerd_client::services::v1::snapshots::snapshots_client::SnapshotsClient;
+use containerd_client::services::v1::snapshots::{
+    CommitSnapshotRequest, ListSnapshotsRequest, PrepareSnapshotRequest, RemoveSnapshotRequest,
+    StatSnapshotRequest, UsageRequest,
+};
+use containerd_client::services::v1::{
+    ApplyRequest, CreateImageRequest, CreateRequest as CreateLeaseRequest, DeleteImageRequest,
+    DeleteRequest as DeleteLeaseRequest, GetImageRequest, Image, Info, InfoRequest,
+    ListImagesRequest, ReadContentRequest, UpdateImageRequest, UpdateRequest, WriteAction,
+    WriteContentRequest, WriteContentResponse,
+};
+use containerd_client::types::{Descriptor, Mount as PbMount};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::Code;
+
+use super::Client;
+use crate::error::ContainerdError;
+use crate::images::backend::{
+    Blob, Content, ContentInfo, ContentWriter, Differ, ImageRecord, Images, Leases, Mount,
+    Snapshots, Usage,
+};
+
+fn to_pb(b: &Blob) -> Descriptor {
+    Descriptor {
+        media_type: b.media_type.clone(),
+        digest: b.digest.clone(),
+        size: b.size,
+        annotations: HashMap::new(),
+    }
+}
+
+fn from_pb(d: Descriptor) -> Blob {
+    Blob {
+        media_type: d.media_type,
+        digest: d.digest,
+        size: d.size,
+    }
+}
+
+fn record_from_pb(i: Image) -> ImageRecord {
+    ImageRecord {
+        name: i.name,
+        target: i.target.map(from_pb).unwrap_or(Blob {
+            media_type: String::new(),
+            digest: String::new(),
+            size: 0,
+        }),
+        labels: i.labels,
+    }
+}
+
+fn mounts_from_pb(m: Vec<PbMount>) -> Vec<Mount> {
+    m.into_iter()
+        .map(|m| Mount {
+            kind: m.r#type,
+            source: m.source,
+            target: m.target,
+            options: m.options,
+        })
+        .collect()
+}
+
+fn is_code(e: &ContainerdError, code: Code) -> bool {
+    matches!(e, ContainerdError::Call { code: c, .. } if *c == code)
+}
+
+#[tonic::async_trait]
+impl Content for Client {
+    async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, ContainerdError> {
+        let mut c = ContentClient::new(self.channel());
+        let req = self.request(
+            InfoRequest {
+                digest: digest.to_string(),
+            },
+            None,
+        );
+        match c.info(req).await {
+            Ok(r) => Ok(r.into_inner().info.map(|i| ContentInfo {
+                digest: i.digest,
+                size: i.size,
+                labels: i.labels,
+            })),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(self.call_error("Content.Info", s)),
+        }
+    }
+
+    async fn read(&self, digest: &str) -> Result<Bytes, ContainerdError> {
+        let mut c = ContentClient::new(self.channel());
+        let req = self.request(
+            ReadContentRequest {
+                digest: digest.to_string(),
+                offset: 0,
+                size: 0,
+            },
+            None,
+        );
+        let mut stream = c
+            .read(req)
+            .await
+            .map_err(|s| self.call_error("Content.Read", s))?
+            .into_inner();
+        let mut buf = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|s| self.call_error("Content.Read", s))?;
+            buf.extend_from_slice(&chunk.data);
+        }
+        Ok(Bytes::from(buf))
+    }
+
+    async fn writer(
+        &self,
+        lease: &str,
+        write_ref: &str,
+        blob: &Blob,
+    ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
+        let mut c = ContentClient::new(self.channel());
+        let (tx, rx) = mpsc::channel::<WriteContentRequest>(1);
+        let stat = WriteContentRequest {
+            action: WriteAction::Stat as i32,
+            r#ref: write_ref.to_string(),
+            total: blob.size,
+            expected: blob.digest.clone(),
+            ..Default::default()
+        };
+        // The receiver is alive (held by rx until the stream is handed over below).
+        tx.send(stat).await.map_err(|_| self.closed_write("stat"))?;
+        let req = self.request(ReceiverStream::new(rx), Some(lease));
+        let mut responses = match c.write(req).await {
+            Ok(r) => r.into_inner(),
+            Err(s) if s.code() == Code::AlreadyExists => return Ok(None),
+            Err(s) => return Err(self.call_error("Content.Write", s)),
+        };
+        let first = match responses.next().await {
+            Some(Ok(r)) => r,
+            Some(Err(s)) if s.code() == Code::AlreadyExists => return Ok(None),
+            Some(Err(s)) => return Err(self.call_error("Content.Write", s)),
+            None => return Err(self.closed_write("stat")),
+        };
+        // An ingest left by an interrupted write with the same ref resumes at its offset,
+        // unless it is already past the blob's size (then it is garbage: restart).
+        let offset = u64::try_from(first.offset).unwrap_or(0);
+        let offset = if offset as i64 > blob.size { 0 } else { offset };
+        Ok(Some(Box::new(Writer {
+            client: self.clone(),
+            tx,
+            responses,
+            write_ref: write_ref.to_string(),
+            blob: blob.clone(),
+            offset,
+        })))
+    }
+
+    async fn set_labels(
+        &self,
+        digest: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<(), ContainerdError> {
+        let mut c = ContentClient::new(self.channel());
+        let paths = labels.keys().map(|k| format!("labels.{k}")).collect();
+        let req = self.request(
+            UpdateRequest {
+                info: Some(Info {
+                    digest: digest.to_string(),
+                    labels,
+                    ..Default::default()
+                }),
+                update_mask: Some(prost_types::FieldMask { paths }),
+            },
+            None,
+        );
+        c.update(req)
+            .await
+            .map_err(|s| self.call_error("Content.Update", s))?;
+        Ok(())
+    }
+}
+
+impl Client {
+    fn closed_write(&self, step: &str) -> ContainerdError {
+        ContainerdError::Call {
+            address: self.address().to_path_buf(),
+            op: "Content.Write",
+            code: Code::Unavailable,
+            message: format!("write stream closed by containerd during {step}"),
+        }
+    }
+}
+
+/// A bidirectional Content.Write stream, driven in lockstep: one request, one response.
+struct Writer {
+    client: Client,
+    tx: mpsc::Sender<WriteContentRequest>,
+    responses: tonic::Streaming<WriteContentResponse>,
+    write_ref: String,
+    blob: Blob,
+    offset: u64,
+}
+
+impl Writer {
+    async fn round_trip(
+        &mut self,
+        req: WriteContentRequest,
+        step: &str,
+    ) -> Result<WriteContentResponse, ContainerdError> {
+        self.tx
+            .send(req)
+            .await
+            .map_err(|_| self.client.closed_write(step))?;
+        match self.responses.next().await {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(s)) => Err(self.client.call_error("Content.Write", s)),
+            None => Err(self.client.closed_write(step)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl ContentWriter for Writer {
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError> {
+        let len = data.len() as u64;
+        let req = WriteContentRequest {
+            action: WriteAction::Write as i32,
+            r#ref: self.write_ref.clone(),
+            total: self.blob.size,
+            expected: self.blob.digest.clone(),
+            offset: self.offset as i64,
+            data: data.to_vec(),
+            ..Default::default()
+        };
+        self.round_trip(req, "write").await?;
+        self.offset += len;
+        Ok(())
+    }
+
+    async fn commit(
+        mut self: Box<Self>,
+        labels: HashMap<String, String>,
+    ) -> Result<(), ContainerdError> {
+        let req = WriteContentRequest {
+            action: WriteAction::Commit as i32,
+            r#ref: self.write_ref.clone(),
+            total: self.blob.size,
+            expected: self.blob.digest.clone(),
+            offset: self.offset as i64,
+            labels,
+            ..Default::default()
+        };
+        match self.round_trip(req, "commit").await {
+            Ok(_) => Ok(()),
+            // Another writer committed the same blob first: it is stored, which is the goal.
+            Err(e) if is_code(&e, Code::AlreadyExists) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Images for Client {
+    async fn get(&self, name: &str) -> Result<Option<ImageRecord>, ContainerdError> {
+        let mut c = ImagesClient::new(self.channel());
+        let req = self.request(
+            GetImageRequest {
+                name: name.to_string(),
+            },
+            None,
+        );
+        match c.get(req).await {
+            Ok(r) => Ok(r.into_inner().image.map(record_from_pb)),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(self.call_error("Images.Get", s)),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<ImageRecord>, ContainerdError> {
+        let mut c = ImagesClient::new(self.channel());
+        let req = self.request(ListImagesRequest { filters: vec![] }, None);
+        let r = c
+            .list(req)
+            .await
+            .map_err(|s| self.call_error("Images.List", s))?;
+        Ok(r.into_inner()
+            .images
+            .into_iter()
+            .map(record_from_pb)
+            .collect())
+    }
+
+    async fn put(&self, record: ImageRecord) -> Result<(), ContainerdError> {
+        let mut c = ImagesClient::new(self.channel());
+        let image = Image {
+            name: record.name.clone(),
+            labels: record.labels.clone(),
+            target: Some(to_pb(&record.target)),
+            created_at: None,
+            updated_at: None,
+        };
+        let req = self.request(
+            CreateImageRequest {
+                image: Some(image.clone()),
+                source_date_epoch: None,
+            },
+            None,
+        );
+        match c.create(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::AlreadyExists => {
+                let req = self.request(
+                    UpdateImageRequest {
+                        image: Some(image),
+                        update_mask: Some(prost_types::FieldMask {
+                            paths: vec!["target".into(), "labels".into()],
+                        }),
+                        source_date_epoch: None,
+                    },
+                    None,
+                );
+                c.update(req)
+                    .await
+                    .map_err(|s| self.call_error("Images.Update", s))?;
+                Ok(())
+            }
+            Err(s) => Err(self.call_error("Images.Create", s)),
+        }
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), ContainerdError> {
+        let mut c = ImagesClient::new(self.channel());
+        let req = self.request(
+            DeleteImageRequest {
+                name: name.to_string(),
+                sync: false,
+                target: None,
+            },
+            None,
+        );
+        match c.delete(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(self.call_error("Images.Delete", s)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Leases for Client {
+    async fn create(&self, id: &str, expire_secs: u64) -> Result<(), ContainerdError> {
+        let mut c = LeasesClient::new(self.channel());
+        let expire = std::time::SystemTime::now() + std::time::Duration::from_secs(expire_secs);
+        let expire = humantime::format_rfc3339_seconds(expire).to_string();
+        let labels = HashMap::from([("containerd.io/gc.expire".to_string(), expire)]);
+        let req = self.request(
+            CreateLeaseRequest {
+                id: id.to_string(),
+                labels,
+            },
+            None,
+        );
+        c.create(req)
+            .await
+            .map_err(|s| self.call_error("Leases.Create", s))?;
+        Ok(())
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), ContainerdError> {
+        let mut c = LeasesClient::new(self.channel());
+        let req = self.request(
+            DeleteLeaseRequest {
+                id: id.to_string(),
+                sync: false,
+            },
+            None,
+        );
+        match c.delete(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(self.call_error("Leases.Delete", s)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Snapshots for Client {
+    async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, ContainerdError> {
+        let mut c = SnapshotsClient::new(self.channel());
+        let req = self.request(
+            StatSnapshotRequest {
+                snapshotter: snapshotter.to_string(),
+                key: key.to_string(),
+            },
+            None,
+        );
+        match c.stat(req).await {
+            Ok(_) => Ok(true),
+            Err(s) if s.code() == Code::NotFound => Ok(false),
+            Err(s) => Err(self.call_error("Snapshots.Stat", s)),
+        }
+    }
+
+    async fn prepare(
+        &self,
+        lease: &str,
+        snapshotter: &str,
+        key: &str,
+        parent: &str,
+    ) -> Result<Vec<Mount>, ContainerdError> {
+        let mut c = SnapshotsClient::new(self.channel());
+        let req = self.request(
+            PrepareSnapshotRequest {
+                snapshotter: snapshotter.to_string(),
+                key: key.to_string(),
+                parent: parent.to_string(),
+                labels: HashMap::new(),
+            },
+            Some(lease),
+        );
+        let r = c
+            .prepare(req)
+            .await
+            .map_err(|s| self.call_error("Snapshots.Prepare", s))?;
+        Ok(mounts_from_pb(r.into_inner().mounts))
+    }
+
+    async fn commit(
+        &self,
+        lease: &str,
+        snapshotter: &str,
+        name: &str,
+        key: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<(), ContainerdError> {
+        let mut c = SnapshotsClient::new(self.channel());
+        let req = self.request(
+            CommitSnapshotRequest {
+                snapshotter: snapshotter.to_string(),
+                name: name.to_string(),
+                key: key.to_string(),
+                labels,
+            },
+            Some(lease),
+        );
+        c.commit(req)
+            .await
+            .map_err(|s| self.call_error("Snapshots.Commit", s))?;
+        Ok(())
+    }
+
+    async fn remove(&self, snapshotter: &str, key: &str) -> Result<(), ContainerdError> {
+        let mut c = SnapshotsClient::new(self.channel());
+        let req = self.request(
+            RemoveSnapshotRequest {
+                snapshotter: snapshotter.to_string(),
+                key: key.to_string(),
+            },
+            None,
+        );
+        match c.remove(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(self.call_error("Snapshots.Remove", s)),
+        }
+    }
+
+    async fn list(&self, snapshotter: &str) -> Result<Vec<String>, ContainerdError> {
+        let mut c = SnapshotsClient::new(self.channel());
+        let req = self.request(
+            ListSnapshotsRequest {
+                snapshotter: snapshotter.to_string(),
+                filters: vec![],
+            },
+            None,
+        );
+        let mut stream = c
+            .list(req)
+            .await
+            .map_err(|s| self.call_error("Snapshots.List", s))?
+            .into_inner();
+        let mut names = Vec::new();
+        while let Some(page) = stream.next().await {
+            let page = page.map_err(|s| self.call_error("Snapshots.List", s))?;
+            names.extend(page.info.into_iter().map(|i| i.name));
+        }
+        Ok(names)
+    }
+
+    async fn usage(&self, snapshotter: &str, key: &str) -> Result<Usage, ContainerdError> {
+        let mut c = SnapshotsClient::new(self.channel());
+        let req = self.request(
+            UsageRequest {
+                snapshotter: snapshotter.to_string(),
+                key: key.to_string(),
+            },
+            None,
+        );
+        let r = c
+            .usage(req)
+            .await
+            .map_err(|s| self.call_error("Snapshots.Usage", s))?
+            .into_inner();
+        Ok(Usage {
+            bytes: r.size,
+            inodes: r.inodes,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Differ for Client {
+    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, ContainerdError> {
+        let mut c = DiffClient::new(self.channel());
+        let req = self.request(
+            ApplyRequest {
+                diff: Some(to_pb(layer)),
+                mounts: mounts
+                    .into_iter()
+                    .map(|m| PbMount {
+                        r#type: m.kind,
+                        source: m.source,
+                        target: m.target,
+                        options: m.options,
+                    })
+                    .collect(),
+                payloads: HashMap::new(),
+                sync_fs: false,
+            },
+            None,
+        );
+        let r = c
+            .apply(req)
+            .await
+            .map_err(|s| self.call_error("Diff.Apply", s))?
+            .into_inner();
+        Ok(r.applied.map(|d| d.digest).unwrap_or_default())
+    }
+}

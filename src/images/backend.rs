@@ -1,0 +1,165 @@
+//! What image management needs from containerd, as narrow traits defined here, by their user.
+//!
+//! The one production implementation is over containerd's gRPC API
+//! (`crate::containerd::images`); unit tests use in-memory fakes. Types here are plain domain
+//! types: no protobuf leaks into the image logic.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::error::ContainerdError;
+
+/// A content-addressed blob reference (OCI descriptor without platform details).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Blob {
+    /// Media type.
+    pub media_type: String,
+    /// `sha256:<hex>`.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: i64,
+}
+
+/// A blob in containerd's content store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentInfo {
+    /// Digest.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: i64,
+    /// Labels (GC references, uncompressed digest, distribution source).
+    pub labels: HashMap<String, String>,
+}
+
+/// A containerd image record: a name pointing at a manifest or index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRecord {
+    /// Record name: a normalised reference (`docker.io/library/busybox:latest`,
+    /// `…@sha256:…`) or an image id.
+    pub name: String,
+    /// The manifest or index it points at.
+    pub target: Blob,
+    /// Labels.
+    pub labels: HashMap<String, String>,
+}
+
+/// A mount as containerd describes it (for applying layers into a snapshot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Mount type (`overlay`, `bind`).
+    pub kind: String,
+    /// Source.
+    pub source: String,
+    /// Target (usually empty).
+    pub target: String,
+    /// Options.
+    pub options: Vec<String>,
+}
+
+/// Usage of one snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Bytes.
+    pub bytes: i64,
+    /// Inodes.
+    pub inodes: i64,
+}
+
+/// An open content-store write. Dropping it without `commit` leaves the partial ingest, which a
+/// later writer with the same ref resumes (and containerd's GC removes if nobody does).
+#[tonic::async_trait]
+pub trait ContentWriter: Send {
+    /// Bytes already stored under this write's ref: resume the data from here.
+    fn offset(&self) -> u64;
+    /// Appends data.
+    async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError>;
+    /// Verifies the digest and size and makes the blob visible, with `labels`.
+    async fn commit(
+        self: Box<Self>,
+        labels: HashMap<String, String>,
+    ) -> Result<(), ContainerdError>;
+}
+
+/// containerd's content store.
+#[tonic::async_trait]
+pub trait Content: Send + Sync + 'static {
+    /// The blob's info, or `None` if absent.
+    async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, ContainerdError>;
+    /// The whole blob (manifests and configs: small).
+    async fn read(&self, digest: &str) -> Result<Bytes, ContainerdError>;
+    /// Opens a write of `blob` under `write_ref` within `lease`. `Ok(None)` means the blob is
+    /// already stored.
+    async fn writer(
+        &self,
+        lease: &str,
+        write_ref: &str,
+        blob: &Blob,
+    ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError>;
+    /// Sets (merges) labels on a stored blob.
+    async fn set_labels(
+        &self,
+        digest: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<(), ContainerdError>;
+}
+
+/// containerd's image records.
+#[tonic::async_trait]
+pub trait Images: Send + Sync + 'static {
+    /// One record, or `None`.
+    async fn get(&self, name: &str) -> Result<Option<ImageRecord>, ContainerdError>;
+    /// Every record in the namespace.
+    async fn list(&self) -> Result<Vec<ImageRecord>, ContainerdError>;
+    /// Creates the record, or updates its target and labels if it exists.
+    async fn put(&self, record: ImageRecord) -> Result<(), ContainerdError>;
+    /// Deletes a record; absent is not an error.
+    async fn delete(&self, name: &str) -> Result<(), ContainerdError>;
+}
+
+/// containerd's leases: keep what a pull writes safe from GC until the image references it.
+#[tonic::async_trait]
+pub trait Leases: Send + Sync + 'static {
+    /// Creates a lease that containerd expires by itself after `expire_secs` (in case remora
+    /// dies before deleting it).
+    async fn create(&self, id: &str, expire_secs: u64) -> Result<(), ContainerdError>;
+    /// Deletes a lease; absent is not an error.
+    async fn delete(&self, id: &str) -> Result<(), ContainerdError>;
+}
+
+/// One snapshotter's snapshots.
+#[tonic::async_trait]
+pub trait Snapshots: Send + Sync + 'static {
+    /// Whether a snapshot with this key or name exists.
+    async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, ContainerdError>;
+    /// An active snapshot on `parent` ("" for none), within `lease`.
+    async fn prepare(
+        &self,
+        lease: &str,
+        snapshotter: &str,
+        key: &str,
+        parent: &str,
+    ) -> Result<Vec<Mount>, ContainerdError>;
+    /// Commits active snapshot `key` as `name`, with `labels`.
+    async fn commit(
+        &self,
+        lease: &str,
+        snapshotter: &str,
+        name: &str,
+        key: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<(), ContainerdError>;
+    /// Removes a snapshot; absent is not an error.
+    async fn remove(&self, snapshotter: &str, key: &str) -> Result<(), ContainerdError>;
+    /// Names of all snapshots.
+    async fn list(&self, snapshotter: &str) -> Result<Vec<String>, ContainerdError>;
+    /// Disk usage of one snapshot.
+    async fn usage(&self, snapshotter: &str, key: &str) -> Result<Usage, ContainerdError>;
+}
+
+/// containerd's diff service.
+#[tonic::async_trait]
+pub trait Differ: Send + Sync + 'static {
+    /// Applies the (compressed) layer blob onto `mounts`; returns the uncompressed digest.
+    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, ContainerdError>;
+}

@@ -1,0 +1,4 @@
+//! Images: pulling into containerd, the image index, and the CRI image operations.
+
+pub mod backend;
+pub mod unpack;

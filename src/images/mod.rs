@@ -2,3 +2,4 @@
 
 pub mod backend;
 pub mod unpack;
+pub mod store;

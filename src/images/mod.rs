@@ -7,3 +7,4 @@
 //! backoff.
 
 pub mod coalesce;
+pub mod resolver;

@@ -1,5 +1,14 @@
 //! Images: pulling into containerd, the image index, and the CRI image operations.
+//!
+//! - [`coalesce`] shares one in-flight unit of work (an image pull, a blob download) among all
+//!   callers that ask for the same key; [`resolver`] turns references into digests through a
+//!   bounded, rate-limited, de-duplicating worker pool with a short cache and per-reference
+//!   backoff.
+//! - [`backend`] is what image management needs from containerd (narrow traits);
+//!   [`unpack`] applies layers into the snapshotter; [`store`] is the in-memory image index.
 
 pub mod backend;
-pub mod unpack;
+pub mod coalesce;
+pub mod resolver;
 pub mod store;
+pub mod unpack;

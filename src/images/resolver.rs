@@ -1,0 +1,936 @@
+//! The background digest resolver: image reference → manifest digest, shared, cached briefly,
+//! rate-limited and backed off per reference.
+//!
+//! `PullImage` for a tag that is already local must still ask the registry whether the tag
+//! moved (one `HEAD` of the manifest). A node starting many pods asks about the same few
+//! references many times at once, so the lookups go through one [`Resolver`].
+//!
+//! # Design rationale
+//!
+//! * **A de-duplicating queue, not a call per request.** A key that is already queued or in
+//!   flight is not queued again; every caller of that key waits on the same round and gets
+//!   the same result. Fifty pods of one Deployment cost one `HEAD`.
+//! * **Callers are never blocked by the queue.** [`Resolver::get`] is a plain function: it
+//!   answers from the cache, or enqueues the key and hands back a [`Pending`] to await. The
+//!   queue is unbounded in type but bounded in fact: a key sits in it at most once, so its
+//!   length never exceeds the number of distinct references asked about.
+//! * **A bounded pool of workers behind a token bucket.** `workers` bounds how many lookups
+//!   run at once; the bucket (`rate_per_sec`, `burst`) spaces their *starts* so a burst of
+//!   new references cannot trip the registry's rate limit (429s cost far more than the wait).
+//!   A worker takes a key first and a token second, so idle workers do not hoard tokens and
+//!   exceed the burst when work arrives.
+//! * **Per-key backoff, no background retries.** A failed key is not resolved again before its
+//!   [`Backoff`] delay (1 s, 2 s, 4 s … up to `backoff_max`) has passed; callers in that window
+//!   get the last error at once, without touching the registry. After the window the next
+//!   *caller* triggers a new attempt — nobody retries a reference no one asks about. Success
+//!   forgets the backoff. Whether the caller should retry at all is up to it:
+//!   [`ResolveError::retriable`] carries the verdict of the [`Resolve`] implementation (a 404 is
+//!   not, a 503 is) through unchanged.
+//! * **A short cache (`ttl`)**: a tag can be re-pushed at any time, so a digest is trusted only
+//!   briefly; after `ttl` the next caller resolves again. [`Resolver::invalidate`] forgets a
+//!   cached answer early (for example after a pull found the digest gone).
+//! * **Shutdown**: dropping the [`Resolver`] or calling [`Resolver::shutdown`] cancels the
+//!   workers (they stop at their next await point) and fails every pending round with
+//!   [`ResolverError::ShutDown`], so no caller waits forever.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+
+/// A failed lookup, as reported by a [`Resolve`] implementation.
+///
+/// Kept as a message plus a retriable flag rather than a typed enum so that results can be
+/// cloned to every waiter and cached, whatever the underlying client's error type; the
+/// implementation maps its own errors here and decides what is retriable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ResolveError {
+    /// What went wrong, for the caller's error message.
+    pub message: String,
+    /// Whether trying again later may succeed (connection reset, 5xx, 429: yes; 401/403/404: no).
+    pub retriable: bool,
+}
+
+impl ResolveError {
+    /// A failure that may go away on its own.
+    pub fn retriable(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retriable: true,
+        }
+    }
+
+    /// A failure that will not go away by retrying.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            retriable: false,
+        }
+    }
+}
+
+/// Why the [`Resolver`] could not give a digest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolverError {
+    /// The lookup failed (now, or within the key's backoff window).
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    /// The resolver was shut down before the lookup finished.
+    #[error("digest resolver is shut down")]
+    ShutDown,
+}
+
+/// An invalid [`ResolverConfig`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// `workers` was 0.
+    #[error("digest resolver needs at least one worker")]
+    NoWorkers,
+    /// `rate_per_sec` was not a finite number of at least one per day.
+    #[error("digest resolver rate_per_sec must be finite and at least one per day, got {0}")]
+    BadRate(f64),
+    /// `burst` was 0.
+    #[error("digest resolver burst must be at least 1")]
+    NoBurst,
+}
+
+/// The lookup itself (in production: a manifest `HEAD` against the registry).
+#[tonic::async_trait]
+pub trait Resolve: Send + Sync + 'static {
+    /// Resolves `key` (an image reference) to a value (a manifest digest).
+    async fn resolve(&self, key: &str) -> Result<String, ResolveError>;
+}
+
+/// Tuning for a [`Resolver`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolverConfig {
+    /// How many lookups may run at once (at least 1).
+    pub workers: usize,
+    /// Sustained lookup starts per second (finite, at least one per day).
+    pub rate_per_sec: f64,
+    /// How many lookups may start back to back after an idle period (at least 1).
+    pub burst: u32,
+    /// How long a resolved digest is served from the cache.
+    pub ttl: Duration,
+    /// First backoff delay after a failure; doubles per consecutive failure.
+    pub backoff_min: Duration,
+    /// Cap on the backoff delay.
+    pub backoff_max: Duration,
+}
+
+impl Default for ResolverConfig {
+    fn default() -> Self {
+        Self {
+            workers: 4,
+            rate_per_sec: 10.0,
+            burst: 20,
+            ttl: Duration::from_secs(10),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The answer of [`Resolver::get`]: known now, or coming.
+#[derive(Debug)]
+pub enum Lookup {
+    /// From the cache: a fresh digest, or the last error of a key still in its backoff window.
+    Ready(Result<String, ResolverError>),
+    /// The key is queued or being resolved; await [`Pending::wait`].
+    Pending(Pending),
+}
+
+impl Lookup {
+    /// The result, waiting for it if it is not known yet.
+    pub async fn wait(self) -> Result<String, ResolverError> {
+        match self {
+            Lookup::Ready(result) => result,
+            Lookup::Pending(pending) => pending.wait().await,
+        }
+    }
+}
+
+/// The result slot of one resolution round: `None` until a worker finishes it.
+type Slot = Option<Result<String, ResolverError>>;
+
+/// A handle on a queued or in-flight resolution; every handle of one round gets the same
+/// result. Dropping it does not cancel the round (other callers, and the cache, want it).
+#[derive(Debug)]
+pub struct Pending {
+    rx: watch::Receiver<Slot>,
+}
+
+impl Pending {
+    /// Waits for the round to finish.
+    pub async fn wait(mut self) -> Result<String, ResolverError> {
+        loop {
+            if let Some(result) = self.rx.borrow_and_update().as_ref() {
+                return result.clone();
+            }
+            if self.rx.changed().await.is_err() {
+                // The round's sender is gone: finished (re-check) or dropped by shutdown.
+                return self
+                    .rx
+                    .borrow()
+                    .clone()
+                    .unwrap_or(Err(ResolverError::ShutDown));
+            }
+        }
+    }
+}
+
+/// Resolves keys to values through a bounded, rate-limited, de-duplicating worker pool with
+/// a short cache and per-key backoff. See the [module docs](self).
+pub struct Resolver {
+    shared: Arc<Shared>,
+    queue: mpsc::UnboundedSender<String>,
+    shutdown: CancellationToken,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    resolve: Box<dyn Resolve>,
+    limiter: TokenBucket,
+    ttl: Duration,
+    backoff_min: Duration,
+    backoff_max: Duration,
+}
+
+struct State {
+    entries: HashMap<String, Entry>,
+    shut_down: bool,
+    /// Entry count at which the next sweep of stale entries runs (amortised O(1) per `get`).
+    sweep_at: usize,
+}
+
+/// Sweeps never run below this many entries.
+const MIN_SWEEP: usize = 256;
+
+#[derive(Default)]
+struct Entry {
+    /// The round in progress (queued or in flight), if any.
+    round: Option<watch::Sender<Slot>>,
+    /// What the last finished round found.
+    last: Option<Outcome>,
+    /// Present while the key is failing; dropped on success.
+    backoff: Option<Backoff>,
+}
+
+enum Outcome {
+    Resolved {
+        value: String,
+        expires: Instant,
+    },
+    Failed {
+        error: ResolveError,
+        retry_at: Instant,
+    },
+}
+
+impl Shared {
+    /// Locks the state. Every critical section leaves it consistent before anything that can
+    /// panic, so a poisoned lock is recovered rather than propagated.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a finished round and wakes its waiters.
+    fn complete(&self, key: &str, result: Result<String, ResolveError>) {
+        let now = Instant::now();
+        let mut state = self.lock();
+        // Gone only if shutdown drained everything meanwhile: nobody to tell.
+        let Some(entry) = state.entries.get_mut(key) else {
+            return;
+        };
+        match &result {
+            Ok(value) => {
+                entry.backoff = None;
+                entry.last = Some(Outcome::Resolved {
+                    value: value.clone(),
+                    expires: later(now, self.ttl),
+                });
+            }
+            Err(error) => {
+                let backoff = entry
+                    .backoff
+                    .get_or_insert_with(|| Backoff::new(self.backoff_min, self.backoff_max));
+                entry.last = Some(Outcome::Failed {
+                    error: error.clone(),
+                    retry_at: later(now, backoff.next_delay()),
+                });
+            }
+        }
+        if let Some(tx) = entry.round.take() {
+            tx.send_replace(Some(result.map_err(ResolverError::from)));
+        }
+    }
+}
+
+impl State {
+    /// Drops entries that no longer affect any answer: no round in progress, cache expired,
+    /// and (for failing keys) a quiet `backoff_max` past their window, after which a new
+    /// failure starts the backoff over. Runs when the map has doubled since the last sweep.
+    fn sweep(&mut self, now: Instant, backoff_max: Duration) {
+        if self.entries.len() < self.sweep_at {
+            return;
+        }
+        self.entries.retain(|_, e| {
+            e.round.is_some()
+                || match &e.last {
+                    Some(Outcome::Resolved { expires, .. }) => now < *expires,
+                    Some(Outcome::Failed { retry_at, .. }) => now < later(*retry_at, backoff_max),
+                    None => false,
+                }
+        });
+        self.sweep_at = (self.entries.len() * 2).max(MIN_SWEEP);
+    }
+}
+
+impl Resolver {
+    /// Starts `config.workers` worker tasks (so this must be called within a Tokio runtime)
+    /// that resolve keys through `resolve`.
+    pub fn new(config: ResolverConfig, resolve: impl Resolve) -> Result<Self, ConfigError> {
+        if config.workers == 0 {
+            return Err(ConfigError::NoWorkers);
+        }
+        if !(config.rate_per_sec.is_finite() && config.rate_per_sec >= 1.0 / 86_400.0) {
+            return Err(ConfigError::BadRate(config.rate_per_sec));
+        }
+        if config.burst == 0 {
+            return Err(ConfigError::NoBurst);
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                entries: HashMap::new(),
+                shut_down: false,
+                sweep_at: MIN_SWEEP,
+            }),
+            resolve: Box::new(resolve),
+            limiter: TokenBucket::new(config.rate_per_sec, config.burst),
+            ttl: config.ttl,
+            backoff_min: config.backoff_min,
+            backoff_max: config.backoff_max,
+        });
+        let (queue, rx) = mpsc::unbounded_channel();
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        let shutdown = CancellationToken::new();
+        let workers = (0..config.workers)
+            .map(|_| {
+                tokio::spawn(worker(
+                    Arc::clone(&shared),
+                    Arc::clone(&rx),
+                    shutdown.clone(),
+                ))
+            })
+            .collect();
+        Ok(Self {
+            shared,
+            queue,
+            shutdown,
+            workers: Mutex::new(workers),
+        })
+    }
+
+    /// The cached answer for `key` if there is one (a digest younger than `ttl`, or the last
+    /// error while the key backs off); otherwise queues `key` (once, however many callers ask)
+    /// and returns a handle to await. Never waits.
+    pub fn get(&self, key: &str) -> Lookup {
+        let now = Instant::now();
+        let mut state = self.shared.lock();
+        if state.shut_down {
+            return Lookup::Ready(Err(ResolverError::ShutDown));
+        }
+        state.sweep(now, self.shared.backoff_max);
+        let entry = state.entries.entry(key.to_owned()).or_default();
+        if let Some(round) = &entry.round {
+            return Lookup::Pending(Pending {
+                rx: round.subscribe(),
+            });
+        }
+        match &entry.last {
+            Some(Outcome::Resolved { value, expires }) if now < *expires => {
+                return Lookup::Ready(Ok(value.clone()));
+            }
+            Some(Outcome::Failed { error, retry_at }) if now < *retry_at => {
+                return Lookup::Ready(Err(error.clone().into()));
+            }
+            _ => {}
+        }
+        // The receiving end lives as long as any worker; workers exit only after `shut_down`
+        // is set, which we checked under this same lock. Still, do not leave a round behind
+        // that nobody will finish.
+        if self.queue.send(key.to_owned()).is_err() {
+            return Lookup::Ready(Err(ResolverError::ShutDown));
+        }
+        let (tx, rx) = watch::channel(None);
+        entry.round = Some(tx);
+        Lookup::Pending(Pending { rx })
+    }
+
+    /// [`get`](Self::get), then wait: for callers that need the answer now.
+    pub async fn resolve(&self, key: &str) -> Result<String, ResolverError> {
+        self.get(key).wait().await
+    }
+
+    /// Forgets the cached answer for `key` (digest or error), so the next call resolves it.
+    /// A round already in progress is not affected, and the backoff schedule is kept: if the
+    /// key fails again, its next window is the longer one.
+    pub fn invalidate(&self, key: &str) {
+        if let Some(entry) = self.shared.lock().entries.get_mut(key) {
+            entry.last = None;
+        }
+    }
+
+    /// Stops the workers and waits until they have exited. Pending rounds fail with
+    /// [`ResolverError::ShutDown`]; later calls get it at once.
+    pub async fn shutdown(&self) {
+        self.stop();
+        let workers =
+            std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
+        for worker in workers {
+            // A worker only returns; a JoinError would be its panic, already reported by the
+            // runtime, or a runtime shutting down. Either way it is gone.
+            let _ = worker.await;
+        }
+    }
+
+    /// Cancels the workers and fails every pending round, without waiting.
+    fn stop(&self) {
+        self.shutdown.cancel();
+        let mut state = self.shared.lock();
+        state.shut_down = true;
+        for entry in state.entries.values_mut() {
+            // Dropping a round's sender wakes its waiters with `ShutDown`.
+            entry.round = None;
+        }
+    }
+}
+
+impl Drop for Resolver {
+    /// Workers stop at their next await point; pending waiters get [`ResolverError::ShutDown`].
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `t + d`, saturating at about thirty years on: a configured `Duration::MAX` means "forever",
+/// not a panic.
+fn later(t: Instant, d: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    t.checked_add(d).unwrap_or_else(|| t + FAR)
+}
+
+async fn worker(
+    shared: Arc<Shared>,
+    queue: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        // Key first, token second: see the module docs.
+        let key = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            key = async { queue.lock().await.recv().await } => match key {
+                Some(key) => key,
+                None => return,
+            },
+        };
+        let start = shared.limiter.reserve(Instant::now());
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep_until(start) => {}
+        }
+        let result = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            result = shared.resolve.resolve(&key) => result,
+        };
+        shared.complete(&key, result);
+    }
+}
+
+/// A token bucket in its GCRA form: one "theoretical arrival time" instead of a token count,
+/// so start times come out as exact multiples of the interval (no float drift on virtual time).
+/// Callers reserve a start time and sleep until it; a reservation is never given back.
+struct TokenBucket {
+    /// Time between starts at the sustained rate.
+    interval: Duration,
+    /// How far ahead of the sustained rate a burst may run: `(burst - 1) * interval`.
+    tolerance: Duration,
+    /// When the bucket would next be "due" if every reservation ran at the sustained rate.
+    tat: Mutex<Option<Instant>>,
+}
+
+impl TokenBucket {
+    fn new(rate_per_sec: f64, burst: u32) -> Self {
+        let interval = Duration::from_secs_f64(1.0 / rate_per_sec);
+        Self {
+            interval,
+            tolerance: interval.saturating_mul(burst.saturating_sub(1)),
+            tat: Mutex::new(None),
+        }
+    }
+
+    /// Reserves the next start and returns when it is (`now` if a token is available).
+    fn reserve(&self, now: Instant) -> Instant {
+        // The critical section is arithmetic only; a poisoned lock holds a valid instant.
+        let mut tat = self.tat.lock().unwrap_or_else(PoisonError::into_inner);
+        let due = tat.map_or(now, |t| t.max(now));
+        let start = due
+            .checked_sub(self.tolerance)
+            .map_or(now, |earliest| earliest.max(now));
+        *tat = Some(later(due, self.interval));
+        start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use tokio::sync::Semaphore;
+    use tokio::task::JoinSet;
+    use tokio::time::advance;
+
+    /// A fake lookup that counts calls, records start times and concurrency, can be made to
+    /// fail, and can be held at a gate until the test releases it.
+    struct FakeState {
+        calls: AtomicUsize,
+        running: AtomicUsize,
+        max_running: AtomicUsize,
+        starts: Mutex<Vec<Instant>>,
+        fail: AtomicBool,
+        gated: bool,
+        gate: Semaphore,
+        delay: Duration,
+    }
+
+    impl Default for FakeState {
+        fn default() -> Self {
+            Self {
+                calls: AtomicUsize::new(0),
+                running: AtomicUsize::new(0),
+                max_running: AtomicUsize::new(0),
+                starts: Mutex::default(),
+                fail: AtomicBool::new(false),
+                gated: false,
+                gate: Semaphore::new(0),
+                delay: Duration::ZERO,
+            }
+        }
+    }
+
+    struct Fake(Arc<FakeState>);
+
+    #[tonic::async_trait]
+    impl Resolve for Fake {
+        async fn resolve(&self, key: &str) -> Result<String, ResolveError> {
+            let s = &self.0;
+            s.calls.fetch_add(1, Ordering::SeqCst);
+            let now_running = s.running.fetch_add(1, Ordering::SeqCst) + 1;
+            s.max_running.fetch_max(now_running, Ordering::SeqCst);
+            s.starts.lock().unwrap().push(Instant::now());
+            if s.gated {
+                s.gate.acquire().await.unwrap().forget();
+            }
+            tokio::time::sleep(s.delay).await;
+            s.running.fetch_sub(1, Ordering::SeqCst);
+            if s.fail.load(Ordering::SeqCst) {
+                Err(ResolveError::retriable(format!("{key}: 503")))
+            } else {
+                Ok(format!("sha256:{key}"))
+            }
+        }
+    }
+
+    fn config() -> ResolverConfig {
+        ResolverConfig {
+            workers: 4,
+            rate_per_sec: 1000.0,
+            burst: 1000,
+            ttl: Duration::from_secs(10),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+        }
+    }
+
+    fn resolver(config: ResolverConfig, fake: FakeState) -> (Arc<Resolver>, Arc<FakeState>) {
+        let state = Arc::new(fake);
+        let r = Resolver::new(config, Fake(Arc::clone(&state))).unwrap();
+        (Arc::new(r), state)
+    }
+
+    fn calls(s: &FakeState) -> usize {
+        s.calls.load(Ordering::SeqCst)
+    }
+
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn ready(lookup: Lookup) -> Result<String, ResolverError> {
+        match lookup {
+            Lookup::Ready(result) => result,
+            Lookup::Pending(_) => panic!("expected a cached answer, got a pending lookup"),
+        }
+    }
+
+    fn is_pending(lookup: &Lookup) -> bool {
+        matches!(lookup, Lookup::Pending(_))
+    }
+
+    fn digest(key: &str) -> Result<String, ResolverError> {
+        Ok(format!("sha256:{key}"))
+    }
+
+    fn failed(key: &str) -> Result<String, ResolverError> {
+        Err(ResolveError::retriable(format!("{key}: 503")).into())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fifty_concurrent_resolves_make_one_call() {
+        let fake = FakeState {
+            delay: Duration::from_secs(1),
+            ..Default::default()
+        };
+        let (r, s) = resolver(config(), fake);
+        let mut set = JoinSet::new();
+        for _ in 0..50 {
+            let r = Arc::clone(&r);
+            set.spawn(async move { r.resolve("nginx:1").await });
+        }
+        let results = set.join_all().await;
+        assert_eq!(calls(&s), 1);
+        assert_eq!(results.len(), 50);
+        assert!(results.iter().all(|x| *x == digest("nginx:1")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cached_within_ttl_then_resolved_again() {
+        let (r, s) = resolver(config(), FakeState::default());
+        assert_eq!(r.resolve("nginx:1").await, digest("nginx:1"));
+        assert_eq!(calls(&s), 1);
+
+        advance(Duration::from_millis(9999)).await;
+        assert_eq!(ready(r.get("nginx:1")), digest("nginx:1"));
+        assert_eq!(r.resolve("nginx:1").await, digest("nginx:1"));
+        assert_eq!(calls(&s), 1);
+
+        advance(Duration::from_millis(1)).await;
+        let lookup = r.get("nginx:1");
+        assert!(is_pending(&lookup), "expired entry must be resolved again");
+        assert_eq!(lookup.wait().await, digest("nginx:1"));
+        assert_eq!(calls(&s), 2);
+        assert_eq!(ready(r.get("nginx:1")), digest("nginx:1"));
+        assert_eq!(calls(&s), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn invalidate_forgets_the_cached_digest() {
+        let (r, s) = resolver(config(), FakeState::default());
+        assert_eq!(r.resolve("nginx:1").await, digest("nginx:1"));
+        r.invalidate("nginx:1");
+        r.invalidate("never-seen");
+        assert!(is_pending(&r.get("nginx:1")));
+        settle().await;
+        assert_eq!(calls(&s), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_workers_lookups_run_at_once() {
+        let fake = FakeState {
+            delay: Duration::from_secs(1),
+            ..Default::default()
+        };
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 3,
+                ..config()
+            },
+            fake,
+        );
+        let start = Instant::now();
+        let mut set = JoinSet::new();
+        for i in 0..10 {
+            let r = Arc::clone(&r);
+            set.spawn(async move { r.resolve(&format!("img{i}")).await });
+        }
+        let results = set.join_all().await;
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(calls(&s), 10);
+        assert_eq!(s.max_running.load(Ordering::SeqCst), 3);
+        // ceil(10 / 3) rounds of one second each.
+        assert_eq!(start.elapsed(), Duration::from_secs(4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limit_spaces_starts() {
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 5,
+                rate_per_sec: 2.0,
+                burst: 1,
+                ..config()
+            },
+            FakeState::default(),
+        );
+        let start = Instant::now();
+        let mut set = JoinSet::new();
+        for i in 0..5 {
+            let r = Arc::clone(&r);
+            set.spawn(async move { r.resolve(&format!("img{i}")).await });
+        }
+        assert!(set.join_all().await.iter().all(Result::is_ok));
+        assert!(start.elapsed() >= Duration::from_secs(2));
+        let mut starts = s.starts.lock().unwrap().clone();
+        starts.sort();
+        let offsets: Vec<Duration> = starts.iter().map(|t| *t - start).collect();
+        let expected: Vec<Duration> = (0..5).map(|i| Duration::from_millis(500 * i)).collect();
+        assert_eq!(offsets, expected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn burst_starts_at_once_then_the_rate_applies() {
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 5,
+                rate_per_sec: 1.0,
+                burst: 3,
+                ..config()
+            },
+            FakeState::default(),
+        );
+        let start = Instant::now();
+        let mut set = JoinSet::new();
+        for i in 0..5 {
+            let r = Arc::clone(&r);
+            set.spawn(async move { r.resolve(&format!("img{i}")).await });
+        }
+        assert!(set.join_all().await.iter().all(Result::is_ok));
+        let mut starts = s.starts.lock().unwrap().clone();
+        starts.sort();
+        let offsets: Vec<u64> = starts.iter().map(|t| (*t - start).as_secs()).collect();
+        assert_eq!(offsets, vec![0, 0, 0, 1, 2]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failing_key_backs_off_1_2_4_and_success_resets() {
+        let (r, s) = resolver(config(), FakeState::default());
+        s.fail.store(true, Ordering::SeqCst);
+        let key = "private/app:1";
+
+        let mut expected_calls = 0;
+        for window in [1000, 2000, 4000] {
+            assert_eq!(r.resolve(key).await, failed(key));
+            expected_calls += 1;
+            assert_eq!(calls(&s), expected_calls);
+            // Inside the window: the last error, at once, without calling the registry.
+            advance(Duration::from_millis(window - 1)).await;
+            assert_eq!(ready(r.get(key)), failed(key));
+            assert_eq!(r.resolve(key).await, failed(key));
+            assert_eq!(calls(&s), expected_calls);
+            advance(Duration::from_millis(1)).await;
+        }
+
+        // The window has passed; the registry recovers.
+        s.fail.store(false, Ordering::SeqCst);
+        assert_eq!(r.resolve(key).await, digest(key));
+        assert_eq!(calls(&s), 4);
+
+        // Success forgot the backoff: the next failure waits 1 s again, not 8 s.
+        r.invalidate(key);
+        s.fail.store(true, Ordering::SeqCst);
+        assert_eq!(r.resolve(key).await, failed(key));
+        assert_eq!(calls(&s), 5);
+        advance(Duration::from_millis(999)).await;
+        assert_eq!(ready(r.get(key)), failed(key));
+        advance(Duration::from_millis(1)).await;
+        assert!(is_pending(&r.get(key)));
+        settle().await;
+        assert_eq!(calls(&s), 6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backoff_is_capped() {
+        let (r, s) = resolver(
+            ResolverConfig {
+                backoff_max: Duration::from_secs(3),
+                ..config()
+            },
+            FakeState::default(),
+        );
+        s.fail.store(true, Ordering::SeqCst);
+        let mut windows = Vec::new();
+        let mut lookup = r.get("k");
+        for _ in 0..4 {
+            assert!(lookup.wait().await.is_err());
+            let failed_at = Instant::now();
+            loop {
+                advance(Duration::from_millis(100)).await;
+                lookup = r.get("k");
+                if is_pending(&lookup) {
+                    break;
+                }
+            }
+            windows.push((Instant::now() - failed_at).as_millis());
+        }
+        assert_eq!(windows, vec![1000, 2000, 3000, 3000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn get_never_blocks_on_a_full_queue() {
+        let fake = FakeState {
+            gated: true,
+            ..Default::default()
+        };
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 1,
+                ..config()
+            },
+            fake,
+        );
+        let t0 = Instant::now();
+        let mut pending = Vec::new();
+        for i in 0..1000 {
+            let lookup = r.get(&format!("img{i}"));
+            assert!(is_pending(&lookup));
+            pending.push(lookup);
+        }
+        // Asking again for queued keys queues nothing more.
+        for i in 0..1000 {
+            assert!(is_pending(&r.get(&format!("img{i}"))));
+        }
+        assert_eq!(Instant::now(), t0);
+        settle().await;
+        assert_eq!(calls(&s), 1, "the single worker is held at the gate");
+
+        s.gate.add_permits(1000);
+        for (i, lookup) in pending.into_iter().enumerate() {
+            assert_eq!(lookup.wait().await, digest(&format!("img{i}")));
+        }
+        assert_eq!(calls(&s), 1000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_fails_pending_rounds_and_stops_workers() {
+        let fake = FakeState {
+            gated: true,
+            ..Default::default()
+        };
+        let (r, s) = resolver(config(), fake);
+        let in_flight = r.get("a");
+        let waiter = tokio::spawn({
+            let r = Arc::clone(&r);
+            async move { r.resolve("a").await }
+        });
+        settle().await;
+        assert_eq!(calls(&s), 1);
+
+        r.shutdown().await;
+        assert_eq!(in_flight.wait().await, Err(ResolverError::ShutDown));
+        assert_eq!(waiter.await.unwrap(), Err(ResolverError::ShutDown));
+        assert_eq!(ready(r.get("a")), Err(ResolverError::ShutDown));
+        // The workers have exited: only the resolver itself still holds the shared state.
+        assert_eq!(Arc::strong_count(&r.shared), 1);
+        drop(r);
+        assert_eq!(Arc::strong_count(&s), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dropping_the_resolver_stops_workers() {
+        let fake = FakeState {
+            gated: true,
+            ..Default::default()
+        };
+        let (r, s) = resolver(config(), fake);
+        let pending = r.get("a");
+        settle().await;
+        assert_eq!(calls(&s), 1);
+        let shared = Arc::downgrade(&r.shared);
+        drop(r);
+        assert_eq!(pending.wait().await, Err(ResolverError::ShutDown));
+        settle().await;
+        assert!(shared.upgrade().is_none(), "a worker still holds the state");
+        assert_eq!(Arc::strong_count(&s), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stale_entries_are_swept() {
+        let (r, s) = resolver(config(), FakeState::default());
+        s.fail.store(true, Ordering::SeqCst);
+        assert!(r.resolve("failing").await.is_err());
+        s.fail.store(false, Ordering::SeqCst);
+        // A sweep runs when a `get` finds MIN_SWEEP entries: that is the next one.
+        for i in 0..MIN_SWEEP - 1 {
+            assert!(r.resolve(&format!("img{i}")).await.is_ok());
+        }
+        assert_eq!(r.shared.lock().entries.len(), MIN_SWEEP);
+        // Every digest has expired; the failing key is still within its quiet period.
+        advance(Duration::from_secs(11)).await;
+        assert!(is_pending(&r.get("new")));
+        let state = r.shared.lock();
+        let mut keys: Vec<&str> = state.entries.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, vec!["failing", "new"]);
+    }
+
+    #[tokio::test]
+    async fn bad_config_is_rejected() {
+        let new = |c| Resolver::new(c, Fake(Arc::default())).err();
+        let workers = ResolverConfig {
+            workers: 0,
+            ..config()
+        };
+        let rate = ResolverConfig {
+            rate_per_sec: 0.0,
+            ..config()
+        };
+        let burst = ResolverConfig {
+            burst: 0,
+            ..config()
+        };
+        assert_eq!(new(workers), Some(ConfigError::NoWorkers));
+        assert_eq!(new(rate), Some(ConfigError::BadRate(0.0)));
+        assert_eq!(new(burst), Some(ConfigError::NoBurst));
+        let slow = ResolverConfig {
+            rate_per_sec: 1e-300,
+            ..config()
+        };
+        assert_eq!(new(slow), Some(ConfigError::BadRate(1e-300)));
+        let nan = ResolverConfig {
+            rate_per_sec: f64::NAN,
+            ..config()
+        };
+        assert!(matches!(new(nan), Some(ConfigError::BadRate(_))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn huge_ttl_and_backoff_do_not_overflow() {
+        let (r, s) = resolver(
+            ResolverConfig {
+                ttl: Duration::MAX,
+                backoff_min: Duration::MAX,
+                backoff_max: Duration::MAX,
+                ..config()
+            },
+            FakeState::default(),
+        );
+        assert_eq!(r.resolve("ok").await, digest("ok"));
+        assert_eq!(ready(r.get("ok")), digest("ok"));
+        s.fail.store(true, Ordering::SeqCst);
+        assert_eq!(r.resolve("bad").await, failed("bad"));
+        assert_eq!(ready(r.get("bad")), failed("bad"));
+    }
+}

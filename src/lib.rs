@@ -15,5 +15,6 @@ pub mod containerd;
 pub mod cri;
 pub mod error;
 pub mod grpc;
+pub mod images;
 pub mod logging;
 pub mod server;

@@ -1,0 +1,1 @@
+//! Registry client: hosts, auth, and the HTTP client.

@@ -1,5 +1,8 @@
 //! Images: pulling into containerd, the image index, and the CRI image operations.
 //!
+//! - [`reference`], [`manifest`] and [`registry`]: the registry side — image references, the
+//!   manifest and config formats, and an OCI distribution client (mirrors, auth, retries,
+//!   stall detection). Nothing there knows about CRI or containerd.
 //! - [`coalesce`] shares one in-flight unit of work (an image pull, a blob download) among all
 //!   callers that ask for the same key; [`resolver`] turns references into digests through a
 //!   bounded, rate-limited, de-duplicating worker pool with a short cache and per-reference
@@ -9,6 +12,9 @@
 
 pub mod backend;
 pub mod coalesce;
+pub mod manifest;
+pub mod reference;
+pub mod registry;
 pub mod resolver;
 pub mod store;
 pub mod unpack;

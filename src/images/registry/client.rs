@@ -105,6 +105,12 @@ pub enum RegistryError {
         /// `pull` or `resolve`.
         capability: &'static str,
     },
+    /// The HTTP client could not be set up at all (TLS backend, system roots).
+    #[error("cannot set up the registry HTTP client: {reason}")]
+    ClientInit {
+        /// Why.
+        reason: String,
+    },
     /// An HTTP client with the host's TLS settings could not be built.
     #[error("{reference}: cannot set up TLS for {host}: {reason}")]
     Tls {
@@ -421,9 +427,7 @@ impl RegistryClient {
     pub fn new(config: RegistryConfig) -> Result<Self, RegistryError> {
         let http = http_builder(&config)
             .build()
-            .map_err(|e| RegistryError::Tls {
-                reference: String::new(),
-                host: "(default)".into(),
+            .map_err(|e| RegistryError::ClientInit {
                 reason: error_chain(&e),
             })?;
         Ok(Self {
@@ -547,29 +551,20 @@ impl RegistryClient {
             accept: Some(accept_with(&desc.media_type)),
             range_from: 0,
         };
-        let ctx_host;
-        let body = {
-            let (resp, host) = self.execute(reference, creds, &req).await?;
-            ctx_host = host;
-            let ctx = Ctx {
-                reference: reference.to_string(),
-                host: &ctx_host,
-                what: &what,
-            };
-            if desc.size > MAX_MANIFEST_SIZE {
-                return Err(ctx.invalid(format!(
-                    "manifest is {} bytes, more than the {MAX_MANIFEST_SIZE} allowed",
-                    desc.size
-                )));
-            }
-            // One byte over the expected size is enough to report a size mismatch.
-            self.read_body(resp, desc.size + 1, &ctx).await?
-        };
+        let (resp, host) = self.execute(reference, creds, &req).await?;
         let ctx = Ctx {
             reference: reference.to_string(),
-            host: &ctx_host,
+            host: &host,
             what: &what,
         };
+        if desc.size > MAX_MANIFEST_SIZE {
+            return Err(ctx.invalid(format!(
+                "manifest is {} bytes, more than the {MAX_MANIFEST_SIZE} allowed",
+                desc.size
+            )));
+        }
+        // One byte over the expected size is enough to report a size mismatch.
+        let body = self.read_body(resp, desc.size + 1, &ctx).await?;
         let mut v = DigestVerifier::new(desc.digest.clone(), Some(desc.size));
         v.update(&body).map_err(|e| ctx.verify(e))?;
         v.finish().map_err(|e| ctx.verify(e))?;

@@ -31,6 +31,7 @@ struct Hit {
     path: String,
     query: String,
     headers: hyper::HeaderMap,
+    body: Bytes,
 }
 
 impl Hit {
@@ -67,11 +68,18 @@ impl Fake {
                         let handler = handler.clone();
                         let log = log.clone();
                         async move {
+                            let (parts, body) = req.into_parts();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
                             let hit = Hit {
-                                method: req.method().to_string(),
-                                path: req.uri().path().to_owned(),
-                                query: req.uri().query().unwrap_or("").to_owned(),
-                                headers: req.headers().clone(),
+                                method: parts.method.to_string(),
+                                path: parts.uri.path().to_owned(),
+                                query: parts.uri.query().unwrap_or("").to_owned(),
+                                headers: parts.headers,
+                                body,
                             };
                             log.lock().unwrap().push(hit.clone());
                             Ok::<_, Infallible>(handler(&hit))
@@ -499,6 +507,18 @@ async fn token_registry(body: Bytes) -> Fake {
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode("alice:pw")
             );
+            if h.method == "POST" {
+                // OAuth2 refresh-token grant.
+                let form = String::from_utf8_lossy(&h.body);
+                return if form.contains("grant_type=refresh_token")
+                    && form.contains("refresh_token=idtok")
+                    && form.contains("scope=repository%3Aprivate%2Fapp%3Apull")
+                {
+                    reply(200, r#"{"access_token":"alice-token","expires_in":60}"#)
+                } else {
+                    reply(401, "bad grant")
+                };
+            }
             return if auth.is_empty() {
                 reply(200, r#"{"token":"anon-token","expires_in":300}"#)
             } else if auth == alice {
@@ -817,4 +837,49 @@ async fn mirror_is_used_first() {
         .unwrap();
     assert_eq!(r.host, mirror.host());
     assert!(server.hits().is_empty());
+}
+
+#[tokio::test]
+async fn identity_token_is_exchanged_by_post() {
+    let fake = token_registry(manifest_body()).await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    let creds = Credentials {
+        identity_token: "idtok".into(),
+        ..Default::default()
+    };
+    client(dir.path())
+        .resolve(&reference("private/app:1"), &creds)
+        .await
+        .unwrap();
+    let token_hit = &fake.hits()[1];
+    assert_eq!(
+        (token_hit.method.as_str(), token_hit.path.as_str()),
+        ("POST", "/token")
+    );
+    assert_eq!(
+        token_hit.header("content-type"),
+        "application/x-www-form-urlencoded"
+    );
+}
+
+#[tokio::test]
+async fn slow_consumer_is_not_a_stall() {
+    // The network is fast, but the consumer holds each chunk for longer than the stall
+    // timeout. Counted against the registry, those empty windows would be a stall.
+    let data = Bytes::from((0..3_000u32).map(|i| i as u8).collect::<Vec<u8>>());
+    let d = data.clone();
+    let fake =
+        Fake::start(move |_h: &Hit| trickle(d.clone(), 1000, Duration::from_millis(10))).await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    let dsc = desc(&data, "application/vnd.oci.image.layer.v1.tar");
+    let mut s = client(dir.path())
+        .fetch_blob(&reference("library/app:1"), &dsc, 0, &anon())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(chunk) = s.next().await {
+        got.extend_from_slice(&chunk.unwrap());
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    assert_eq!(got, data.to_vec());
 }

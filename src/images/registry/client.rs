@@ -787,6 +787,7 @@ impl RegistryClient {
         ctx: &Ctx<'_>,
     ) -> Result<reqwest::Response, RegistryError> {
         let mut headers = HeaderMap::new();
+        // Names and values were validated when hosts.toml was read.
         for (k, v) in &host.header {
             if let (Ok(k), Ok(v)) = (
                 reqwest::header::HeaderName::from_bytes(k.as_bytes()),

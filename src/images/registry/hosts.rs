@@ -393,6 +393,22 @@ fn parse_host(
                     ))
                 }
             };
+            // Checked here so a bad header is a config error, not a silently dropped one.
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(invalid(
+                    "header",
+                    format!("{name:?} is not a valid header name"),
+                ));
+            }
+            if let Some(bad) = values
+                .iter()
+                .find(|v| reqwest::header::HeaderValue::from_str(v).is_err())
+            {
+                return Err(invalid(
+                    "header",
+                    format!("{name:?} has an invalid value {bad:?}"),
+                ));
+            }
             host.header
                 .extend(values.into_iter().map(|v| (name.clone(), v)));
         }
@@ -549,6 +565,10 @@ server = "https://registry-1.docker.io"
             err.contains("client") && err.contains("not supported"),
             "{err}"
         );
+        let err = parse_hosts_toml(f, "[header]\n\"bad name\" = \"v\"\n", "x")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bad name"), "{err}");
         assert!(matches!(
             parse_hosts_toml(f, "server = [", "x"),
             Err(HostsError::Parse { .. })

@@ -51,6 +51,26 @@ reconnect_backoff_min = "100ms"
 # ...up to at most reconnect_backoff_max between attempts.
 reconnect_backoff_max = "10s"
 
+[images]
+# Snapshotter that image layers are unpacked into (and container rootfs snapshots made from).
+snapshotter = "overlayfs"
+# containerd-style registry hosts directory: <config_path>/<host>/hosts.toml configures
+# mirrors, TLS and plain-HTTP hosts per registry (see containerd's docs/hosts.md).
+config_path = "/etc/remora/certs.d"
+# Blob downloads running at once, across all pulls.
+max_concurrent_downloads = 3
+# A download that receives fewer than stall_min_bytes within stall_timeout is aborted
+# (a trickle does not keep it alive).
+stall_min_bytes = 65536
+# The period over which stall_min_bytes must arrive.
+stall_timeout = "1m"
+# How long a tag's resolved digest is reused before the registry is asked again.
+digest_cache_ttl = "10s"
+# Tag-to-digest resolutions running at once.
+resolver_workers = 4
+# Tag-to-digest resolutions started per second, at most.
+resolver_rate = 10
+
 [runtime]
 # Cgroup driver reported to kubelet by the RuntimeConfig RPC: "cgroupfs" or "systemd".
 cgroup_driver = "cgroupfs"
@@ -73,6 +93,8 @@ pub struct Config {
     pub log: LogConfig,
     /// The containerd connection.
     pub containerd: ContainerdConfig,
+    /// Image pulling and storage.
+    pub images: ImagesConfig,
     /// Runtime-wide settings reported to kubelet.
     pub runtime: RuntimeConfig,
     /// Pod networking.
@@ -173,6 +195,45 @@ impl Default for ContainerdConfig {
             probe_interval: Duration::from_secs(5),
             reconnect_backoff_min: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[images]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagesConfig {
+    /// Snapshotter for layers and rootfs.
+    pub snapshotter: String,
+    /// hosts.toml directory.
+    pub config_path: PathBuf,
+    /// Concurrent blob downloads.
+    pub max_concurrent_downloads: usize,
+    /// Stall threshold in bytes per `stall_timeout`.
+    pub stall_min_bytes: u64,
+    /// Stall period.
+    #[serde(with = "humantime_serde")]
+    pub stall_timeout: Duration,
+    /// Digest cache lifetime.
+    #[serde(with = "humantime_serde")]
+    pub digest_cache_ttl: Duration,
+    /// Resolver workers.
+    pub resolver_workers: usize,
+    /// Resolutions started per second.
+    pub resolver_rate: u32,
+}
+
+impl Default for ImagesConfig {
+    fn default() -> Self {
+        Self {
+            snapshotter: "overlayfs".to_string(),
+            config_path: PathBuf::from("/etc/remora/certs.d"),
+            max_concurrent_downloads: 3,
+            stall_min_bytes: 65536,
+            stall_timeout: Duration::from_secs(60),
+            digest_cache_ttl: Duration::from_secs(10),
+            resolver_workers: 4,
+            resolver_rate: 10,
         }
     }
 }
@@ -325,6 +386,26 @@ impl Config {
                 "must not be smaller than containerd.reconnect_backoff_min",
             ));
         }
+        let img = &self.images;
+        if img.snapshotter.is_empty() {
+            return Err(invalid("images.snapshotter", "must not be empty"));
+        }
+        absolute("images.config_path", &img.config_path)?;
+        for (key, n) in [
+            (
+                "images.max_concurrent_downloads",
+                img.max_concurrent_downloads,
+            ),
+            ("images.resolver_workers", img.resolver_workers),
+            ("images.resolver_rate", img.resolver_rate as usize),
+        ] {
+            if n == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if img.stall_timeout.is_zero() {
+            return Err(invalid("images.stall_timeout", "must be greater than zero"));
+        }
         absolute("cni.conf_dir", &self.cni.conf_dir)?;
         if self.cni.bin_dirs.is_empty() {
             return Err(invalid("cni.bin_dirs", "must name at least one directory"));
@@ -400,6 +481,11 @@ mod tests {
             ("[containerd]\nprobe_timeout = \"soon\"\n", "probe_timeout"),
             ("[server]\nsocket = \"relative.sock\"\n", "server.socket"),
             ("[cni]\nbin_dirs = []\n", "cni.bin_dirs"),
+            (
+                "[images]\nmax_concurrent_downloads = 0\n",
+                "images.max_concurrent_downloads",
+            ),
+            ("[images]\nsnapshotter = \"\"\n", "images.snapshotter"),
             ("[log]\nlevel = \"loud\"\n", "level"),
             (
                 "[containerd]\nreconnect_backoff_min = \"20s\"\nreconnect_backoff_max = \"1s\"\n",

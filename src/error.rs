@@ -10,6 +10,9 @@ use std::time::Duration;
 use thiserror::Error;
 use tonic::Code;
 
+use crate::images::pull::PullError;
+use crate::images::registry::client::RegistryError;
+
 /// A config file that cannot be used.
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -68,6 +71,12 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
+    /// The registry client could not be set up (TLS backend).
+    #[error("cannot set up the registry client: {0}")]
+    Registry(Box<RegistryError>),
+    /// The digest resolver's settings are unusable.
+    #[error("invalid [images] resolver settings: {0}")]
+    Resolver(#[from] crate::images::resolver::ConfigError),
     /// The gRPC server stopped with an error.
     #[error("CRI gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -112,6 +121,17 @@ pub enum CriError {
     /// containerd could not be reached or failed.
     #[error(transparent)]
     Containerd(#[from] ContainerdError),
+    /// A request field is missing or malformed.
+    #[error("invalid {what}: {reason}")]
+    InvalidArgument {
+        /// The field, e.g. `image.image`.
+        what: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An image pull failed.
+    #[error("pulling image failed: {0}")]
+    Pull(#[from] PullError),
 }
 
 impl CriError {
@@ -120,12 +140,33 @@ impl CriError {
         match self {
             CriError::Unimplemented { .. } => Code::Unimplemented,
             CriError::Containerd(ContainerdError::Timeout { .. }) => Code::Unavailable,
-            CriError::Containerd(ContainerdError::Call { code, .. }) => match code {
-                // Transport failures and containerd shutting down are retriable for kubelet.
-                Code::Unavailable | Code::Unknown | Code::Cancelled => Code::Unavailable,
-                other => *other,
+            CriError::Containerd(ContainerdError::Call { code, .. }) => containerd_code(*code),
+            CriError::InvalidArgument { .. } => Code::InvalidArgument,
+            CriError::Pull(e) => match e {
+                PullError::Reference(_) => Code::InvalidArgument,
+                PullError::Registry(r) => match r {
+                    RegistryError::NotFound { .. } => Code::NotFound,
+                    RegistryError::AccessDenied { .. } => Code::PermissionDenied,
+                    r if r.is_retriable() => Code::Unavailable,
+                    RegistryError::Stalled { .. } => Code::Unavailable,
+                    _ => Code::Unknown,
+                },
+                PullError::Containerd { source, .. } => match source {
+                    ContainerdError::Timeout { .. } => Code::Unavailable,
+                    ContainerdError::Call { code, .. } => containerd_code(*code),
+                },
+                PullError::ShuttingDown { .. } => Code::Unavailable,
+                PullError::Manifest { .. } | PullError::Unpack { .. } => Code::FailedPrecondition,
             },
         }
+    }
+}
+
+fn containerd_code(code: Code) -> Code {
+    match code {
+        // Transport failures and containerd shutting down are retriable for kubelet.
+        Code::Unavailable | Code::Unknown | Code::Cancelled => Code::Unavailable,
+        other => other,
     }
 }
 

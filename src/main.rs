@@ -71,7 +71,11 @@ fn run() -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the tokio runtime")?;
-            runtime.block_on(remora::server::run(config, log))?;
+            let result = runtime.block_on(remora::server::run(config, log));
+            // Blocking work still running (a DNS lookup of a registry host, say) must not hold
+            // up the exit: the server already shut down cleanly.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            result?;
             Ok(())
         }
     }

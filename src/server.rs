@@ -25,8 +25,15 @@ use crate::config::Config;
 use crate::containerd::health::{HealthMonitor, ProbeSchedule};
 use crate::containerd::Client;
 use crate::cri::service::CriService;
-use crate::cri::Runtime;
+use crate::cri::{ImageRuntime, Runtime};
 use crate::error::ServerError;
+use crate::events;
+use crate::events::monitor::{ImageEvents, Resync, Subscription};
+use crate::events::queue::{OrderedQueue, QueueConfig};
+use crate::images::pull::{Backend, PullConfig, Puller};
+use crate::images::registry::client::{RegistryClient, RegistryConfig};
+use crate::images::resolver::ResolverConfig;
+use crate::images::store::ImageIndex;
 
 /// Largest CRI message accepted or sent, as kubelet's own client allows.
 const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -142,6 +149,117 @@ pub fn bind_socket(socket: &Path) -> Result<(SocketGuard, tokio::net::UnixListen
     ))
 }
 
+/// Builds the image side: registry client, puller (with its resolver and coalescers) and the
+/// index, over containerd's services.
+fn image_runtime(
+    config: &Config,
+    client: &Client,
+    log: &Logger,
+) -> Result<ImageRuntime, ServerError> {
+    let img = &config.images;
+    let shared = Arc::new(client.clone());
+    let backend = Backend {
+        content: shared.clone(),
+        images: shared.clone(),
+        leases: shared.clone(),
+        snapshots: shared.clone(),
+        differ: shared,
+    };
+    let registry = Arc::new(
+        RegistryClient::new(RegistryConfig {
+            config_path: Some(img.config_path.clone()),
+            // Count progress in windows of a twelfth of the stall period (5 s for 1 min).
+            stall_window: (img.stall_timeout / 12).max(std::time::Duration::from_millis(100)),
+            stall_min_bytes: img.stall_min_bytes,
+            stall_timeout: img.stall_timeout,
+            ..RegistryConfig::default()
+        })
+        .map_err(|e| ServerError::Registry(Box::new(e)))?,
+    );
+    let index = Arc::new(ImageIndex::new());
+    let puller = Puller::new(
+        PullConfig {
+            snapshotter: img.snapshotter.clone(),
+            os: std::env::consts::OS.to_string(),
+            architecture: std::env::consts::ARCH.to_string(),
+            max_concurrent_downloads: img.max_concurrent_downloads,
+        },
+        backend.clone(),
+        registry,
+        index.clone(),
+        ResolverConfig {
+            workers: img.resolver_workers,
+            rate_per_sec: f64::from(img.resolver_rate),
+            burst: img.resolver_rate,
+            ttl: img.digest_cache_ttl,
+            ..ResolverConfig::default()
+        },
+        log.new(slog::o!("component" => "images")),
+    )?;
+    Ok(ImageRuntime {
+        index,
+        puller,
+        backend,
+    })
+}
+
+/// Subscribes to containerd's `/images/` events (the start of the event monitor): the image
+/// index follows records created or deleted by any client, and is rebuilt after each gap.
+fn spawn_event_monitor(
+    config: &Config,
+    client: &Client,
+    images: &Arc<ImageRuntime>,
+    stop: watch::Receiver<bool>,
+    log: &Logger,
+) -> tokio::task::JoinHandle<()> {
+    let log = log.new(slog::o!("component" => "events"));
+    let handler = Arc::new(ImageEvents {
+        images: images.backend.images.clone(),
+        content: images.backend.content.clone(),
+        index: images.index.clone(),
+        os: std::env::consts::OS.to_string(),
+        architecture: std::env::consts::ARCH.to_string(),
+    });
+    let hook_log = log.clone();
+    let queue = OrderedQueue::new(handler.clone(), QueueConfig::default()).with_failure_hook(Arc::new(
+        move |id: &str, attempt: u32, err: &str, delay: std::time::Duration| {
+            warn!(hook_log, "event handling failed; retrying"; "image" => id, "attempt" => attempt, "error" => err, "retry_in_ms" => delay.as_millis() as u64);
+        },
+    ));
+    let resync_log = log.clone();
+    let resync: Resync = Arc::new(move || {
+        let handler = handler.clone();
+        let log = resync_log.clone();
+        Box::pin(async move {
+            match handler.resync().await {
+                Ok(skipped) => {
+                    for (name, why) in skipped {
+                        warn!(log, "image record not indexed"; "image" => name, "error" => why);
+                    }
+                }
+                Err(e) => {
+                    warn!(log, "image resync failed; it is retried when the event stream reconnects"; "error" => %e)
+                }
+            }
+        })
+    });
+    let cd = &config.containerd;
+    let subscription = Subscription {
+        topics: vec!["/images/"],
+        namespace: cd.namespace.clone(),
+        backoff_min: cd.reconnect_backoff_min,
+        backoff_max: cd.reconnect_backoff_max,
+    };
+    tokio::spawn(events::monitor::run(
+        Arc::new(client.clone()),
+        subscription,
+        queue,
+        resync,
+        stop,
+        log,
+    ))
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|source| ServerError::Signal {
@@ -157,7 +275,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let cd = &config.containerd;
     let client = Client::new(&cd.address, &cd.namespace, cd.probe_timeout);
     let health = Arc::new(HealthMonitor::new(
-        Arc::new(client),
+        Arc::new(client.clone()),
         ProbeSchedule {
             timeout: cd.probe_timeout,
             interval: cd.probe_interval,
@@ -169,9 +287,13 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let monitor = tokio::spawn(health.clone().run(stop_rx.clone()));
 
+    let images = Arc::new(image_runtime(&config, &client, &log)?);
+    let events = spawn_event_monitor(&config, &client, &images, stop_rx.clone(), &log);
+
     let rt = Runtime {
         config: Arc::new(config.clone()),
         health,
+        images,
         log: log.clone(),
     };
     let service = CriService::new(rt);
@@ -203,6 +325,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
             // The server stopped on its own: that is a failure (or a panic in it).
             let _ = stop_tx.send(true);
             let _ = monitor.await;
+            let _ = events.await;
             drop(guard);
             return match result {
                 Ok(Ok(())) => Ok(()),
@@ -227,6 +350,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         }
     }
     let _ = monitor.await;
+    let _ = events.await;
     drop(guard);
     info!(log, "stopped");
     Ok(())

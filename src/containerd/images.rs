@@ -2,11 +2,13 @@
 //! images, leases, snapshots and diff.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use bytes::Bytes;
 use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::diff_client::DiffClient;
 use containerd_client::services::v1::images_client::ImagesClient;
+use containerd_client::services::v1::introspection_client::IntrospectionClient;
 use containerd_client::services::v1::leases_client::LeasesClient;
 use containerd_client::services::v1::snapshots::snapshots_client::SnapshotsClient;
 use containerd_client::services::v1::snapshots::{
@@ -14,10 +16,10 @@ use containerd_client::services::v1::snapshots::{
     StatSnapshotRequest, UsageRequest,
 };
 use containerd_client::services::v1::{
-    ApplyRequest, CreateImageRequest, CreateRequest as CreateLeaseRequest, DeleteImageRequest,
-    DeleteRequest as DeleteLeaseRequest, GetImageRequest, Image, Info, InfoRequest,
-    ListImagesRequest, ReadContentRequest, UpdateImageRequest, UpdateRequest, WriteAction,
-    WriteContentRequest, WriteContentResponse,
+    AddResourceRequest, ApplyRequest, CreateImageRequest, CreateRequest as CreateLeaseRequest,
+    DeleteImageRequest, DeleteRequest as DeleteLeaseRequest, GetImageRequest, Image, Info,
+    InfoRequest, ListImagesRequest, PluginsRequest, ReadContentRequest, Resource,
+    UpdateImageRequest, UpdateRequest, WriteAction, WriteContentRequest, WriteContentResponse,
 };
 use containerd_client::types::{Descriptor, Mount as PbMount};
 use tokio::sync::mpsc;
@@ -378,12 +380,12 @@ impl Leases for Client {
         Ok(())
     }
 
-    async fn delete(&self, id: &str) -> Result<(), ContainerdError> {
+    async fn delete(&self, id: &str, sync: bool) -> Result<(), ContainerdError> {
         let mut c = LeasesClient::new(self.channel());
         let req = self.request(
             DeleteLeaseRequest {
                 id: id.to_string(),
-                sync: false,
+                sync,
             },
             None,
         );
@@ -392,6 +394,24 @@ impl Leases for Client {
             Err(s) if s.code() == Code::NotFound => Ok(()),
             Err(s) => Err(self.call_error("Leases.Delete", s)),
         }
+    }
+
+    async fn add_content(&self, id: &str, digest: &str) -> Result<(), ContainerdError> {
+        let mut c = LeasesClient::new(self.channel());
+        let req = self.request(
+            AddResourceRequest {
+                id: id.to_string(),
+                resource: Some(Resource {
+                    id: digest.to_string(),
+                    r#type: "content".to_string(),
+                }),
+            },
+            None,
+        );
+        c.add_resource(req)
+            .await
+            .map_err(|s| self.call_error("Leases.AddResource", s))?;
+        Ok(())
     }
 }
 
@@ -517,6 +537,26 @@ impl Snapshots for Client {
             bytes: r.size,
             inodes: r.inodes,
         })
+    }
+
+    async fn root(&self, snapshotter: &str) -> Result<Option<PathBuf>, ContainerdError> {
+        let mut c = IntrospectionClient::new(self.channel());
+        let req = self.request(
+            PluginsRequest {
+                filters: vec![format!(
+                    "type==io.containerd.snapshotter.v1,id=={snapshotter}"
+                )],
+            },
+            None,
+        );
+        let r = c
+            .plugins(req)
+            .await
+            .map_err(|s| self.call_error("Introspection.Plugins", s))?
+            .into_inner();
+        Ok(r.plugins
+            .into_iter()
+            .find_map(|p| p.exports.get("root").map(PathBuf::from)))
     }
 }
 

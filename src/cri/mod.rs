@@ -6,8 +6,12 @@
 //! - [`instrument`] is the one instrumentation layer: log context with the pod/container/image
 //!   ids, the outcome logged once, the typed error mapped to a gRPC status.
 //! - The other files hold the operations, one file per RPC group ([`runtime_info`]: Version,
-//!   Status, RuntimeConfig).
+//!   Status, RuntimeConfig; `image_*`: the image service).
 
+pub mod image_fs_info;
+pub mod image_pull;
+pub mod image_remove;
+pub mod image_status;
 pub mod instrument;
 pub mod runtime_info;
 pub mod service;
@@ -18,6 +22,18 @@ use slog::Logger;
 
 use crate::config::Config;
 use crate::containerd::health::HealthMonitor;
+use crate::images::pull::{Backend, Puller};
+use crate::images::store::ImageIndex;
+
+/// The image side of the runtime.
+pub struct ImageRuntime {
+    /// The in-memory image index.
+    pub index: Arc<ImageIndex>,
+    /// Pulls images.
+    pub puller: Puller,
+    /// containerd's content, images, leases, snapshots and diff services.
+    pub backend: Backend,
+}
 
 /// What every CRI operation can reach. Cheap to clone.
 #[derive(Clone)]
@@ -26,6 +42,8 @@ pub struct Runtime {
     pub config: Arc<Config>,
     /// containerd's health.
     pub health: Arc<HealthMonitor>,
+    /// Image index, puller and the containerd services images live in.
+    pub images: Arc<ImageRuntime>,
     /// Root logger; requests derive their own from it.
     pub log: Logger,
 }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use crate::cni;
-use crate::config::CgroupDriver;
-use crate::cri::Runtime;
+use crate::config::{CgroupDriver, Config};
+use crate::containerd::health::HealthMonitor;
 use crate::error::CriError;
 
 /// The runtime name reported by `Version`.
@@ -66,8 +66,12 @@ pub fn version() -> VersionInfo {
 
 /// `Status`: RuntimeReady is true only if containerd answers a probe made now; NetworkReady only
 /// if a valid CNI network config with all its plugins is present now.
-pub async fn status(rt: &Runtime, verbose: bool) -> Result<StatusReport, CriError> {
-    let containerd = rt.health.probe().await;
+pub async fn status(
+    config: &Config,
+    health: &HealthMonitor,
+    verbose: bool,
+) -> Result<StatusReport, CriError> {
+    let containerd = health.probe().await;
     let runtime = match &containerd {
         Ok(_) => ready(RUNTIME_READY),
         Err(e) => Condition {
@@ -78,7 +82,7 @@ pub async fn status(rt: &Runtime, verbose: bool) -> Result<StatusReport, CriErro
         },
     };
 
-    let cni_conf = rt.config.cni.clone();
+    let cni_conf = config.cni.clone();
     // Reading the conf dir is blocking file I/O; keep it off the async workers.
     let network_result = tokio::task::spawn_blocking(move || {
         cni::load_network(&cni_conf.conf_dir, &cni_conf.bin_dirs)
@@ -100,17 +104,17 @@ pub async fn status(rt: &Runtime, verbose: bool) -> Result<StatusReport, CriErro
 
     let mut info = BTreeMap::new();
     if verbose {
-        info.insert("config".into(), rt.config.to_json());
+        info.insert("config".into(), config.to_json());
         let containerd_info = match &containerd {
             Ok(v) => serde_json::json!({
-                "address": rt.config.containerd.address,
-                "namespace": rt.config.containerd.namespace,
+                "address": config.containerd.address,
+                "namespace": config.containerd.namespace,
                 "version": v.version,
                 "revision": v.revision,
             }),
             Err(e) => serde_json::json!({
-                "address": rt.config.containerd.address,
-                "namespace": rt.config.containerd.namespace,
+                "address": config.containerd.address,
+                "namespace": config.containerd.namespace,
                 "error": e.to_string(),
             }),
         };
@@ -128,8 +132,8 @@ pub async fn status(rt: &Runtime, verbose: bool) -> Result<StatusReport, CriErro
 }
 
 /// `RuntimeConfig`: the cgroup driver kubelet must use.
-pub fn runtime_config(rt: &Runtime) -> CgroupDriver {
-    rt.config.runtime.cgroup_driver
+pub fn runtime_config(config: &Config) -> CgroupDriver {
+    config.runtime.cgroup_driver
 }
 
 fn ready(kind: &'static str) -> Condition {
@@ -144,8 +148,7 @@ fn ready(kind: &'static str) -> Condition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use crate::containerd::health::{HealthMonitor, ProbeSchedule};
+    use crate::containerd::health::ProbeSchedule;
     use crate::containerd::{ContainerdVersion, VersionApi};
     use crate::error::ContainerdError;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -175,7 +178,7 @@ mod tests {
         up: bool,
         conf_dir: &std::path::Path,
         bin_dir: &std::path::Path,
-    ) -> (Runtime, Arc<Switch>) {
+    ) -> ((Config, HealthMonitor), Arc<Switch>) {
         let mut config = Config::default();
         config.cni.conf_dir = conf_dir.to_path_buf();
         config.cni.bin_dirs = vec![bin_dir.to_path_buf()];
@@ -189,16 +192,9 @@ mod tests {
                 backoff_min: Duration::from_millis(100),
                 backoff_max: Duration::from_secs(1),
             },
-            log.clone(),
+            log,
         );
-        (
-            Runtime {
-                config: Arc::new(config),
-                health: Arc::new(health),
-                log,
-            },
-            switch,
-        )
+        ((config, health), switch)
     }
 
     #[test]
@@ -216,7 +212,7 @@ mod tests {
         let bin = tempfile::tempdir().unwrap();
         let (rt, switch) = runtime(false, conf.path(), bin.path());
 
-        let s = status(&rt, false).await.unwrap();
+        let s = status(&rt.0, &rt.1, false).await.unwrap();
         assert_eq!(s.conditions[0].kind, RUNTIME_READY);
         assert!(!s.conditions[0].status);
         assert_eq!(s.conditions[0].reason, "ContainerdUnreachable");
@@ -237,7 +233,7 @@ mod tests {
             r#"{"name":"pods","plugins":[{"type":"bridge"}]}"#,
         )
         .unwrap();
-        let s = status(&rt, true).await.unwrap();
+        let s = status(&rt.0, &rt.1, true).await.unwrap();
         assert!(s.conditions[0].status && s.conditions[0].reason.is_empty());
         assert!(s.conditions[1].status, "{:?}", s.conditions[1]);
         let cfg: serde_json::Value = serde_json::from_str(&s.info["config"]).unwrap();

@@ -14,11 +14,12 @@ use tonic::{Request, Response, Status};
 
 use crate::config::CgroupDriver;
 use crate::cri::instrument::{self, Ids};
-use crate::cri::{runtime_info, Runtime};
+use crate::cri::{image_fs_info, image_pull, image_remove, image_status, runtime_info, Runtime};
 use crate::error::CriError;
+use crate::images::registry::auth::Credentials;
+use crate::images::store::ImageInfo;
 
 const RUNTIME: &str = "RuntimeService";
-const IMAGE: &str = "ImageService";
 
 /// Serves both CRI services over one [`Runtime`].
 #[derive(Clone)]
@@ -75,7 +76,7 @@ impl RuntimeService for CriService {
     ) -> Result<Response<v1::StatusResponse>, Status> {
         let verbose = request.into_inner().verbose;
         instrument::run(&self.rt.log, "Status", Ids::none(), |_log| async move {
-            let report = runtime_info::status(&self.rt, verbose).await?;
+            let report = runtime_info::status(&self.rt.config, &self.rt.health, verbose).await?;
             Ok(v1::StatusResponse {
                 status: Some(v1::RuntimeStatus {
                     conditions: report
@@ -103,7 +104,8 @@ impl RuntimeService for CriService {
         instrument::run(&self.rt.log, "RuntimeConfig", Ids::none(), |_log| async {
             Ok(v1::RuntimeConfigResponse {
                 linux: Some(v1::LinuxRuntimeConfiguration {
-                    cgroup_driver: cgroup_driver(runtime_info::runtime_config(&self.rt)) as i32,
+                    cgroup_driver: cgroup_driver(runtime_info::runtime_config(&self.rt.config))
+                        as i32,
                 }),
             })
         })
@@ -297,40 +299,155 @@ impl RuntimeService for CriService {
     }
 }
 
+fn image_to_pb(i: ImageInfo) -> v1::Image {
+    let (uid, username) = i.user_ids();
+    v1::Image {
+        id: i.id.clone(),
+        repo_tags: i.repo_tags.into_iter().collect(),
+        repo_digests: i.repo_digests.into_iter().collect(),
+        size: i.size,
+        uid: uid.map(|value| v1::Int64Value { value }),
+        username,
+        spec: Some(v1::ImageSpec {
+            image: i.id,
+            ..Default::default()
+        }),
+        pinned: i.pinned,
+    }
+}
+
+fn image_name(spec: &Option<v1::ImageSpec>) -> String {
+    spec.as_ref().map(|s| s.image.clone()).unwrap_or_default()
+}
+
+fn credentials(auth: Option<v1::AuthConfig>) -> Credentials {
+    match auth {
+        None => Credentials::anonymous(),
+        Some(a) => Credentials {
+            username: a.username,
+            password: a.password,
+            auth: a.auth,
+            identity_token: a.identity_token,
+            registry_token: a.registry_token,
+        },
+    }
+}
+
 #[tonic::async_trait]
 impl ImageService for CriService {
     async fn list_images(
         &self,
-        _request: Request<v1::ListImagesRequest>,
+        request: Request<v1::ListImagesRequest>,
     ) -> Result<Response<v1::ListImagesResponse>, Status> {
-        self.unimplemented(IMAGE, "ListImages").await
+        let filter = request
+            .into_inner()
+            .filter
+            .and_then(|f| f.image)
+            .map(|s| s.image);
+        instrument::run(&self.rt.log, "ListImages", Ids::none(), |_log| async move {
+            let images = image_status::list_images(&self.rt, filter.as_deref());
+            Ok(v1::ListImagesResponse {
+                images: images.into_iter().map(image_to_pb).collect(),
+            })
+        })
+        .await
     }
 
     async fn image_status(
         &self,
-        _request: Request<v1::ImageStatusRequest>,
+        request: Request<v1::ImageStatusRequest>,
     ) -> Result<Response<v1::ImageStatusResponse>, Status> {
-        self.unimplemented(IMAGE, "ImageStatus").await
+        let req = request.into_inner();
+        let image = image_name(&req.image);
+        let ids = Ids {
+            image: Some(image.clone()),
+            ..Ids::none()
+        };
+        instrument::run(&self.rt.log, "ImageStatus", ids, |_log| async move {
+            let found = image_status::image_status(&self.rt, &image);
+            let mut info = std::collections::HashMap::new();
+            if req.verbose {
+                if let Some(i) = &found {
+                    let config: serde_json::Value =
+                        serde_json::from_str(&i.config_json).unwrap_or(serde_json::Value::Null);
+                    let verbose = serde_json::json!({
+                        "id": i.id,
+                        "chainID": i.chain_id,
+                        "imageSpec": config,
+                    });
+                    info.insert("info".to_string(), verbose.to_string());
+                }
+            }
+            Ok(v1::ImageStatusResponse {
+                image: found.map(image_to_pb),
+                info,
+            })
+        })
+        .await
     }
 
     async fn pull_image(
         &self,
-        _request: Request<v1::PullImageRequest>,
+        request: Request<v1::PullImageRequest>,
     ) -> Result<Response<v1::PullImageResponse>, Status> {
-        self.unimplemented(IMAGE, "PullImage").await
+        let req = request.into_inner();
+        let image = image_name(&req.image);
+        let creds = credentials(req.auth);
+        let ids = Ids {
+            image: Some(image.clone()),
+            ..Ids::none()
+        };
+        instrument::run(&self.rt.log, "PullImage", ids, |_log| async move {
+            let image_ref = image_pull::pull_image(&self.rt, &image, creds).await?;
+            Ok(v1::PullImageResponse { image_ref })
+        })
+        .await
     }
 
     async fn remove_image(
         &self,
-        _request: Request<v1::RemoveImageRequest>,
+        request: Request<v1::RemoveImageRequest>,
     ) -> Result<Response<v1::RemoveImageResponse>, Status> {
-        self.unimplemented(IMAGE, "RemoveImage").await
+        let image = image_name(&request.into_inner().image);
+        let ids = Ids {
+            image: Some(image.clone()),
+            ..Ids::none()
+        };
+        instrument::run(&self.rt.log, "RemoveImage", ids, |log| async move {
+            image_remove::remove_image(&self.rt, &image, &log).await?;
+            Ok(v1::RemoveImageResponse {})
+        })
+        .await
     }
 
     async fn image_fs_info(
         &self,
         _request: Request<v1::ImageFsInfoRequest>,
     ) -> Result<Response<v1::ImageFsInfoResponse>, Status> {
-        self.unimplemented(IMAGE, "ImageFsInfo").await
+        instrument::run(
+            &self.rt.log,
+            "ImageFsInfo",
+            Ids::none(),
+            |_log| async move {
+                let u = image_fs_info::image_fs_info(&self.rt).await?;
+                let usage = v1::FilesystemUsage {
+                    timestamp: u.timestamp_ns,
+                    fs_id: Some(v1::FilesystemIdentifier {
+                        mountpoint: u.mountpoint.display().to_string(),
+                    }),
+                    used_bytes: Some(v1::UInt64Value {
+                        value: u.used_bytes,
+                    }),
+                    inodes_used: Some(v1::UInt64Value {
+                        value: u.inodes_used,
+                    }),
+                };
+                Ok(v1::ImageFsInfoResponse {
+                    image_filesystems: vec![usage],
+                    container_filesystems: vec![],
+                })
+            },
+        )
+        .await
     }
 }

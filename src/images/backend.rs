@@ -123,8 +123,12 @@ pub trait Leases: Send + Sync + 'static {
     /// Creates a lease that containerd expires by itself after `expire_secs` (in case remora
     /// dies before deleting it).
     async fn create(&self, id: &str, expire_secs: u64) -> Result<(), ContainerdError>;
-    /// Deletes a lease; absent is not an error.
-    async fn delete(&self, id: &str) -> Result<(), ContainerdError>;
+    /// Deletes a lease; absent is not an error. With `sync`, containerd garbage-collects what
+    /// the lease alone kept before answering (used when rolling back a failed pull).
+    async fn delete(&self, id: &str, sync: bool) -> Result<(), ContainerdError>;
+    /// Adds a content blob to the lease, protecting it from GC even before it exists (a blob
+    /// another pull is still downloading).
+    async fn add_content(&self, id: &str, digest: &str) -> Result<(), ContainerdError>;
 }
 
 /// One snapshotter's snapshots.
@@ -155,6 +159,9 @@ pub trait Snapshots: Send + Sync + 'static {
     async fn list(&self, snapshotter: &str) -> Result<Vec<String>, ContainerdError>;
     /// Disk usage of one snapshot.
     async fn usage(&self, snapshotter: &str, key: &str) -> Result<Usage, ContainerdError>;
+    /// The snapshotter's root directory, as containerd's plugin reports it (`None` if the
+    /// plugin does not export one).
+    async fn root(&self, snapshotter: &str) -> Result<Option<std::path::PathBuf>, ContainerdError>;
 }
 
 /// containerd's diff service.

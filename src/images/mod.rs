@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod coalesce;
 pub mod manifest;
+pub mod pull;
 pub mod reference;
 pub mod registry;
 pub mod resolver;

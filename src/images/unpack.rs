@@ -218,6 +218,9 @@ pub(crate) mod tests {
         async fn usage(&self, _s: &str, _k: &str) -> Result<Usage, ContainerdError> {
             Ok(Usage::default())
         }
+        async fn root(&self, _s: &str) -> Result<Option<std::path::PathBuf>, ContainerdError> {
+            Ok(Some("/fake/snapshots".into()))
+        }
     }
 
     /// Applies by reporting a diff ID from a table keyed by layer digest.

@@ -1,0 +1,191 @@
+//! The event monitor loop: one subscription to containerd, events dispatched per subject into
+//! the [`OrderedQueue`](super::queue::OrderedQueue); re-subscribe with backoff when the stream
+//! breaks, and resync after every (re)subscription so nothing that happened in a gap is missed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slog::{info, warn, Logger};
+use tokio::sync::watch;
+use tokio_stream::StreamExt;
+
+use super::queue::{Handler, OrderedQueue};
+use crate::backoff::Backoff;
+use crate::containerd::events::{Event, EventStream};
+use crate::error::ContainerdError;
+use crate::images::backend::{Content, Images};
+use crate::images::pull::load_image;
+use crate::images::store::ImageIndex;
+
+/// Where events come from (containerd; fakes in tests).
+#[tonic::async_trait]
+pub trait EventSource: Send + Sync + 'static {
+    /// A stream of events whose topic starts with one of `topics`, in remora's namespace.
+    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, ContainerdError>;
+}
+
+#[tonic::async_trait]
+impl EventSource for crate::containerd::Client {
+    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, ContainerdError> {
+        crate::containerd::Client::subscribe(self, topics).await
+    }
+}
+
+/// Rebuilds state from containerd after (re)subscribing.
+pub type Resync = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// What to subscribe to, and how to retry.
+#[derive(Debug, Clone)]
+pub struct Subscription {
+    /// Topic prefixes, e.g. `/images/`.
+    pub topics: Vec<&'static str>,
+    /// Only events of this containerd namespace are dispatched.
+    pub namespace: String,
+    /// First re-subscribe delay.
+    pub backoff_min: Duration,
+    /// Cap of the re-subscribe delay.
+    pub backoff_max: Duration,
+}
+
+/// Runs until `shutdown` turns true: subscribe, resync, dispatch; on a broken stream, back off
+/// (`backoff_min` doubling to `backoff_max`) and start over.
+pub async fn run(
+    source: Arc<dyn EventSource>,
+    sub: Subscription,
+    queue: OrderedQueue<Event>,
+    resync: Resync,
+    mut shutdown: watch::Receiver<bool>,
+    log: Logger,
+) {
+    let mut delay = Backoff::new(sub.backoff_min, sub.backoff_max);
+    let (topics, namespace) = (sub.topics, sub.namespace);
+    let mut was_down = false;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        match source.subscribe(&topics).await {
+            Ok(mut stream) => {
+                if std::mem::take(&mut was_down) {
+                    info!(log, "event stream re-established; resyncing");
+                }
+                delay.reset();
+                resync().await;
+                loop {
+                    tokio::select! {
+                        item = stream.next() => match item {
+                            Some(Ok(env)) => {
+                                if env.namespace != namespace {
+                                    continue;
+                                }
+                                if let Some(subject) = env.event.subject().map(str::to_string) {
+                                    queue.push(&subject, env.event);
+                                }
+                            }
+                            Some(Err(e)) => {
+                                warn!(log, "event stream broke; re-subscribing"; "error" => %e);
+                                was_down = true;
+                                break;
+                            }
+                            None => {
+                                warn!(log, "event stream ended; re-subscribing");
+                                was_down = true;
+                                break;
+                            }
+                        },
+                        changed = shutdown.changed() => {
+                            if changed.is_err() || *shutdown.borrow() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                if !was_down {
+                    warn!(log, "cannot subscribe to containerd events; retrying with backoff"; "error" => %e);
+                }
+                was_down = true;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay.next_delay()) => {}
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Keeps the image index in step with containerd's image records (`/images/` events).
+pub struct ImageEvents {
+    /// Image records.
+    pub images: Arc<dyn Images>,
+    /// Content store (to read manifests and configs).
+    pub content: Arc<dyn Content>,
+    /// The index.
+    pub index: Arc<ImageIndex>,
+    /// Platform OS.
+    pub os: String,
+    /// Platform architecture.
+    pub architecture: String,
+}
+
+impl ImageEvents {
+    /// Re-reads record `name` and updates the index (absent → reference dropped).
+    pub async fn refresh(&self, name: &str) -> Result<(), String> {
+        match self.images.get(name).await.map_err(|e| e.to_string())? {
+            None => {
+                self.index.remove_ref(name);
+                Ok(())
+            }
+            Some(record) => {
+                let info = load_image(self.content.as_ref(), &record, &self.os, &self.architecture)
+                    .await
+                    .map_err(|e| format!("indexing image {name}: {e}"))?;
+                self.index.add_ref(name, info);
+                Ok(())
+            }
+        }
+    }
+
+    /// Rebuilds the whole index from containerd; records that cannot be read are skipped and
+    /// returned with the reason.
+    pub async fn resync(&self) -> Result<Vec<(String, String)>, ContainerdError> {
+        let records = self.images.list().await?;
+        let mut refs = Vec::with_capacity(records.len());
+        let mut skipped = Vec::new();
+        for record in records {
+            match load_image(self.content.as_ref(), &record, &self.os, &self.architecture).await {
+                Ok(info) => refs.push((record.name, info)),
+                Err(e) => skipped.push((record.name, e.to_string())),
+            }
+        }
+        self.index.replace_all(refs);
+        Ok(skipped)
+    }
+}
+
+impl Handler<Event> for ImageEvents {
+    fn handle<'a>(
+        &'a self,
+        id: &'a str,
+        event: &'a Event,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            match event {
+                Event::ImageCreate { .. } | Event::ImageUpdate { .. } => self.refresh(id).await,
+                Event::ImageDelete { .. } => {
+                    self.index.remove_ref(id);
+                    Ok(())
+                }
+                // Task events are handled by the container lifecycle (not built yet).
+                _ => Ok(()),
+            }
+        })
+    }
+}

@@ -1,0 +1,775 @@
+//! Pulling an image into containerd: resolve → fetch → store → unpack → record.
+//!
+//! # Design
+//! - **Resolve** goes through the background [`Resolver`]: a tag's digest is looked up once
+//!   per TTL however many callers ask, rate-limited and de-duplicated. If the image the tag
+//!   names is already local, the pull ends there: one shared HEAD, no blob traffic.
+//! - **Coalesce** whole pulls on (normalised reference, platform, snapshotter, credential
+//!   identity): concurrent kubelet requests for one image share one leader and its result,
+//!   error included. A caller that goes away does not cancel the others.
+//! - **Blobs** are de-duplicated across *different* images by digest (a shared base layer is
+//!   downloaded once even by two different pulls), and a semaphore bounds concurrent
+//!   downloads across all pulls. Blobs stream straight into containerd's content store; a
+//!   write interrupted earlier resumes from containerd's ingest offset.
+//! - **Leases**: everything a pull writes is held by a pull lease until the image record
+//!   references it. Every pull adds each blob it needs to its own lease *before* waiting for
+//!   it, so a blob downloaded by another pull stays protected whatever that pull does. On
+//!   failure the lease is deleted synchronously, so containerd's GC removes what the failed
+//!   pull alone wrote: no half-made image is left.
+//! - **GC labels** link index → manifest → config/layers → top snapshot, so containerd keeps
+//!   what an image needs and frees what no image references once its records go.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::try_join_all;
+use futures_util::StreamExt;
+use slog::{debug, Logger};
+use thiserror::Error;
+use tokio::sync::Semaphore;
+
+use super::backend::{Blob, Content, Differ, ImageRecord, Images, Leases, Snapshots};
+use super::coalesce::Coalescer;
+use super::manifest::{
+    is_index_media_type, select_platform, Descriptor, ImageConfig, Manifest, ManifestError,
+};
+use super::reference::{Reference, ReferenceError};
+use super::registry::auth::Credentials;
+use super::registry::client::{RegistryClient, RegistryError};
+use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
+use super::store::{ImageIndex, ImageInfo};
+use super::unpack::{chain_ids, unpack, UnpackError};
+use crate::error::ContainerdError;
+
+/// Label containerd's CRI puts on images it manages; kept for tool compatibility.
+pub const LABEL_MANAGED: &str = "io.cri-containerd.image";
+/// Label marking an image kubelet must not garbage-collect.
+pub const LABEL_PINNED: &str = "io.cri-containerd.pinned";
+/// How long containerd keeps a pull lease if remora dies mid-pull.
+const LEASE_EXPIRY_SECS: u64 = 3600;
+
+/// Why a pull failed. Clonable: one failure reaches every coalesced caller.
+#[derive(Debug, Error, Clone)]
+pub enum PullError {
+    /// The reference does not parse.
+    #[error(transparent)]
+    Reference(#[from] ReferenceError),
+    /// The registry refused or failed.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The manifest, index or config is unusable.
+    #[error("{reference}: {source}")]
+    Manifest {
+        /// The image.
+        reference: String,
+        /// What is wrong.
+        source: Arc<ManifestError>,
+    },
+    /// containerd failed.
+    #[error("{reference}: {source}")]
+    Containerd {
+        /// The image.
+        reference: String,
+        /// containerd's error.
+        source: ContainerdError,
+    },
+    /// Unpacking into the snapshotter failed.
+    #[error("{reference}: unpacking: {source}")]
+    Unpack {
+        /// The image.
+        reference: String,
+        /// Why.
+        source: Arc<UnpackError>,
+    },
+    /// The digest resolver is shut down (remora is stopping).
+    #[error("{reference}: remora is shutting down")]
+    ShuttingDown {
+        /// The image.
+        reference: String,
+    },
+}
+
+/// Pull settings.
+#[derive(Debug, Clone)]
+pub struct PullConfig {
+    /// Snapshotter layers are unpacked into.
+    pub snapshotter: String,
+    /// Platform picked from multi-platform indexes.
+    pub os: String,
+    /// Platform architecture (Go naming: `amd64`).
+    pub architecture: String,
+    /// Concurrent blob downloads across all pulls.
+    pub max_concurrent_downloads: usize,
+}
+
+/// The containerd services a pull writes through.
+#[derive(Clone)]
+pub struct Backend {
+    /// Content store.
+    pub content: Arc<dyn Content>,
+    /// Image records.
+    pub images: Arc<dyn Images>,
+    /// Leases.
+    pub leases: Arc<dyn Leases>,
+    /// Snapshots.
+    pub snapshots: Arc<dyn Snapshots>,
+    /// Diff service.
+    pub differ: Arc<dyn Differ>,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PullKey {
+    reference: String,
+    platform: String,
+    snapshotter: String,
+    identity: String,
+}
+
+/// Pulls images. Share it behind an `Arc`.
+pub struct Puller {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: PullConfig,
+    backend: Backend,
+    registry: Arc<RegistryClient>,
+    index: Arc<ImageIndex>,
+    resolver: Resolver,
+    /// Credentials for resolver keys (the resolver only carries strings).
+    creds: Arc<Mutex<HashMap<String, Credentials>>>,
+    pulls: Coalescer<PullKey, ImageInfo, PullError>,
+    blobs: Coalescer<String, (), PullError>,
+    downloads: Arc<Semaphore>,
+    log: Logger,
+}
+
+/// Resolver adapter: key = `<credential identity>\0<reference>`, value = descriptor JSON.
+struct RegistryResolve {
+    registry: Arc<RegistryClient>,
+    creds: Arc<Mutex<HashMap<String, Credentials>>>,
+}
+
+#[tonic::async_trait]
+impl Resolve for RegistryResolve {
+    async fn resolve(&self, key: &str) -> Result<String, ResolveError> {
+        let (_, reference) = key
+            .split_once('\0')
+            .ok_or_else(|| ResolveError::permanent(format!("malformed resolver key {key:?}")))?;
+        let reference =
+            Reference::parse(reference).map_err(|e| ResolveError::permanent(e.to_string()))?;
+        let creds = lock(&self.creds).get(key).cloned().unwrap_or_default();
+        match self.registry.resolve(&reference, &creds).await {
+            Ok(resolved) => serde_json::to_string(&resolved.descriptor)
+                .map_err(|e| ResolveError::permanent(e.to_string())),
+            Err(e) => {
+                // The resolver carries strings; keep the typed error by encoding it? No: the
+                // caller re-runs a direct resolve to get the typed error (see `resolve`).
+                if e.is_retriable() {
+                    Err(ResolveError::retriable(e.to_string()))
+                } else {
+                    Err(ResolveError::permanent(e.to_string()))
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Only map inserts/lookups run under this lock; a poisoned one still holds a usable map.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Puller {
+    /// A puller over `backend`, fetching with `registry`, recording into `index`.
+    pub fn new(
+        config: PullConfig,
+        backend: Backend,
+        registry: Arc<RegistryClient>,
+        index: Arc<ImageIndex>,
+        resolver_config: super::resolver::ResolverConfig,
+        log: Logger,
+    ) -> Result<Self, super::resolver::ConfigError> {
+        let creds = Arc::new(Mutex::new(HashMap::new()));
+        let resolver = Resolver::new(
+            resolver_config,
+            RegistryResolve {
+                registry: registry.clone(),
+                creds: creds.clone(),
+            },
+        )?;
+        let downloads = Arc::new(Semaphore::new(config.max_concurrent_downloads.max(1)));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                backend,
+                registry,
+                index,
+                resolver,
+                creds,
+                pulls: Coalescer::new(),
+                blobs: Coalescer::new(),
+                downloads,
+                log,
+            }),
+        })
+    }
+
+    /// Pulls `image` (any reference form kubelet sends) with `creds`; returns the image.
+    pub async fn pull(&self, image: &str, creds: Credentials) -> Result<ImageInfo, PullError> {
+        let reference = Reference::parse(image)?;
+        let key = PullKey {
+            reference: reference.to_string(),
+            platform: format!(
+                "{}/{}",
+                self.inner.config.os, self.inner.config.architecture
+            ),
+            snapshotter: self.inner.config.snapshotter.clone(),
+            identity: creds.identity(),
+        };
+        let inner = self.inner.clone();
+        self.inner
+            .pulls
+            .run(key, move |_cancel| async move {
+                inner.pull(reference, creds).await
+            })
+            .await
+    }
+
+    /// Pulls in flight (for tests and metrics).
+    pub fn in_flight(&self, image: &str) -> bool {
+        Reference::parse(image).is_ok_and(|r| {
+            self.inner.pulls.in_flight(&PullKey {
+                reference: r.to_string(),
+                platform: format!(
+                    "{}/{}",
+                    self.inner.config.os, self.inner.config.architecture
+                ),
+                snapshotter: self.inner.config.snapshotter.clone(),
+                identity: Credentials::anonymous().identity(),
+            })
+        })
+    }
+}
+
+impl Inner {
+    fn containerd_err(&self, reference: &Reference, source: ContainerdError) -> PullError {
+        PullError::Containerd {
+            reference: reference.to_string(),
+            source,
+        }
+    }
+
+    fn manifest_err(&self, reference: &Reference, source: ManifestError) -> PullError {
+        PullError::Manifest {
+            reference: reference.to_string(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// The descriptor the reference names now, via the shared resolver.
+    async fn resolve(
+        &self,
+        reference: &Reference,
+        creds: &Credentials,
+    ) -> Result<Descriptor, PullError> {
+        let key = format!("{}\0{}", creds.identity(), reference);
+        lock(&self.creds).insert(key.clone(), creds.clone());
+        match self.resolver.resolve(&key).await {
+            Ok(json) => serde_json::from_str(&json).map_err(|e| {
+                self.manifest_err(
+                    reference,
+                    ManifestError::Json {
+                        what: "resolved descriptor",
+                        source: e,
+                    },
+                )
+            }),
+            Err(ResolverError::ShutDown) => Err(PullError::ShuttingDown {
+                reference: reference.to_string(),
+            }),
+            // The resolver keeps errors as text; ask once directly for the typed error (it is
+            // in backoff, so this costs one request per failed pull, not per caller).
+            Err(ResolverError::Resolve(_)) => {
+                self.resolver.invalidate(&key);
+                let resolved = self.registry.resolve(reference, creds).await?;
+                Ok(resolved.descriptor)
+            }
+        }
+    }
+
+    async fn pull(&self, reference: Reference, creds: Credentials) -> Result<ImageInfo, PullError> {
+        let target = self.resolve(&reference, &creds).await?;
+        let digest_ref = format!("{}@{}", reference.name(), target.digest);
+        if let Some(info) = self.index.get(&digest_ref) {
+            if self.unpacked(&info).await {
+                // Warm path: the tag still names an image we have. Make sure the tag's record
+                // points there (a retag by another client), and answer.
+                let name = reference.to_string();
+                if self.index.get(&name).map(|i| i.id) != Some(info.id.clone()) {
+                    self.record(&reference, &target, &info).await?;
+                }
+                debug!(self.log, "image already present"; "image" => %reference, "id" => &info.id);
+                return Ok(info);
+            }
+        }
+
+        let lease = format!(
+            "remora-pull-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        );
+        self.backend
+            .leases
+            .create(&lease, LEASE_EXPIRY_SECS)
+            .await
+            .map_err(|e| self.containerd_err(&reference, e))?;
+        let result = self
+            .fetch_and_unpack(&reference, &target, &creds, &lease)
+            .await;
+        // Success: the image records now reference everything, the lease can go (async GC).
+        // Failure: delete synchronously so GC removes what this pull alone wrote.
+        let cleanup = self.backend.leases.delete(&lease, result.is_err()).await;
+        let info = result?;
+        cleanup.map_err(|e| self.containerd_err(&reference, e))?;
+        Ok(info)
+    }
+
+    async fn unpacked(&self, info: &ImageInfo) -> bool {
+        info.chain_id.is_empty()
+            || self
+                .backend
+                .snapshots
+                .exists(&self.config.snapshotter, &info.chain_id)
+                .await
+                .unwrap_or(false)
+    }
+
+    async fn fetch_and_unpack(
+        &self,
+        reference: &Reference,
+        target: &Descriptor,
+        creds: &Credentials,
+        lease: &str,
+    ) -> Result<ImageInfo, PullError> {
+        // Manifest (through an index if the reference names one).
+        let (manifest_desc, manifest_bytes, index) = if is_index_media_type(&target.media_type) {
+            let index_bytes = self.small_blob(reference, target, creds, lease).await?;
+            let parsed = Manifest::parse(&target.media_type, &index_bytes)
+                .map_err(|e| self.manifest_err(reference, e))?;
+            let Manifest::Index(idx) = parsed else {
+                return Err(self.manifest_err(
+                    reference,
+                    ManifestError::UnsupportedMediaType(target.media_type.clone()),
+                ));
+            };
+            let chosen = select_platform(&idx, &self.config.os, &self.config.architecture, None)
+                .map_err(|e| self.manifest_err(reference, e))?
+                .clone();
+            let bytes = self.small_blob(reference, &chosen, creds, lease).await?;
+            (chosen, bytes, Some((target.clone(), index_bytes)))
+        } else {
+            let bytes = self.small_blob(reference, target, creds, lease).await?;
+            (target.clone(), bytes, None)
+        };
+        let manifest = match Manifest::parse(&manifest_desc.media_type, &manifest_bytes)
+            .map_err(|e| self.manifest_err(reference, e))?
+        {
+            Manifest::Image(m) => *m,
+            Manifest::Index(_) => {
+                return Err(self.manifest_err(
+                    reference,
+                    ManifestError::UnsupportedMediaType(manifest_desc.media_type.clone()),
+                ))
+            }
+        };
+
+        // Config.
+        let config_bytes = self
+            .small_blob(reference, &manifest.config, creds, lease)
+            .await?;
+        let config =
+            ImageConfig::parse(&config_bytes).map_err(|e| self.manifest_err(reference, e))?;
+        let diff_ids: Vec<String> = config
+            .rootfs
+            .diff_ids
+            .iter()
+            .map(|d| d.as_str().to_string())
+            .collect();
+        if diff_ids.len() != manifest.layers.len() {
+            return Err(PullError::Unpack {
+                reference: reference.to_string(),
+                source: Arc::new(UnpackError::LayerCount {
+                    layers: manifest.layers.len(),
+                    diff_ids: diff_ids.len(),
+                }),
+            });
+        }
+
+        // Layers, concurrently, de-duplicated by digest across pulls.
+        let source_label = format!("containerd.io/distribution.source.{}", reference.registry);
+        let source_repo = reference.repository.clone();
+        let fetches = manifest
+            .layers
+            .iter()
+            .zip(&diff_ids)
+            .map(|(layer, diff_id)| {
+                let labels = HashMap::from([
+                    ("containerd.io/uncompressed".to_string(), diff_id.clone()),
+                    (source_label.clone(), source_repo.clone()),
+                ]);
+                self.layer(reference, layer, creds, lease, labels)
+            });
+        try_join_all(fetches).await?;
+
+        // Unpack, then GC labels bottom-up, then the image records.
+        let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();
+        let top = unpack(
+            self.backend.snapshots.as_ref(),
+            self.backend.differ.as_ref(),
+            lease,
+            &self.config.snapshotter,
+            &layer_blobs,
+            &diff_ids,
+        )
+        .await
+        .map_err(|e| PullError::Unpack {
+            reference: reference.to_string(),
+            source: Arc::new(e),
+        })?;
+        let label = |k: String, v: String| (k, v);
+        self.set_labels(
+            reference,
+            &manifest.config.digest.to_string(),
+            HashMap::from([label(
+                format!("containerd.io/gc.ref.snapshot.{}", self.config.snapshotter),
+                top.clone(),
+            )]),
+        )
+        .await?;
+        let mut manifest_labels = HashMap::from([label(
+            "containerd.io/gc.ref.content.config".into(),
+            manifest.config.digest.to_string(),
+        )]);
+        for (i, l) in manifest.layers.iter().enumerate() {
+            manifest_labels.insert(
+                format!("containerd.io/gc.ref.content.l.{i}"),
+                l.digest.to_string(),
+            );
+        }
+        self.set_labels(
+            reference,
+            &manifest_desc.digest.to_string(),
+            manifest_labels,
+        )
+        .await?;
+        if let Some((index_desc, _)) = &index {
+            self.set_labels(
+                reference,
+                &index_desc.digest.to_string(),
+                HashMap::from([label(
+                    "containerd.io/gc.ref.content.m.0".into(),
+                    manifest_desc.digest.to_string(),
+                )]),
+            )
+            .await?;
+        }
+
+        let size = manifest_desc.size
+            + manifest.config.size
+            + manifest.layers.iter().map(|l| l.size).sum::<u64>();
+        let info = ImageInfo {
+            id: manifest.config.digest.to_string(),
+            repo_tags: Default::default(),
+            repo_digests: Default::default(),
+            size,
+            user: config.config.user.clone().unwrap_or_default(),
+            chain_id: top,
+            pinned: false,
+            config_json: String::from_utf8_lossy(&config_bytes).into_owned(),
+        };
+        self.record(reference, target, &info).await?;
+        Ok(info)
+    }
+
+    /// Creates/updates the image records for `reference` (its tag, if any, and its digest
+    /// form) pointing at `target`, and indexes them.
+    async fn record(
+        &self,
+        reference: &Reference,
+        target: &Descriptor,
+        info: &ImageInfo,
+    ) -> Result<(), PullError> {
+        let digest_ref = format!("{}@{}", reference.name(), target.digest);
+        let mut names = vec![digest_ref];
+        if reference.tag.is_some() {
+            names.push(format!(
+                "{}:{}",
+                reference.name(),
+                reference.tag.as_deref().unwrap_or_default()
+            ));
+        }
+        for name in names {
+            let mut labels = HashMap::from([(LABEL_MANAGED.to_string(), "managed".to_string())]);
+            if info.pinned {
+                labels.insert(LABEL_PINNED.to_string(), "pinned".to_string());
+            }
+            self.backend
+                .images
+                .put(ImageRecord {
+                    name: name.clone(),
+                    target: to_blob(target),
+                    labels,
+                })
+                .await
+                .map_err(|e| self.containerd_err(reference, e))?;
+            self.index.add_ref(&name, info.clone());
+        }
+        Ok(())
+    }
+
+    async fn set_labels(
+        &self,
+        reference: &Reference,
+        digest: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<(), PullError> {
+        self.backend
+            .content
+            .set_labels(digest, labels)
+            .await
+            .map_err(|e| self.containerd_err(reference, e))
+    }
+
+    /// A manifest, index or config: from the content store if present, else fetched, verified
+    /// and stored.
+    async fn small_blob(
+        &self,
+        reference: &Reference,
+        desc: &Descriptor,
+        creds: &Credentials,
+        lease: &str,
+    ) -> Result<Bytes, PullError> {
+        let digest = desc.digest.to_string();
+        self.backend
+            .leases
+            .add_content(lease, &digest)
+            .await
+            .map_err(|e| self.containerd_err(reference, e))?;
+        let present = self
+            .backend
+            .content
+            .info(&digest)
+            .await
+            .map_err(|e| self.containerd_err(reference, e))?;
+        if present.is_some() {
+            return self
+                .backend
+                .content
+                .read(&digest)
+                .await
+                .map_err(|e| self.containerd_err(reference, e));
+        }
+        let bytes = if is_index_media_type(&desc.media_type)
+            || super::manifest::is_image_manifest_media_type(&desc.media_type)
+        {
+            self.registry.fetch_manifest(reference, desc, creds).await?
+        } else {
+            let mut stream = self.registry.fetch_blob(reference, desc, 0, creds).await?;
+            let mut buf = Vec::with_capacity(desc.size as usize);
+            while let Some(chunk) = stream.next().await {
+                buf.extend_from_slice(&chunk?);
+            }
+            Bytes::from(buf)
+        };
+        let blob = to_blob(desc);
+        let write_ref = format!("remora-{}", digest);
+        let writer = self
+            .backend
+            .content
+            .writer(lease, &write_ref, &blob)
+            .await
+            .map_err(|e| self.containerd_err(reference, e))?;
+        if let Some(mut w) = writer {
+            // Write what containerd lacks (nothing if it already holds all of it, see BlobJob).
+            let from = (w.offset() as usize).min(bytes.len());
+            if from < bytes.len() {
+                w.write(bytes.slice(from..))
+                    .await
+                    .map_err(|e| self.containerd_err(reference, e))?;
+            }
+            w.commit(HashMap::new())
+                .await
+                .map_err(|e| self.containerd_err(reference, e))?;
+        }
+        Ok(bytes)
+    }
+
+    /// Makes sure one layer blob is in the content store, downloading it at most once across
+    /// all concurrent pulls.
+    async fn layer(
+        &self,
+        reference: &Reference,
+        desc: &Descriptor,
+        creds: &Credentials,
+        lease: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<(), PullError> {
+        let digest = desc.digest.to_string();
+        // Protect the blob under our lease before waiting: whoever downloads it, it stays.
+        self.backend
+            .leases
+            .add_content(lease, &digest)
+            .await
+            .map_err(|e| self.containerd_err(reference, e))?;
+        let present = self
+            .backend
+            .content
+            .info(&digest)
+            .await
+            .map_err(|e| self.containerd_err(reference, e))?;
+        if present.is_some() {
+            return Ok(());
+        }
+        let job = BlobJob {
+            backend: self.backend.clone(),
+            registry: self.registry.clone(),
+            downloads: self.downloads.clone(),
+            reference: reference.clone(),
+            desc: desc.clone(),
+            creds: creds.clone(),
+            lease: lease.to_string(),
+            labels,
+        };
+        self.blobs.run(digest, move |_cancel| job.run()).await
+    }
+}
+
+/// One blob download into the content store, owned by a spawned task so it outlives any
+/// single waiter.
+struct BlobJob {
+    backend: Backend,
+    registry: Arc<RegistryClient>,
+    downloads: Arc<Semaphore>,
+    reference: Reference,
+    desc: Descriptor,
+    creds: Credentials,
+    lease: String,
+    labels: HashMap<String, String>,
+}
+
+impl BlobJob {
+    async fn run(self) -> Result<(), PullError> {
+        let cerr = |source| PullError::Containerd {
+            reference: self.reference.to_string(),
+            source,
+        };
+        let _permit = self
+            .downloads
+            .acquire()
+            .await
+            .map_err(|_| PullError::ShuttingDown {
+                reference: self.reference.to_string(),
+            })?;
+        let blob = to_blob(&self.desc);
+        let write_ref = format!("remora-{}", blob.digest);
+        let Some(mut writer) = self
+            .backend
+            .content
+            .writer(&self.lease, &write_ref, &blob)
+            .await
+            .map_err(cerr)?
+        else {
+            return Ok(()); // stored meanwhile
+        };
+        // The offset is what containerd already holds: an interrupted earlier write to resume,
+        // or the whole blob when another namespace stored it (containerd shares blob data
+        // across namespaces and only needs the commit to link it into ours).
+        if writer.offset() < self.desc.size {
+            let mut stream = self
+                .registry
+                .fetch_blob(&self.reference, &self.desc, writer.offset(), &self.creds)
+                .await?;
+            while let Some(chunk) = stream.next().await {
+                writer.write(chunk?).await.map_err(cerr)?;
+            }
+        }
+        // containerd verifies the digest and size at commit, including the resumed prefix.
+        writer.commit(self.labels.clone()).await.map_err(cerr)?;
+        Ok(())
+    }
+}
+
+fn to_blob(d: &Descriptor) -> Blob {
+    Blob {
+        media_type: d.media_type.clone(),
+        digest: d.digest.to_string(),
+        size: d.size as i64,
+    }
+}
+
+/// Builds the [`ImageInfo`] of an existing containerd image record by reading its manifest
+/// and config from the content store (start-up resync and `/images/` events).
+pub async fn load_image(
+    content: &dyn Content,
+    record: &ImageRecord,
+    os: &str,
+    architecture: &str,
+) -> Result<ImageInfo, LoadError> {
+    let target = &record.target;
+    let bytes = content.read(&target.digest).await?;
+    let (manifest_size, manifest) = match Manifest::parse(&target.media_type, &bytes)? {
+        Manifest::Image(m) => (target.size as u64, *m),
+        Manifest::Index(idx) => {
+            let chosen = select_platform(&idx, os, architecture, None)?;
+            let bytes = content.read(chosen.digest.as_str()).await?;
+            match Manifest::parse(&chosen.media_type, &bytes)? {
+                Manifest::Image(m) => (chosen.size, *m),
+                Manifest::Index(_) => {
+                    return Err(LoadError::Manifest(ManifestError::UnsupportedMediaType(
+                        chosen.media_type.clone(),
+                    )))
+                }
+            }
+        }
+    };
+    let config_bytes = content.read(manifest.config.digest.as_str()).await?;
+    let config = ImageConfig::parse(&config_bytes)?;
+    let diff_ids: Vec<String> = config
+        .rootfs
+        .diff_ids
+        .iter()
+        .map(|d| d.as_str().to_string())
+        .collect();
+    let chain_id = chain_ids(&diff_ids).pop().unwrap_or_default();
+    Ok(ImageInfo {
+        id: manifest.config.digest.to_string(),
+        repo_tags: Default::default(),
+        repo_digests: Default::default(),
+        size: manifest_size
+            + manifest.config.size
+            + manifest.layers.iter().map(|l| l.size).sum::<u64>(),
+        user: config.config.user.clone().unwrap_or_default(),
+        chain_id,
+        pinned: record.labels.get(LABEL_PINNED).map(String::as_str) == Some("pinned"),
+        config_json: String::from_utf8_lossy(&config_bytes).into_owned(),
+    })
+}
+
+/// Why an existing image record could not be indexed.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    /// Content missing or containerd failed.
+    #[error(transparent)]
+    Containerd(#[from] ContainerdError),
+    /// The stored manifest or config is unusable.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+/// How long the warm path's cached digest lasts by default.
+pub const DEFAULT_DIGEST_TTL: Duration = Duration::from_secs(10);

@@ -1,0 +1,71 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the variables are used by the scripts that source this
+# Shared paths and helpers for the remora test bed scripts (setup.sh,
+# testbed.sh, critest.sh). Sourced, never executed: it only defines things.
+
+# The repository root, whatever directory the caller runs from.
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SCRIPTS_DIR="$REPO_ROOT/scripts"
+
+# Tools built by setup.sh live outside the repo so that `git clean` and fresh
+# CI clones do not throw away ~2 minutes of Go builds.
+TOOLS="${REMORA_TOOLS_DIR:-/var/tmp/remora-tools}"
+TOOLS_BIN="$TOOLS/bin"
+
+# TB_ROOT survives reboots (images, registry blobs, logs); TB_RUN holds
+# sockets, pid files and runtime state that must not outlive the kernel.
+TB_ROOT="${REMORA_TB_ROOT:-/var/lib/remora-testbed}"
+TB_RUN="${REMORA_TB_RUN:-/run/remora-testbed}"
+
+REGISTRY_ADDR=127.0.0.1:5000
+REGISTRY_URL="http://$REGISTRY_ADDR"
+CONTAINERD_SOCK="$TB_RUN/containerd.sock"
+REMORA_SOCK="$TB_RUN/remora.sock"
+
+# Our tools first (the v2.3.4 containerd must find its own shim, not
+# Debian's 1.6 one in /usr/bin); Go and cargo where these machines keep them,
+# in case a non-interactive shell did not put them on PATH.
+# The sbin directories too: runc, iptables and ip live there and a CI shell
+# may not list them.
+PATH="$TOOLS_BIN:$PATH:/usr/local/sbin:/usr/sbin:/sbin:/usr/local/go/bin:${HOME:-/root}/.cargo/bin"
+export PATH
+
+# Everything we print goes to stderr except what callers may parse.
+info() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
+warn() { printf '%s: warning: %s\n' "${0##*/}" "$*" >&2; }
+die() {
+	printf '%s: error: %s\n' "${0##*/}" "$*" >&2
+	exit 1
+}
+
+# run_logged LOGFILE CMD...: runs CMD with all its output in LOGFILE, so that
+# long builds stay quiet; on failure shows the end of the log and fails.
+run_logged() {
+	local log="$1"
+	shift
+	mkdir -p "$(dirname "$log")"
+	if ! "$@" >>"$log" 2>&1; then
+		printf '%s: error: command failed: %s\n--- last 200 lines of %s ---\n' \
+			"${0##*/}" "$*" "$log" >&2
+		tail -n 200 "$log" >&2
+		return 1
+	fi
+}
+
+# proc_running PID: true for a live process; a zombie (dead, not yet reaped
+# by whoever inherited it) does not count.
+proc_running() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	stat=${stat##*) }
+	[[ ${stat:0:1} != Z ]]
+}
+
+# pid_alive PIDFILE: true when the pid file names a running process.
+pid_alive() {
+	local pid
+	[[ -s "$1" ]] || return 1
+	pid=$(<"$1")
+	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
+	proc_running "$pid"
+}

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Runs critest (cri-tools' CRI validation suite) against the test bed's remora,
+# or with --containerd against the test bed containerd's built-in CRI, and
+# prints one line per spec, sorted:
+#   PASS <name> | FAIL <name> | SKIP <name>
+# followed by the totals line `critest: N passed, N failed, N skipped`.
+# <name> is the spec's container texts and leaf text joined by spaces, e.g.
+#   [k8s.io] Image Manager public image with tag should be pulled and removed [Conformance]
+#
+# usage: scripts/critest.sh [--containerd] [--websocket] [--focus REGEX]
+#                           [--check FILE] [-- CRITEST_ARGS...]
+#   --containerd  test the test bed containerd's CRI instead of remora
+#   --websocket   streaming specs over WebSocket instead of SPDY
+#   --focus RE    only specs matching RE (-ginkgo.focus); the others are SKIP
+#   --check FILE  fail unless every spec named in FILE (one a line, # comments)
+#                 passed; without it, failing specs do not fail the script
+#
+# Exit status: 0 when critest ran (and the --check list passed), 1 when the
+# --check list did not pass, 2 when critest could not run or timed out.
+# Raw output: $TB_ROOT/logs/critest-<target>.log, report .json, list .results.
+# The test bed must be up (scripts/testbed.sh up).
+set -euo pipefail
+
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+# The suite takes 10-20 minutes; a hung runtime must not hold CI for longer
+# than this. Ginkgo's own timeout is a little shorter so that it can still
+# write its report (and mark the unfinished specs) before `timeout` kills it.
+RUN_TIMEOUT=40m
+GINKGO_TIMEOUT=38m
+
+target=remora
+websocket=0
+focus=
+check=
+extra=()
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--containerd) target=containerd ;;
+	--websocket) websocket=1 ;;
+	--focus)
+		[[ $# -ge 2 ]] || die "--focus needs a regular expression"
+		focus=$2
+		shift
+		;;
+	--check)
+		[[ $# -ge 2 ]] || die "--check needs a file"
+		check=$2
+		shift
+		;;
+	--)
+		shift
+		extra=("$@")
+		break
+		;;
+	-h | --help)
+		sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*) die "unknown argument: $1 (see --help)" ;;
+	esac
+	shift
+done
+if [[ -n "$check" && ! -r "$check" ]]; then
+	die "cannot read $check"
+fi
+
+sock=$REMORA_SOCK
+[[ $target == containerd ]] && sock=$CONTAINERD_SOCK
+endpoint="unix://$sock"
+logs="$TB_ROOT/logs"
+mkdir -p "$logs"
+log="$logs/critest-$target.log"
+report="$logs/critest-$target.json"
+results="$logs/critest-$target.results"
+
+[[ -x "$TOOLS_BIN/critest" ]] || die "$TOOLS_BIN/critest is missing; run scripts/setup.sh"
+if ! crictl --runtime-endpoint "$endpoint" --image-endpoint "$endpoint" --timeout 5s version >/dev/null 2>&1; then
+	die "$target does not answer on $endpoint; is the test bed up? (scripts/testbed.sh up)"
+fi
+
+args=(
+	"-runtime-endpoint=$endpoint"
+	"-image-endpoint=$endpoint"
+	"-ginkgo.json-report=$report"
+	"-ginkgo.no-color"
+	"-ginkgo.timeout=$GINKGO_TIMEOUT"
+)
+if [[ $websocket == 1 ]]; then
+	args+=(-websocket-exec -websocket-attach -websocket-portforward)
+fi
+if [[ -n "$focus" ]]; then
+	args+=("-ginkgo.focus=$focus")
+fi
+args+=("${extra[@]}")
+
+# shm_ids: ids of the host's SysV shared memory segments.
+shm_ids() { ipcs -m 2>/dev/null | awk '$2 ~ /^[0-9]+$/ {print $2}' | sort; }
+
+info "running critest against $target ($endpoint); output in $log"
+rm -f "$report"
+shm_before=$(shm_ids)
+rc=0
+timeout --kill-after=60s "$RUN_TIMEOUT" "$TOOLS_BIN/critest" "${args[@]}" \
+	</dev/null >"$log" 2>&1 || rc=$?
+# The HostIpc specs create 1 MiB segments on the host (ipcmk) and never
+# remove them; drop the unattached ones this run created.
+for id in $(comm -13 <(echo "$shm_before") <(shm_ids)); do
+	if ipcs -m -i "$id" 2>/dev/null | grep -q 'nattch=0'; then
+		ipcrm -m "$id" 2>/dev/null || true
+	fi
+done
+# rc is non-zero when any spec failed; only a missing report means critest
+# did not run.
+if [[ ! -s "$report" ]]; then
+	tail -n 40 "$log" >&2
+	die "critest produced no report (exit status $rc); see $log"
+fi
+
+# One line per spec. Suite-level nodes (BeforeSuite and the like) only show up
+# when they did not pass, as they can fail a whole run.
+jq -r '
+	.[].SpecReports[]?
+	| (if .LeafNodeType == "It" then "" else "[" + .LeafNodeType + "]" end) as $kind
+	| ([$kind] + (.ContainerHierarchyTexts // []) + [.LeafNodeText // ""]
+	   | map(select(. != "")) | join(" ") | gsub("\\s+"; " ")) as $name
+	| (if .State == "passed" then "PASS"
+	   elif .State == "skipped" or .State == "pending" then "SKIP"
+	   else "FAIL" end) as $result
+	| select($kind == "" or $result == "FAIL")
+	| $result + " " + $name
+' "$report" | LC_ALL=C sort >"$results"
+
+cat "$results"
+passed=$(grep -c '^PASS ' "$results" || true)
+failed=$(grep -c '^FAIL ' "$results" || true)
+skipped=$(grep -c '^SKIP ' "$results" || true)
+echo "critest: $passed passed, $failed failed, $skipped skipped"
+
+if [[ $rc == 124 || $rc == 137 ]] ||
+	jq -e '[.[].SpecialSuiteFailureReasons[]? | select(test("[Tt]imeout"))] | length > 0' "$report" >/dev/null; then
+	warn "critest hit its ${RUN_TIMEOUT} time limit; unfinished specs count as FAIL"
+	exit 2
+fi
+if [[ $((passed + failed)) == 0 && -z "$focus" ]]; then
+	warn "critest ran no spec; see $log"
+	exit 2
+fi
+
+if [[ -n "$check" ]]; then
+	bad=0
+	declare -A got=() listed=()
+	while read -r result name; do
+		got[$name]=$result
+	done <"$results"
+	while IFS= read -r line || [[ -n "$line" ]]; do
+		# Whole-line comments only: spec names may contain '#'.
+		line=${line#"${line%%[![:space:]]*}"}
+		line=${line%"${line##*[![:space:]]}"}
+		[[ -z "$line" || $line == \#* ]] && continue
+		if [[ -z "${got[$line]+x}" ]]; then
+			echo "check: not in this run: $line" >&2
+			bad=$((bad + 1))
+		elif [[ ${got[$line]} != PASS ]]; then
+			echo "check: ${got[$line]}: $line" >&2
+			bad=$((bad + 1))
+		fi
+		listed[$line]=1
+	done <"$check"
+	# Passing specs not listed yet: candidates for the ratchet file.
+	for name in "${!got[@]}"; do
+		if [[ ${got[$name]} == PASS && -z "${listed[$name]+x}" ]]; then
+			echo "check: passes but not listed in $check: $name" >&2
+		fi
+	done
+	# The closing line counts the ratchet's specs (the suite's own totals are above).
+	echo "ratchet: $((${#listed[@]} - bad)) passed, $bad failed"
+	if [[ $bad -gt 0 ]]; then
+		echo "check: $bad spec(s) listed in $check did not pass" >&2
+		exit 1
+	fi
+	echo "check: every spec listed in $check passed" >&2
+fi
+exit 0

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# Installs what the remora test bed needs: Debian packages, containerd and
+# cri-tools built from the Go module proxy, and the Debian packages whose
+# binaries go into the locally built test images. Idempotent: a second run only
+# checks versions and returns in about a second.
+#
+# Environment: REMORA_TOOLS_DIR (default /var/tmp/remora-tools).
+set -euo pipefail
+
+# ---- pinned versions (bump here, nowhere else) ------------------------------
+CONTAINERD_VERSION=v2.3.4 # github.com/containerd/containerd/v2
+CRI_TOOLS_VERSION=v1.36.0 # sigs.k8s.io/cri-tools (crictl, critest)
+RUST_VERSION=1.95.0       # must match rust-toolchain.toml; only checked
+GO_MIN_VERSION=1.26.3     # containerd v2.3.4's go.mod asks for this
+# Debian bookworm packages unpacked (not installed) into test images. Debian
+# replaces security-updated versions in its archive, so a pinned version that
+# has vanished falls back to the current candidate with a warning.
+DEB_BUSYBOX_VERSION=1:1.35.0-4+deb12u1+b1 # dynamic busybox for e2e images
+DEB_NGINX_VERSION=1.22.1-9+deb12u11       # nginx for the web server images
+# Debian packages installed on the host (bookworm's versions).
+APT_PACKAGES=(
+	containerd runc containernetworking-plugins docker-registry busybox-static
+	protobuf-compiler iproute2 iptables jq curl python3 libc6-dev gcc
+	procps util-linux ca-certificates
+)
+# ------------------------------------------------------------------------------
+
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+LOGS="$TOOLS/logs"
+STAMPS="$TOOLS/stamps"
+mkdir -p "$TOOLS_BIN" "$LOGS" "$STAMPS"
+
+export DEBIAN_FRONTEND=noninteractive
+APT_UPDATED=0
+apt_update_once() {
+	if [[ $APT_UPDATED == 0 ]]; then
+		info "apt-get update"
+		run_logged "$LOGS/apt.log" apt-get update -q
+		APT_UPDATED=1
+	fi
+}
+
+install_apt_packages() {
+	local missing=() p
+	for p in "${APT_PACKAGES[@]}"; do
+		if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+			missing+=("$p")
+		fi
+	done
+	[[ ${#missing[@]} == 0 ]] && return 0
+	apt_update_once
+	info "apt-get install ${missing[*]}"
+	run_logged "$LOGS/apt.log" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+}
+
+# version_ge A B: true when dotted version A >= B.
+version_ge() {
+	[[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" == "$2" ]]
+}
+
+check_go() {
+	command -v go >/dev/null || die "Go >= $GO_MIN_VERSION is needed (not found on PATH or in /usr/local/go/bin)"
+	local v
+	v=$(go env GOVERSION)
+	v=${v#go}
+	# An older Go would try to download a newer toolchain; say so plainly.
+	version_ge "$v" "$GO_MIN_VERSION" || warn "Go $v is older than $GO_MIN_VERSION; relying on GOTOOLCHAIN to fetch a newer one"
+}
+
+build_containerd() {
+	local want=${CONTAINERD_VERSION#v}
+	# `go install` leaves the version as "2.3.4+unknown"; match the number only.
+	if [[ -x "$TOOLS_BIN/containerd-shim-runc-v2" && -x "$TOOLS_BIN/ctr" ]] &&
+		"$TOOLS_BIN/containerd" --version 2>/dev/null | grep -qE " v?${want//./\\.}([+ ]|$)"; then
+		return 0
+	fi
+	check_go
+	info "building containerd $CONTAINERD_VERSION (about 70 s; log: $LOGS/containerd-build.log)"
+	local m=github.com/containerd/containerd/v2/cmd
+	# no_btrfs: the btrfs snapshotter needs btrfs headers we do not install.
+	run_logged "$LOGS/containerd-build.log" \
+		env GOBIN="$TOOLS_BIN" go install -tags no_btrfs \
+		"$m/containerd@$CONTAINERD_VERSION" \
+		"$m/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
+		"$m/ctr@$CONTAINERD_VERSION"
+	"$TOOLS_BIN/containerd" --version >&2
+}
+
+build_cri_tools() {
+	local stamp="$STAMPS/cri-tools"
+	if [[ -x "$TOOLS_BIN/crictl" && -x "$TOOLS_BIN/critest" && -f "$stamp" &&
+		"$(<"$stamp")" == "$CRI_TOOLS_VERSION" ]]; then
+		return 0
+	fi
+	check_go
+	local log="$LOGS/cri-tools-build.log" ldflags
+	ldflags="-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION"
+	info "building crictl and critest $CRI_TOOLS_VERSION (log: $log)"
+	rm -f "$stamp"
+	run_logged "$log" \
+		env GOBIN="$TOOLS_BIN" go install -ldflags "$ldflags" "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION"
+	# critest is a Ginkgo test binary: `go test -c` from a throwaway module
+	# that requires cri-tools, because `go install pkg@version` cannot do it.
+	local src="$TOOLS/src/critest-build"
+	rm -rf "$src"
+	mkdir -p "$src"
+	(
+		cd "$src"
+		run_logged "$log" go mod init remora.invalid/critest-build
+		run_logged "$log" go get -t "sigs.k8s.io/cri-tools/cmd/critest@$CRI_TOOLS_VERSION"
+		run_logged "$log" go test -c -ldflags "$ldflags" -o "$TOOLS_BIN/critest" sigs.k8s.io/cri-tools/cmd/critest
+	)
+	echo "$CRI_TOOLS_VERSION" >"$stamp"
+}
+
+# deb_available PACKAGE VERSION: true when apt can fetch that exact version
+# (`apt-cache show pkg=ver` exits 0 even when the version is unknown).
+deb_available() {
+	apt-cache madison "$1" 2>/dev/null | awk -F' [|] ' '{print $2}' | grep -qxF -- "$2"
+}
+
+# fetch_deb PACKAGE VERSION: unpacks the .deb into $TOOLS/debs/PACKAGE (files
+# only, nothing installed on the host) for scripts/images/build_push.py.
+fetch_deb() {
+	local pkg=$1 ver=$2 dest="$TOOLS/debs/$1"
+	if [[ -f "$dest/.version" && "$(<"$dest/.version")" == "$ver" ]]; then
+		return 0
+	fi
+	if [[ -f "$dest/.version" && -f "$dest/.pinned" && "$(<"$dest/.pinned")" == "$ver" ]]; then
+		return 0 # pinned version was unavailable last time; keep the fallback
+	fi
+	if ! deb_available "$pkg" "$ver"; then
+		apt_update_once
+	fi
+	local got=$ver
+	if ! deb_available "$pkg" "$ver"; then
+		got=$(apt-cache policy "$pkg" | awk '/Candidate:/ {print $2}')
+		[[ -n "$got" && "$got" != "(none)" ]] || die "Debian package $pkg is not available"
+		warn "$pkg $ver is no longer in the Debian archive; using $got"
+	fi
+	info "unpacking Debian $pkg $got into $dest"
+	local tmp
+	tmp=$(mktemp -d)
+	# apt drops privileges to _apt for downloads; let it write there.
+	chmod 0777 "$tmp"
+	(cd "$tmp" && run_logged "$LOGS/apt.log" apt-get download "$pkg=$got")
+	rm -rf "$dest"
+	mkdir -p "$dest"
+	dpkg-deb -x "$tmp"/*.deb "$dest"
+	rm -rf "$tmp"
+	echo "$got" >"$dest/.version"
+	echo "$ver" >"$dest/.pinned"
+}
+
+check_rust() {
+	command -v cargo >/dev/null || die "cargo not found (rustup is expected on these machines)"
+	local out
+	# From the repo root so that rust-toolchain.toml picks the toolchain.
+	out=$(cd "$REPO_ROOT" && cargo --version) || die "cargo --version failed in $REPO_ROOT"
+	info "$out"
+	[[ "$out" == "cargo $RUST_VERSION "* ]] || warn "expected cargo $RUST_VERSION"
+}
+
+main() {
+	install_apt_packages
+	build_containerd
+	build_cri_tools
+	fetch_deb busybox "$DEB_BUSYBOX_VERSION"
+	fetch_deb nginx "$DEB_NGINX_VERSION"
+	check_rust
+	info "tools ready in $TOOLS_BIN (containerd $CONTAINERD_VERSION, cri-tools $CRI_TOOLS_VERSION)"
+}
+
+main "$@"

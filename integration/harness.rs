@@ -311,3 +311,285 @@ impl Bed {
         }
     }
 }
+
+/// The shared test bed (`scripts/testbed.sh up`): its containerd socket.
+pub const TESTBED_CONTAINERD: &str = "/run/remora-testbed/containerd.sock";
+/// The test bed's hosts.toml directory (public names → local registry).
+pub const TESTBED_CERTS: &str = "/var/lib/remora-testbed/certs.d";
+/// The test bed registry.
+pub const TESTBED_REGISTRY: &str = "127.0.0.1:5000";
+/// The registry's access log.
+pub const TESTBED_REGISTRY_LOG: &str = "/var/lib/remora-testbed/logs/registry.log";
+
+/// A unique-enough suffix for names made by one test.
+pub fn unique(prefix: &str) -> String {
+    static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{}-{nanos:x}-{seq}", std::process::id())
+}
+
+/// A remora of its own (own socket, own containerd namespace) on the shared test bed's
+/// containerd and registry. Its namespace is emptied and removed on drop.
+pub struct BedRemora {
+    /// remora.
+    pub remora: Remora,
+    /// Its containerd namespace.
+    pub namespace: String,
+    /// Scratch dir (socket, config, log); held so it lives as long as remora.
+    _dir: tempfile::TempDir,
+}
+
+impl BedRemora {
+    /// Starts remora on the test bed, pulling through the test bed's hosts.toml mirrors.
+    pub fn start() -> Self {
+        Self::start_with_certs(Path::new(TESTBED_CERTS))
+    }
+
+    /// Starts remora on the test bed with `certs` as its hosts.toml directory.
+    pub fn start_with_certs(certs: &Path) -> Self {
+        assert!(
+            Path::new(TESTBED_CONTAINERD).exists(),
+            "the test bed is not up: run scripts/testbed.sh up"
+        );
+        let dir = scratch();
+        let namespace = unique("it");
+        let socket = dir.path().join("remora.sock");
+        let config = format!(
+            r#"[server]
+socket = "{}"
+[log]
+level = "debug"
+[containerd]
+address = "{TESTBED_CONTAINERD}"
+namespace = "{namespace}"
+[images]
+config_path = "{}"
+[cni]
+conf_dir = "{}"
+bin_dirs = ["/usr/lib/cni"]
+"#,
+            socket.display(),
+            certs.display(),
+            dir.path().join("net.d").display(),
+        );
+        let remora = Remora::start(dir.path(), &config, &socket);
+        BedRemora {
+            remora,
+            namespace,
+            _dir: dir,
+        }
+    }
+
+    /// Runs `ctr` in this remora's namespace; returns stdout (panics on failure).
+    pub fn ctr(&self, args: &[&str]) -> String {
+        let out = Command::new(tool("ctr"))
+            .args(["--address", TESTBED_CONTAINERD, "-n", &self.namespace])
+            .args(args)
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Lines of `ctr <args> -q` (ids only).
+    pub fn ctr_ids(&self, args: &[&str]) -> Vec<String> {
+        self.ctr(args)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect()
+    }
+}
+
+impl Drop for BedRemora {
+    fn drop(&mut self) {
+        let ctr = |args: &[&str]| {
+            Command::new(tool("ctr"))
+                .args(["--address", TESTBED_CONTAINERD, "-n", &self.namespace])
+                .args(args)
+                .output()
+        };
+        if let Ok(out) = ctr(&["images", "ls", "-q"]) {
+            for name in String::from_utf8_lossy(&out.stdout).lines() {
+                let _ = ctr(&["images", "rm", "--sync", name]);
+            }
+        }
+        let _ = Command::new(tool("ctr"))
+            .args([
+                "--address",
+                TESTBED_CONTAINERD,
+                "namespaces",
+                "rm",
+                &self.namespace,
+            ])
+            .output();
+    }
+}
+
+/// An image pushed to the test bed registry by a test: unique content, so nothing of it is
+/// in containerd before the test pulls it.
+pub struct PushedImage {
+    /// Public-style reference (`registry.k8s.io/<repo>:<tag>`), served via hosts.toml.
+    pub reference: String,
+    /// Repository path in the registry.
+    pub repository: String,
+    /// Layer blob digests.
+    pub layers: Vec<String>,
+    /// Config blob digest (the image id).
+    pub config: String,
+    /// Manifest digest.
+    pub manifest: String,
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(data))
+}
+
+/// Pushes an image with `layers` uncompressed tar layers of `layer_bytes` random-ish bytes
+/// each to the test bed registry under a unique repository.
+pub async fn push_image(layers: usize, layer_bytes: usize) -> PushedImage {
+    let repository = format!("remora-it/{}", unique("img"));
+    let http = reqwest::Client::new();
+    let base = format!("http://{TESTBED_REGISTRY}/v2/{repository}");
+    let seed = unique("seed");
+    let mut layer_descs = Vec::new();
+    let mut diff_ids = Vec::new();
+    for i in 0..layers {
+        // Deterministic per (seed, i), different from every other test image.
+        let mut content = Vec::with_capacity(layer_bytes);
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (i as u64) ^ seed.len() as u64;
+        for b in seed.bytes() {
+            x = x.wrapping_mul(31).wrapping_add(u64::from(b));
+        }
+        while content.len() < layer_bytes {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            content.extend_from_slice(&x.to_le_bytes());
+        }
+        content.truncate(layer_bytes);
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        header.set_cksum();
+        builder
+            .append_data(
+                &mut header,
+                format!("data/layer{i}.bin"),
+                content.as_slice(),
+            )
+            .expect("tar layer");
+        let blob = builder.into_inner().expect("finish tar");
+        let digest = format!("sha256:{}", sha256_hex(&blob));
+        upload_blob(&http, &base, &digest, blob.clone()).await;
+        diff_ids.push(digest.clone());
+        layer_descs.push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.layer.v1.tar",
+            "digest": digest,
+            "size": blob.len(),
+        }));
+    }
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"User": "1234:5678", "Cmd": ["/bin/true"], "Labels": {"seed": seed}},
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    })
+    .to_string()
+    .into_bytes();
+    let config_digest = format!("sha256:{}", sha256_hex(&config));
+    upload_blob(&http, &base, &config_digest, config.clone()).await;
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": config.len(),
+        },
+        "layers": layer_descs,
+    })
+    .to_string()
+    .into_bytes();
+    let manifest_digest = format!("sha256:{}", sha256_hex(&manifest));
+    let resp = http
+        .put(format!("{base}/manifests/v1"))
+        .header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+        .body(manifest)
+        .send()
+        .await
+        .expect("put manifest");
+    assert!(
+        resp.status().is_success(),
+        "put manifest: {}",
+        resp.status()
+    );
+    PushedImage {
+        reference: format!("registry.k8s.io/{repository}:v1"),
+        repository,
+        layers: layer_descs
+            .iter()
+            .map(|d| d["digest"].as_str().unwrap_or_default().to_string())
+            .collect(),
+        config: config_digest,
+        manifest: manifest_digest,
+    }
+}
+
+async fn upload_blob(http: &reqwest::Client, base: &str, digest: &str, data: Vec<u8>) {
+    let resp = http
+        .post(format!("{base}/blobs/uploads/"))
+        .send()
+        .await
+        .expect("start upload");
+    assert_eq!(resp.status().as_u16(), 202, "start upload");
+    let location = resp
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .expect("upload location")
+        .to_string();
+    let url = if location.starts_with("http") {
+        location
+    } else {
+        format!("http://{TESTBED_REGISTRY}{location}")
+    };
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let resp = http
+        .put(format!("{url}{sep}digest={digest}"))
+        .header("Content-Type", "application/octet-stream")
+        .body(data)
+        .send()
+        .await
+        .expect("finish upload");
+    assert!(
+        resp.status().is_success(),
+        "upload {digest}: {}",
+        resp.status()
+    );
+}
+
+/// Counts the registry's successful GETs of `path_part` (e.g. `/v2/<repo>/blobs/<digest>`)
+/// made by remora.
+pub fn registry_gets(path_part: &str) -> usize {
+    let log = std::fs::read_to_string(TESTBED_REGISTRY_LOG).unwrap_or_default();
+    log.lines()
+        .filter(|l| {
+            // Access-log lines: `... "GET <uri> HTTP/1.1" <status> ...`.
+            l.contains(&format!("\"GET {path_part}"))
+                && (l.contains("\" 200 ") || l.contains("\" 206 "))
+        })
+        .count()
+}

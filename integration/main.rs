@@ -7,4 +7,5 @@ mod harness;
 
 mod crictl;
 mod daemon;
+mod images;
 mod runtime_info;

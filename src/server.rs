@@ -227,19 +227,14 @@ fn spawn_event_monitor(
         },
     ));
     let resync_log = log.clone();
+    let resync_queue = queue.clone();
     let resync: Resync = Arc::new(move || {
         let handler = handler.clone();
+        let queue = resync_queue.clone();
         let log = resync_log.clone();
         Box::pin(async move {
-            match handler.resync().await {
-                Ok(skipped) => {
-                    for (name, why) in skipped {
-                        warn!(log, "image record not indexed"; "image" => name, "error" => why);
-                    }
-                }
-                Err(e) => {
-                    warn!(log, "image resync failed; it is retried when the event stream reconnects"; "error" => %e)
-                }
+            if let Err(e) = handler.resync(&queue).await {
+                warn!(log, "image resync failed; it is retried when the event stream reconnects"; "error" => %e);
             }
         })
     });

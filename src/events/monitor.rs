@@ -153,20 +153,23 @@ impl ImageEvents {
         }
     }
 
-    /// Rebuilds the whole index from containerd; records that cannot be read are skipped and
-    /// returned with the reason.
-    pub async fn resync(&self) -> Result<Vec<(String, String)>, ContainerdError> {
-        let records = self.images.list().await?;
-        let mut refs = Vec::with_capacity(records.len());
-        let mut skipped = Vec::new();
-        for record in records {
-            match load_image(self.content.as_ref(), &record, &self.os, &self.architecture).await {
-                Ok(info) => refs.push((record.name, info)),
-                Err(e) => skipped.push((record.name, e.to_string())),
-            }
+    /// Re-checks every image record containerd has and every reference the index holds, by
+    /// queueing a refresh for each name on the same per-name queue as events. Each refresh
+    /// reads containerd's record at handling time, so a resync racing with a pull or with
+    /// events can neither drop a reference that exists nor keep one that is gone.
+    pub async fn resync(&self, queue: &OrderedQueue<Event>) -> Result<usize, ContainerdError> {
+        let mut names: std::collections::BTreeSet<String> = self
+            .images
+            .list()
+            .await?
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        names.extend(self.index.all_refs());
+        for name in &names {
+            queue.push(name, Event::ImageUpdate { name: name.clone() });
         }
-        self.index.replace_all(refs);
-        Ok(skipped)
+        Ok(names.len())
     }
 }
 

@@ -2,7 +2,7 @@
 //! (containerd image record name) → image id.
 //!
 //! containerd is the source of truth: this index is rebuilt from containerd's image records at
-//! start, and kept in sync by pulls, removals and `/images/` events. An image is one config
+//! start (a refresh of every record), and kept in sync by pulls, removals and `/images/` events. An image is one config
 //! digest (its id) with any number of references: `name:tag` records become repo tags,
 //! `name@sha256:…` records repo digests. The same image under two registry names is one entry
 //! with two tags, and removing it by id drops every reference.
@@ -150,22 +150,17 @@ impl ImageIndex {
         refs
     }
 
+    /// Every reference the index holds.
+    pub fn all_refs(&self) -> Vec<String> {
+        self.read().refs.keys().cloned().collect()
+    }
+
     /// All images, sorted by id.
     pub fn list(&self) -> Vec<ImageInfo> {
         let inner = self.read();
         let mut all: Vec<ImageInfo> = inner.images.values().cloned().collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
-    }
-
-    /// Replaces the whole index (after a full resync from containerd).
-    pub fn replace_all(&self, refs: Vec<(String, ImageInfo)>) {
-        let fresh = ImageIndex::new();
-        for (r, info) in refs {
-            fresh.add_ref(&r, info);
-        }
-        let fresh = std::mem::take(&mut *fresh.write());
-        *self.write() = fresh;
     }
 }
 
@@ -251,14 +246,5 @@ mod tests {
         assert_eq!(i.user_ids(), (None, "nobody".into()));
         i.user = String::new();
         assert_eq!(i.user_ids(), (None, String::new()));
-    }
-
-    #[test]
-    fn replace_all_resets() {
-        let idx = ImageIndex::new();
-        idx.add_ref("x:1", img(A));
-        idx.replace_all(vec![("y:1".into(), img(B))]);
-        assert!(idx.get("x:1").is_none());
-        assert_eq!(idx.get("y:1").unwrap().id, B);
     }
 }

@@ -1,0 +1,310 @@
+//! The image service against the test bed: real containerd, real registry (via hosts.toml),
+//! images built by the project.
+
+use std::time::Duration;
+
+use k8s_cri::v1;
+use tonic::Code;
+
+use crate::harness::{push_image, registry_gets, wait_until, BedRemora};
+
+fn spec(image: &str) -> Option<v1::ImageSpec> {
+    Some(v1::ImageSpec {
+        image: image.to_string(),
+        ..Default::default()
+    })
+}
+
+async fn pull(bed: &BedRemora, image: &str) -> Result<String, tonic::Status> {
+    bed.remora
+        .images()
+        .pull_image(v1::PullImageRequest {
+            image: spec(image),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner().image_ref)
+}
+
+async fn status(bed: &BedRemora, image: &str) -> Option<v1::Image> {
+    bed.remora
+        .images()
+        .image_status(v1::ImageStatusRequest {
+            image: spec(image),
+            verbose: false,
+        })
+        .await
+        .expect("ImageStatus")
+        .into_inner()
+        .image
+}
+
+async fn remove(bed: &BedRemora, image: &str) {
+    bed.remora
+        .images()
+        .remove_image(v1::RemoveImageRequest { image: spec(image) })
+        .await
+        .expect("RemoveImage");
+}
+
+async fn list(bed: &BedRemora) -> Vec<v1::Image> {
+    bed.remora
+        .images()
+        .list_images(v1::ListImagesRequest::default())
+        .await
+        .expect("ListImages")
+        .into_inner()
+        .images
+}
+
+#[tokio::test]
+async fn pull_list_status_remove_round_trip() {
+    let bed = BedRemora::start();
+    let id = pull(&bed, "busybox").await.expect("pull busybox");
+    assert!(
+        id.starts_with("sha256:") && id.len() == 71,
+        "image ref is the id: {id}"
+    );
+
+    let img = status(&bed, "busybox").await.expect("present after pull");
+    assert_eq!(img.id, id);
+    assert_eq!(img.repo_tags, vec!["docker.io/library/busybox:latest"]);
+    assert_eq!(img.repo_digests.len(), 1);
+    assert!(img.repo_digests[0].starts_with("docker.io/library/busybox@sha256:"));
+    assert!(img.size > 0);
+    // Every reference form finds it: full name, id, bare hex, id prefix, digest reference.
+    for key in [
+        "docker.io/library/busybox:latest".to_string(),
+        id.clone(),
+        id[7..].to_string(),
+        id[7..19].to_string(),
+        img.repo_digests[0].clone(),
+    ] {
+        assert_eq!(
+            status(&bed, &key).await.map(|i| i.id),
+            Some(id.clone()),
+            "{key}"
+        );
+    }
+    let listed = list(&bed).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id, id);
+
+    let verbose = bed
+        .remora
+        .images()
+        .image_status(v1::ImageStatusRequest {
+            image: spec("busybox"),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&verbose.info["info"]).unwrap();
+    assert_eq!(info["imageSpec"]["os"], "linux");
+
+    // The image is really in containerd: record, content, unpacked snapshot.
+    let records = bed.ctr_ids(&["images", "ls", "-q"]);
+    assert!(
+        records.contains(&"docker.io/library/busybox:latest".to_string()),
+        "{records:?}"
+    );
+    assert!(!bed.ctr_ids(&["snapshots", "ls"]).is_empty());
+    assert!(
+        bed.ctr_ids(&["leases", "ls", "-q"]).is_empty(),
+        "pull leases are released"
+    );
+
+    remove(&bed, "busybox").await;
+    assert!(
+        status(&bed, "busybox").await.is_none(),
+        "absent is None, not an error"
+    );
+    assert!(list(&bed).await.is_empty());
+    assert!(
+        bed.ctr_ids(&["images", "ls", "-q"]).is_empty(),
+        "every record removed"
+    );
+    // Idempotent.
+    remove(&bed, "busybox").await;
+    remove(&bed, &id).await;
+}
+
+#[tokio::test]
+async fn user_of_the_image_config_is_reported() {
+    let bed = BedRemora::start();
+    let pushed = push_image(1, 1000).await;
+    pull(&bed, &pushed.reference).await.expect("pull");
+    let img = status(&bed, &pushed.reference).await.expect("present");
+    assert_eq!(img.id, pushed.config);
+    assert_eq!(
+        img.uid.map(|u| u.value),
+        Some(1234),
+        "uid from User 1234:5678"
+    );
+    assert!(img.username.is_empty());
+}
+
+#[tokio::test]
+async fn one_image_under_two_registry_names_is_one_image_with_two_tags() {
+    let bed = BedRemora::start();
+    let a = pull(&bed, "registry.k8s.io/pause:3.9").await.expect("pull");
+    let b = pull(&bed, "k8s.gcr.io/pause:3.9").await.expect("pull");
+    assert_eq!(a, b);
+    let img = status(&bed, &a).await.expect("present");
+    assert_eq!(
+        img.repo_tags,
+        vec!["k8s.gcr.io/pause:3.9", "registry.k8s.io/pause:3.9"]
+    );
+    // The sandbox image pause:3.10 is a different image.
+    let c = pull(&bed, "registry.k8s.io/pause:3.10")
+        .await
+        .expect("pull");
+    assert_ne!(a, c);
+    remove(&bed, &a).await;
+    assert!(status(&bed, "registry.k8s.io/pause:3.9").await.is_none());
+    assert!(status(&bed, "k8s.gcr.io/pause:3.9").await.is_none());
+    assert!(status(&bed, "registry.k8s.io/pause:3.10").await.is_some());
+}
+
+#[tokio::test]
+async fn pull_by_digest_reference() {
+    let bed = BedRemora::start();
+    let pushed = push_image(2, 2000).await;
+    let by_digest = format!("registry.k8s.io/{}@{}", pushed.repository, pushed.manifest);
+    let id = pull(&bed, &by_digest).await.expect("pull by digest");
+    assert_eq!(id, pushed.config);
+    let img = status(&bed, &by_digest).await.expect("present");
+    assert!(
+        img.repo_tags.is_empty(),
+        "a digest pull adds no tag: {:?}",
+        img.repo_tags
+    );
+    assert_eq!(img.repo_digests, vec![by_digest]);
+}
+
+#[tokio::test]
+async fn concurrent_pulls_of_one_image_fetch_each_blob_once() {
+    let bed = BedRemora::start();
+    let pushed = push_image(3, 256 * 1024).await;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let mut images = bed.remora.images();
+        let reference = pushed.reference.clone();
+        tasks.push(tokio::spawn(async move {
+            images
+                .pull_image(v1::PullImageRequest {
+                    image: spec(&reference),
+                    ..Default::default()
+                })
+                .await
+                .map(|r| r.into_inner().image_ref)
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap().expect("pull"), pushed.config);
+    }
+    for layer in &pushed.layers {
+        let path = format!("/v2/{}/blobs/{layer}", pushed.repository);
+        assert_eq!(registry_gets(&path), 1, "one GET of {layer}");
+    }
+    let manifest_gets = registry_gets(&format!("/v2/{}/manifests/", pushed.repository));
+    assert!(manifest_gets <= 1, "{manifest_gets} manifest GETs");
+}
+
+/// A hosts.toml directory of a test's own: each (host, server) pair gets `server = …`.
+fn certs_dir(hosts: &[(&str, &str)]) -> tempfile::TempDir {
+    let certs = crate::harness::scratch();
+    for (host, server) in hosts {
+        let dir = certs.path().join(host);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("hosts.toml"), format!("server = \"{server}\"\n")).unwrap();
+    }
+    certs
+}
+
+#[tokio::test]
+async fn bad_references_are_invalid_argument_and_missing_images_not_found() {
+    let certs = certs_dir(&[("local.remora.test", "http://127.0.0.1:5000")]);
+    let bed = BedRemora::start_with_certs(certs.path());
+    for bad in ["", "Busybox", "busybox:", "a//b", "busybox@sha256:123"] {
+        let err = pull(&bed, bad).await.expect_err(bad);
+        assert_eq!(err.code(), Code::InvalidArgument, "{bad:?}: {err:?}");
+    }
+    let missing = "local.remora.test/remora-it/does-not-exist:1";
+    let err = pull(&bed, missing).await.expect_err("missing image");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert!(err.message().contains(missing), "{}", err.message());
+    // Nothing was left behind in containerd.
+    assert!(bed.ctr_ids(&["leases", "ls", "-q"]).is_empty());
+    assert!(bed.ctr_ids(&["images", "ls", "-q"]).is_empty());
+    assert!(bed.ctr_ids(&["content", "ls", "-q"]).is_empty());
+}
+
+#[tokio::test]
+async fn unreachable_registry_is_unavailable_and_leaves_nothing() {
+    // A registry whose only endpoint refuses connections.
+    let certs = certs_dir(&[("unreachable.remora.test", "http://127.0.0.1:9")]);
+    let bed = BedRemora::start_with_certs(certs.path());
+    let err = pull(&bed, "unreachable.remora.test/x/y:1")
+        .await
+        .expect_err("unreachable");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("127.0.0.1:9"),
+        "names the host: {}",
+        err.message()
+    );
+    assert!(bed.ctr_ids(&["leases", "ls", "-q"]).is_empty());
+    assert!(bed.ctr_ids(&["content", "ls", "-q"]).is_empty());
+}
+
+#[tokio::test]
+async fn images_tagged_or_removed_by_another_client_follow_in_the_index() {
+    let bed = BedRemora::start();
+    let id = pull(&bed, "busybox").await.expect("pull");
+    bed.ctr(&[
+        "images",
+        "tag",
+        "docker.io/library/busybox:latest",
+        "example.com/other:tag",
+    ]);
+    wait_until(
+        "the tag made by ctr to appear",
+        Duration::from_secs(10),
+        || async { status(&bed, "example.com/other:tag").await.map(|i| i.id) == Some(id.clone()) },
+    )
+    .await;
+    bed.ctr(&["images", "rm", "example.com/other:tag"]);
+    wait_until(
+        "the tag removed by ctr to disappear",
+        Duration::from_secs(10),
+        || async { status(&bed, "example.com/other:tag").await.is_none() },
+    )
+    .await;
+    assert!(
+        status(&bed, "busybox").await.is_some(),
+        "the other tag stays"
+    );
+}
+
+#[tokio::test]
+async fn image_fs_info_reports_the_snapshotter() {
+    let bed = BedRemora::start();
+    pull(&bed, "busybox").await.expect("pull");
+    let info = bed
+        .remora
+        .images()
+        .image_fs_info(v1::ImageFsInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let fs = &info.image_filesystems[0];
+    let mountpoint = fs.fs_id.as_ref().unwrap().mountpoint.clone();
+    assert!(
+        mountpoint.ends_with("io.containerd.snapshotter.v1.overlayfs"),
+        "{mountpoint}"
+    );
+    assert!(fs.used_bytes.as_ref().unwrap().value > 0);
+    assert!(fs.inodes_used.as_ref().unwrap().value > 0);
+}

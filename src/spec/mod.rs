@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{
-    LinuxBuilder, LinuxResourcesBuilder, ProcessBuilder, RootBuilder, Spec, SpecBuilder,
+    LinuxBuilder, LinuxResourcesBuilder, Process, ProcessBuilder, RootBuilder, Spec, SpecBuilder,
 };
 use oci_spec::OciSpecError;
 use thiserror::Error;
@@ -344,6 +344,19 @@ fn working_dir(config_dir: &str, image_dir: &str) -> PathBuf {
     })
 }
 
+/// Builds the process and undoes oci-spec's defaults for fields we leave unset.
+///
+/// oci-spec's builders fill unset fields from the struct's `Default`, which for `Process` is
+/// youki's interactive shell: `no_new_privileges: true` and an `RLIMIT_NOFILE` of 1024. CRI
+/// containers get neither unless asked (containerd drops the default rlimits so processes
+/// inherit the shim's), so both are set explicitly here.
+fn finish_process(builder: ProcessBuilder, no_new_privs: bool) -> Result<Process, SpecError> {
+    let mut process = builder.build()?;
+    process.set_no_new_privileges(no_new_privs.then_some(true));
+    process.set_rlimits(None);
+    Ok(process)
+}
+
 /// The OCI spec of a container.
 pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, SpecError> {
     let cfg = inputs.config;
@@ -378,9 +391,6 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
         .env(env)
         .cwd(working_dir(&cfg.working_dir, &inputs.image.working_dir))
         .capabilities(security::linux_capabilities(&caps)?);
-    if sec.no_new_privs {
-        process = process.no_new_privileges(true);
-    }
     if let Some(profile) =
         security::apparmor_profile(sec.apparmor.as_ref(), sec.privileged, host.apparmor_enabled)?
     {
@@ -443,8 +453,7 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
         linux = linux.rootfs_propagation(prop);
     }
 
-    // No `hostname`: the container joins the pod's UTS namespace, which already has it.
-    let spec = SpecBuilder::default()
+    let mut spec = SpecBuilder::default()
         .version(oci_spec::runtime::VERSION)
         .root(
             RootBuilder::default()
@@ -452,11 +461,13 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
                 .readonly(sec.readonly_rootfs)
                 .build()?,
         )
-        .process(process.build()?)
+        .process(finish_process(process, sec.no_new_privs)?)
         .mounts(plan.mounts)
         .linux(linux.build()?)
         .annotations(container_annotations(cfg, &inputs.sandbox.id, pod))
         .build()?;
+    // No hostname: the container joins the pod's UTS namespace, which already has it.
+    spec.set_hostname(None);
     Ok(ContainerSpec {
         spec,
         host_dirs_to_create: plan.host_dirs_to_create,
@@ -509,9 +520,6 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
             SANDBOX_OOM_SCORE_ADJ,
             host.min_oom_score_adj,
         )?);
-    if sec.no_new_privs {
-        process = process.no_new_privileges(true);
-    }
     // Only an explicit request: containerd never confines pause with a default profile.
     if sec.apparmor.is_some() {
         if let Some(p) = security::apparmor_profile(
@@ -567,10 +575,10 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
         linux = linux.cgroups_path(path);
     }
 
-    let mut spec = SpecBuilder::default()
+    let spec = SpecBuilder::default()
         .version(oci_spec::runtime::VERSION)
         .root(RootBuilder::default().path(ROOTFS).readonly(true).build()?)
-        .process(process.build()?)
+        .process(finish_process(process, sec.no_new_privs)?)
         .mounts(mounts::sandbox_mounts(
             inputs.files,
             sec.namespaces.ipc == NamespaceMode::Node,
@@ -580,8 +588,10 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
         .annotations(sandbox_annotations(inputs.id, cfg, inputs.image_name));
     // A host-network pod keeps the node's UTS namespace; setting a hostname there would
     // rename the node (runc refuses anyway).
-    if !host_network && !cfg.hostname.is_empty() {
-        spec = spec.hostname(cfg.hostname.clone());
-    }
-    Ok(spec.build()?)
+    let mut spec = spec.build()?;
+    spec.set_hostname((!host_network && !cfg.hostname.is_empty()).then(|| cfg.hostname.clone()));
+    Ok(spec)
 }
+
+#[cfg(test)]
+mod tests;

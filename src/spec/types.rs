@@ -20,7 +20,7 @@ pub enum NamespaceMode {
     Container,
     /// The host's namespace.
     Node,
-    /// Another container's namespace (PID only; see [`ContainerInputs::target_pid`]).
+    /// Another container's namespace (PID only; see [`super::ContainerInputs::target_pid`]).
     Target,
 }
 

@@ -19,3 +19,4 @@ pub mod grpc;
 pub mod images;
 pub mod logging;
 pub mod server;
+pub mod spec;

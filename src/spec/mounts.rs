@@ -1,0 +1,543 @@
+//! Container and sandbox mounts.
+//!
+//! A container gets containerd's default mounts (proc, a tmpfs `/dev`, devpts, shm, mqueue,
+//! read-only sysfs and cgroupfs — writable when privileged; no `/run` tmpfs, which CRI
+//! drops), the sandbox's `/etc/hostname`, `/etc/hosts`, `/etc/resolv.conf` and `/dev/shm`
+//! (each unless the CRI config mounts that path itself; read-only when the rootfs is), and the
+//! CRI mounts as recursive binds. Default mounts at a path the CRI mounts cover are dropped,
+//! as is everything under `/dev` when `/dev` itself is mounted.
+//!
+//! Binds are ordered by path depth (stable) so a parent never shadows a child mounted
+//! earlier. containerd creates a missing bind source as a directory; here that decision is
+//! returned as data ([`MountPlan::host_dirs_to_create`]) so this module does no I/O.
+
+use std::path::{Component, Path, PathBuf};
+
+use oci_spec::runtime::{Mount, MountBuilder};
+
+use super::types::{MountPropagation, MountRequest, SandboxFiles};
+use super::SpecError;
+
+/// Where the sandbox's hostname file goes.
+pub const ETC_HOSTNAME: &str = "/etc/hostname";
+/// Where the sandbox's hosts file goes.
+pub const ETC_HOSTS: &str = "/etc/hosts";
+/// Where the sandbox's resolv.conf goes.
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+/// The shared-memory mount point.
+pub const DEV_SHM: &str = "/dev/shm";
+
+/// The mounts of a spec and what the caller must do on the host before starting it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MountPlan {
+    /// Mounts in spec order.
+    pub mounts: Vec<Mount>,
+    /// `linux.rootfsPropagation` (`rshared` / `rslave`) when a bind needs it; `None` keeps
+    /// runc's default (`rprivate`).
+    pub rootfs_propagation: Option<String>,
+    /// Bind sources to create as directories (mode 0755, with parents) **if they do not
+    /// exist** — containerd's behaviour for a missing `hostPath`.
+    pub host_dirs_to_create: Vec<PathBuf>,
+}
+
+fn mount(dest: &str, typ: &str, source: &str, options: &[&str]) -> Result<Mount, SpecError> {
+    Ok(MountBuilder::default()
+        .destination(dest)
+        .typ(typ)
+        .source(source)
+        .options(options.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        .build()?)
+}
+
+/// containerd's default Linux mounts for CRI containers (without `/run`). sysfs and
+/// cgroupfs are read-only unless `privileged`.
+pub fn default_mounts(privileged: bool) -> Result<Vec<Mount>, SpecError> {
+    let ro = if privileged { "rw" } else { "ro" };
+    Ok(vec![
+        mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"])?,
+        mount(
+            "/dev",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        )?,
+        mount(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            &[
+                "nosuid",
+                "noexec",
+                "newinstance",
+                "ptmxmode=0666",
+                "mode=0620",
+                "gid=5",
+            ],
+        )?,
+        mount(
+            DEV_SHM,
+            "tmpfs",
+            "shm",
+            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        )?,
+        mount(
+            "/dev/mqueue",
+            "mqueue",
+            "mqueue",
+            &["nosuid", "noexec", "nodev"],
+        )?,
+        mount("/sys", "sysfs", "sysfs", &["nosuid", "noexec", "nodev", ro])?,
+        mount(
+            "/sys/fs/cgroup",
+            "cgroup",
+            "cgroup",
+            &["nosuid", "noexec", "nodev", "relatime", ro],
+        )?,
+    ])
+}
+
+/// Cleans an absolute container path lexically. Relative paths, paths whose `..` would
+/// climb above `/`, and `/` itself are rejected: a mount there is a mistake or an attack.
+pub fn clean_destination(dest: &str) -> Result<String, SpecError> {
+    let invalid = |reason: &'static str| SpecError::InvalidMountDestination {
+        destination: dest.to_owned(),
+        reason,
+    };
+    let path = Path::new(dest);
+    if !path.is_absolute() {
+        return Err(invalid("it is not an absolute path"));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(s) => parts.push(s.to_str().ok_or(invalid("it is not UTF-8"))?),
+            Component::ParentDir => {
+                if parts.pop().is_none() {
+                    return Err(invalid("`..` escapes the container root"));
+                }
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    if parts.is_empty() {
+        return Err(invalid("it is the container root"));
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// A bind mount as containerd builds it for a CRI mount: `rbind`, the propagation option,
+/// then `ro` / `rw`.
+fn bind(
+    dest: &str,
+    source: &Path,
+    readonly: bool,
+    propagation: MountPropagation,
+) -> Result<Mount, SpecError> {
+    let prop = match propagation {
+        MountPropagation::Private => "rprivate",
+        MountPropagation::HostToContainer => "rslave",
+        MountPropagation::Bidirectional => "rshared",
+    };
+    Ok(MountBuilder::default()
+        .destination(dest)
+        .typ("bind")
+        .source(source)
+        .options(vec![
+            "rbind".to_owned(),
+            prop.to_owned(),
+            if readonly { "ro" } else { "rw" }.to_owned(),
+        ])
+        .build()?)
+}
+
+/// All mounts of a container.
+///
+/// `host_ipc`: the container uses the host IPC namespace, so it gets the host's `/dev/shm`.
+pub fn container_mounts(
+    requested: &[MountRequest],
+    files: &SandboxFiles,
+    readonly_rootfs: bool,
+    host_ipc: bool,
+    privileged: bool,
+) -> Result<MountPlan, SpecError> {
+    let mut cri: Vec<(String, &MountRequest)> = Vec::with_capacity(requested.len());
+    for m in requested {
+        if !m.host_path.is_absolute() {
+            return Err(SpecError::InvalidMountSource {
+                destination: m.container_path.clone(),
+                source_path: m.host_path.clone(),
+            });
+        }
+        cri.push((clean_destination(&m.container_path)?, m));
+    }
+    let covered = |dest: &str| cri.iter().any(|(d, _)| d == dest);
+
+    // The sandbox's files, unless the user mounts something there.
+    let mut extra: Vec<MountRequest> = Vec::new();
+    let sandbox_file = |dest: &str, src: &Option<PathBuf>| {
+        src.as_ref()
+            .filter(|_| !covered(dest))
+            .map(|src| MountRequest {
+                container_path: dest.to_owned(),
+                host_path: src.clone(),
+                readonly: readonly_rootfs,
+                ..MountRequest::default()
+            })
+    };
+    extra.extend(sandbox_file(ETC_HOSTNAME, &files.hostname));
+    extra.extend(sandbox_file(ETC_HOSTS, &files.hosts));
+    extra.extend(sandbox_file(RESOLV_CONF, &files.resolv_conf));
+    let shm = if host_ipc {
+        Some(PathBuf::from(DEV_SHM))
+    } else {
+        files.shm.clone()
+    };
+    if let Some(shm) = shm.filter(|_| !covered(DEV_SHM)) {
+        // Shared memory is for writing, whatever the rootfs is.
+        extra.push(MountRequest {
+            container_path: DEV_SHM.to_owned(),
+            host_path: shm,
+            ..MountRequest::default()
+        });
+    }
+
+    let mut binds: Vec<(String, &MountRequest)> = extra
+        .iter()
+        .map(|m| (m.container_path.clone(), m))
+        .collect();
+    binds.extend(cri.iter().cloned());
+    binds.sort_by_key(|(dest, _)| dest.split('/').count());
+
+    let bind_dests: Vec<&str> = binds.iter().map(|(d, _)| d.as_str()).collect();
+    let dev_mounted = bind_dests.contains(&"/dev");
+    let mut plan = MountPlan::default();
+    for m in default_mounts(privileged)? {
+        let dest = m.destination().to_string_lossy();
+        if bind_dests.contains(&dest.as_ref()) || (dev_mounted && dest.starts_with("/dev/")) {
+            continue;
+        }
+        plan.mounts.push(m);
+    }
+    for (dest, m) in &binds {
+        plan.mounts
+            .push(bind(dest, &m.host_path, m.readonly, m.propagation)?);
+        match m.propagation {
+            MountPropagation::Bidirectional => plan.rootfs_propagation = Some("rshared".into()),
+            MountPropagation::HostToContainer => {
+                // rshared already implies receiving host mounts; do not weaken it.
+                if plan.rootfs_propagation.is_none() {
+                    plan.rootfs_propagation = Some("rslave".into());
+                }
+            }
+            MountPropagation::Private => {}
+        }
+    }
+    plan.host_dirs_to_create = cri.iter().map(|(_, m)| m.host_path.clone()).collect();
+    Ok(plan)
+}
+
+/// The pause container's mounts: the defaults with the sandbox's `/dev/shm` (the host's for
+/// host IPC) bound read-only in place of the tmpfs — pause never writes it, the containers
+/// do — and, when given, the DNS/hosts files read-only.
+pub fn sandbox_mounts(
+    files: &SandboxFiles,
+    host_ipc: bool,
+    privileged: bool,
+) -> Result<Vec<Mount>, SpecError> {
+    let shm = if host_ipc {
+        Some(PathBuf::from(DEV_SHM))
+    } else {
+        files.shm.clone()
+    };
+    let mut mounts: Vec<Mount> = default_mounts(privileged)?
+        .into_iter()
+        .filter(|m| shm.is_none() || m.destination() != Path::new(DEV_SHM))
+        .collect();
+    if let Some(shm) = shm {
+        mounts.push(
+            MountBuilder::default()
+                .destination(DEV_SHM)
+                .typ("bind")
+                .source(shm)
+                .options(
+                    ["rbind", "ro", "nosuid", "nodev", "noexec"]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect::<Vec<_>>(),
+                )
+                .build()?,
+        );
+    }
+    for (dest, src) in [
+        (ETC_HOSTNAME, &files.hostname),
+        (ETC_HOSTS, &files.hosts),
+        (RESOLV_CONF, &files.resolv_conf),
+    ] {
+        if let Some(src) = src {
+            mounts.push(bind(dest, src, true, MountPropagation::Private)?);
+        }
+    }
+    Ok(mounts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dests(ms: &[Mount]) -> Vec<String> {
+        ms.iter()
+            .map(|m| m.destination().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn find<'a>(ms: &'a [Mount], dest: &str) -> &'a Mount {
+        ms.iter()
+            .find(|m| m.destination() == Path::new(dest))
+            .unwrap()
+    }
+
+    fn opts(m: &Mount) -> Vec<String> {
+        m.options().clone().unwrap_or_default()
+    }
+
+    fn req(dest: &str, src: &str) -> MountRequest {
+        MountRequest {
+            container_path: dest.into(),
+            host_path: src.into(),
+            ..MountRequest::default()
+        }
+    }
+
+    fn files() -> SandboxFiles {
+        SandboxFiles {
+            hosts: Some("/run/remora/sb/hosts".into()),
+            resolv_conf: Some("/run/remora/sb/resolv.conf".into()),
+            hostname: Some("/run/remora/sb/hostname".into()),
+            shm: Some("/run/remora/sb/shm".into()),
+        }
+    }
+
+    #[test]
+    fn defaults_are_readonly_sysfs_unless_privileged() {
+        let d = default_mounts(false).unwrap();
+        assert_eq!(
+            dests(&d),
+            [
+                "/proc",
+                "/dev",
+                "/dev/pts",
+                "/dev/shm",
+                "/dev/mqueue",
+                "/sys",
+                "/sys/fs/cgroup"
+            ]
+        );
+        assert!(opts(find(&d, "/sys")).contains(&"ro".into()));
+        assert!(opts(find(&d, "/sys/fs/cgroup")).contains(&"ro".into()));
+        let p = default_mounts(true).unwrap();
+        assert!(opts(find(&p, "/sys")).contains(&"rw".into()));
+        assert!(!opts(find(&p, "/sys/fs/cgroup")).contains(&"ro".into()));
+    }
+
+    #[test]
+    fn destinations_are_cleaned_and_checked() {
+        assert_eq!(clean_destination("/a//b/./c/").unwrap(), "/a/b/c");
+        assert_eq!(clean_destination("/a/../b").unwrap(), "/b");
+        for bad in ["relative/path", "/../etc", "/a/../../etc", "/", ""] {
+            let err = clean_destination(bad).unwrap_err();
+            assert!(
+                matches!(err, SpecError::InvalidMountDestination { .. }),
+                "{bad}"
+            );
+            assert!(err.to_string().contains("mount destination"), "{err}");
+        }
+    }
+
+    #[test]
+    fn sandbox_files_and_shm_are_bound() {
+        let plan = container_mounts(&[], &files(), false, false, false).unwrap();
+        let shm = find(&plan.mounts, "/dev/shm");
+        assert_eq!(shm.typ().as_deref(), Some("bind"));
+        assert_eq!(
+            shm.source().as_deref(),
+            Some(Path::new("/run/remora/sb/shm"))
+        );
+        assert_eq!(opts(shm), ["rbind", "rprivate", "rw"]);
+        let hosts = find(&plan.mounts, "/etc/hosts");
+        assert_eq!(opts(hosts), ["rbind", "rprivate", "rw"]);
+        assert!(plan.host_dirs_to_create.is_empty());
+        assert_eq!(plan.rootfs_propagation, None);
+        // One /dev/shm only: the default tmpfs is replaced.
+        assert_eq!(
+            dests(&plan.mounts)
+                .iter()
+                .filter(|d| *d == "/dev/shm")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn readonly_rootfs_makes_etc_files_readonly_but_not_shm() {
+        let plan = container_mounts(&[], &files(), true, false, false).unwrap();
+        for f in [ETC_HOSTS, RESOLV_CONF, ETC_HOSTNAME] {
+            assert!(opts(find(&plan.mounts, f)).contains(&"ro".into()), "{f}");
+        }
+        assert!(opts(find(&plan.mounts, DEV_SHM)).contains(&"rw".into()));
+    }
+
+    #[test]
+    fn without_sandbox_shm_the_tmpfs_stays_and_host_ipc_uses_host_shm() {
+        let plan = container_mounts(&[], &SandboxFiles::default(), false, false, false).unwrap();
+        assert_eq!(find(&plan.mounts, DEV_SHM).typ().as_deref(), Some("tmpfs"));
+        assert!(!dests(&plan.mounts).contains(&ETC_HOSTS.to_owned()));
+        let plan = container_mounts(&[], &files(), false, true, false).unwrap();
+        assert_eq!(
+            find(&plan.mounts, DEV_SHM).source().as_deref(),
+            Some(Path::new("/dev/shm"))
+        );
+    }
+
+    #[test]
+    fn cri_mounts_override_sandbox_files_and_defaults() {
+        let reqs = vec![req("/etc/hosts/", "/my/hosts"), req("/dev", "/host/dev")];
+        let plan = container_mounts(&reqs, &files(), false, false, false).unwrap();
+        assert_eq!(
+            find(&plan.mounts, ETC_HOSTS).source().as_deref(),
+            Some(Path::new("/my/hosts"))
+        );
+        let d = dests(&plan.mounts);
+        assert_eq!(d.iter().filter(|x| *x == ETC_HOSTS).count(), 1);
+        // /dev is the user's; nothing of the default /dev tree remains, the sandbox's shm
+        // still goes on top of it.
+        assert!(!d.contains(&"/dev/pts".to_owned()));
+        assert!(!d.contains(&"/dev/mqueue".to_owned()));
+        assert_eq!(
+            find(&plan.mounts, "/dev").source().as_deref(),
+            Some(Path::new("/host/dev"))
+        );
+        let dev = d.iter().position(|x| x == "/dev").unwrap();
+        let shm = d.iter().position(|x| x == DEV_SHM).unwrap();
+        assert!(dev < shm, "{d:?}");
+    }
+
+    #[test]
+    fn binds_sorted_by_depth_with_options() {
+        let reqs = vec![
+            MountRequest {
+                readonly: true,
+                ..req("/a/b/c", "/h/c")
+            },
+            req("/a", "/h/a"),
+            MountRequest {
+                selinux_relabel: true,
+                ..req("/a/b", "/h/b")
+            },
+        ];
+        let plan = container_mounts(&reqs, &SandboxFiles::default(), false, false, false).unwrap();
+        let d = dests(&plan.mounts);
+        let pos = |p: &str| d.iter().position(|x| x == p).unwrap();
+        assert!(pos("/a") < pos("/a/b") && pos("/a/b") < pos("/a/b/c"));
+        assert_eq!(
+            opts(find(&plan.mounts, "/a/b/c")),
+            ["rbind", "rprivate", "ro"]
+        );
+        assert_eq!(
+            plan.host_dirs_to_create,
+            vec![
+                PathBuf::from("/h/c"),
+                PathBuf::from("/h/a"),
+                PathBuf::from("/h/b")
+            ]
+        );
+    }
+
+    #[test]
+    fn propagation_sets_options_and_rootfs_propagation() {
+        let slave = MountRequest {
+            propagation: MountPropagation::HostToContainer,
+            ..req("/s", "/h/s")
+        };
+        let shared = MountRequest {
+            propagation: MountPropagation::Bidirectional,
+            ..req("/b", "/h/b")
+        };
+        let plan = container_mounts(
+            std::slice::from_ref(&slave),
+            &SandboxFiles::default(),
+            false,
+            false,
+            false,
+        )
+        .unwrap();
+        assert_eq!(opts(find(&plan.mounts, "/s")), ["rbind", "rslave", "rw"]);
+        assert_eq!(plan.rootfs_propagation.as_deref(), Some("rslave"));
+        let plan = container_mounts(
+            &[shared, slave],
+            &SandboxFiles::default(),
+            false,
+            false,
+            false,
+        )
+        .unwrap();
+        assert_eq!(opts(find(&plan.mounts, "/b")), ["rbind", "rshared", "rw"]);
+        assert_eq!(plan.rootfs_propagation.as_deref(), Some("rshared"));
+    }
+
+    #[test]
+    fn bad_mounts_are_rejected() {
+        let err = container_mounts(
+            &[req("rel", "/h")],
+            &SandboxFiles::default(),
+            false,
+            false,
+            false,
+        )
+        .unwrap_err();
+        assert!(matches!(err, SpecError::InvalidMountDestination { .. }));
+        let err = container_mounts(
+            &[req("/x/../..", "/h")],
+            &SandboxFiles::default(),
+            false,
+            false,
+            false,
+        )
+        .unwrap_err();
+        assert!(matches!(err, SpecError::InvalidMountDestination { .. }));
+        let err = container_mounts(
+            &[req("/x", "h")],
+            &SandboxFiles::default(),
+            false,
+            false,
+            false,
+        )
+        .unwrap_err();
+        assert!(matches!(err, SpecError::InvalidMountSource { .. }));
+    }
+
+    #[test]
+    fn privileged_container_gets_writable_sysfs() {
+        let plan = container_mounts(&[], &SandboxFiles::default(), false, false, true).unwrap();
+        assert!(opts(find(&plan.mounts, "/sys")).contains(&"rw".into()));
+    }
+
+    #[test]
+    fn sandbox_mounts_bind_shm_readonly() {
+        let ms = sandbox_mounts(&files(), false, false).unwrap();
+        let shm = find(&ms, DEV_SHM);
+        assert_eq!(
+            shm.source().as_deref(),
+            Some(Path::new("/run/remora/sb/shm"))
+        );
+        assert_eq!(opts(shm), ["rbind", "ro", "nosuid", "nodev", "noexec"]);
+        assert_eq!(dests(&ms).iter().filter(|d| *d == DEV_SHM).count(), 1);
+        assert!(opts(find(&ms, RESOLV_CONF)).contains(&"ro".into()));
+        let ms = sandbox_mounts(&SandboxFiles::default(), false, false).unwrap();
+        assert_eq!(find(&ms, DEV_SHM).typ().as_deref(), Some("tmpfs"));
+        let ms = sandbox_mounts(&SandboxFiles::default(), true, false).unwrap();
+        assert_eq!(
+            find(&ms, DEV_SHM).source().as_deref(),
+            Some(Path::new("/dev/shm"))
+        );
+    }
+}

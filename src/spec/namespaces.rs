@@ -1,0 +1,195 @@
+//! Linux namespaces of containers and sandboxes.
+//!
+//! The pause container creates the pod's namespaces (or uses the host's); containers join
+//! them through the pause process's `/proc/<pid>/ns/*` (the network namespace through its
+//! bind mount when there is one, which outlives the pause process). A namespace that is the
+//! host's is simply left out of the spec. Every container gets a new mount namespace.
+
+use std::path::{Path, PathBuf};
+
+use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceBuilder, LinuxNamespaceType};
+
+use super::types::{NamespaceMode, NamespaceOptions};
+use super::SpecError;
+
+fn ns(typ: LinuxNamespaceType, path: Option<PathBuf>) -> Result<LinuxNamespace, SpecError> {
+    let b = LinuxNamespaceBuilder::default().typ(typ);
+    Ok(match path {
+        Some(p) => b.path(p),
+        None => b,
+    }
+    .build()?)
+}
+
+fn proc_ns(pid: u32, name: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/ns/{name}"))
+}
+
+/// The namespaces of a container in the sandbox whose pause process is `sandbox_pid`.
+///
+/// `netns_path` is the pod's network namespace bind mount, if any; `target_pid` is the
+/// process of the container named by a `Target` PID mode.
+pub fn container_namespaces(
+    opts: &NamespaceOptions,
+    sandbox_pid: u32,
+    netns_path: Option<&Path>,
+    target_pid: Option<u32>,
+) -> Result<Vec<LinuxNamespace>, SpecError> {
+    let mut out = vec![ns(LinuxNamespaceType::Mount, None)?];
+    if opts.network != NamespaceMode::Node {
+        let path = netns_path.map_or_else(|| proc_ns(sandbox_pid, "net"), Path::to_path_buf);
+        out.push(ns(LinuxNamespaceType::Network, Some(path))?);
+        // A host-network pod also has the host's UTS namespace (its hostname is the node's).
+        out.push(ns(
+            LinuxNamespaceType::Uts,
+            Some(proc_ns(sandbox_pid, "uts")),
+        )?);
+    }
+    if opts.ipc != NamespaceMode::Node {
+        out.push(ns(
+            LinuxNamespaceType::Ipc,
+            Some(proc_ns(sandbox_pid, "ipc")),
+        )?);
+    }
+    match opts.pid {
+        NamespaceMode::Pod => out.push(ns(
+            LinuxNamespaceType::Pid,
+            Some(proc_ns(sandbox_pid, "pid")),
+        )?),
+        NamespaceMode::Container => out.push(ns(LinuxNamespaceType::Pid, None)?),
+        NamespaceMode::Node => {}
+        NamespaceMode::Target => {
+            let pid = target_pid.ok_or(SpecError::MissingTargetPid)?;
+            out.push(ns(LinuxNamespaceType::Pid, Some(proc_ns(pid, "pid")))?);
+        }
+    }
+    Ok(out)
+}
+
+/// The namespaces of a pause container: new ones, the pod's network namespace by path, or
+/// the host's (left out) per the pod's options.
+pub fn sandbox_namespaces(
+    opts: &NamespaceOptions,
+    netns_path: Option<&Path>,
+) -> Result<Vec<LinuxNamespace>, SpecError> {
+    let mut out = vec![ns(LinuxNamespaceType::Mount, None)?];
+    if opts.network != NamespaceMode::Node {
+        out.push(ns(
+            LinuxNamespaceType::Network,
+            netns_path.map(Path::to_path_buf),
+        )?);
+        out.push(ns(LinuxNamespaceType::Uts, None)?);
+    }
+    if opts.ipc != NamespaceMode::Node {
+        out.push(ns(LinuxNamespaceType::Ipc, None)?);
+    }
+    if opts.pid != NamespaceMode::Node {
+        out.push(ns(LinuxNamespaceType::Pid, None)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn find(list: &[LinuxNamespace], t: LinuxNamespaceType) -> Option<Option<PathBuf>> {
+        list.iter().find(|n| n.typ() == t).map(|n| n.path().clone())
+    }
+
+    #[test]
+    fn pod_mode_joins_the_sandbox() {
+        let list = container_namespaces(
+            &NamespaceOptions::default(),
+            42,
+            Some(Path::new("/run/netns/x")),
+            None,
+        )
+        .unwrap();
+        assert_eq!(find(&list, LinuxNamespaceType::Mount), Some(None));
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Network),
+            Some(Some("/run/netns/x".into()))
+        );
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Uts),
+            Some(Some("/proc/42/ns/uts".into()))
+        );
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Ipc),
+            Some(Some("/proc/42/ns/ipc".into()))
+        );
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Pid),
+            Some(Some("/proc/42/ns/pid".into()))
+        );
+        let list = container_namespaces(&NamespaceOptions::default(), 42, None, None).unwrap();
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Network),
+            Some(Some("/proc/42/ns/net".into()))
+        );
+    }
+
+    #[test]
+    fn node_modes_leave_namespaces_out() {
+        let opts = NamespaceOptions {
+            network: NamespaceMode::Node,
+            pid: NamespaceMode::Node,
+            ipc: NamespaceMode::Node,
+        };
+        let list = container_namespaces(&opts, 42, Some(Path::new("/run/netns/x")), None).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].typ(), LinuxNamespaceType::Mount);
+    }
+
+    #[test]
+    fn container_and_target_pid_modes() {
+        let opts = NamespaceOptions {
+            pid: NamespaceMode::Container,
+            ..NamespaceOptions::default()
+        };
+        let list = container_namespaces(&opts, 42, None, None).unwrap();
+        assert_eq!(find(&list, LinuxNamespaceType::Pid), Some(None));
+        let opts = NamespaceOptions {
+            pid: NamespaceMode::Target,
+            ..NamespaceOptions::default()
+        };
+        let list = container_namespaces(&opts, 42, None, Some(77)).unwrap();
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Pid),
+            Some(Some("/proc/77/ns/pid".into()))
+        );
+        assert!(matches!(
+            container_namespaces(&opts, 42, None, None),
+            Err(SpecError::MissingTargetPid)
+        ));
+    }
+
+    #[test]
+    fn sandbox_namespaces_new_or_host() {
+        let list = sandbox_namespaces(
+            &NamespaceOptions::default(),
+            Some(Path::new("/run/netns/p")),
+        )
+        .unwrap();
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Network),
+            Some(Some("/run/netns/p".into()))
+        );
+        for t in [
+            LinuxNamespaceType::Uts,
+            LinuxNamespaceType::Ipc,
+            LinuxNamespaceType::Pid,
+            LinuxNamespaceType::Mount,
+        ] {
+            assert_eq!(find(&list, t), Some(None), "{t:?}");
+        }
+        let host = NamespaceOptions {
+            network: NamespaceMode::Node,
+            pid: NamespaceMode::Node,
+            ipc: NamespaceMode::Node,
+        };
+        let list = sandbox_namespaces(&host, Some(Path::new("/run/netns/p"))).unwrap();
+        assert_eq!(list.len(), 1);
+    }
+}

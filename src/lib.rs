@@ -18,4 +18,5 @@ pub mod events;
 pub mod grpc;
 pub mod images;
 pub mod logging;
+pub mod net;
 pub mod server;

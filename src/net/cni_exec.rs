@@ -1,0 +1,1 @@
+//! CNI plugin execution.

@@ -124,10 +124,11 @@ impl ImageIndex {
             return Some(i.clone());
         }
         if hex.len() >= 12 && hex.chars().all(|c| c.is_ascii_hexdigit()) {
-            let mut found = inner
-                .images
-                .values()
-                .filter(|i| i.id.strip_prefix("sha256:").unwrap_or(&i.id).starts_with(hex));
+            let mut found = inner.images.values().filter(|i| {
+                i.id.strip_prefix("sha256:")
+                    .unwrap_or(&i.id)
+                    .starts_with(hex)
+            });
             let first = found.next()?;
             if found.next().is_none() {
                 return Some(first.clone());

@@ -676,6 +676,8 @@ impl CniExec {
         };
         let input = serde_json::to_vec(stdin).map_err(|e| spawn_err(e.into()))?;
 
+        // The plugin inherits remora's environment (it needs PATH to find iptables and the
+        // like); all six CNI_ variables are always set, so none leaks in from outside.
         let mut cmd = tokio::process::Command::new(&bin);
         cmd.envs(env)
             .stdin(Stdio::piped())

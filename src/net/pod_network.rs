@@ -166,6 +166,15 @@ pub enum NetError {
         #[source]
         source: CniExecError,
     },
+    /// CHECK failed: the attachment is not as ADD left it, or cannot be checked.
+    #[error("CNI CHECK for network {network:?} failed: {source}")]
+    Check {
+        /// The network.
+        network: String,
+        /// Why.
+        #[source]
+        source: CniExecError,
+    },
     /// The namespace could not be inspected.
     #[cfg(target_os = "linux")]
     #[error(transparent)]
@@ -247,6 +256,19 @@ impl PodNetwork {
             .del(&net, &rt)
             .await
             .map_err(|source| NetError::Teardown {
+                network: net.name.clone(),
+                source,
+            })
+    }
+
+    /// Verifies the pod's attachment is as ADD left it (CNI CHECK, cniVersion 0.4.0 or later).
+    pub async fn check(&self, pod: &PodNetInfo) -> Result<(), NetError> {
+        let net = self.load().await?;
+        let rt = attachment(pod, Some(pod.netns_path.clone())).map_err(NetError::InvalidPod)?;
+        self.exec
+            .check(&net, &rt)
+            .await
+            .map_err(|source| NetError::Check {
                 network: net.name.clone(),
                 source,
             })
@@ -727,6 +749,17 @@ mod tests {
                 assert_eq!(allocations(&root.join("ipam")), vec![ip.to_string()]);
                 assert!(nat_rules().contains(&p.id), "no portmap rule for the pod");
                 assert!(root.join("cache").read_dir().unwrap().count() == 1);
+                // CHECK runs bridge and host-local first (they pass); Debian's portmap v1.1.1
+                // then looks for IPv6 DNAT chains an IPv4-only pod never gets, a plugin bug
+                // fixed upstream later. Either outcome shows the CHECK plumbing works.
+                match net.check(&p).await {
+                    Ok(()) => {}
+                    Err(NetError::Check {
+                        source: CniExecError::Plugin { plugin, msg, .. },
+                        ..
+                    }) if plugin == "portmap" && msg.contains("ipv6") => {}
+                    Err(other) => panic!("CHECK failed: {other}"),
+                }
 
                 net.teardown(&p).await.unwrap();
                 assert!(allocations(&root.join("ipam")).is_empty());

@@ -5,10 +5,14 @@
 //! `.conflist` must name the network and list at least one plugin; a `.conf` is a single plugin
 //! with a `type`. Each plugin binary must exist in one of the bin dirs, so NetworkReady does not
 //! claim a network that would fail on the first pod.
+//!
+//! The loaded [`Network`] also carries the plugin configs as raw JSON ([`NetworkConfigList`]):
+//! plugins own their config schema, so remora passes every key through untouched and only adds
+//! the keys the CNI spec makes the runtime's job (see [`crate::net::cni_exec`]).
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde_json::{Map, Value};
 use thiserror::Error;
 
 /// The pod network that would be used.
@@ -20,6 +24,20 @@ pub struct Network {
     pub file: PathBuf,
     /// Plugin types in chain order.
     pub plugins: Vec<String>,
+    /// The full config, normalized to a list (a single `.conf` becomes a one-plugin list, as
+    /// libcni's `ConfListFromConf` does).
+    pub config: NetworkConfigList,
+}
+
+/// A network config list as the plugins will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkConfigList {
+    /// `cniVersion` of the list (empty if the file has none; checked when plugins run).
+    pub cni_version: String,
+    /// `disableCheck`: the network opts out of CHECK.
+    pub disable_check: bool,
+    /// Each plugin's config object, in chain order, exactly as written in the file.
+    pub plugins: Vec<Map<String, Value>>,
 }
 
 /// Why no usable pod network is configured.
@@ -57,28 +75,6 @@ pub enum CniError {
         /// The searched dirs, comma-separated.
         dirs: String,
     },
-}
-
-#[derive(Deserialize)]
-struct PluginConf {
-    #[serde(rename = "type", default)]
-    kind: String,
-}
-
-#[derive(Deserialize)]
-struct ConfList {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    plugins: Vec<PluginConf>,
-}
-
-#[derive(Deserialize)]
-struct SingleConf {
-    #[serde(default)]
-    name: String,
-    #[serde(rename = "type", default)]
-    kind: String,
 }
 
 /// Loads the pod network from `conf_dir` and checks its plugins exist in `bin_dirs`.
@@ -125,20 +121,45 @@ fn parse_network(file: &Path) -> Result<Network, CniError> {
     };
     let text = std::fs::read_to_string(file).map_err(|e| invalid(e.to_string()))?;
     let is_list = file.extension().and_then(|e| e.to_str()) == Some("conflist");
-    let (name, plugins) = if is_list {
-        let list: ConfList = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-        if list.plugins.is_empty() {
-            return Err(invalid("\"plugins\" is missing or empty".into()));
+    let root: Map<String, Value> =
+        serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let str_field = |key: &str| {
+        root.get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let name = str_field("name");
+    let cni_version = str_field("cniVersion");
+    let (disable_check, plugin_confs) = if is_list {
+        let plugins = match root.get("plugins") {
+            Some(Value::Array(items)) if !items.is_empty() => items,
+            _ => return Err(invalid("\"plugins\" is missing or empty".into())),
+        };
+        let mut confs = Vec::with_capacity(plugins.len());
+        for (i, p) in plugins.iter().enumerate() {
+            match p {
+                Value::Object(m) => confs.push(m.clone()),
+                _ => return Err(invalid(format!("plugin {i} is not an object"))),
+            }
         }
-        let plugins: Vec<String> = list.plugins.into_iter().map(|p| p.kind).collect();
-        (list.name, plugins)
+        let disable_check = root.get("disableCheck").and_then(Value::as_bool) == Some(true);
+        (disable_check, confs)
     } else {
-        let conf: SingleConf = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
-        (conf.name, vec![conf.kind])
+        (false, vec![root.clone()])
     };
     if name.is_empty() {
         return Err(invalid("\"name\" is missing".into()));
     }
+    let plugins: Vec<String> = plugin_confs
+        .iter()
+        .map(|c| {
+            c.get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
     if let Some(i) = plugins.iter().position(|p| p.is_empty()) {
         return Err(invalid(format!("plugin {i} has no \"type\"")));
     }
@@ -152,6 +173,11 @@ fn parse_network(file: &Path) -> Result<Network, CniError> {
         name,
         file: file.to_path_buf(),
         plugins,
+        config: NetworkConfigList {
+            cni_version,
+            disable_check,
+            plugins: plugin_confs,
+        },
     })
 }
 
@@ -199,6 +225,27 @@ mod tests {
         .unwrap();
         let n = load_network(conf.path(), &[bin.path().to_path_buf()]).unwrap();
         assert_eq!(n.plugins, vec!["bridge"]);
+        assert_eq!(n.config.cni_version, "0.4.0");
+        assert_eq!(n.config.plugins.len(), 1);
+        assert_eq!(n.config.plugins[0]["type"], "bridge");
+    }
+
+    #[test]
+    fn conflist_keeps_plugin_configs_verbatim() {
+        let conf = tempfile::tempdir().unwrap();
+        let bin = bins(&["bridge", "portmap"]);
+        fs::write(
+            conf.path().join("10.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"n","disableCheck":true,"plugins":[
+                {"type":"bridge","bridge":"cni0","ipam":{"type":"host-local","subnet":"10.1.0.0/16"}},
+                {"type":"portmap","capabilities":{"portMappings":true}}]}"#,
+        )
+        .unwrap();
+        let n = load_network(conf.path(), &[bin.path().to_path_buf()]).unwrap();
+        assert_eq!(n.config.cni_version, "1.0.0");
+        assert!(n.config.disable_check);
+        assert_eq!(n.config.plugins[0]["ipam"]["subnet"], "10.1.0.0/16");
+        assert_eq!(n.config.plugins[1]["capabilities"]["portMappings"], true);
     }
 
     #[test]
@@ -218,6 +265,11 @@ mod tests {
             ("a.conflist", r#"{"name":"x","plugins":[]}"#, "plugins"),
             ("a.conflist", r#"{"plugins":[{"type":"bridge"}]}"#, "name"),
             ("a.conf", r#"{"name":"x"}"#, "type"),
+            (
+                "a.conflist",
+                r#"{"name":"x","plugins":[1]}"#,
+                "not an object",
+            ),
             (
                 "a.conflist",
                 r#"{"name":"x","plugins":[{"type":"../bridge"}]}"#,

@@ -18,5 +18,6 @@ pub mod events;
 pub mod grpc;
 pub mod images;
 pub mod logging;
+pub mod net;
 pub mod server;
 pub mod spec;

@@ -1,0 +1,13 @@
+//! Pod networking: a network namespace per pod ([`netns`]), CNI plugins run against it
+//! ([`cni_exec`]), and the facade the sandbox code calls ([`PodNetwork`]).
+
+pub mod cni_exec;
+#[cfg(target_os = "linux")]
+#[path = "netns_linux.rs"]
+pub mod netns;
+pub mod pod_network;
+
+pub use pod_network::{
+    Bandwidth, DnsConfig, NetError, PodNetInfo, PodNetResult, PodNetwork, PodNetworkConfig,
+    PortMapping, Protocol,
+};

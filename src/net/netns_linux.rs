@@ -1,0 +1,466 @@
+//! Named network namespaces, bind-mounted under a directory (what containerd's `pkg/netns` and
+//! iproute2's `ip netns add` do).
+//!
+//! Why a bind mount: a pod's namespace must outlive any process in it. It exists before the pause
+//! container starts (CNI ADD runs first) and after the pause container dies (CNI DEL must still
+//! find `eth0` there). Bind-mounting a thread's `/proc/self/task/<tid>/ns/net` onto a file keeps
+//! the namespace alive until that file is unmounted.
+//!
+//! Why a dedicated OS thread: `unshare(CLONE_NEWNET)` and `setns` change the calling *thread*.
+//! Doing it on a tokio worker or a blocking-pool thread would leave that thread serving unrelated
+//! tasks inside the pod's namespace. Every namespace switch here runs on a fresh thread that exits
+//! afterwards, so no thread is ever switched back (and none can be left in the wrong place).
+//!
+//! Why the directory is made a shared mount point (as iproute2 does for `/run/netns`): a mount
+//! namespace that received a copy of the directory (a container bind-mounting the state dir)
+//! would otherwise keep its own reference to each namespace, and unmounting ours would not free
+//! it. With shared propagation our mounts and unmounts reach those copies too.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{setns, unshare, CloneFlags};
+use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+use nix::sys::statfs::{statfs, NSFS_MAGIC};
+use thiserror::Error;
+
+/// Why a network namespace operation failed.
+#[derive(Debug, Error)]
+pub enum NetnsError {
+    /// The name would escape the directory or is otherwise unusable as a file name.
+    #[error("invalid network namespace name {name:?}: {reason}")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A file-system step failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done ("create directory", "create mount point", ...).
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A mount-related system call failed.
+    #[error("cannot {action} {}: {errno}", path.display())]
+    Mount {
+        /// What was being done ("bind-mount the namespace onto", "unmount", ...).
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// Why.
+        errno: Errno,
+    },
+    /// `unshare(CLONE_NEWNET)` failed (missing CAP_SYS_ADMIN, or namespaces disabled).
+    #[error("cannot create a network namespace: unshare(CLONE_NEWNET): {0}")]
+    Unshare(Errno),
+    /// A link could not be brought up or down.
+    #[error("cannot set link {ifname} {state}: {errno}")]
+    Link {
+        /// The interface name.
+        ifname: String,
+        /// "up" or "down".
+        state: &'static str,
+        /// Why.
+        errno: Errno,
+    },
+    /// The namespace could not be entered.
+    #[error("cannot enter network namespace {}: {errno}", path.display())]
+    Enter {
+        /// The namespace path.
+        path: PathBuf,
+        /// Why.
+        errno: Errno,
+    },
+    /// The OS thread doing the namespace work could not be started.
+    #[error("cannot start a thread for network namespace work: {0}")]
+    Thread(std::io::Error),
+    /// The thread or blocking task doing the namespace work panicked or was cancelled.
+    #[error("network namespace work did not complete: {0}")]
+    Aborted(String),
+}
+
+/// A directory holding named network namespaces, prepared as a shared mount point.
+#[derive(Debug, Clone)]
+pub struct NetnsDir {
+    dir: PathBuf,
+}
+
+impl NetnsDir {
+    /// Creates `dir` if needed and makes it a shared mount point (bind-mounting it onto itself
+    /// first if it is not a mount point yet). Call once per directory, before any `create`:
+    /// concurrent first calls could stack two self-bind mounts.
+    pub async fn prepare(dir: impl Into<PathBuf>) -> Result<Self, NetnsError> {
+        let dir = dir.into();
+        let d = dir.clone();
+        blocking(move || prepare_dir(&d)).await??;
+        Ok(Self { dir })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where the namespace called `name` lives (whether or not it exists).
+    pub fn path_of(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Creates a new network namespace at `<dir>/<name>` with `lo` up and returns its path.
+    /// Fails if that file already exists; leaves nothing behind on failure.
+    pub async fn create(&self, name: &str) -> Result<PathBuf, NetnsError> {
+        validate_name(name)?;
+        let path = self.path_of(name);
+        let p = path.clone();
+        blocking(move || create_at(&p)).await??;
+        Ok(path)
+    }
+}
+
+/// Unmounts (lazily, `MNT_DETACH`) and deletes the namespace file at `path`. Idempotent: an
+/// absent file or one that is no longer mounted is fine.
+pub async fn remove(path: &Path) -> Result<(), NetnsError> {
+    let p = path.to_path_buf();
+    blocking(move || remove_blocking(&p)).await?
+}
+
+/// Whether `path` is a live network namespace (an nsfs mount), as opposed to absent or a plain
+/// file left behind. One `statfs` call; blocking, but cheap.
+pub fn is_netns(path: &Path) -> Result<bool, NetnsError> {
+    match statfs(path) {
+        Ok(st) => Ok(st.filesystem_type() == NSFS_MAGIC),
+        Err(Errno::ENOENT) => Ok(false),
+        Err(errno) => Err(NetnsError::Mount {
+            action: "statfs",
+            path: path.to_path_buf(),
+            errno,
+        }),
+    }
+}
+
+/// Runs `f` on a fresh OS thread that has joined the network namespace at `path`, and returns
+/// its result. Blocking: call it from `spawn_blocking` in async code.
+pub fn run_in<T, F>(path: &Path, f: F) -> Result<T, NetnsError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let path = path.to_path_buf();
+    on_new_thread(move || {
+        let ns = File::open(&path).map_err(|source| NetnsError::Io {
+            action: "open network namespace",
+            path: path.clone(),
+            source,
+        })?;
+        setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|errno| NetnsError::Enter {
+            path: path.clone(),
+            errno,
+        })?;
+        Ok(f())
+    })?
+}
+
+/// Sets the `IFF_UP` flag of `ifname` in the calling thread's network namespace, by
+/// `SIOCGIFFLAGS`/`SIOCSIFFLAGS` on a datagram socket (no netlink needed for one flag).
+pub fn set_link_up(ifname: &str, up: bool) -> Result<(), NetnsError> {
+    let err = |errno| NetnsError::Link {
+        ifname: ifname.to_string(),
+        state: if up { "up" } else { "down" },
+        errno,
+    };
+    let name = ifname.as_bytes();
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(&0) {
+        return Err(err(Errno::EINVAL));
+    }
+    let sock = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(err)?;
+    // SAFETY: `ifreq` is plain data (a name array and a union of integers and sockaddrs), for
+    // which all-zero bytes are a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(name) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: the fd is a live socket and `req` is a properly sized, NUL-terminated `ifreq` that
+    // outlives the call; SIOCGIFFLAGS only writes `ifr_ifru.ifru_flags`.
+    Errno::result(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })
+        .map_err(err)?;
+    // SAFETY: SIOCGIFFLAGS just filled in the `ifru_flags` member of the union.
+    let mut flags = unsafe { req.ifr_ifru.ifru_flags };
+    let up_flag = libc::IFF_UP as libc::c_short;
+    if up {
+        flags |= up_flag;
+    } else {
+        flags &= !up_flag;
+    }
+    req.ifr_ifru.ifru_flags = flags;
+    // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
+    Errno::result(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })
+        .map_err(err)?;
+    Ok(())
+}
+
+fn validate_name(name: &str) -> Result<(), NetnsError> {
+    let reason = if name.is_empty() {
+        Some("empty")
+    } else if name.contains('/') || name.contains('\0') {
+        Some("contains '/' or NUL")
+    } else if name == "." || name == ".." {
+        Some("is a relative directory name")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(NetnsError::InvalidName {
+            name: name.to_string(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn prepare_dir(dir: &Path) -> Result<(), NetnsError> {
+    std::fs::create_dir_all(dir).map_err(|source| NetnsError::Io {
+        action: "create directory",
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let make_shared = || {
+        mount(
+            None::<&str>,
+            dir,
+            None::<&str>,
+            MsFlags::MS_SHARED | MsFlags::MS_REC,
+            None::<&str>,
+        )
+    };
+    match make_shared() {
+        Ok(()) => return Ok(()),
+        // EINVAL: not a mount point yet; make it one below.
+        Err(Errno::EINVAL) => {}
+        Err(errno) => {
+            return Err(NetnsError::Mount {
+                action: "make shared mount",
+                path: dir.to_path_buf(),
+                errno,
+            })
+        }
+    }
+    mount(
+        Some(dir),
+        dir,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|errno| NetnsError::Mount {
+        action: "bind-mount onto itself",
+        path: dir.to_path_buf(),
+        errno,
+    })?;
+    make_shared().map_err(|errno| NetnsError::Mount {
+        action: "make shared mount",
+        path: dir.to_path_buf(),
+        errno,
+    })
+}
+
+fn create_at(path: &Path) -> Result<(), NetnsError> {
+    // The mount point must exist as a file; create_new so two pods can never share one.
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|source| NetnsError::Io {
+            action: "create mount point",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let target = path.to_path_buf();
+    let made = on_new_thread(move || -> Result<(), NetnsError> {
+        unshare(CloneFlags::CLONE_NEWNET).map_err(NetnsError::Unshare)?;
+        // Up before the mount: if this fails, the namespace dies with this thread and there is
+        // no mount to undo.
+        set_link_up("lo", true)?;
+        let own = format!("/proc/self/task/{}/ns/net", nix::unistd::gettid());
+        mount(
+            Some(own.as_str()),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|errno| NetnsError::Mount {
+            action: "bind-mount the new network namespace onto",
+            path: target.clone(),
+            errno,
+        })
+    })
+    .and_then(|r| r);
+    if made.is_err() {
+        // Best effort: the creation error is the one worth reporting; a failed cleanup leaves
+        // at most an empty file, which a later `remove` deletes.
+        let _ = remove_blocking(path);
+    }
+    made
+}
+
+fn remove_blocking(path: &Path) -> Result<(), NetnsError> {
+    match umount2(path, MntFlags::MNT_DETACH) {
+        // EINVAL: not a mount point (already unmounted); ENOENT: already gone.
+        Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
+        Err(errno) => {
+            return Err(NetnsError::Mount {
+                action: "unmount",
+                path: path.to_path_buf(),
+                errno,
+            })
+        }
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(NetnsError::Io {
+            action: "remove",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Runs `f` on a new OS thread and waits for it; the thread ends with `f`, taking any namespace
+/// change with it.
+fn on_new_thread<T, F>(f: F) -> Result<T, NetnsError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    std::thread::Builder::new()
+        .name("remora-netns".into())
+        .spawn(f)
+        .map_err(NetnsError::Thread)?
+        .join()
+        .map_err(|_| NetnsError::Aborted("namespace thread panicked".into()))
+}
+
+async fn blocking<T, F>(f: F) -> Result<T, NetnsError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| NetnsError::Aborted(e.to_string()))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use nix::ifaddrs::getifaddrs;
+    use nix::net::if_::InterfaceFlags;
+
+    /// Fails (never skips) when not root: these tests are the only proof the namespace code
+    /// works, and this machine runs them as root.
+    pub(crate) fn require_root() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "network namespace tests need root (CAP_SYS_ADMIN, CAP_NET_ADMIN)"
+        );
+    }
+
+    /// Lines of /proc/self/mountinfo whose mount point is under `path`.
+    pub(crate) fn mounts_under(path: &Path) -> Vec<String> {
+        let p = path.display().to_string();
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&p)))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Undoes `NetnsDir::prepare` on a temp dir so tests leave no mount behind.
+    pub(crate) struct DirMount(pub(crate) PathBuf);
+    impl Drop for DirMount {
+        fn drop(&mut self) {
+            let _ = umount2(&self.0, MntFlags::MNT_DETACH);
+        }
+    }
+
+    #[test]
+    fn names_that_escape_are_rejected() {
+        for bad in ["", "a/b", "..", ".", "x\0"] {
+            assert!(
+                matches!(validate_name(bad), Err(NetnsError::InvalidName { .. })),
+                "{bad:?}"
+            );
+        }
+        validate_name("cni-1234").unwrap();
+    }
+
+    #[tokio::test]
+    async fn create_brings_lo_up_and_remove_leaves_no_mount() {
+        require_root();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("netns");
+        let nsdir = NetnsDir::prepare(&dir).await.unwrap();
+        let _guard = DirMount(dir.clone());
+        // Preparing twice is harmless (already a shared mount point).
+        NetnsDir::prepare(&dir).await.unwrap();
+
+        let path = nsdir.create("pod-a").await.unwrap();
+        assert_eq!(path, dir.join("pod-a"));
+        assert!(is_netns(&path).unwrap());
+        assert_eq!(mounts_under(&path).len(), 1, "{:?}", mounts_under(&path));
+        // A second namespace with the same name is refused, and the first is untouched.
+        assert!(nsdir.create("pod-a").await.is_err());
+        assert!(is_netns(&path).unwrap());
+
+        let p = path.clone();
+        let lo_up = tokio::task::spawn_blocking(move || {
+            run_in(&p, || {
+                let ifs: Vec<_> = getifaddrs().unwrap().collect();
+                let names: Vec<String> = ifs.iter().map(|i| i.interface_name.clone()).collect();
+                let lo_up = ifs
+                    .iter()
+                    .any(|i| i.interface_name == "lo" && i.flags.contains(InterfaceFlags::IFF_UP));
+                (names, lo_up)
+            })
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        assert!(lo_up.1, "lo is not up in the new namespace");
+        // A fresh namespace has nothing but lo (the host's interfaces are not visible).
+        assert!(lo_up.0.iter().all(|n| n == "lo"), "{:?}", lo_up.0);
+
+        remove(&path).await.unwrap();
+        assert!(!path.exists());
+        assert!(mounts_under(&path).is_empty());
+        assert!(!is_netns(&path).unwrap());
+        // Idempotent.
+        remove(&path).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn remove_of_an_unmounted_leftover_file_deletes_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("leftover");
+        std::fs::write(&path, b"").unwrap();
+        assert!(!is_netns(&path).unwrap());
+        remove(&path).await.unwrap();
+        assert!(!path.exists());
+    }
+}

@@ -1,10 +1,13 @@
 //! containerd's event stream, decoded into the events remora acts on.
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use containerd_client::events::{TaskExit, TaskOom};
 use containerd_client::services::v1::events_client::EventsClient;
-use containerd_client::services::v1::{ImageCreate, ImageDelete, ImageUpdate, SubscribeRequest};
+use containerd_client::services::v1::{
+    ImageCreate, ImageDelete, ImageUpdate, PublishRequest, SubscribeRequest,
+};
 use prost::Message;
 use tokio_stream::{Stream, StreamExt};
 
@@ -105,35 +108,100 @@ fn decode(type_url: &str, value: &[u8]) -> Option<Event> {
     })
 }
 
+/// Topic remora publishes to itself to confirm a subscription (see [`Client::subscribe`]).
+pub const PING_TOPIC: &str = "/remora/subscription-ping";
+/// How long to wait for containerd to confirm a subscription.
+const CONFIRM_LIMIT: Duration = Duration::from_secs(10);
+
 impl Client {
     /// Subscribes to events in remora's namespace whose topic matches one of `topic_prefixes`
     /// (e.g. `/images/`, `/tasks/exit`).
+    ///
+    /// containerd sends the stream's response headers only with its first event, and tonic
+    /// waits for those headers, so a quiet namespace would leave the call pending — and the
+    /// caller unable to tell whether it is subscribed yet. So remora publishes a ping event to
+    /// itself until the subscription delivers it: when this returns, the subscription is live
+    /// and whatever happens from now on is seen (the ping itself is filtered out).
     pub async fn subscribe(&self, topic_prefixes: &[&str]) -> Result<EventStream, ContainerdError> {
         let ns = self.namespace().to_string();
         let filters = topic_prefixes
             .iter()
+            .chain(std::iter::once(&PING_TOPIC))
             .map(|t| format!("namespace=={ns},topic~=\"^{}\"", t))
             .collect();
         let mut c = EventsClient::new(self.channel());
-        let stream = c
-            .subscribe(self.request(SubscribeRequest { filters }, None))
-            .await
-            .map_err(|s| self.call_error("Events.Subscribe", s))?
-            .into_inner();
+        let req = self.request(SubscribeRequest { filters }, None);
+        let mut pending = tokio::spawn(async move { c.subscribe(req).await });
+        let started = tokio::time::Instant::now();
+        let stream = loop {
+            tokio::select! {
+                joined = &mut pending => {
+                    break joined
+                        .map_err(|e| self.closed_stream(&e.to_string()))?
+                        .map_err(|s| self.call_error("Events.Subscribe", s))?
+                        .into_inner();
+                }
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                    if started.elapsed() > CONFIRM_LIMIT {
+                        pending.abort();
+                        return Err(ContainerdError::Timeout {
+                            address: self.address().to_path_buf(),
+                            after: CONFIRM_LIMIT,
+                        });
+                    }
+                    // Errors here show up as the subscription failing or timing out.
+                    let _ = self.publish_ping().await;
+                }
+            }
+        };
         let me = self.clone();
-        Ok(Box::pin(stream.map(move |item| {
-            let env = item.map_err(|s| me.call_error("Events.Subscribe", s))?;
+        let events = stream.filter_map(move |item| {
+            let env = match item {
+                Ok(env) => env,
+                Err(s) => return Some(Err(me.call_error("Events.Subscribe", s))),
+            };
+            if env.topic == PING_TOPIC {
+                return None;
+            }
             let event = env
                 .event
                 .as_ref()
                 .and_then(|any| decode(&any.type_url, &any.value))
                 .unwrap_or(Event::Other);
-            Ok(Envelope {
+            Some(Ok(Envelope {
                 namespace: env.namespace,
                 topic: env.topic,
                 event,
-            })
-        })))
+            }))
+        });
+        Ok(Box::pin(events))
+    }
+
+    async fn publish_ping(&self) -> Result<(), ContainerdError> {
+        let mut c = EventsClient::new(self.channel());
+        let req = self.request(
+            PublishRequest {
+                topic: PING_TOPIC.to_string(),
+                event: Some(prost_types::Any {
+                    type_url: "remora.SubscriptionPing".to_string(),
+                    value: Vec::new(),
+                }),
+            },
+            None,
+        );
+        c.publish(req)
+            .await
+            .map_err(|s| self.call_error("Events.Publish", s))?;
+        Ok(())
+    }
+
+    fn closed_stream(&self, why: &str) -> ContainerdError {
+        ContainerdError::Call {
+            address: self.address().to_path_buf(),
+            op: "Events.Subscribe",
+            code: tonic::Code::Unavailable,
+            message: format!("subscription task failed: {why}"),
+        }
     }
 }
 

@@ -66,7 +66,16 @@ pub async fn run(
         if *shutdown.borrow() {
             return;
         }
-        match source.subscribe(&topics).await {
+        let subscribed = tokio::select! {
+            s = source.subscribe(&topics) => s,
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    return;
+                }
+                continue;
+            }
+        };
+        match subscribed {
             Ok(mut stream) => {
                 if std::mem::take(&mut was_down) {
                     info!(log, "event stream re-established; resyncing");
@@ -190,5 +199,125 @@ impl Handler<Event> for ImageEvents {
                 _ => Ok(()),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::containerd::events::Envelope;
+    use crate::events::queue::QueueConfig;
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// Each subscribe hands out the next scripted stream (items then end); then fails.
+    struct Scripted {
+        streams: Mutex<VecDeque<Vec<Result<Envelope, ContainerdError>>>>,
+        subscribes: AtomicUsize,
+    }
+
+    #[tonic::async_trait]
+    impl EventSource for Scripted {
+        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, ContainerdError> {
+            self.subscribes.fetch_add(1, Ordering::SeqCst);
+            match self.streams.lock().unwrap().pop_front() {
+                Some(items) => Ok(Box::pin(tokio_stream::iter(items))),
+                None => Err(ContainerdError::Timeout {
+                    address: "/c.sock".into(),
+                    after: Duration::from_secs(1),
+                }),
+            }
+        }
+    }
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<(String, Event)>>);
+
+    impl Handler<Event> for Seen {
+        fn handle<'a>(
+            &'a self,
+            id: &'a str,
+            event: &'a Event,
+        ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+            Box::pin(async move {
+                self.0.lock().unwrap().push((id.to_string(), event.clone()));
+                Ok(())
+            })
+        }
+    }
+
+    fn env(ns: &str, name: &str) -> Result<Envelope, ContainerdError> {
+        Ok(Envelope {
+            namespace: ns.into(),
+            topic: "/images/create".into(),
+            event: Event::ImageCreate { name: name.into() },
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn dispatches_own_namespace_resyncs_after_each_subscription_and_resubscribes() {
+        let source = Arc::new(Scripted {
+            streams: Mutex::new(VecDeque::from([
+                vec![
+                    env("remora", "a:1"),
+                    env("other", "x:1"),
+                    env("remora", "b:1"),
+                ],
+                vec![env("remora", "c:1")],
+            ])),
+            subscribes: AtomicUsize::new(0),
+        });
+        let seen = Arc::new(Seen::default());
+        let queue = OrderedQueue::new(seen.clone(), QueueConfig::default());
+        let resyncs = Arc::new(AtomicUsize::new(0));
+        let r = resyncs.clone();
+        let resync: Resync = Arc::new(move || {
+            let r = r.clone();
+            Box::pin(async move {
+                r.fetch_add(1, Ordering::SeqCst);
+            })
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(
+            source.clone(),
+            Subscription {
+                topics: vec!["/images/"],
+                namespace: "remora".into(),
+                backoff_min: Duration::from_millis(100),
+                backoff_max: Duration::from_secs(1),
+            },
+            queue,
+            resync,
+            stop_rx,
+            Logger::root(slog::Discard, slog::o!()),
+        ));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        stop_tx.send(true).unwrap();
+        task.await.unwrap();
+
+        let names: Vec<String> = seen
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            vec!["a:1", "b:1", "c:1"],
+            "other namespaces are ignored"
+        );
+        assert_eq!(
+            resyncs.load(Ordering::SeqCst),
+            2,
+            "one resync per successful subscription"
+        );
+        assert!(
+            source.subscribes.load(Ordering::SeqCst) >= 3,
+            "re-subscribed after each end"
+        );
     }
 }

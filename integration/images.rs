@@ -308,3 +308,89 @@ async fn image_fs_info_reports_the_snapshotter() {
     assert!(fs.used_bytes.as_ref().unwrap().value > 0);
     assert!(fs.inodes_used.as_ref().unwrap().value > 0);
 }
+
+/// The file in which the test bed registry stores blob `digest`.
+fn registry_blob_file(digest: &str) -> std::path::PathBuf {
+    let hex = digest.trim_start_matches("sha256:");
+    std::path::PathBuf::from(format!(
+        "/var/lib/remora-testbed/registry/docker/registry/v2/blobs/sha256/{}/{hex}/data",
+        &hex[..2]
+    ))
+}
+
+/// After a failed pull: no image record, no lease, no content, no snapshot in the namespace.
+fn assert_nothing_left(bed: &BedRemora) {
+    assert!(
+        bed.ctr_ids(&["images", "ls", "-q"]).is_empty(),
+        "image records left"
+    );
+    assert!(
+        bed.ctr_ids(&["leases", "ls", "-q"]).is_empty(),
+        "leases left"
+    );
+    assert!(
+        bed.ctr_ids(&["content", "ls", "-q"]).is_empty(),
+        "content left"
+    );
+    assert!(
+        bed.ctr_ids(&["snapshots", "ls"]).len() <= 1,
+        "snapshots left (header line only)"
+    );
+}
+
+#[tokio::test]
+async fn a_corrupted_blob_fails_the_pull_cleanly() {
+    let bed = BedRemora::start();
+    let pushed = push_image(2, 64 * 1024).await;
+    // The registry serves whatever its storage holds: flip bytes of the second layer on disk
+    // (same length), so the registry sends content that does not match its digest.
+    let file = registry_blob_file(&pushed.layers[1]);
+    let original = std::fs::read(&file).expect("blob file of the pushed layer");
+    let mut data = original.clone();
+    let mid = data.len() / 2;
+    data[mid] ^= 0xff;
+    std::fs::write(&file, &data).unwrap();
+
+    let err = pull(&bed, &pushed.reference)
+        .await
+        .expect_err("corrupt blob");
+    assert_eq!(err.code(), Code::DataLoss, "{err:?}");
+    let msg = err.message();
+    assert!(
+        msg.contains(&pushed.layers[1]) || msg.contains("digest"),
+        "{msg}"
+    );
+    assert!(msg.contains(&pushed.repository), "names the image: {msg}");
+    assert!(status(&bed, &pushed.reference).await.is_none());
+    assert_nothing_left(&bed);
+
+    // Once the registry serves the right bytes again, the pull succeeds: the bad partial
+    // write was discarded, not resumed.
+    std::fs::write(&file, &original).unwrap();
+    assert_eq!(
+        pull(&bed, &pushed.reference)
+            .await
+            .expect("pull after repair"),
+        pushed.config
+    );
+}
+
+#[tokio::test]
+async fn a_blob_cut_short_by_the_registry_fails_the_pull_cleanly() {
+    let bed = BedRemora::start();
+    let pushed = push_image(2, 256 * 1024).await;
+    // Truncate the stored blob: the registry ends the body early (a dropped transfer).
+    let file = registry_blob_file(&pushed.layers[0]);
+    let data = std::fs::read(&file).expect("blob file of the pushed layer");
+    std::fs::write(&file, &data[..data.len() / 3]).unwrap();
+
+    let err = pull(&bed, &pushed.reference).await.expect_err("short blob");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains(&pushed.repository),
+        "{}",
+        err.message()
+    );
+    assert!(status(&bed, &pushed.reference).await.is_none());
+    assert_nothing_left(&bed);
+}

@@ -147,6 +147,7 @@ impl CriError {
                 PullError::Registry(r) => match r {
                     RegistryError::NotFound { .. } => Code::NotFound,
                     RegistryError::AccessDenied { .. } => Code::PermissionDenied,
+                    RegistryError::Verify { .. } => Code::DataLoss,
                     r if r.is_retriable() => Code::Unavailable,
                     RegistryError::Stalled { .. } => Code::Unavailable,
                     _ => Code::Unknown,

@@ -16,10 +16,11 @@ use containerd_client::services::v1::snapshots::{
     StatSnapshotRequest, UsageRequest,
 };
 use containerd_client::services::v1::{
-    AddResourceRequest, ApplyRequest, CreateImageRequest, CreateRequest as CreateLeaseRequest,
-    DeleteImageRequest, DeleteRequest as DeleteLeaseRequest, GetImageRequest, Image, Info,
-    InfoRequest, ListImagesRequest, PluginsRequest, ReadContentRequest, Resource,
-    UpdateImageRequest, UpdateRequest, WriteAction, WriteContentRequest, WriteContentResponse,
+    AbortRequest, AddResourceRequest, ApplyRequest, CreateImageRequest,
+    CreateRequest as CreateLeaseRequest, DeleteImageRequest, DeleteRequest as DeleteLeaseRequest,
+    GetImageRequest, Image, Info, InfoRequest, ListImagesRequest, PluginsRequest,
+    ReadContentRequest, Resource, UpdateImageRequest, UpdateRequest, WriteAction,
+    WriteContentRequest, WriteContentResponse,
 };
 use containerd_client::types::{Descriptor, Mount as PbMount};
 use tokio::sync::mpsc;
@@ -163,6 +164,21 @@ impl Content for Client {
             blob: blob.clone(),
             offset,
         })))
+    }
+
+    async fn abort(&self, write_ref: &str) -> Result<(), ContainerdError> {
+        let mut c = ContentClient::new(self.channel());
+        let req = self.request(
+            AbortRequest {
+                r#ref: write_ref.to_string(),
+            },
+            None,
+        );
+        match c.abort(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(self.call_error("Content.Abort", s)),
+        }
     }
 
     async fn set_labels(

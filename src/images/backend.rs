@@ -96,6 +96,9 @@ pub trait Content: Send + Sync + 'static {
         write_ref: &str,
         blob: &Blob,
     ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError>;
+    /// Discards the partial ingest of `write_ref` (absent is not an error), so the next
+    /// writer starts from zero instead of resuming bad data.
+    async fn abort(&self, write_ref: &str) -> Result<(), ContainerdError>;
     /// Sets (merges) labels on a stored blob.
     async fn set_labels(
         &self,

@@ -41,12 +41,19 @@ use super::registry::client::{RegistryClient, RegistryError};
 use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
 use super::store::{ImageIndex, ImageInfo};
 use super::unpack::{chain_ids, unpack, UnpackError};
+use crate::backoff::Backoff;
 use crate::error::ContainerdError;
 
 /// Label containerd's CRI puts on images it manages; kept for tool compatibility.
 pub const LABEL_MANAGED: &str = "io.cri-containerd.image";
 /// Label marking an image kubelet must not garbage-collect.
 pub const LABEL_PINNED: &str = "io.cri-containerd.pinned";
+/// Times a broken blob transfer is resumed before the pull fails.
+const MAX_RESUMES: u32 = 3;
+/// First delay before resuming a broken transfer.
+const RESUME_BACKOFF_MIN: Duration = Duration::from_millis(200);
+/// Cap of that delay.
+const RESUME_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// How long containerd keeps a pull lease if remora dies mid-pull.
 const LEASE_EXPIRY_SECS: u64 = 3600;
 
@@ -664,6 +671,19 @@ struct BlobJob {
 
 impl BlobJob {
     async fn run(self) -> Result<(), PullError> {
+        let write_ref = format!("remora-{}", self.desc.digest);
+        let result = self.download(&write_ref).await;
+        if let Err(e) = &result {
+            if is_bad_data(e) {
+                // The ingest holds bytes that do not hash to the digest: resuming from it
+                // would fail the same way forever. Best effort: the pull error is what matters.
+                let _ = self.backend.content.abort(&write_ref).await;
+            }
+        }
+        result
+    }
+
+    async fn download(&self, write_ref: &str) -> Result<(), PullError> {
         let cerr = |source| PullError::Containerd {
             reference: self.reference.to_string(),
             source,
@@ -676,11 +696,10 @@ impl BlobJob {
                 reference: self.reference.to_string(),
             })?;
         let blob = to_blob(&self.desc);
-        let write_ref = format!("remora-{}", blob.digest);
         let Some(mut writer) = self
             .backend
             .content
-            .writer(&self.lease, &write_ref, &blob)
+            .writer(&self.lease, write_ref, &blob)
             .await
             .map_err(cerr)?
         else {
@@ -689,18 +708,47 @@ impl BlobJob {
         // The offset is what containerd already holds: an interrupted earlier write to resume,
         // or the whole blob when another namespace stored it (containerd shares blob data
         // across namespaces and only needs the commit to link it into ours).
-        if writer.offset() < self.desc.size {
-            let mut stream = self
-                .registry
-                .fetch_blob(&self.reference, &self.desc, writer.offset(), &self.creds)
-                .await?;
-            while let Some(chunk) = stream.next().await {
-                writer.write(chunk?).await.map_err(cerr)?;
+        // A transfer that breaks mid-blob (connection reset, registry restart) resumes from
+        // what containerd already holds, a few times, with backoff; other errors fail at once.
+        let mut backoff = Backoff::new(RESUME_BACKOFF_MIN, RESUME_BACKOFF_MAX);
+        let mut resumes = 0;
+        while writer.offset() < self.desc.size {
+            let result = async {
+                let mut stream = self
+                    .registry
+                    .fetch_blob(&self.reference, &self.desc, writer.offset(), &self.creds)
+                    .await?;
+                while let Some(chunk) = stream.next().await {
+                    writer.write(chunk?).await.map_err(cerr)?;
+                }
+                Ok::<(), PullError>(())
+            }
+            .await;
+            match result {
+                Ok(()) => break,
+                Err(PullError::Registry(e)) if e.is_retriable() && resumes < MAX_RESUMES => {
+                    resumes += 1;
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(e) => return Err(e),
             }
         }
         // containerd verifies the digest and size at commit, including the resumed prefix.
         writer.commit(self.labels.clone()).await.map_err(cerr)?;
         Ok(())
+    }
+}
+
+/// Errors that mean the downloaded bytes are wrong (not merely incomplete).
+fn is_bad_data(e: &PullError) -> bool {
+    match e {
+        PullError::Registry(RegistryError::Verify { .. }) => true,
+        // containerd refuses a commit whose digest or size does not match.
+        PullError::Containerd {
+            source: ContainerdError::Call { code, op, .. },
+            ..
+        } => *op == "Content.Write" && *code == tonic::Code::FailedPrecondition,
+        _ => false,
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod events;
 pub mod health;
 pub mod images;
+pub mod runtime;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

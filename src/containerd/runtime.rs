@@ -1,0 +1,318 @@
+//! The lifecycle traits of [`crate::lifecycle::backend`] over containerd's containers and
+//! tasks services.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use containerd_client::services::v1::container::Runtime as PbRuntime;
+use containerd_client::services::v1::containers_client::ContainersClient;
+use containerd_client::services::v1::tasks_client::TasksClient;
+use containerd_client::services::v1::{
+    Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
+    DeleteTaskRequest, GetContainerRequest, GetRequest, KillRequest, ListContainersRequest,
+    StartRequest, UpdateContainerRequest, WaitRequest,
+};
+use containerd_client::types::v1::Status as PbStatus;
+use containerd_client::types::Mount as PbMount;
+use tonic::Code;
+
+use super::Client;
+use crate::error::ContainerdError;
+use crate::lifecycle::backend::{
+    ContainerRecord, Containers, Exit, TaskSpec, TaskState, TaskStatus, Tasks,
+};
+
+/// Type URL containerd uses for an OCI runtime spec stored on a container.
+const SPEC_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
+/// Type URL of remora's JSON extensions.
+const EXTENSION_TYPE_URL: &str = "remora.dev/cri-metadata";
+
+fn time(ts: Option<prost_types::Timestamp>) -> Option<SystemTime> {
+    let ts = ts?;
+    // containerd reports the zero time for "not exited".
+    if ts.seconds <= 0 {
+        return None;
+    }
+    Some(UNIX_EPOCH + Duration::new(ts.seconds as u64, ts.nanos.max(0) as u32))
+}
+
+fn record_from_pb(c: Container) -> ContainerRecord {
+    ContainerRecord {
+        id: c.id,
+        image: c.image,
+        labels: c.labels,
+        spec: c.spec.map(|s| s.value).unwrap_or_default(),
+        runtime: c.runtime.map(|r| r.name).unwrap_or_default(),
+        snapshotter: c.snapshotter,
+        snapshot_key: c.snapshot_key,
+        extensions: c
+            .extensions
+            .into_iter()
+            .map(|(k, v)| (k, v.value))
+            .collect(),
+    }
+}
+
+fn record_to_pb(r: ContainerRecord) -> Container {
+    Container {
+        id: r.id,
+        labels: r.labels,
+        image: r.image,
+        runtime: Some(PbRuntime {
+            name: r.runtime,
+            options: None,
+        }),
+        spec: Some(prost_types::Any {
+            type_url: SPEC_TYPE_URL.to_string(),
+            value: r.spec,
+        }),
+        snapshotter: r.snapshotter,
+        snapshot_key: r.snapshot_key,
+        created_at: None,
+        updated_at: None,
+        extensions: r
+            .extensions
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k,
+                    prost_types::Any {
+                        type_url: EXTENSION_TYPE_URL.to_string(),
+                        value: v,
+                    },
+                )
+            })
+            .collect(),
+        sandbox: String::new(),
+    }
+}
+
+#[tonic::async_trait]
+impl Containers for Client {
+    async fn create(&self, record: ContainerRecord) -> Result<(), ContainerdError> {
+        let mut c = ContainersClient::new(self.channel());
+        let req = self.request(
+            CreateContainerRequest {
+                container: Some(record_to_pb(record)),
+            },
+            None,
+        );
+        c.create(req)
+            .await
+            .map_err(|s| self.call_error("Containers.Create", s))?;
+        Ok(())
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, ContainerdError> {
+        let mut c = ContainersClient::new(self.channel());
+        let req = self.request(GetContainerRequest { id: id.to_string() }, None);
+        match c.get(req).await {
+            Ok(r) => Ok(r.into_inner().container.map(record_from_pb)),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(self.call_error("Containers.Get", s)),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<ContainerRecord>, ContainerdError> {
+        let mut c = ContainersClient::new(self.channel());
+        let req = self.request(ListContainersRequest { filters: vec![] }, None);
+        let r = c
+            .list(req)
+            .await
+            .map_err(|s| self.call_error("Containers.List", s))?;
+        Ok(r.into_inner()
+            .containers
+            .into_iter()
+            .map(record_from_pb)
+            .collect())
+    }
+
+    async fn set_extension(
+        &self,
+        id: &str,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<(), ContainerdError> {
+        let mut c = ContainersClient::new(self.channel());
+        let container = Container {
+            id: id.to_string(),
+            extensions: HashMap::from([(
+                key.to_string(),
+                prost_types::Any {
+                    type_url: EXTENSION_TYPE_URL.to_string(),
+                    value,
+                },
+            )]),
+            ..Default::default()
+        };
+        let req = self.request(
+            UpdateContainerRequest {
+                container: Some(container),
+                update_mask: Some(prost_types::FieldMask {
+                    paths: vec![format!("extensions.{key}")],
+                }),
+            },
+            None,
+        );
+        c.update(req)
+            .await
+            .map_err(|s| self.call_error("Containers.Update", s))?;
+        Ok(())
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), ContainerdError> {
+        let mut c = ContainersClient::new(self.channel());
+        let req = self.request(DeleteContainerRequest { id: id.to_string() }, None);
+        match c.delete(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(self.call_error("Containers.Delete", s)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Tasks for Client {
+    async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            CreateTaskRequest {
+                container_id: spec.container_id,
+                rootfs: spec
+                    .rootfs
+                    .into_iter()
+                    .map(|m| PbMount {
+                        r#type: m.kind,
+                        source: m.source,
+                        target: m.target,
+                        options: m.options,
+                    })
+                    .collect(),
+                stdin: spec.stdin,
+                stdout: spec.stdout,
+                stderr: spec.stderr,
+                terminal: spec.terminal,
+                checkpoint: None,
+                options: None,
+                runtime_path: String::new(),
+            },
+            None,
+        );
+        let r = c
+            .create(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.Create", s))?;
+        Ok(r.into_inner().pid)
+    }
+
+    async fn start(&self, container_id: &str) -> Result<u32, ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            StartRequest {
+                container_id: container_id.to_string(),
+                exec_id: String::new(),
+            },
+            None,
+        );
+        let r = c
+            .start(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.Start", s))?;
+        Ok(r.into_inner().pid)
+    }
+
+    async fn kill(
+        &self,
+        container_id: &str,
+        signal: u32,
+        all: bool,
+    ) -> Result<(), ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            KillRequest {
+                container_id: container_id.to_string(),
+                exec_id: String::new(),
+                signal,
+                all,
+            },
+            None,
+        );
+        c.kill(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.Kill", s))?;
+        Ok(())
+    }
+
+    async fn wait(&self, container_id: &str) -> Result<Exit, ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            WaitRequest {
+                container_id: container_id.to_string(),
+                exec_id: String::new(),
+            },
+            None,
+        );
+        let r = c
+            .wait(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.Wait", s))?
+            .into_inner();
+        Ok(Exit {
+            status: r.exit_status,
+            at: time(r.exited_at),
+        })
+    }
+
+    async fn state(&self, container_id: &str) -> Result<Option<TaskState>, ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            GetRequest {
+                container_id: container_id.to_string(),
+                exec_id: String::new(),
+            },
+            None,
+        );
+        let p = match c.get(req).await {
+            Ok(r) => match r.into_inner().process {
+                Some(p) => p,
+                None => return Ok(None),
+            },
+            Err(s) if s.code() == Code::NotFound => return Ok(None),
+            Err(s) => return Err(self.call_error("Tasks.Get", s)),
+        };
+        let status = match PbStatus::try_from(p.status).unwrap_or(PbStatus::Unknown) {
+            PbStatus::Created => TaskStatus::Created,
+            PbStatus::Running => TaskStatus::Running,
+            PbStatus::Stopped => TaskStatus::Stopped,
+            PbStatus::Paused | PbStatus::Pausing => TaskStatus::Paused,
+            PbStatus::Unknown => TaskStatus::Unknown,
+        };
+        Ok(Some(TaskState {
+            status,
+            pid: p.pid,
+            exit_status: p.exit_status,
+            exited_at: time(p.exited_at),
+        }))
+    }
+
+    async fn delete(&self, container_id: &str) -> Result<Option<Exit>, ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            DeleteTaskRequest {
+                container_id: container_id.to_string(),
+            },
+            None,
+        );
+        match c.delete(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                Ok(Some(Exit {
+                    status: r.exit_status,
+                    at: time(r.exited_at),
+                }))
+            }
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(self.call_error("Tasks.Delete", s)),
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! What pod and container lifecycle needs from containerd: container records and tasks, as
+//! narrow traits defined here by their user. One implementation over containerd's gRPC API
+//! (`crate::containerd::runtime`); fakes in unit tests.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use crate::error::ContainerdError;
+use crate::images::backend::Mount;
+
+/// A containerd container record: metadata only, no process.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerRecord {
+    /// Container id (the CRI sandbox or container id).
+    pub id: String,
+    /// Image reference it was created from.
+    pub image: String,
+    /// Labels (kind, pod and container names; used for filtering in containerd).
+    pub labels: HashMap<String, String>,
+    /// The OCI runtime spec as JSON.
+    pub spec: Vec<u8>,
+    /// containerd runtime (shim) name, e.g. `io.containerd.runc.v2`.
+    pub runtime: String,
+    /// Snapshotter of the rootfs.
+    pub snapshotter: String,
+    /// Snapshot key of the rootfs.
+    pub snapshot_key: String,
+    /// Extensions: key → JSON bytes (remora's full CRI metadata lives here).
+    pub extensions: HashMap<String, Vec<u8>>,
+}
+
+/// How to start a task.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskSpec {
+    /// The container to start a task for.
+    pub container_id: String,
+    /// Rootfs mounts (from the snapshot).
+    pub rootfs: Vec<Mount>,
+    /// stdin FIFO path ("" for none).
+    pub stdin: String,
+    /// stdout FIFO path ("" for none).
+    pub stdout: String,
+    /// stderr FIFO path ("" for none).
+    pub stderr: String,
+    /// Allocate a terminal.
+    pub terminal: bool,
+}
+
+/// Process state as containerd reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// Created, not started.
+    Created,
+    /// Running.
+    Running,
+    /// Exited, not yet deleted.
+    Stopped,
+    /// Paused or pausing.
+    Paused,
+    /// Unknown to the shim.
+    Unknown,
+}
+
+/// A task's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskState {
+    /// Status.
+    pub status: TaskStatus,
+    /// Init process pid.
+    pub pid: u32,
+    /// Exit status (meaningful when stopped).
+    pub exit_status: u32,
+    /// When it exited (when stopped).
+    pub exited_at: Option<SystemTime>,
+}
+
+/// An exit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// Exit status (128 + signal for a signalled process, as containerd reports it).
+    pub status: u32,
+    /// When.
+    pub at: Option<SystemTime>,
+}
+
+/// containerd's container records.
+#[tonic::async_trait]
+pub trait Containers: Send + Sync + 'static {
+    /// Creates a record; `AlreadyExists` if the id is taken.
+    async fn create(&self, record: ContainerRecord) -> Result<(), ContainerdError>;
+    /// One record, or `None`.
+    async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, ContainerdError>;
+    /// All records in the namespace.
+    async fn list(&self) -> Result<Vec<ContainerRecord>, ContainerdError>;
+    /// Replaces one extension of a record.
+    async fn set_extension(
+        &self,
+        id: &str,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<(), ContainerdError>;
+    /// Deletes a record; absent is not an error.
+    async fn delete(&self, id: &str) -> Result<(), ContainerdError>;
+}
+
+/// containerd's tasks (running processes of containers).
+#[tonic::async_trait]
+pub trait Tasks: Send + Sync + 'static {
+    /// Creates the task (the shim starts, the process is created but not started); returns
+    /// the pid.
+    async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError>;
+    /// Starts the created task; returns the pid.
+    async fn start(&self, container_id: &str) -> Result<u32, ContainerdError>;
+    /// Sends `signal` to the init process (`all`: to every process of the container).
+    async fn kill(&self, container_id: &str, signal: u32, all: bool)
+        -> Result<(), ContainerdError>;
+    /// Waits for the init process to exit. Returns at once if it already has.
+    async fn wait(&self, container_id: &str) -> Result<Exit, ContainerdError>;
+    /// The task's state, or `None` if there is no task.
+    async fn state(&self, container_id: &str) -> Result<Option<TaskState>, ContainerdError>;
+    /// Deletes the (stopped) task and its shim; `None` if there was no task.
+    async fn delete(&self, container_id: &str) -> Result<Option<Exit>, ContainerdError>;
+}

@@ -1,0 +1,3 @@
+//! Pod sandbox and container lifecycle.
+
+pub mod backend;

@@ -1,3 +1,13 @@
 //! Pod sandbox and container lifecycle.
+//!
+//! - [`backend`]: what lifecycle needs from containerd (container records, tasks).
+//! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares.
+//! - [`host`]: facts about this host that specs depend on.
 
 pub mod backend;
+#[cfg(target_os = "linux")]
+#[path = "host_linux.rs"]
+pub mod host;
+#[cfg(target_os = "linux")]
+#[path = "sandbox_files_linux.rs"]
+pub mod sandbox_files;

@@ -773,3 +773,6 @@ pub enum LoadError {
 
 /// How long the warm path's cached digest lasts by default.
 pub const DEFAULT_DIGEST_TTL: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests;

@@ -723,15 +723,19 @@ impl Env {
         out
     }
 
-    /// Waits until no blob download runs any more (abandoned ones finish in the background).
-    async fn blobs_settled(&self, digests: &BTreeSet<String>) {
-        for _ in 0..200 {
-            if !digests.iter().any(|d| self.puller.inner.blobs.in_flight(d)) {
-                return;
+    /// Waits until every lease is gone and no writer is open: downloads abandoned by a failed
+    /// pull finish in the background (the coalescer no longer counts them as in flight).
+    async fn settled(&self) {
+        for _ in 0..300 {
+            {
+                let st = self.ctr.st();
+                if st.leases.is_empty() && st.locked.is_empty() {
+                    return;
+                }
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("blob downloads still running");
+        panic!("still busy: {:?}", self.lease_log());
     }
 
     fn leases(&self) -> Vec<String> {
@@ -819,11 +823,15 @@ async fn concurrent_pulls_of_one_image_share_one_download() {
     // One lease, deleted; what the image needs survives the GC that followed, because the GC
     // labels link manifest → config and layers.
     assert!(env.leases().is_empty(), "{:?}", env.leases());
-    let log = env.lease_log();
-    assert_eq!(log.len(), 2, "{log:?}");
+    let pull_leases: Vec<LeaseEvent> = env
+        .lease_log()
+        .into_iter()
+        .filter(|e| format!("{e:?}").contains("remora-pull-"))
+        .collect();
+    assert_eq!(pull_leases.len(), 2, "one pull lease: {pull_leases:?}");
     assert!(
-        matches!(&log[1], LeaseEvent::Deleted { sync: false, .. }),
-        "{log:?}"
+        matches!(&pull_leases[1], LeaseEvent::Deleted { sync: false, .. }),
+        "{pull_leases:?}"
     );
     assert_eq!(
         env.ctr.blob_digests().into_iter().collect::<BTreeSet<_>>(),
@@ -923,7 +931,7 @@ async fn leader_failure_reaches_every_caller_and_rolls_back() {
     assert!(errs[0].contains(&bad), "{}", errs[0]);
     assert_eq!(env.reg.gets(&bad), 1, "one leader, one download");
 
-    env.blobs_settled(&img.all_blobs()).await;
+    env.settled().await;
     assert!(env.ctr.st().images.is_empty());
     assert!(env.index.list().is_empty());
     assert!(env.leases().is_empty(), "{:?}", env.leases());
@@ -968,13 +976,89 @@ async fn a_missing_layer_fails_the_pull_with_not_found() {
             "{r:?}"
         );
     }
-    env.blobs_settled(&img.all_blobs()).await;
+    env.settled().await;
     assert!(env.ctr.st().images.is_empty());
-    assert!(env.leases().is_empty());
+    assert!(env.leases().is_empty(), "{:?}", env.lease_log());
     assert!(
         env.ctr.blob_digests().is_empty(),
         "{:?}",
         env.ctr.blob_digests()
+    );
+}
+
+#[tokio::test]
+async fn a_failed_pull_does_not_break_another_pull_sharing_its_download() {
+    // A starts the shared layer's download; B joins it; then A fails (its other layer is
+    // corrupt) while the shared layer is still coming. B must still get its image.
+    let a = TestImage::new(&[b"shared", b"corrupt in a"], "");
+    let b = TestImage::new(&[b"shared", b"fine in b"], "");
+    let env = env(&[&a, &b], Opts::default()).await;
+    env.reg.push(REPO, "a", &a);
+    env.reg.push(REPO, "b", &b);
+    let shared = a.layer_digest(0);
+    {
+        let mut reg = env.reg.st();
+        reg.corrupt
+            .insert(a.layer_digest(1), Bytes::from_static(b"CORRUPT IN A"));
+        reg.delay
+            .insert(a.layer_digest(1), Duration::from_millis(100));
+        reg.delay.insert(shared.clone(), Duration::from_millis(300));
+    }
+
+    let pa = {
+        let p = env.puller.clone();
+        tokio::spawn(async move { p.pull(&image_ref("a"), Credentials::anonymous()).await })
+    };
+    // B joins once A's download of the shared layer is under way (and long before A fails).
+    while env.reg.gets(&shared) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let pb = env.pull(&image_ref("b")).await;
+    let pa = pa.await.unwrap();
+    assert!(
+        matches!(pa, Err(PullError::Registry(RegistryError::Verify { .. }))),
+        "{pa:?}"
+    );
+    assert_eq!(pb.expect("B succeeds").id, b.id());
+    assert_eq!(env.reg.gets(&shared), 1, "B used A's download");
+    env.settled().await;
+    assert!(env.leases().is_empty(), "{:?}", env.leases());
+    assert_eq!(
+        env.ctr.blob_digests().into_iter().collect::<BTreeSet<_>>(),
+        b.all_blobs(),
+        "B's image is complete; what only A wrote is gone"
+    );
+}
+
+#[tokio::test]
+async fn a_download_abandoned_by_a_failed_pull_does_not_block_the_next_one() {
+    // A fails at once (a missing layer) while its download of the shared layer is still
+    // running with nobody waiting for it. B, arriving next, needs that layer too.
+    let a = TestImage::new(&[b"shared", b"missing in a"], "");
+    let b = TestImage::new(&[b"shared", b"fine in b"], "");
+    let env = env(&[&a, &b], Opts::default()).await;
+    env.reg.push(REPO, "a", &a);
+    env.reg.push(REPO, "b", &b);
+    let shared = a.layer_digest(0);
+    env.reg.st().blobs.remove(&a.layer_digest(1));
+    env.reg
+        .st()
+        .delay
+        .insert(shared.clone(), Duration::from_millis(300));
+
+    let pa = env.pull(&image_ref("a")).await;
+    assert!(
+        matches!(pa, Err(PullError::Registry(RegistryError::NotFound { .. }))),
+        "{pa:?}"
+    );
+    assert_eq!(env.reg.gets(&shared), 1, "A's download is still running");
+    let pb = env.pull(&image_ref("b")).await;
+    assert_eq!(pb.expect("B succeeds").id, b.id());
+    env.settled().await;
+    assert!(env.leases().is_empty(), "{:?}", env.leases());
+    assert_eq!(
+        env.ctr.blob_digests().into_iter().collect::<BTreeSet<_>>(),
+        b.all_blobs()
     );
 }
 

@@ -15,11 +15,17 @@
 //!   references it. Every pull adds each blob it needs to its own lease *before* waiting for
 //!   it, so a blob downloaded by another pull stays protected whatever that pull does. On
 //!   failure the lease is deleted synchronously, so containerd's GC removes what the failed
-//!   pull alone wrote: no half-made image is left.
+//!   pull alone wrote: no half-made image is left. A shared blob download writes under a
+//!   lease of its own, not its first pull's: that pull may fail and delete its lease while
+//!   others still wait for the blob (containerd refuses a commit into a deleted lease).
+//! - **Ref locks**: containerd locks a write ref while a writer has it open. A download
+//!   abandoned by a failed pull may hold it for a while, so opening a writer waits a bounded
+//!   time for the lock rather than failing the next pull of that blob.
 //! - **GC labels** link index → manifest → config/layers → top snapshot, so containerd keeps
 //!   what an image needs and frees what no image references once its records go.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,8 +35,11 @@ use futures_util::StreamExt;
 use slog::{debug, Logger};
 use thiserror::Error;
 use tokio::sync::Semaphore;
+use tonic::Code;
 
-use super::backend::{Blob, Content, Differ, ImageRecord, Images, Leases, Snapshots};
+use super::backend::{
+    Blob, Content, ContentWriter, Differ, ImageRecord, Images, Leases, Snapshots,
+};
 use super::coalesce::Coalescer;
 use super::manifest::{
     is_index_media_type, select_platform, Descriptor, ImageConfig, Manifest, ManifestError,
@@ -56,6 +65,46 @@ const RESUME_BACKOFF_MIN: Duration = Duration::from_millis(200);
 const RESUME_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// How long containerd keeps a pull lease if remora dies mid-pull.
 const LEASE_EXPIRY_SECS: u64 = 3600;
+/// How long opening a content writer waits for a ref another writer holds. An abandoned
+/// download keeps its writer at most for the coalescer's cancel grace.
+const REF_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+static LEASE_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A lease id unique in this process (the sequence) and across restarts (the time).
+fn lease_id(kind: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seq = LEASE_SEQ.fetch_add(1, Ordering::Relaxed);
+    format!("remora-{kind}-{nanos}-{seq}")
+}
+
+/// Opens a content writer, waiting (bounded by [`REF_LOCK_WAIT`]) while containerd reports
+/// the ref as locked by another writer: an abandoned download still winding down, or a
+/// concurrent pull of another tag writing the same manifest.
+async fn open_writer(
+    content: &dyn Content,
+    lease: &str,
+    write_ref: &str,
+    blob: &Blob,
+) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
+    let deadline = tokio::time::Instant::now() + REF_LOCK_WAIT;
+    let mut delay = Duration::from_millis(10);
+    loop {
+        match content.writer(lease, write_ref, blob).await {
+            Err(ContainerdError::Call {
+                code: Code::Unavailable,
+                ..
+            }) if tokio::time::Instant::now() + delay < deadline => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
 
 /// Why a pull failed. Clonable: one failure reaches every coalesced caller.
 #[derive(Debug, Error, Clone)]
@@ -323,13 +372,7 @@ impl Inner {
             }
         }
 
-        let lease = format!(
-            "remora-pull-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        );
+        let lease = lease_id("pull");
         self.backend
             .leases
             .create(&lease, LEASE_EXPIRY_SECS)
@@ -513,7 +556,9 @@ impl Inner {
     ) -> Result<(), PullError> {
         let digest_ref = format!("{}@{}", reference.name(), target.digest);
         let mut names = vec![digest_ref];
-        if reference.tag.is_some() {
+        // `name:tag@digest` pins the digest: like containerd's CRI, record only the digest
+        // form, so the tag keeps naming whatever it names in the registry.
+        if reference.tag.is_some() && reference.digest.is_none() {
             names.push(format!(
                 "{}:{}",
                 reference.name(),
@@ -595,10 +640,7 @@ impl Inner {
         };
         let blob = to_blob(desc);
         let write_ref = format!("remora-{}", digest);
-        let writer = self
-            .backend
-            .content
-            .writer(lease, &write_ref, &blob)
+        let writer = open_writer(self.backend.content.as_ref(), lease, &write_ref, &blob)
             .await
             .map_err(|e| self.containerd_err(reference, e))?;
         if let Some(mut w) = writer {
@@ -649,7 +691,6 @@ impl Inner {
             reference: reference.clone(),
             desc: desc.clone(),
             creds: creds.clone(),
-            lease: lease.to_string(),
             labels,
         };
         self.blobs.run(digest, move |_cancel| job.run()).await
@@ -657,7 +698,8 @@ impl Inner {
 }
 
 /// One blob download into the content store, owned by a spawned task so it outlives any
-/// single waiter.
+/// single waiter. It writes under a lease of its own: the waiting pulls protect the blob with
+/// their leases, and any of them may fail and delete its lease while the download goes on.
 struct BlobJob {
     backend: Backend,
     registry: Arc<RegistryClient>,
@@ -665,29 +707,11 @@ struct BlobJob {
     reference: Reference,
     desc: Descriptor,
     creds: Credentials,
-    lease: String,
     labels: HashMap<String, String>,
 }
 
 impl BlobJob {
     async fn run(self) -> Result<(), PullError> {
-        let write_ref = format!("remora-{}", self.desc.digest);
-        let result = self.download(&write_ref).await;
-        if let Err(e) = &result {
-            if is_bad_data(e) {
-                // The ingest holds bytes that do not hash to the digest: resuming from it
-                // would fail the same way forever. Best effort: the pull error is what matters.
-                let _ = self.backend.content.abort(&write_ref).await;
-            }
-        }
-        result
-    }
-
-    async fn download(&self, write_ref: &str) -> Result<(), PullError> {
-        let cerr = |source| PullError::Containerd {
-            reference: self.reference.to_string(),
-            source,
-        };
         let _permit = self
             .downloads
             .acquire()
@@ -695,11 +719,40 @@ impl BlobJob {
             .map_err(|_| PullError::ShuttingDown {
                 reference: self.reference.to_string(),
             })?;
+        let lease = lease_id("blob");
+        self.backend
+            .leases
+            .create(&lease, LEASE_EXPIRY_SECS)
+            .await
+            .map_err(|e| self.containerd_err(e))?;
+        let write_ref = format!("remora-{}", self.desc.digest);
+        let result = self.download(&lease, &write_ref).await;
+        if let Err(e) = &result {
+            if is_bad_data(e) {
+                // The ingest holds bytes that do not hash to the digest: resuming from it
+                // would fail the same way forever. Best effort: the pull error is what matters.
+                let _ = self.backend.content.abort(&write_ref).await;
+            }
+        }
+        // Not synchronous: once committed, the blob is held by the waiting pulls' leases;
+        // after a failure GC removes the partial ingest whenever it runs. If the job is
+        // dropped before this point, containerd expires the lease.
+        let cleanup = self.backend.leases.delete(&lease, false).await;
+        result?;
+        cleanup.map_err(|e| self.containerd_err(e))
+    }
+
+    fn containerd_err(&self, source: ContainerdError) -> PullError {
+        PullError::Containerd {
+            reference: self.reference.to_string(),
+            source,
+        }
+    }
+
+    async fn download(&self, lease: &str, write_ref: &str) -> Result<(), PullError> {
+        let cerr = |source| self.containerd_err(source);
         let blob = to_blob(&self.desc);
-        let Some(mut writer) = self
-            .backend
-            .content
-            .writer(&self.lease, write_ref, &blob)
+        let Some(mut writer) = open_writer(self.backend.content.as_ref(), lease, write_ref, &blob)
             .await
             .map_err(cerr)?
         else {
@@ -821,3 +874,6 @@ pub enum LoadError {
 
 /// How long the warm path's cached digest lasts by default.
 pub const DEFAULT_DIGEST_TTL: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests;

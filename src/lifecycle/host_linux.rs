@@ -4,7 +4,11 @@ use crate::spec::types::HostFacts;
 
 /// Reads [`HostFacts`] from /proc and /sys.
 pub fn host_facts() -> HostFacts {
-    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
     HostFacts {
         apparmor_enabled: read("/sys/module/apparmor/parameters/enabled").as_deref() == Some("Y"),
         // Without CAP_SYS_RESOURCE runc cannot set a lower value than ours.

@@ -214,11 +214,16 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(std::fs::read_to_string(files.hostname.unwrap()).unwrap(), "pod-a\n");
+        assert_eq!(
+            std::fs::read_to_string(files.hostname.unwrap()).unwrap(),
+            "pod-a\n"
+        );
         assert!(std::fs::read_to_string(files.resolv_conf.unwrap())
             .unwrap()
             .contains("nameserver 1.2.3.4"));
-        assert!(std::fs::read_to_string(files.hosts.unwrap()).unwrap().contains("localhost"));
+        assert!(std::fs::read_to_string(files.hosts.unwrap())
+            .unwrap()
+            .contains("localhost"));
         let shm = files.shm.unwrap();
         assert!(is_mount_point(&shm), "shm is a tmpfs mount");
         remove(&dir).unwrap();

@@ -9,4 +9,6 @@ pub use auth::Credentials;
 pub use client::{BlobStream, RegistryClient, RegistryConfig, RegistryError, Resolved};
 
 #[cfg(test)]
+pub(crate) mod fake;
+#[cfg(test)]
 mod tests;

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::try_join_all;
+use futures_util::future::join_all;
 use futures_util::StreamExt;
 use slog::{debug, Logger};
 use thiserror::Error;
@@ -474,7 +474,12 @@ impl Inner {
                 ]);
                 self.layer(reference, layer, creds, lease, labels)
             });
-        try_join_all(fetches).await?;
+        // Wait for every layer even after one fails (no fail-fast): each download deletes its
+        // own lease when it ends, so once all have ended, deleting this pull's lease with
+        // sync GC leaves nothing of a failed pull behind.
+        for result in join_all(fetches).await {
+            result?;
+        }
 
         // Unpack, then GC labels bottom-up, then the image records.
         let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();

@@ -21,3 +21,4 @@ pub mod logging;
 pub mod net;
 pub mod server;
 pub mod spec;
+pub mod store;

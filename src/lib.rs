@@ -22,3 +22,4 @@ pub mod logging;
 pub mod net;
 pub mod server;
 pub mod spec;
+pub mod store;

@@ -1,0 +1,533 @@
+//! Pod sandboxes: their metadata (fixed when the sandbox is created), their status (changes
+//! as the pause task starts and exits), and the store that indexes them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+use super::index::PrefixIndex;
+use super::name::sandbox_name_key;
+use super::status::ExitOutcome;
+use super::{labels_match, StoreError};
+use crate::spec::NamespaceOptions;
+
+/// Everything CRI said about a sandbox and what remora set up for it. Persisted in the
+/// containerd container record of the pause container (see [`super::persist`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SandboxMetadata {
+    /// Sandbox id (64 hex chars).
+    pub id: String,
+    /// Pod name (CRI `PodSandboxMetadata.name`).
+    pub name: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod uid.
+    pub uid: String,
+    /// Attempt number (kubelet bumps it on a re-creation).
+    pub attempt: u32,
+    /// CRI labels (kubelet's, used by the label selector).
+    pub labels: HashMap<String, String>,
+    /// CRI annotations.
+    pub annotations: HashMap<String, String>,
+    /// Runtime handler (RuntimeClass); empty = the default.
+    pub runtime_handler: String,
+    /// Creation time, ns since the Unix epoch.
+    pub created_at: i64,
+    /// Path of the network namespace bind mount; empty for host network.
+    pub netns_path: String,
+    /// Primary pod IP; empty for host network or before CNI ran.
+    pub ip: String,
+    /// Further pod IPs (dual stack).
+    pub additional_ips: Vec<String>,
+    /// Hostname of the pod.
+    pub hostname: String,
+    /// Directory of the containers' logs.
+    pub log_directory: String,
+    /// Network/PID/IPC namespace modes.
+    #[serde(with = "namespace_options_serde")]
+    pub namespace_options: NamespaceOptions,
+    /// Cgroup parent of the pod.
+    pub cgroup_parent: String,
+    /// The CRI `PodSandboxConfig` as JSON, opaque here: kept for verbose status and for
+    /// container creation after a restart.
+    #[serde(with = "super::persist::base64_bytes")]
+    pub config_json: Vec<u8>,
+}
+
+impl SandboxMetadata {
+    /// The key reserved in the sandbox [`super::NameIndex`].
+    pub fn name_key(&self) -> String {
+        sandbox_name_key(&self.name, &self.namespace, &self.uid, self.attempt)
+    }
+}
+
+/// The state of a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum SandboxState {
+    /// Being created, or its state could not be determined. CRI reports it as NOTREADY.
+    #[default]
+    Unknown,
+    /// The pause task runs and the network is set up.
+    Ready,
+    /// Stopped or its pause task exited.
+    NotReady,
+}
+
+impl SandboxState {
+    /// The state as CRI sees it: CRI has only READY and NOTREADY, and containerd reports
+    /// UNKNOWN as NOTREADY (the pod must be re-created either way).
+    pub fn cri_visible(self) -> SandboxState {
+        match self {
+            SandboxState::Ready => SandboxState::Ready,
+            SandboxState::NotReady | SandboxState::Unknown => SandboxState::NotReady,
+        }
+    }
+}
+
+/// The mutable part of a sandbox. Not persisted: after a restart it is read back from the
+/// pause task (running → Ready, gone or exited → NotReady).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SandboxStatus {
+    /// Current state.
+    pub state: SandboxState,
+    /// Pid of the pause process while it runs; 0 otherwise.
+    pub pid: u32,
+    /// Exit code of the pause task, once exited.
+    pub exit_code: Option<i32>,
+    /// When the pause task exited (ns), 0 if not.
+    pub exited_at: i64,
+}
+
+impl SandboxStatus {
+    /// A sandbox whose pause task runs as `pid`.
+    pub fn ready(pid: u32) -> Self {
+        SandboxStatus {
+            state: SandboxState::Ready,
+            pid,
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SandboxInner {
+    metadata: Arc<SandboxMetadata>,
+    status: Mutex<SandboxStatus>,
+}
+
+/// A sandbox in the store: a cheap handle (an `Arc`), valid after removal from the store.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    inner: Arc<SandboxInner>,
+}
+
+/// A copy of a sandbox at one moment, for listing and status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSnapshot {
+    /// Metadata (shared, immutable).
+    pub metadata: Arc<SandboxMetadata>,
+    /// Status when the snapshot was taken.
+    pub status: SandboxStatus,
+}
+
+impl Sandbox {
+    /// A sandbox with the given metadata and status, not yet in a store.
+    pub fn new(metadata: SandboxMetadata, status: SandboxStatus) -> Self {
+        Sandbox {
+            inner: Arc::new(SandboxInner {
+                metadata: Arc::new(metadata),
+                status: Mutex::new(status),
+            }),
+        }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.inner.metadata.id
+    }
+
+    /// Its metadata.
+    pub fn metadata(&self) -> &Arc<SandboxMetadata> {
+        &self.inner.metadata
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SandboxStatus> {
+        // Status updates are plain field assignments that cannot panic half-way, so a poisoned
+        // lock still guards a consistent value.
+        self.inner
+            .status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A copy of its status.
+    pub fn status(&self) -> SandboxStatus {
+        self.lock().clone()
+    }
+
+    /// A snapshot of metadata and status.
+    pub fn snapshot(&self) -> SandboxSnapshot {
+        SandboxSnapshot {
+            metadata: Arc::clone(&self.inner.metadata),
+            status: self.status(),
+        }
+    }
+
+    /// The pause task started as `pid`: Ready. Ignored once the pause task has exited (its
+    /// exit was seen first; a sandbox never becomes Ready again).
+    pub fn set_ready(&self, pid: u32) -> bool {
+        let mut s = self.lock();
+        if s.exit_code.is_some() {
+            return false;
+        }
+        s.state = SandboxState::Ready;
+        s.pid = pid;
+        true
+    }
+
+    /// StopPodSandbox: NotReady (network torn down), whether or not the pause task exited yet.
+    pub fn set_not_ready(&self) {
+        let mut s = self.lock();
+        s.state = SandboxState::NotReady;
+    }
+
+    /// The state could not be determined (pause task lost). An exited sandbox stays NotReady.
+    pub fn mark_unknown(&self) {
+        let mut s = self.lock();
+        if s.exit_code.is_none() {
+            s.state = SandboxState::Unknown;
+        }
+    }
+
+    /// The pause task exited. The first recorded exit wins, as for containers.
+    pub fn record_exit(&self, exit_code: i32, exited_at: i64) -> ExitOutcome {
+        let mut s = self.lock();
+        if s.exit_code.is_some() {
+            return ExitOutcome::AlreadyExited;
+        }
+        s.state = SandboxState::NotReady;
+        s.pid = 0;
+        s.exit_code = Some(exit_code);
+        s.exited_at = exited_at;
+        ExitOutcome::Recorded
+    }
+}
+
+/// CRI `PodSandboxFilter`. Empty fields do not filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxFilter {
+    /// Full id, or a prefix matching exactly one sandbox (as containerd: an ambiguous or
+    /// unknown prefix is compared verbatim and so matches nothing).
+    pub id: Option<String>,
+    /// Only sandboxes in this CRI-visible state (`Unknown` is listed as `NotReady`).
+    pub state: Option<SandboxState>,
+    /// Every key=value must be among the sandbox's labels.
+    pub label_selector: HashMap<String, String>,
+}
+
+/// The sandbox index.
+#[derive(Debug, Default)]
+pub struct SandboxStore {
+    sandboxes: RwLock<PrefixIndex<Sandbox>>,
+}
+
+impl SandboxStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, PrefixIndex<Sandbox>> {
+        // Index operations cannot panic half-way (BTreeMap insert/remove), so a poisoned lock
+        // still guards a consistent map.
+        self.sandboxes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, PrefixIndex<Sandbox>> {
+        // As in `read`.
+        self.sandboxes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a sandbox; `AlreadyExists` if its id is taken.
+    pub fn add(&self, sandbox: Sandbox) -> Result<(), StoreError> {
+        let id = sandbox.id().to_string();
+        self.write().insert(&id, sandbox)
+    }
+
+    /// The sandbox with this full id or unique id prefix.
+    pub fn get(&self, id_or_prefix: &str) -> Result<Sandbox, StoreError> {
+        self.read().get(id_or_prefix).cloned()
+    }
+
+    /// The full id for a full id or unique prefix.
+    pub fn resolve(&self, id_or_prefix: &str) -> Result<String, StoreError> {
+        self.read().resolve(id_or_prefix).map(str::to_string)
+    }
+
+    /// Removes the sandbox with this full id or unique prefix and returns it.
+    pub fn delete(&self, id_or_prefix: &str) -> Result<Sandbox, StoreError> {
+        let mut index = self.write();
+        let id = index.resolve(id_or_prefix)?.to_string();
+        index.remove(&id).ok_or(StoreError::NotFound { id })
+    }
+
+    /// Number of sandboxes.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Snapshots of the sandboxes passing `filter`, sorted by id (`ListPodSandbox`).
+    pub fn list(&self, filter: &SandboxFilter) -> Vec<SandboxSnapshot> {
+        let index = self.read();
+        // containerd normalises a unique prefix to the full id, then compares exactly.
+        let id = filter.id.as_deref().filter(|id| !id.is_empty()).map(|id| {
+            index
+                .resolve(id)
+                .map(str::to_string)
+                .unwrap_or_else(|_| id.to_string())
+        });
+        index
+            .values()
+            .filter(|sb| id.as_deref().is_none_or(|id| sb.id() == id))
+            .map(Sandbox::snapshot)
+            .filter(|snap| {
+                filter
+                    .state
+                    .is_none_or(|st| snap.status.state.cri_visible() == st.cri_visible())
+            })
+            .filter(|snap| labels_match(&snap.metadata.labels, &filter.label_selector))
+            .collect()
+    }
+}
+
+/// The stable JSON form of [`NamespaceOptions`]: defined here, next to the persistence, so the
+/// spec module's Rust types can change without changing what is stored in containerd.
+mod namespace_options_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::spec::{NamespaceMode, NamespaceOptions};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(remote = "NamespaceMode", rename_all = "SCREAMING_SNAKE_CASE")]
+    enum ModeDef {
+        Pod,
+        Container,
+        Node,
+        Target,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(remote = "NamespaceOptions")]
+    struct OptionsDef {
+        #[serde(with = "ModeDef")]
+        network: NamespaceMode,
+        #[serde(with = "ModeDef")]
+        pid: NamespaceMode,
+        #[serde(with = "ModeDef")]
+        ipc: NamespaceMode,
+    }
+
+    pub(super) fn serialize<S: Serializer>(v: &NamespaceOptions, s: S) -> Result<S::Ok, S::Error> {
+        OptionsDef::serialize(v, s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<NamespaceOptions, D::Error> {
+        OptionsDef::deserialize(d)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn meta(id: &str, name: &str, labels: &[(&str, &str)]) -> SandboxMetadata {
+        SandboxMetadata {
+            id: id.into(),
+            name: name.into(),
+            namespace: "default".into(),
+            uid: format!("uid-{name}"),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn store() -> SandboxStore {
+        let s = SandboxStore::new();
+        s.add(Sandbox::new(
+            meta("aaa111", "web", &[("app", "web"), ("tier", "front")]),
+            SandboxStatus::ready(10),
+        ))
+        .unwrap();
+        s.add(Sandbox::new(
+            meta("aaa222", "db", &[("app", "db")]),
+            SandboxStatus::ready(11),
+        ))
+        .unwrap();
+        let stopped = Sandbox::new(
+            meta("bbb333", "old", &[("app", "web")]),
+            SandboxStatus::ready(12),
+        );
+        let _ = stopped.record_exit(0, 5);
+        s.add(stopped).unwrap();
+        s.add(Sandbox::new(
+            meta("ccc444", "lost", &[]),
+            SandboxStatus::default(),
+        ))
+        .unwrap();
+        s
+    }
+
+    fn ids(v: Vec<SandboxSnapshot>) -> Vec<String> {
+        v.into_iter().map(|s| s.metadata.id.clone()).collect()
+    }
+
+    #[test]
+    fn add_get_delete() {
+        let s = store();
+        assert_eq!(s.len(), 4);
+        assert_eq!(s.get("aaa1").unwrap().metadata().name, "web");
+        assert!(matches!(
+            s.get("aaa"),
+            Err(StoreError::Ambiguous { matches: 2, .. })
+        ));
+        assert!(matches!(s.get("zzz"), Err(StoreError::NotFound { .. })));
+        assert_eq!(
+            s.add(Sandbox::new(
+                meta("aaa111", "x", &[]),
+                SandboxStatus::default()
+            )),
+            Err(StoreError::AlreadyExists {
+                id: "aaa111".into()
+            })
+        );
+        assert_eq!(s.delete("bbb").unwrap().id(), "bbb333");
+        assert!(s.get("bbb333").is_err());
+        assert!(s.delete("bbb333").is_err());
+        assert_eq!(s.resolve("ccc").unwrap(), "ccc444");
+    }
+
+    #[test]
+    fn list_without_filter_is_everything_sorted() {
+        assert_eq!(
+            ids(store().list(&SandboxFilter::default())),
+            ["aaa111", "aaa222", "bbb333", "ccc444"]
+        );
+    }
+
+    #[test]
+    fn filter_by_id_full_prefix_ambiguous() {
+        let s = store();
+        let by = |id: &str| {
+            ids(s.list(&SandboxFilter {
+                id: Some(id.into()),
+                ..Default::default()
+            }))
+        };
+        assert_eq!(by("aaa222"), ["aaa222"]);
+        assert_eq!(by("bb"), ["bbb333"]);
+        assert!(by("aaa").is_empty(), "ambiguous prefix matches nothing");
+        assert!(by("zz").is_empty());
+        assert_eq!(by("").len(), 4, "empty id does not filter");
+    }
+
+    #[test]
+    fn filter_by_state_treats_unknown_as_not_ready() {
+        let s = store();
+        let by = |st| {
+            ids(s.list(&SandboxFilter {
+                state: Some(st),
+                ..Default::default()
+            }))
+        };
+        assert_eq!(by(SandboxState::Ready), ["aaa111", "aaa222"]);
+        assert_eq!(by(SandboxState::NotReady), ["bbb333", "ccc444"]);
+    }
+
+    #[test]
+    fn filter_by_labels_all_must_match() {
+        let s = store();
+        let by = |sel: &[(&str, &str)]| {
+            ids(s.list(&SandboxFilter {
+                label_selector: sel
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            }))
+        };
+        assert_eq!(by(&[("app", "web")]), ["aaa111", "bbb333"]);
+        assert_eq!(by(&[("app", "web"), ("tier", "front")]), ["aaa111"]);
+        assert!(by(&[("app", "web"), ("tier", "back")]).is_empty());
+        assert!(by(&[("nope", "")]).is_empty());
+    }
+
+    #[test]
+    fn filters_combine() {
+        let s = store();
+        let f = SandboxFilter {
+            id: Some("bbb".into()),
+            state: Some(SandboxState::Ready),
+            label_selector: HashMap::new(),
+        };
+        assert!(s.list(&f).is_empty());
+    }
+
+    #[test]
+    fn status_transitions_first_exit_wins() {
+        let sb = Sandbox::new(meta("x", "x", &[]), SandboxStatus::default());
+        assert!(sb.set_ready(7));
+        assert_eq!(sb.status(), SandboxStatus::ready(7));
+        assert_eq!(sb.record_exit(137, 9), ExitOutcome::Recorded);
+        assert_eq!(sb.record_exit(0, 10), ExitOutcome::AlreadyExited);
+        let st = sb.status();
+        assert_eq!(
+            (st.state, st.exit_code, st.exited_at, st.pid),
+            (SandboxState::NotReady, Some(137), 9, 0)
+        );
+        // Once exited it never becomes Ready or Unknown again.
+        assert!(!sb.set_ready(8));
+        sb.mark_unknown();
+        assert_eq!(sb.status().state, SandboxState::NotReady);
+    }
+
+    #[test]
+    fn stop_and_unknown() {
+        let sb = Sandbox::new(meta("x", "x", &[]), SandboxStatus::ready(3));
+        sb.mark_unknown();
+        assert_eq!(sb.status().state, SandboxState::Unknown);
+        sb.set_not_ready();
+        assert_eq!(sb.status().state, SandboxState::NotReady);
+    }
+
+    #[test]
+    fn name_key() {
+        let mut m = meta("x", "web", &[]);
+        m.attempt = 3;
+        assert_eq!(m.name_key(), "web_default_uid-web_3");
+    }
+
+    #[test]
+    fn handle_survives_removal() {
+        let s = store();
+        let sb = s.get("aaa111").unwrap();
+        s.delete("aaa111").unwrap();
+        assert_eq!(sb.record_exit(0, 1), ExitOutcome::Recorded);
+        assert!(s.get("aaa111").is_err(), "an exit does not resurrect it");
+    }
+}

@@ -27,6 +27,10 @@ pub const DEFAULT_TOML: &str = r#"# remora configuration. Every key is optional;
 # The socket is created with mode 0660, owned by the user remora runs as (root).
 # A lock file "<socket>.lock" beside it keeps a second remora off the same socket.
 socket = "/run/remora/remora.sock"
+# Persistent state (CNI result cache).
+root_dir = "/var/lib/remora"
+# Volatile state: pod network namespaces, pod files (hostname, hosts, resolv.conf, /dev/shm).
+state_dir = "/run/remora"
 
 [log]
 # Minimum level logged: "trace", "debug", "info", "warning", "error" or "critical".
@@ -52,6 +56,8 @@ reconnect_backoff_min = "100ms"
 reconnect_backoff_max = "10s"
 
 [images]
+# The pause image that holds each pod's namespaces; pulled on first use.
+sandbox_image = "registry.k8s.io/pause:3.10"
 # Snapshotter that image layers are unpacked into (and container rootfs snapshots made from).
 snapshotter = "overlayfs"
 # containerd-style registry hosts directory: <config_path>/<host>/hosts.toml configures
@@ -74,6 +80,8 @@ resolver_rate = 10
 [runtime]
 # Cgroup driver reported to kubelet by the RuntimeConfig RPC: "cgroupfs" or "systemd".
 cgroup_driver = "cgroupfs"
+# containerd runtime (shim) for the default handler ("" or "runc"); other handlers are refused.
+runtime_type = "io.containerd.runc.v2"
 
 [cni]
 # Directory of CNI network configs (.conf, .conflist, .json). The first file in lexical
@@ -81,6 +89,8 @@ cgroup_driver = "cgroupfs"
 conf_dir = "/etc/cni/net.d"
 # Directories searched, in order, for the CNI plugin binaries the network config names.
 bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
+# Bound on one CNI plugin run.
+plugin_timeout = "1m"
 "#;
 
 /// The whole configuration.
@@ -107,12 +117,18 @@ pub struct Config {
 pub struct ServerConfig {
     /// The CRI unix socket.
     pub socket: PathBuf,
+    /// Persistent state directory.
+    pub root_dir: PathBuf,
+    /// Volatile state directory.
+    pub state_dir: PathBuf,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             socket: PathBuf::from("/run/remora/remora.sock"),
+            root_dir: PathBuf::from("/var/lib/remora"),
+            state_dir: PathBuf::from("/run/remora"),
         }
     }
 }
@@ -203,6 +219,8 @@ impl Default for ContainerdConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ImagesConfig {
+    /// The pause image.
+    pub sandbox_image: String,
     /// Snapshotter for layers and rootfs.
     pub snapshotter: String,
     /// hosts.toml directory.
@@ -226,6 +244,7 @@ pub struct ImagesConfig {
 impl Default for ImagesConfig {
     fn default() -> Self {
         Self {
+            sandbox_image: "registry.k8s.io/pause:3.10".to_string(),
             snapshotter: "overlayfs".to_string(),
             config_path: PathBuf::from("/etc/remora/certs.d"),
             max_concurrent_downloads: 3,
@@ -254,12 +273,15 @@ pub enum CgroupDriver {
 pub struct RuntimeConfig {
     /// Cgroup driver.
     pub cgroup_driver: CgroupDriver,
+    /// containerd runtime of the default handler.
+    pub runtime_type: String,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             cgroup_driver: CgroupDriver::Cgroupfs,
+            runtime_type: "io.containerd.runc.v2".to_string(),
         }
     }
 }
@@ -272,6 +294,9 @@ pub struct CniConfig {
     pub conf_dir: PathBuf,
     /// Plugin binary directories, searched in order.
     pub bin_dirs: Vec<PathBuf>,
+    /// Bound on one plugin run.
+    #[serde(with = "humantime_serde")]
+    pub plugin_timeout: Duration,
 }
 
 impl Default for CniConfig {
@@ -279,6 +304,7 @@ impl Default for CniConfig {
         Self {
             conf_dir: PathBuf::from("/etc/cni/net.d"),
             bin_dirs: vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")],
+            plugin_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -347,6 +373,8 @@ impl Config {
                 format!("is {socket_len} bytes long; a unix socket path may be at most 107"),
             ));
         }
+        absolute("server.root_dir", &self.server.root_dir)?;
+        absolute("server.state_dir", &self.server.state_dir)?;
         absolute("containerd.address", &self.containerd.address)?;
         let ns = &self.containerd.namespace;
         // containerd's namespace rule: a DNS-label-like identifier, dots allowed.
@@ -387,6 +415,15 @@ impl Config {
             ));
         }
         let img = &self.images;
+        if img.sandbox_image.is_empty() {
+            return Err(invalid("images.sandbox_image", "must not be empty"));
+        }
+        if self.runtime.runtime_type.is_empty() {
+            return Err(invalid("runtime.runtime_type", "must not be empty"));
+        }
+        if self.cni.plugin_timeout.is_zero() {
+            return Err(invalid("cni.plugin_timeout", "must be greater than zero"));
+        }
         if img.snapshotter.is_empty() {
             return Err(invalid("images.snapshotter", "must not be empty"));
         }

@@ -1,5 +1,18 @@
 //! Pod sandboxes: their metadata (fixed when the sandbox is created), their status (changes
 //! as the pause task starts and exits), and the store that indexes them.
+//!
+//! ```text
+//!    add (being created, or loaded and not yet checked)
+//!     │
+//!     ▼        set_ready(pid)       ┌───────┐  set_not_ready (Stop)  ┌──────────┐
+//!  UNKNOWN ───────────────────────► │ READY ├──────────────────────► │ NOTREADY │
+//!   ▲  │  ◄──── mark_unknown ────── └───────┘  record_exit (pause    └──────────┘
+//!   │  │        (state lost)                    task exited)              ▲
+//!   │  └──────────── set_not_ready / record_exit ────────────────────────┘
+//! ```
+//!
+//! CRI shows UNKNOWN as NOTREADY. NOTREADY is final: a pod is re-created, never restarted, so
+//! neither `set_ready` nor `mark_unknown` leave it; the first recorded pause exit wins.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -175,11 +188,11 @@ impl Sandbox {
         }
     }
 
-    /// The pause task started as `pid`: Ready. Ignored once the pause task has exited (its
-    /// exit was seen first; a sandbox never becomes Ready again).
+    /// The pause task started (or, after a restart, was found running) as `pid`: Ready.
+    /// Refused (returns false) once NotReady.
     pub fn set_ready(&self, pid: u32) -> bool {
         let mut s = self.lock();
-        if s.exit_code.is_some() {
+        if s.state == SandboxState::NotReady {
             return false;
         }
         s.state = SandboxState::Ready;
@@ -193,10 +206,10 @@ impl Sandbox {
         s.state = SandboxState::NotReady;
     }
 
-    /// The state could not be determined (pause task lost). An exited sandbox stays NotReady.
+    /// The state could not be determined (pause task lost). NotReady stays NotReady.
     pub fn mark_unknown(&self) {
         let mut s = self.lock();
-        if s.exit_code.is_none() {
+        if s.state != SandboxState::NotReady {
             s.state = SandboxState::Unknown;
         }
     }
@@ -511,8 +524,14 @@ pub(crate) mod tests {
         let sb = Sandbox::new(meta("x", "x", &[]), SandboxStatus::ready(3));
         sb.mark_unknown();
         assert_eq!(sb.status().state, SandboxState::Unknown);
+        assert!(sb.set_ready(4), "a lost sandbox found running again");
         sb.set_not_ready();
         assert_eq!(sb.status().state, SandboxState::NotReady);
+        // Stopped is final, and its exit can still be recorded afterwards.
+        assert!(!sb.set_ready(5));
+        sb.mark_unknown();
+        assert_eq!(sb.status().state, SandboxState::NotReady);
+        assert_eq!(sb.record_exit(0, 1), ExitOutcome::Recorded);
     }
 
     #[test]

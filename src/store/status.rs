@@ -1,31 +1,30 @@
 //! The container status and its state machine.
 //!
 //! ```text
-//!            create / load
-//!                 │
-//!                 ▼
-//!           ┌──────────┐  begin_start   ┌──────────────────┐
-//!           │ CREATED  ├───────────────►│ CREATED+starting │
-//!           └────┬─────┘◄───────────────┴──┬──────┬────────┘
-//!                │        abort_start      │      │ start_failed (StartError, 128)
-//!                │                         │      │ or record_exit (exit seen
-//!                │              record_started    │ before record_started)
-//!                │                         ▼      │
-//!                │                   ┌──────────┐ │
-//!                │                   │ RUNNING  │ │
-//!                │                   └────┬─────┘ │
-//!                │                        │ record_exit (Stop or exit)
-//!                │                        ▼       ▼
-//!                │                   ┌────────────────┐
-//!                │                   │     EXITED     │◄── record_exit again: no-op,
-//!                │                   └───────┬────────┘    reported as AlreadyExited
-//!                │   mark_unknown            │
-//!                │   (from CREATED or        │ begin_removal / store delete
-//!                │    RUNNING: state lost)   │ (also from CREATED and UNKNOWN;
-//!                ▼                           │  never from RUNNING or while starting)
-//!           ┌──────────┐   record_exit       ▼
-//!           │ UNKNOWN  ├──────────► EXITED   REMOVED (gone from the store)
-//!           └──────────┘
+//!                  create / load
+//!                        │
+//!                        ▼
+//!                  ┌───────────┐  begin_start    ┌──────────────────────┐
+//!                  │  CREATED  ├────────────────►│  CREATED (starting)  │
+//!                  │           │◄────────────────┤                      │
+//!                  └─────┬─────┘   abort_start   └───┬─────────────┬────┘
+//!                        │                           │             │ record_started
+//!           record_exit  │         start_failed      │             ▼
+//!                        │         (StartError, 128) │       ┌───────────┐
+//!                        │         or record_exit    │       │  RUNNING  │
+//!                        │         (died before      │       └─────┬─────┘
+//!                        │          record_started)  │             │ record_exit
+//!                        ▼                           ▼             ▼ (task exit, Stop)
+//!                  ┌──────────────────────────────────────────────────┐  record_exit:
+//!                  │                      EXITED                      ├─┐ no-op,
+//!                  └────────────────────────┬─────────────────────────┘◄┘ AlreadyExited
+//!                                           │ begin_removal / delete
+//!                                           ▼
+//!                                        REMOVED
+//!
+//!   state lost:  CREATED, RUNNING ──mark_unknown──► UNKNOWN ──record_exit──► EXITED
+//!   removal:     from CREATED, EXITED, UNKNOWN; never from RUNNING, never while starting
+//!   OOM:         mark_oom in any state; sets reason OOMKilled at (or after) the exit
 //! ```
 //!
 //! Why these rules:
@@ -220,6 +219,9 @@ impl ContainerStatus {
     }
 
     /// CREATED → CREATED+starting. Only one start at a time, and none during removal.
+    /// The caller must end every begun start with `record_started`, `start_failed` or
+    /// `abort_start` (or the container stays unremovable); an exit recorded meanwhile does
+    /// not end it, so the start path always learns how its start ended.
     pub fn begin_start(&mut self, id: &str) -> Result<(), TransitionError> {
         let to = Target::State(ContainerState::Running);
         self.check_not_removing(id, to)?;

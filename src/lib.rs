@@ -17,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod grpc;
 pub mod images;
+pub mod io;
 pub mod logging;
 pub mod net;
 pub mod server;

@@ -372,6 +372,9 @@ pub struct CopySummary {
 /// Copies one stream into `writer` as CRI log records (and its raw bytes to `writer`'s
 /// subscribers) until EOF or a read error, then flushes an unterminated line as `P`.
 ///
+/// On a FIFO, EOF comes once the shim has opened and closed its end. If the shim never opens it
+/// (`Tasks.Create` failed), the copier waits: abort its handle when rolling back.
+///
 /// # Panics
 ///
 /// Outside a tokio runtime (it spawns a task).

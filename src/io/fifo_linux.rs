@@ -1,7 +1,9 @@
 //! The stdio FIFOs of a container or exec process: `<dir>/<id>-stdin`, `<id>-stdout`,
 //! `<id>-stderr`, the paths containerd's `Tasks.Create` / `Tasks.Exec` take as `stdin`, `stdout`
 //! and `stderr` (containerd's `cio.NewFIFOSetInDir` + CRI `newFifos`: no stdin FIFO unless the
-//! container asked for stdin, no stderr FIFO with a terminal, where stderr goes to the tty).
+//! container asked for stdin). As in containerd, the stderr FIFO exists with a terminal too,
+//! but the runc shim then writes all tty output to stdout and never opens stderr: do not copy
+//! stderr of a tty process (the copier would wait until aborted).
 //!
 //! Why opening needs care: opening a FIFO blocks until the other end is opened too, and the shim
 //! only opens its ends inside `Tasks.Create`, which remora calls *after* opening its own. A
@@ -91,7 +93,7 @@ pub enum FifoError {
 pub struct FifoSpec {
     /// The process reads stdin (CRI `stdin: true`).
     pub stdin: bool,
-    /// The process has a terminal: stdout and stderr both go to the tty, so no stderr FIFO.
+    /// The process has a terminal: all its output arrives on stdout.
     pub tty: bool,
 }
 
@@ -103,7 +105,7 @@ pub struct TaskStdio {
     pub stdin: String,
     /// Path of the stdout FIFO.
     pub stdout: String,
-    /// Path of the stderr FIFO, or empty.
+    /// Path of the stderr FIFO.
     pub stderr: String,
     /// Whether the process gets a terminal.
     pub terminal: bool,
@@ -114,7 +116,7 @@ pub struct TaskStdio {
 pub struct FifoSet {
     stdin: Option<PathBuf>,
     stdout: PathBuf,
-    stderr: Option<PathBuf>,
+    stderr: PathBuf,
     tty: bool,
 }
 
@@ -132,7 +134,7 @@ impl FifoSet {
         Ok(FifoSet {
             stdin: spec.stdin.then(|| path("stdin")),
             stdout: path("stdout"),
-            stderr: (!spec.tty).then(|| path("stderr")),
+            stderr: path("stderr"),
             tty: spec.tty,
         })
     }
@@ -178,9 +180,9 @@ impl FifoSet {
         &self.stdout
     }
 
-    /// The stderr FIFO; none with a terminal.
-    pub fn stderr(&self) -> Option<&Path> {
-        self.stderr.as_deref()
+    /// The stderr FIFO (with a terminal: unused by the shim).
+    pub fn stderr(&self) -> &Path {
+        &self.stderr
     }
 
     /// Whether the process has a terminal.
@@ -198,7 +200,7 @@ impl FifoSet {
         TaskStdio {
             stdin: s(self.stdin()),
             stdout: s(Some(self.stdout())),
-            stderr: s(self.stderr()),
+            stderr: s(Some(self.stderr())),
             terminal: self.tty,
         }
     }
@@ -208,10 +210,9 @@ impl FifoSet {
         open_read_end(&self.stdout)
     }
 
-    /// Opens remora's end of stderr for reading, if there is a stderr FIFO. See
-    /// [`open_read_end`].
-    pub fn open_stderr(&self) -> Result<Option<pipe::Receiver>, FifoError> {
-        self.stderr.as_deref().map(open_read_end).transpose()
+    /// Opens remora's end of stderr for reading. See [`open_read_end`].
+    pub fn open_stderr(&self) -> Result<pipe::Receiver, FifoError> {
+        open_read_end(&self.stderr)
     }
 
     /// Opens remora's end of stdin for writing, if there is a stdin FIFO. See
@@ -234,7 +235,7 @@ impl FifoSet {
     }
 
     fn all(&self) -> impl Iterator<Item = &Path> {
-        [self.stdin(), Some(self.stdout()), self.stderr()]
+        [self.stdin(), Some(self.stdout()), Some(self.stderr())]
             .into_iter()
             .flatten()
     }
@@ -357,7 +358,7 @@ mod tests {
         .unwrap();
         assert_eq!(set.stdin(), Some(dir.join("c1-stdin").as_path()));
         assert_eq!(set.stdout(), dir.join("c1-stdout"));
-        assert_eq!(set.stderr(), Some(dir.join("c1-stderr").as_path()));
+        assert_eq!(set.stderr(), dir.join("c1-stderr"));
         for p in [
             dir.join("c1-stdin"),
             dir.join("c1-stdout"),
@@ -375,13 +376,15 @@ mod tests {
     }
 
     #[test]
-    fn no_stdin_unless_asked_no_stderr_with_tty() {
+    fn no_stdin_unless_asked() {
         let tmp = tempfile::tempdir().unwrap();
         let set = FifoSet::create(tmp.path(), "c2", FifoSpec::default()).unwrap();
         assert_eq!(set.stdin(), None);
         assert!(!tmp.path().join("c2-stdin").exists());
         assert!(is_fifo(&tmp.path().join("c2-stderr")));
+        assert_eq!(set.task_stdio().stdin, "");
 
+        // A terminal changes only the flag: the paths are containerd's.
         let tty = FifoSet::create(
             tmp.path(),
             "c3",
@@ -391,10 +394,9 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(tty.stderr(), None);
-        assert!(!tmp.path().join("c3-stderr").exists());
+        assert!(is_fifo(tty.stderr()));
         let stdio = tty.task_stdio();
-        assert_eq!((stdio.stdin.as_str(), stdio.stderr.as_str()), ("", ""));
+        assert_eq!(stdio.stderr, tmp.path().join("c3-stderr").to_str().unwrap());
         assert!(stdio.terminal);
     }
 
@@ -480,14 +482,17 @@ mod tests {
         // Written before any reader: waits in the pipe buffer.
         tx.write_all(b"input\n").await.unwrap();
         let path = set.stdin().unwrap().to_path_buf();
+        let (opened_tx, opened) = tokio::sync::oneshot::channel();
         let reader = std::thread::spawn(move || {
+            // Plays the shim; the open returns at once since our end holds the FIFO open.
             let mut f = std::fs::File::open(path).unwrap();
+            opened_tx.send(()).unwrap();
             let mut got = Vec::new();
             f.read_to_end(&mut got).unwrap();
             got
         });
-        // Let the reader open before our end closes, or the buffered data would be dropped.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Close our end only once the reader is there, or the buffered data would be dropped.
+        opened.await.unwrap();
         drop(tx);
         assert_eq!(reader.join().unwrap(), b"input\n");
     }
@@ -504,16 +509,13 @@ mod tests {
             writer.clone(),
         );
         let err = copy_stream(
-            set.open_stderr().unwrap().unwrap(),
+            set.open_stderr().unwrap(),
             StreamKind::Stderr,
             writer.clone(),
         );
 
         // Plays the shim: opens the write ends, writes, exits (closing them).
-        let (o, e) = (
-            set.stdout().to_path_buf(),
-            set.stderr().unwrap().to_path_buf(),
-        );
+        let (o, e) = (set.stdout().to_path_buf(), set.stderr().to_path_buf());
         let shim = std::thread::spawn(move || {
             let mut o = std::fs::OpenOptions::new().write(true).open(o).unwrap();
             let mut e = std::fs::OpenOptions::new().write(true).open(e).unwrap();

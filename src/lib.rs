@@ -17,6 +17,7 @@ pub mod error;
 pub mod events;
 pub mod grpc;
 pub mod images;
+pub mod io;
 pub mod lifecycle;
 pub mod logging;
 pub mod net;

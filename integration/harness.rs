@@ -167,6 +167,8 @@ pub fn remora_config(socket: &Path, containerd: &Path, cni_conf_dir: &Path, extr
     format!(
         r#"[server]
 socket = "{}"
+root_dir = "{root}/root"
+state_dir = "{root}/state"
 [log]
 level = "debug"
 [containerd]
@@ -181,6 +183,7 @@ bin_dirs = ["/usr/lib/cni"]
         socket.display(),
         containerd.display(),
         cni_conf_dir.display(),
+        root = socket.parent().unwrap_or(Path::new("/tmp")).display(),
     )
 }
 
@@ -280,6 +283,24 @@ impl Drop for Remora {
     }
 }
 
+/// Lazily unmounts every mount below `dir` (pod netns dirs, shm tmpfs, netns bind mounts that
+/// a test's remora made), deepest first, so removing the scratch dir cannot leak mounts.
+pub fn unmount_below(dir: &Path) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let prefix = dir.to_string_lossy().to_string();
+    let mut points: Vec<&str> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| mp.starts_with(&prefix))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
 /// A private containerd plus a remora on it, in one scratch dir.
 /// Fields drop in order: remora, then containerd, then the dir they use.
 pub struct Bed {
@@ -289,6 +310,12 @@ pub struct Bed {
     pub containerd: Containerd,
     /// Scratch dir; removed on drop.
     pub dir: tempfile::TempDir,
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        unmount_below(self.dir.path());
+    }
 }
 
 impl Bed {
@@ -361,6 +388,8 @@ impl BedRemora {
         let config = format!(
             r#"[server]
 socket = "{}"
+root_dir = "{root}/root"
+state_dir = "{root}/state"
 [log]
 level = "debug"
 [containerd]
@@ -375,6 +404,7 @@ bin_dirs = ["/usr/lib/cni"]
             socket.display(),
             certs.display(),
             dir.path().join("net.d").display(),
+            root = dir.path().display(),
         );
         let remora = Remora::start(dir.path(), &config, &socket);
         BedRemora {
@@ -412,6 +442,7 @@ bin_dirs = ["/usr/lib/cni"]
 
 impl Drop for BedRemora {
     fn drop(&mut self) {
+        unmount_below(self._dir.path());
         let ctr = |args: &[&str]| {
             Command::new(tool("ctr"))
                 .args(["--address", TESTBED_CONTAINERD, "-n", &self.namespace])

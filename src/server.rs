@@ -34,6 +34,9 @@ use crate::images::pull::{Backend, PullConfig, Puller};
 use crate::images::registry::client::{RegistryClient, RegistryConfig};
 use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
+use crate::lifecycle::host::host_facts;
+use crate::lifecycle::sandbox::{Pods, PodsConfig};
+use crate::net::{PodNetwork, PodNetworkConfig};
 
 /// Largest CRI message accepted or sent, as kubelet's own client allows.
 const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -203,6 +206,32 @@ fn image_runtime(
     })
 }
 
+/// Builds the pod side: network namespaces, CNI, host facts, over containerd's containers and
+/// tasks.
+fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logger) -> Pods {
+    let network = PodNetwork::new(PodNetworkConfig {
+        conf_dir: config.cni.conf_dir.clone(),
+        bin_dirs: config.cni.bin_dirs.clone(),
+        cache_dir: config.server.root_dir.join("cni-cache"),
+        plugin_timeout: config.cni.plugin_timeout,
+    });
+    let shared = Arc::new(client.clone());
+    Pods::new(
+        PodsConfig {
+            state_dir: config.server.state_dir.clone(),
+            sandbox_image: config.images.sandbox_image.clone(),
+            snapshotter: config.images.snapshotter.clone(),
+            runtime_type: config.runtime.runtime_type.clone(),
+        },
+        shared.clone(),
+        shared,
+        images.clone(),
+        network,
+        host_facts(),
+        log.new(slog::o!("component" => "pods")),
+    )
+}
+
 /// Subscribes to containerd's `/images/` events (the start of the event monitor): the image
 /// index follows records created or deleted by any client, and is rebuilt after each gap.
 fn spawn_event_monitor(
@@ -283,12 +312,14 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let monitor = tokio::spawn(health.clone().run(stop_rx.clone()));
 
     let images = Arc::new(image_runtime(&config, &client, &log)?);
+    let pods = Arc::new(pods(&config, &client, &images, &log));
     let events = spawn_event_monitor(&config, &client, &images, stop_rx.clone(), &log);
 
     let rt = Runtime {
         config: Arc::new(config.clone()),
         health,
         images,
+        pods,
         log: log.clone(),
     };
     let service = CriService::new(rt);

@@ -44,6 +44,8 @@ pub struct Runtime {
     pub health: Arc<HealthMonitor>,
     /// Image index, puller and the containerd services images live in.
     pub images: Arc<ImageRuntime>,
+    /// Pod sandboxes.
+    pub pods: Arc<crate::lifecycle::sandbox::Pods>,
     /// Root logger; requests derive their own from it.
     pub log: Logger,
 }

@@ -5,6 +5,7 @@
 //! - [`host`]: facts about this host that specs depend on.
 
 pub mod backend;
+pub mod sandbox;
 #[cfg(target_os = "linux")]
 #[path = "host_linux.rs"]
 pub mod host;

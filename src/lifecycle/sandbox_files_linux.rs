@@ -152,8 +152,8 @@ fn prepare_inner(dir: &Path, req: &FilesRequest) -> Result<SandboxFiles, FilesEr
     })
 }
 
-/// Unmounts the shm tmpfs (if mounted) and removes `dir`. Idempotent.
-pub fn remove(dir: &Path) -> Result<(), FilesError> {
+/// Unmounts the pod's shm tmpfs if mounted (StopPodSandbox). Idempotent.
+pub fn unmount_shm(dir: &Path) -> Result<(), FilesError> {
     let shm = dir.join("shm");
     if is_mount_point(&shm) {
         umount2(&shm, MntFlags::MNT_DETACH).map_err(|source| FilesError::Shm {
@@ -162,6 +162,12 @@ pub fn remove(dir: &Path) -> Result<(), FilesError> {
             source,
         })?;
     }
+    Ok(())
+}
+
+/// Unmounts the shm tmpfs (if mounted) and removes `dir`. Idempotent.
+pub fn remove(dir: &Path) -> Result<(), FilesError> {
+    unmount_shm(dir)?;
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

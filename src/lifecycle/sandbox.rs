@@ -1,0 +1,540 @@
+//! Pod sandboxes: RunPodSandbox, StopPodSandbox, RemovePodSandbox, and the pause task's exit
+//! monitor.
+//!
+//! # RunPodSandbox, all or nothing
+//! name reserved → pause image present → netns created → CNI ADD → pod files (+ shm tmpfs)
+//! → rootfs snapshot → OCI spec → containerd container record → task created and started →
+//! indexed as Ready, with an exit monitor on the pause task.
+//!
+//! Every step that makes something registers its undo; if a later step fails, the undos run in
+//! reverse, each bounded by its own timeout. The whole operation runs in a task of its own, so
+//! a kubelet that gives up (cancelling the RPC) cannot interrupt it half way and skip the
+//! rollback: the caller's cancellation is never the cleanup's.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use slog::{info, warn, Logger};
+use thiserror::Error;
+
+use super::backend::{ContainerRecord, Containers, TaskSpec, TaskStatus, Tasks};
+use super::sandbox_files::{self, Dns, FilesError, FilesRequest};
+use crate::cri::ImageRuntime;
+use crate::error::ContainerdError;
+use crate::images::manifest::ImageConfig as OciImageConfig;
+use crate::images::pull::PullError;
+use crate::images::registry::auth::Credentials;
+use crate::images::store::ImageInfo;
+use crate::net::netns::{self, NetnsDir, NetnsError};
+use crate::net::{NetError, PodNetInfo, PodNetwork, PortMapping};
+use crate::store::persist::SANDBOX_EXTENSION;
+use crate::spec::{self, HostFacts, ImageConfig, NamespaceMode, SandboxConfig, SpecError};
+use crate::store::{
+    encode_extension, generate_id, ExitOutcome, sandbox_name_key, to_labels, IdError, NameError, NameIndex,
+    Sandbox, SandboxMetadata, SandboxStatus, SandboxStore, StoreError,
+};
+
+/// Bound on each rollback step and on each teardown step of Stop/Remove.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long StopPodSandbox waits for the killed pause task to exit.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a sandbox operation failed.
+#[derive(Debug, Error)]
+pub enum SandboxError {
+    /// The runtime handler is not configured.
+    #[error("runtime handler {0:?} is not configured (only \"\" and \"runc\" are)")]
+    UnknownRuntimeHandler(String),
+    /// The pod's name is taken.
+    #[error("pod sandbox name is in use: {0}")]
+    Name(#[from] NameError),
+    /// No id could be generated.
+    #[error(transparent)]
+    Id(#[from] IdError),
+    /// The pause image could not be pulled.
+    #[error("sandbox image: {0}")]
+    Image(#[from] PullError),
+    /// The pause image's config is unreadable.
+    #[error("sandbox image {image}: invalid config: {reason}")]
+    ImageConfig {
+        /// The image.
+        image: String,
+        /// Why.
+        reason: String,
+    },
+    /// Creating or removing the network namespace failed.
+    #[error("network namespace: {0}")]
+    Netns(#[from] NetnsError),
+    /// CNI failed.
+    #[error("pod network: {0}")]
+    Network(#[from] NetError),
+    /// The pod's files could not be made.
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    /// The spec could not be generated.
+    #[error("pod spec: {0}")]
+    Spec(#[from] SpecError),
+    /// The spec could not be serialised.
+    #[error("pod spec: cannot serialise: {0}")]
+    Encode(String),
+    /// containerd failed.
+    #[error(transparent)]
+    Containerd(#[from] ContainerdError),
+    /// The index refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The operation's task panicked or was aborted.
+    #[error("pod sandbox operation did not complete: {0}")]
+    Aborted(String),
+}
+
+/// A RunPodSandbox request in domain terms.
+#[derive(Debug, Clone, Default)]
+pub struct RunSandbox {
+    /// The pod config.
+    pub config: SandboxConfig,
+    /// `metadata.attempt`.
+    pub attempt: u32,
+    /// Pod labels.
+    pub labels: HashMap<String, String>,
+    /// DNS config; `None` → the host's resolv.conf.
+    pub dns: Option<Dns>,
+    /// Host port mappings.
+    pub port_mappings: Vec<PortMapping>,
+    /// Runtime handler ("" = default).
+    pub runtime_handler: String,
+    /// The raw request config, kept on the record.
+    pub config_json: Vec<u8>,
+}
+
+type UndoStep = (&'static str, Pin<Box<dyn Future<Output = Result<(), String>> + Send>>);
+
+/// Pods: the sandbox index and what sandboxes are made of.
+pub struct Pods {
+    /// The sandbox index.
+    pub sandboxes: SandboxStore,
+    /// Pod name reservations.
+    pub names: Arc<NameIndex>,
+    containers: Arc<dyn Containers>,
+    tasks: Arc<dyn Tasks>,
+    images: Arc<ImageRuntime>,
+    network: PodNetwork,
+    /// Prepared on first use, so a remora that never runs a pod mounts nothing.
+    netns: tokio::sync::OnceCell<NetnsDir>,
+    netns_dir: PathBuf,
+    host: HostFacts,
+    state_dir: PathBuf,
+    sandbox_image: String,
+    snapshotter: String,
+    runtime_type: String,
+    log: Logger,
+}
+
+/// What [`Pods::new`] needs.
+pub struct PodsConfig {
+    /// Volatile state dir (`<state_dir>/sandboxes/<id>` holds pod files).
+    pub state_dir: PathBuf,
+    /// The pause image.
+    pub sandbox_image: String,
+    /// Snapshotter.
+    pub snapshotter: String,
+    /// containerd runtime for the default handler.
+    pub runtime_type: String,
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl Pods {
+    /// Pods over containerd's services.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: PodsConfig,
+        containers: Arc<dyn Containers>,
+        tasks: Arc<dyn Tasks>,
+        images: Arc<ImageRuntime>,
+        network: PodNetwork,
+        host: HostFacts,
+        log: Logger,
+    ) -> Self {
+        Self {
+            sandboxes: SandboxStore::new(),
+            names: Arc::new(NameIndex::new()),
+            containers,
+            tasks,
+            images,
+            network,
+            netns: tokio::sync::OnceCell::new(),
+            netns_dir: config.state_dir.join("netns"),
+            host,
+            state_dir: config.state_dir,
+            sandbox_image: config.sandbox_image,
+            snapshotter: config.snapshotter,
+            runtime_type: config.runtime_type,
+            log,
+        }
+    }
+
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.state_dir.join("sandboxes").join(id)
+    }
+
+    fn runtime_for(&self, handler: &str) -> Result<String, SandboxError> {
+        match handler {
+            "" | "runc" => Ok(self.runtime_type.clone()),
+            other => Err(SandboxError::UnknownRuntimeHandler(other.to_string())),
+        }
+    }
+
+    async fn sandbox_image(&self) -> Result<ImageInfo, SandboxError> {
+        if let Some(info) = self.images.index.get(&self.sandbox_image) {
+            return Ok(info);
+        }
+        Ok(self
+            .images
+            .puller
+            .pull(&self.sandbox_image, Credentials::anonymous())
+            .await?)
+    }
+
+    /// RunPodSandbox. Returns the sandbox id.
+    pub async fn run_sandbox(self: &Arc<Self>, req: RunSandbox) -> Result<String, SandboxError> {
+        let me = self.clone();
+        // Own task: a cancelled RPC must not cut the operation (and its rollback) short.
+        tokio::spawn(async move {
+            let id = generate_id()?;
+            let log = me.log.new(slog::o!("pod_id" => id.clone()));
+            let mut undo: Vec<UndoStep> = Vec::new();
+            let result = me.run_inner(&id, &req, &mut undo, &log).await;
+            if let Err(e) = &result {
+                warn!(log, "RunPodSandbox failed; rolling back"; "error" => %e, "steps" => undo.len());
+                for (what, step) in undo.into_iter().rev() {
+                    match tokio::time::timeout(CLEANUP_TIMEOUT, step).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => warn!(log, "rollback step failed"; "step" => what, "error" => e),
+                        Err(_) => warn!(log, "rollback step timed out"; "step" => what),
+                    }
+                }
+            }
+            result.map(|()| id)
+        })
+        .await
+        .map_err(|e| SandboxError::Aborted(e.to_string()))?
+    }
+
+    async fn run_inner(
+        self: &Arc<Self>,
+        id: &str,
+        req: &RunSandbox,
+        undo: &mut Vec<UndoStep>,
+        log: &Logger,
+    ) -> Result<(), SandboxError> {
+        let cfg = &req.config;
+        let runtime = self.runtime_for(&req.runtime_handler)?;
+        let name_key = sandbox_name_key(&cfg.name, &cfg.namespace, &cfg.uid, req.attempt);
+        let reservation = self.names.reserve_guarded(&name_key, id)?;
+
+        let image = self.sandbox_image().await?;
+        let image_config = image_config(&image).map_err(|reason| SandboxError::ImageConfig {
+            image: self.sandbox_image.clone(),
+            reason,
+        })?;
+
+        let ns = &cfg.security.namespaces;
+        let host_network = ns.network == NamespaceMode::Node;
+        let mut netns_path = None;
+        let mut ips = Vec::new();
+        if !host_network {
+            let netns_dir = self
+                .netns
+                .get_or_try_init(|| NetnsDir::prepare(self.netns_dir.clone()))
+                .await?;
+            let path = netns_dir.create(id).await?;
+            let p = path.clone();
+            undo.push(("remove network namespace", Box::pin(async move {
+                netns::remove(&p).await.map_err(|e| e.to_string())
+            })));
+            let info = PodNetInfo {
+                id: id.to_string(),
+                name: cfg.name.clone(),
+                namespace: cfg.namespace.clone(),
+                uid: cfg.uid.clone(),
+                port_mappings: req.port_mappings.clone(),
+                netns_path: path.clone(),
+                bandwidth: None,
+                dns: None,
+            };
+            // PodNetwork::setup undoes its own partial ADD; once it succeeded, DEL is ours.
+            let result = self.network.setup(&info).await?;
+            ips = result.ips;
+            let me = self.clone();
+            undo.push(("CNI DEL", Box::pin(async move {
+                me.network.teardown(&info).await.map_err(|e| e.to_string())
+            })));
+            netns_path = Some(path);
+        }
+
+        let hostname = if cfg.hostname.is_empty() && host_network {
+            self.host.node_hostname.clone()
+        } else if cfg.hostname.is_empty() {
+            cfg.name.clone()
+        } else {
+            cfg.hostname.clone()
+        };
+        let dir = self.sandbox_dir(id);
+        let files = sandbox_files::prepare(
+            &dir,
+            &FilesRequest {
+                hostname: hostname.clone(),
+                dns: req.dns.clone(),
+                host_network,
+                host_ipc: ns.ipc == NamespaceMode::Node,
+            },
+        )?;
+        let d = dir.clone();
+        undo.push(("remove pod files", Box::pin(async move {
+            tokio::task::spawn_blocking(move || sandbox_files::remove(&d))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        })));
+
+        let snapshots = self.images.backend.snapshots.clone();
+        let mounts = snapshots.prepare("", &self.snapshotter, id, &image.chain_id).await?;
+        {
+            let (snaps, snapshotter, key) = (snapshots.clone(), self.snapshotter.clone(), id.to_string());
+            undo.push(("remove rootfs snapshot", Box::pin(async move {
+                snaps.remove(&snapshotter, &key).await.map_err(|e| e.to_string())
+            })));
+        }
+
+        let mut sandbox_cfg = cfg.clone();
+        sandbox_cfg.hostname = hostname.clone();
+        let spec = spec::sandbox_spec(&spec::SandboxInputs {
+            id,
+            config: &sandbox_cfg,
+            image: &image_config,
+            image_name: &self.sandbox_image,
+            rootfs: None,
+            netns_path: netns_path.as_deref(),
+            files: &files,
+            host: &self.host,
+            unprivileged_ports: false,
+            unprivileged_icmp: false,
+        })?;
+        let spec_json = serde_json::to_vec(&spec).map_err(|e| SandboxError::Encode(e.to_string()))?;
+
+        let mut ip_strings: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+        let primary = if ip_strings.is_empty() { String::new() } else { ip_strings.remove(0) };
+        let metadata = SandboxMetadata {
+            id: id.to_string(),
+            name: cfg.name.clone(),
+            namespace: cfg.namespace.clone(),
+            uid: cfg.uid.clone(),
+            attempt: req.attempt,
+            labels: req.labels.clone(),
+            annotations: cfg.annotations.clone(),
+            runtime_handler: req.runtime_handler.clone(),
+            created_at: now_ns(),
+            netns_path: netns_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            ip: primary,
+            additional_ips: ip_strings,
+            hostname,
+            log_directory: cfg.log_directory.clone(),
+            namespace_options: ns.clone(),
+            cgroup_parent: cfg.cgroup_parent.clone(),
+            config_json: req.config_json.clone(),
+        };
+        self.containers
+            .create(ContainerRecord {
+                id: id.to_string(),
+                image: self.sandbox_image.clone(),
+                labels: to_labels(&metadata),
+                spec: spec_json,
+                runtime,
+                snapshotter: self.snapshotter.clone(),
+                snapshot_key: id.to_string(),
+                extensions: HashMap::from([(
+                    SANDBOX_EXTENSION.to_string(),
+                    encode_extension(&metadata),
+                )]),
+            })
+            .await?;
+        {
+            let (containers, key) = (self.containers.clone(), id.to_string());
+            undo.push(("delete container record", Box::pin(async move {
+                containers.delete(&key).await.map_err(|e| e.to_string())
+            })));
+        }
+
+        self.tasks
+            .create(TaskSpec {
+                container_id: id.to_string(),
+                rootfs: mounts,
+                ..Default::default()
+            })
+            .await?;
+        {
+            let (tasks, key) = (self.tasks.clone(), id.to_string());
+            undo.push(("delete task", Box::pin(async move {
+                let _ = tasks.kill(&key, libc::SIGKILL as u32, true).await;
+                let _ = tokio::time::timeout(KILL_WAIT, tasks.wait(&key)).await;
+                tasks.delete(&key).await.map(|_| ()).map_err(|e| e.to_string())
+            })));
+        }
+        let pid = self.tasks.start(id).await?;
+
+        let sandbox = Sandbox::new(metadata, SandboxStatus::ready(pid));
+        self.sandboxes.add(sandbox.clone())?;
+        reservation.keep();
+        undo.clear();
+        self.monitor_exit(sandbox);
+        info!(log, "pod sandbox running"; "pid" => pid, "name" => &cfg.name, "namespace" => &cfg.namespace);
+        Ok(())
+    }
+
+    /// Records the pause task's exit when it happens (Task.Wait is the truth for exits).
+    fn monitor_exit(self: &Arc<Self>, sandbox: Sandbox) {
+        let tasks = self.tasks.clone();
+        let log = self.log.new(slog::o!("pod_id" => sandbox.id().to_string()));
+        tokio::spawn(async move {
+            match tasks.wait(sandbox.id()).await {
+                Ok(exit) => {
+                    let at = exit
+                        .at
+                        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                        .map(|d| d.as_nanos() as i64)
+                        .unwrap_or_else(now_ns);
+                    if sandbox.record_exit(exit.status as i32, at) == ExitOutcome::Recorded {
+                        info!(log, "pod sandbox task exited"; "exit_status" => exit.status);
+                    }
+                }
+                // The connection to containerd broke: the recovery issue re-attaches monitors.
+                Err(e) => warn!(log, "lost the wait on the pod sandbox task"; "error" => %e),
+            }
+        });
+    }
+
+    /// StopPodSandbox: pause task killed and deleted, network torn down, NotReady. Idempotent;
+    /// an unknown id is success (kubelet retries stops of pods it already removed).
+    pub async fn stop_sandbox(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let sandbox = match self.sandboxes.get(id) {
+            Ok(s) => s,
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let me = self.clone();
+        tokio::spawn(async move { me.stop_inner(&sandbox).await })
+            .await
+            .map_err(|e| SandboxError::Aborted(e.to_string()))?
+    }
+
+    async fn stop_inner(&self, sandbox: &Sandbox) -> Result<(), SandboxError> {
+        let id = sandbox.id();
+        let log = self.log.new(slog::o!("pod_id" => id.to_string()));
+        if let Some(state) = self.tasks.state(id).await? {
+            if state.status != TaskStatus::Stopped {
+                match self.tasks.kill(id, libc::SIGKILL as u32, true).await {
+                    Ok(()) => {}
+                    Err(ContainerdError::Call { code: tonic::Code::NotFound, .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                if tokio::time::timeout(KILL_WAIT, self.tasks.wait(id)).await.is_err() {
+                    warn!(log, "pause task did not exit after SIGKILL"; "waited_s" => KILL_WAIT.as_secs());
+                }
+            }
+            if let Some(exit) = self.tasks.delete(id).await? {
+                let at = exit
+                    .at
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos() as i64)
+                    .unwrap_or_else(now_ns);
+                // First exit wins: the exit monitor may have recorded it already.
+                let _ = sandbox.record_exit(exit.status as i32, at);
+            }
+        }
+        let meta = sandbox.metadata();
+        if !meta.netns_path.is_empty() {
+            let path = PathBuf::from(&meta.netns_path);
+            let info = PodNetInfo {
+                id: id.to_string(),
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                uid: meta.uid.clone(),
+                port_mappings: Vec::new(),
+                netns_path: path.clone(),
+                bandwidth: None,
+                dns: None,
+            };
+            self.network.teardown(&info).await?;
+            netns::remove(&path).await?;
+        }
+        let dir = self.sandbox_dir(id);
+        tokio::task::spawn_blocking(move || sandbox_files::unmount_shm(&dir))
+            .await
+            .map_err(|e| SandboxError::Aborted(e.to_string()))??;
+        sandbox.set_not_ready();
+        info!(log, "pod sandbox stopped");
+        Ok(())
+    }
+
+    /// RemovePodSandbox: stopped if needed, then every trace removed (task, container record,
+    /// snapshot, files, netns, name). Idempotent; an unknown id is success.
+    pub async fn remove_sandbox(self: &Arc<Self>, id: &str) -> Result<(), SandboxError> {
+        let sandbox = match self.sandboxes.get(id) {
+            Ok(s) => s,
+            Err(StoreError::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let me = self.clone();
+        tokio::spawn(async move {
+            me.stop_inner(&sandbox).await?;
+            let id = sandbox.id().to_string();
+            me.containers.delete(&id).await?;
+            me.images
+                .backend
+                .snapshots
+                .remove(&me.snapshotter, &id)
+                .await?;
+            let dir = me.sandbox_dir(&id);
+            tokio::task::spawn_blocking(move || sandbox_files::remove(&dir))
+                .await
+                .map_err(|e| SandboxError::Aborted(e.to_string()))??;
+            me.names.release(&sandbox.metadata().name_key());
+            match me.sandboxes.delete(&id) {
+                Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            info!(me.log, "pod sandbox removed"; "pod_id" => &id);
+            Ok(())
+        })
+        .await
+        .map_err(|e| SandboxError::Aborted(e.to_string()))?
+    }
+}
+
+/// The spec-relevant parts of an image's config.
+pub fn image_config(image: &ImageInfo) -> Result<ImageConfig, String> {
+    let parsed = OciImageConfig::parse(image.config_json.as_bytes()).map_err(|e| e.to_string())?;
+    let c = parsed.config;
+    Ok(ImageConfig {
+        user: c.user.unwrap_or_default(),
+        env: c.env,
+        entrypoint: c.entrypoint,
+        cmd: c.cmd,
+        working_dir: c.working_dir.unwrap_or_default(),
+        stop_signal: c.stop_signal.unwrap_or_default(),
+        ..Default::default()
+    })
+}

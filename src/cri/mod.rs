@@ -8,6 +8,7 @@
 //! - The other files hold the operations, one file per RPC group ([`runtime_info`]: Version,
 //!   Status, RuntimeConfig; `image_*`: the image service).
 
+pub mod convert;
 pub mod image_fs_info;
 pub mod image_pull;
 pub mod image_remove;

@@ -343,6 +343,8 @@ impl Bed {
 pub const TESTBED_CONTAINERD: &str = "/run/remora-testbed/containerd.sock";
 /// The test bed's hosts.toml directory (public names → local registry).
 pub const TESTBED_CERTS: &str = "/var/lib/remora-testbed/certs.d";
+/// The test bed's CNI conf dir (bridge + portmap + firewall).
+pub const TESTBED_CNI: &str = "/var/lib/remora-testbed/cni/net.d";
 /// The test bed registry.
 pub const TESTBED_REGISTRY: &str = "127.0.0.1:5000";
 /// The registry's access log.
@@ -378,6 +380,17 @@ impl BedRemora {
 
     /// Starts remora on the test bed with `certs` as its hosts.toml directory.
     pub fn start_with_certs(certs: &Path) -> Self {
+        Self::start_with(certs, None)
+    }
+
+    /// Starts remora on the test bed with the test bed's pod network (its CNI conf dir).
+    pub fn start_with_network() -> Self {
+        Self::start_with(Path::new(TESTBED_CERTS), Some(Path::new(TESTBED_CNI)))
+    }
+
+    /// Starts remora on the test bed with `certs` as its hosts.toml directory and `cni` as its
+    /// CNI conf dir (`None`: an empty dir of its own, so NetworkReady is false).
+    pub fn start_with(certs: &Path, cni: Option<&Path>) -> Self {
         assert!(
             Path::new(TESTBED_CONTAINERD).exists(),
             "the test bed is not up: run scripts/testbed.sh up"
@@ -403,7 +416,9 @@ bin_dirs = ["/usr/lib/cni"]
 "#,
             socket.display(),
             certs.display(),
-            dir.path().join("net.d").display(),
+            cni.map(Path::to_path_buf)
+                .unwrap_or_else(|| dir.path().join("net.d"))
+                .display(),
             root = dir.path().display(),
         );
         let remora = Remora::start(dir.path(), &config, &socket);

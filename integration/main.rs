@@ -8,4 +8,5 @@ mod harness;
 mod crictl;
 mod daemon;
 mod images;
+mod pods;
 mod runtime_info;

@@ -229,31 +229,6 @@ async fn every_rpc_not_built_yet_is_unimplemented_with_its_name() {
     let bed = Bed::start("");
     let mut rt = bed.remora.runtime();
     assert_unimplemented(
-        "RunPodSandbox",
-        rt.run_pod_sandbox(v1::RunPodSandboxRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "StopPodSandbox",
-        rt.stop_pod_sandbox(v1::StopPodSandboxRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "RemovePodSandbox",
-        rt.remove_pod_sandbox(v1::RemovePodSandboxRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "PodSandboxStatus",
-        rt.pod_sandbox_status(v1::PodSandboxStatusRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "ListPodSandbox",
-        rt.list_pod_sandbox(v1::ListPodSandboxRequest::default())
-            .await,
-    );
-    assert_unimplemented(
         "CreateContainer",
         rt.create_container(v1::CreateContainerRequest::default())
             .await,

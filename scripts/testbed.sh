@@ -230,6 +230,8 @@ write_remora_config() {
 	write_if_changed "$REMORA_CONFIG" <<EOF
 [server]
 socket = "$REMORA_SOCK"
+root_dir = "$TB_ROOT/remora"
+state_dir = "$TB_RUN/remora"
 
 [containerd]
 address = "$CONTAINERD_SOCK"

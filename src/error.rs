@@ -12,6 +12,8 @@ use tonic::Code;
 
 use crate::images::pull::PullError;
 use crate::images::registry::client::RegistryError;
+use crate::lifecycle::sandbox::SandboxError;
+use crate::store::StoreError;
 
 /// A config file that cannot be used.
 #[derive(Debug, Error)]
@@ -131,7 +133,49 @@ pub enum CriError {
     },
     /// An image pull failed.
     #[error("pulling image failed: {0}")]
-    Pull(#[from] PullError),
+    Pull(Box<PullError>),
+    /// The request could not be converted (a missing or malformed field).
+    #[error("invalid request: {0}")]
+    Convert(#[from] crate::cri::convert::ConvertError),
+    /// A pod sandbox operation failed.
+    #[error(transparent)]
+    Sandbox(Box<SandboxError>),
+    /// The sandbox or container index refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn pull_code(e: &PullError) -> Code {
+    match e {
+        PullError::Reference(_) => Code::InvalidArgument,
+        PullError::Registry(r) => match r {
+            RegistryError::NotFound { .. } => Code::NotFound,
+            RegistryError::AccessDenied { .. } => Code::PermissionDenied,
+            RegistryError::Verify { .. } => Code::DataLoss,
+            r if r.is_retriable() => Code::Unavailable,
+            RegistryError::Stalled { .. } => Code::Unavailable,
+            _ => Code::Unknown,
+        },
+        PullError::Containerd { source, .. } => containerd_error_code(source),
+        PullError::ShuttingDown { .. } => Code::Unavailable,
+        PullError::Manifest { .. } | PullError::Unpack { .. } => Code::FailedPrecondition,
+    }
+}
+
+fn containerd_error_code(e: &ContainerdError) -> Code {
+    match e {
+        ContainerdError::Timeout { .. } => Code::Unavailable,
+        ContainerdError::Call { code, .. } => containerd_code(*code),
+    }
+}
+
+fn store_code(e: &StoreError) -> Code {
+    match e {
+        StoreError::NotFound { .. } => Code::NotFound,
+        StoreError::AlreadyExists { .. } => Code::AlreadyExists,
+        StoreError::Ambiguous { .. } => Code::InvalidArgument,
+        StoreError::Transition(_) => Code::FailedPrecondition,
+    }
 }
 
 impl CriError {
@@ -142,24 +186,37 @@ impl CriError {
             CriError::Containerd(ContainerdError::Timeout { .. }) => Code::Unavailable,
             CriError::Containerd(ContainerdError::Call { code, .. }) => containerd_code(*code),
             CriError::InvalidArgument { .. } => Code::InvalidArgument,
-            CriError::Pull(e) => match e {
-                PullError::Reference(_) => Code::InvalidArgument,
-                PullError::Registry(r) => match r {
-                    RegistryError::NotFound { .. } => Code::NotFound,
-                    RegistryError::AccessDenied { .. } => Code::PermissionDenied,
-                    RegistryError::Verify { .. } => Code::DataLoss,
-                    r if r.is_retriable() => Code::Unavailable,
-                    RegistryError::Stalled { .. } => Code::Unavailable,
-                    _ => Code::Unknown,
-                },
-                PullError::Containerd { source, .. } => match source {
-                    ContainerdError::Timeout { .. } => Code::Unavailable,
-                    ContainerdError::Call { code, .. } => containerd_code(*code),
-                },
-                PullError::ShuttingDown { .. } => Code::Unavailable,
-                PullError::Manifest { .. } | PullError::Unpack { .. } => Code::FailedPrecondition,
+            CriError::Pull(e) => pull_code(e),
+            CriError::Convert(_) => Code::InvalidArgument,
+            CriError::Store(e) => store_code(e),
+            CriError::Sandbox(e) => match e.as_ref() {
+                SandboxError::UnknownRuntimeHandler(_) => Code::InvalidArgument,
+                SandboxError::Name(_) => Code::AlreadyExists,
+                SandboxError::Image(p) => pull_code(p),
+                SandboxError::Spec(_) => Code::InvalidArgument,
+                SandboxError::Containerd(c) => containerd_error_code(c),
+                SandboxError::Store(st) => store_code(st),
+                SandboxError::Id(_)
+                | SandboxError::ImageConfig { .. }
+                | SandboxError::Netns(_)
+                | SandboxError::Network(_)
+                | SandboxError::Files(_)
+                | SandboxError::Encode(_)
+                | SandboxError::Aborted(_) => Code::Internal,
             },
         }
+    }
+}
+
+impl From<PullError> for CriError {
+    fn from(e: PullError) -> Self {
+        CriError::Pull(Box::new(e))
+    }
+}
+
+impl From<SandboxError> for CriError {
+    fn from(e: SandboxError) -> Self {
+        CriError::Sandbox(Box::new(e))
     }
 }
 

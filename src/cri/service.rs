@@ -13,11 +13,13 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::config::CgroupDriver;
+use crate::cri::convert;
 use crate::cri::instrument::{self, Ids};
 use crate::cri::{image_fs_info, image_pull, image_remove, image_status, runtime_info, Runtime};
 use crate::error::CriError;
 use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
+use crate::lifecycle::sandbox::RunSandbox;
 
 const RUNTIME: &str = "RuntimeService";
 
@@ -112,6 +114,130 @@ impl RuntimeService for CriService {
         .await
     }
 
+    async fn run_pod_sandbox(
+        &self,
+        request: Request<v1::RunPodSandboxRequest>,
+    ) -> Result<Response<v1::RunPodSandboxResponse>, Status> {
+        let req = request.into_inner();
+        instrument::run(
+            &self.rt.log,
+            "RunPodSandbox",
+            Ids::none(),
+            |_log| async move {
+                let config = req.config.ok_or(CriError::InvalidArgument {
+                    what: "config",
+                    reason: "a pod sandbox config is required".into(),
+                })?;
+                let run = RunSandbox {
+                    config: convert::sandbox_config(&config)?,
+                    attempt: config.metadata.as_ref().map_or(0, |m| m.attempt),
+                    labels: config.labels.clone(),
+                    dns: convert::sandbox_dns(&config),
+                    port_mappings: convert::sandbox_port_mappings(&config)?,
+                    runtime_handler: req.runtime_handler,
+                    config_json: serde_json::to_vec(&config).unwrap_or_default(),
+                };
+                let pod_sandbox_id = self.rt.pods.run_sandbox(run).await?;
+                Ok(v1::RunPodSandboxResponse { pod_sandbox_id })
+            },
+        )
+        .await
+    }
+
+    async fn stop_pod_sandbox(
+        &self,
+        request: Request<v1::StopPodSandboxRequest>,
+    ) -> Result<Response<v1::StopPodSandboxResponse>, Status> {
+        let id = request.into_inner().pod_sandbox_id;
+        instrument::run(
+            &self.rt.log,
+            "StopPodSandbox",
+            pod_ids(&id),
+            |_log| async move {
+                required_id(&id)?;
+                self.rt.pods.stop_sandbox(&id).await?;
+                Ok(v1::StopPodSandboxResponse {})
+            },
+        )
+        .await
+    }
+
+    async fn remove_pod_sandbox(
+        &self,
+        request: Request<v1::RemovePodSandboxRequest>,
+    ) -> Result<Response<v1::RemovePodSandboxResponse>, Status> {
+        let id = request.into_inner().pod_sandbox_id;
+        instrument::run(
+            &self.rt.log,
+            "RemovePodSandbox",
+            pod_ids(&id),
+            |_log| async move {
+                required_id(&id)?;
+                self.rt.pods.remove_sandbox(&id).await?;
+                Ok(v1::RemovePodSandboxResponse {})
+            },
+        )
+        .await
+    }
+
+    async fn pod_sandbox_status(
+        &self,
+        request: Request<v1::PodSandboxStatusRequest>,
+    ) -> Result<Response<v1::PodSandboxStatusResponse>, Status> {
+        let req = request.into_inner();
+        let id = req.pod_sandbox_id;
+        instrument::run(
+            &self.rt.log,
+            "PodSandboxStatus",
+            pod_ids(&id),
+            |_log| async move {
+                required_id(&id)?;
+                let snapshot = self.rt.pods.sandboxes.get(&id)?.snapshot();
+                let mut info = std::collections::HashMap::new();
+                if req.verbose {
+                    let verbose = serde_json::json!({
+                        "pid": snapshot.status.pid,
+                        "netnsPath": snapshot.metadata.netns_path,
+                        "runtimeHandler": snapshot.metadata.runtime_handler,
+                        "image": self.rt.config.images.sandbox_image,
+                    });
+                    info.insert("info".to_string(), verbose.to_string());
+                }
+                Ok(v1::PodSandboxStatusResponse {
+                    status: Some(convert::pod_sandbox_status(&snapshot)),
+                    info,
+                    ..Default::default()
+                })
+            },
+        )
+        .await
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        request: Request<v1::ListPodSandboxRequest>,
+    ) -> Result<Response<v1::ListPodSandboxResponse>, Status> {
+        let filter = request.into_inner().filter;
+        instrument::run(
+            &self.rt.log,
+            "ListPodSandbox",
+            Ids::none(),
+            |_log| async move {
+                let filter = convert::sandbox_filter(filter.as_ref())?;
+                let items = self
+                    .rt
+                    .pods
+                    .sandboxes
+                    .list(&filter)
+                    .iter()
+                    .map(convert::pod_sandbox)
+                    .collect();
+                Ok(v1::ListPodSandboxResponse { items })
+            },
+        )
+        .await
+    }
+
     type GetContainerEventsStream =
         Pin<Box<dyn Stream<Item = Result<v1::ContainerEventResponse, Status>> + Send + 'static>>;
 
@@ -120,41 +246,6 @@ impl RuntimeService for CriService {
         _request: Request<v1::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
         self.unimplemented(RUNTIME, "GetContainerEvents").await
-    }
-
-    async fn run_pod_sandbox(
-        &self,
-        _request: Request<v1::RunPodSandboxRequest>,
-    ) -> Result<Response<v1::RunPodSandboxResponse>, Status> {
-        self.unimplemented(RUNTIME, "RunPodSandbox").await
-    }
-
-    async fn stop_pod_sandbox(
-        &self,
-        _request: Request<v1::StopPodSandboxRequest>,
-    ) -> Result<Response<v1::StopPodSandboxResponse>, Status> {
-        self.unimplemented(RUNTIME, "StopPodSandbox").await
-    }
-
-    async fn remove_pod_sandbox(
-        &self,
-        _request: Request<v1::RemovePodSandboxRequest>,
-    ) -> Result<Response<v1::RemovePodSandboxResponse>, Status> {
-        self.unimplemented(RUNTIME, "RemovePodSandbox").await
-    }
-
-    async fn pod_sandbox_status(
-        &self,
-        _request: Request<v1::PodSandboxStatusRequest>,
-    ) -> Result<Response<v1::PodSandboxStatusResponse>, Status> {
-        self.unimplemented(RUNTIME, "PodSandboxStatus").await
-    }
-
-    async fn list_pod_sandbox(
-        &self,
-        _request: Request<v1::ListPodSandboxRequest>,
-    ) -> Result<Response<v1::ListPodSandboxResponse>, Status> {
-        self.unimplemented(RUNTIME, "ListPodSandbox").await
     }
 
     async fn create_container(
@@ -314,6 +405,23 @@ fn image_to_pb(i: ImageInfo) -> v1::Image {
         }),
         pinned: i.pinned,
     }
+}
+
+fn pod_ids(id: &str) -> Ids {
+    Ids {
+        pod_id: Some(id.to_string()),
+        ..Ids::none()
+    }
+}
+
+fn required_id(id: &str) -> Result<(), CriError> {
+    if id.is_empty() {
+        return Err(CriError::InvalidArgument {
+            what: "pod_sandbox_id",
+            reason: "the pod sandbox id is empty".into(),
+        });
+    }
+    Ok(())
 }
 
 fn image_name(spec: &Option<v1::ImageSpec>) -> String {

@@ -5,10 +5,10 @@
 //! - [`host`]: facts about this host that specs depend on.
 
 pub mod backend;
-pub mod sandbox;
 #[cfg(target_os = "linux")]
 #[path = "host_linux.rs"]
 pub mod host;
+pub mod sandbox;
 #[cfg(target_os = "linux")]
 #[path = "sandbox_files_linux.rs"]
 pub mod sandbox_files;

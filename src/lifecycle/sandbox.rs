@@ -31,11 +31,11 @@ use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
 use crate::net::netns::{self, NetnsDir, NetnsError};
 use crate::net::{NetError, PodNetInfo, PodNetwork, PortMapping};
-use crate::store::persist::SANDBOX_EXTENSION;
 use crate::spec::{self, HostFacts, ImageConfig, NamespaceMode, SandboxConfig, SpecError};
+use crate::store::persist::SANDBOX_EXTENSION;
 use crate::store::{
-    encode_extension, generate_id, ExitOutcome, sandbox_name_key, to_labels, IdError, NameError, NameIndex,
-    Sandbox, SandboxMetadata, SandboxStatus, SandboxStore, StoreError,
+    encode_extension, generate_id, sandbox_name_key, to_labels, ExitOutcome, IdError, NameError,
+    NameIndex, Sandbox, SandboxMetadata, SandboxStatus, SandboxStore, StoreError,
 };
 
 /// Bound on each rollback step and on each teardown step of Stop/Remove.
@@ -57,7 +57,7 @@ pub enum SandboxError {
     Id(#[from] IdError),
     /// The pause image could not be pulled.
     #[error("sandbox image: {0}")]
-    Image(#[from] PullError),
+    Image(Box<PullError>),
     /// The pause image's config is unreadable.
     #[error("sandbox image {image}: invalid config: {reason}")]
     ImageConfig {
@@ -71,7 +71,7 @@ pub enum SandboxError {
     Netns(#[from] NetnsError),
     /// CNI failed.
     #[error("pod network: {0}")]
-    Network(#[from] NetError),
+    Network(Box<NetError>),
     /// The pod's files could not be made.
     #[error(transparent)]
     Files(#[from] FilesError),
@@ -111,7 +111,10 @@ pub struct RunSandbox {
     pub config_json: Vec<u8>,
 }
 
-type UndoStep = (&'static str, Pin<Box<dyn Future<Output = Result<(), String>> + Send>>);
+type UndoStep = (
+    &'static str,
+    Pin<Box<dyn Future<Output = Result<(), String>> + Send>>,
+);
 
 /// Pods: the sandbox index and what sandboxes are made of.
 pub struct Pods {
@@ -198,11 +201,11 @@ impl Pods {
         if let Some(info) = self.images.index.get(&self.sandbox_image) {
             return Ok(info);
         }
-        Ok(self
-            .images
+        self.images
             .puller
             .pull(&self.sandbox_image, Credentials::anonymous())
-            .await?)
+            .await
+            .map_err(|e| SandboxError::Image(Box::new(e)))
     }
 
     /// RunPodSandbox. Returns the sandbox id.
@@ -259,9 +262,10 @@ impl Pods {
                 .await?;
             let path = netns_dir.create(id).await?;
             let p = path.clone();
-            undo.push(("remove network namespace", Box::pin(async move {
-                netns::remove(&p).await.map_err(|e| e.to_string())
-            })));
+            undo.push((
+                "remove network namespace",
+                Box::pin(async move { netns::remove(&p).await.map_err(|e| e.to_string()) }),
+            ));
             let info = PodNetInfo {
                 id: id.to_string(),
                 name: cfg.name.clone(),
@@ -273,12 +277,19 @@ impl Pods {
                 dns: None,
             };
             // PodNetwork::setup undoes its own partial ADD; once it succeeded, DEL is ours.
-            let result = self.network.setup(&info).await?;
+            let result = self
+                .network
+                .setup(&info)
+                .await
+                .map_err(|e| SandboxError::Network(Box::new(e)))?;
             ips = result.ips;
             let me = self.clone();
-            undo.push(("CNI DEL", Box::pin(async move {
-                me.network.teardown(&info).await.map_err(|e| e.to_string())
-            })));
+            undo.push((
+                "CNI DEL",
+                Box::pin(
+                    async move { me.network.teardown(&info).await.map_err(|e| e.to_string()) },
+                ),
+            ));
             netns_path = Some(path);
         }
 
@@ -300,20 +311,32 @@ impl Pods {
             },
         )?;
         let d = dir.clone();
-        undo.push(("remove pod files", Box::pin(async move {
-            tokio::task::spawn_blocking(move || sandbox_files::remove(&d))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
-        })));
+        undo.push((
+            "remove pod files",
+            Box::pin(async move {
+                tokio::task::spawn_blocking(move || sandbox_files::remove(&d))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())
+            }),
+        ));
 
         let snapshots = self.images.backend.snapshots.clone();
-        let mounts = snapshots.prepare("", &self.snapshotter, id, &image.chain_id).await?;
+        let mounts = snapshots
+            .prepare("", &self.snapshotter, id, &image.chain_id)
+            .await?;
         {
-            let (snaps, snapshotter, key) = (snapshots.clone(), self.snapshotter.clone(), id.to_string());
-            undo.push(("remove rootfs snapshot", Box::pin(async move {
-                snaps.remove(&snapshotter, &key).await.map_err(|e| e.to_string())
-            })));
+            let (snaps, snapshotter, key) =
+                (snapshots.clone(), self.snapshotter.clone(), id.to_string());
+            undo.push((
+                "remove rootfs snapshot",
+                Box::pin(async move {
+                    snaps
+                        .remove(&snapshotter, &key)
+                        .await
+                        .map_err(|e| e.to_string())
+                }),
+            ));
         }
 
         let mut sandbox_cfg = cfg.clone();
@@ -330,10 +353,15 @@ impl Pods {
             unprivileged_ports: false,
             unprivileged_icmp: false,
         })?;
-        let spec_json = serde_json::to_vec(&spec).map_err(|e| SandboxError::Encode(e.to_string()))?;
+        let spec_json =
+            serde_json::to_vec(&spec).map_err(|e| SandboxError::Encode(e.to_string()))?;
 
         let mut ip_strings: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
-        let primary = if ip_strings.is_empty() { String::new() } else { ip_strings.remove(0) };
+        let primary = if ip_strings.is_empty() {
+            String::new()
+        } else {
+            ip_strings.remove(0)
+        };
         let metadata = SandboxMetadata {
             id: id.to_string(),
             name: cfg.name.clone(),
@@ -373,9 +401,10 @@ impl Pods {
             .await?;
         {
             let (containers, key) = (self.containers.clone(), id.to_string());
-            undo.push(("delete container record", Box::pin(async move {
-                containers.delete(&key).await.map_err(|e| e.to_string())
-            })));
+            undo.push((
+                "delete container record",
+                Box::pin(async move { containers.delete(&key).await.map_err(|e| e.to_string()) }),
+            ));
         }
 
         self.tasks
@@ -387,11 +416,18 @@ impl Pods {
             .await?;
         {
             let (tasks, key) = (self.tasks.clone(), id.to_string());
-            undo.push(("delete task", Box::pin(async move {
-                let _ = tasks.kill(&key, libc::SIGKILL as u32, true).await;
-                let _ = tokio::time::timeout(KILL_WAIT, tasks.wait(&key)).await;
-                tasks.delete(&key).await.map(|_| ()).map_err(|e| e.to_string())
-            })));
+            undo.push((
+                "delete task",
+                Box::pin(async move {
+                    let _ = tasks.kill(&key, libc::SIGKILL as u32, true).await;
+                    let _ = tokio::time::timeout(KILL_WAIT, tasks.wait(&key)).await;
+                    tasks
+                        .delete(&key)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }),
+            ));
         }
         let pid = self.tasks.start(id).await?;
 
@@ -447,10 +483,16 @@ impl Pods {
             if state.status != TaskStatus::Stopped {
                 match self.tasks.kill(id, libc::SIGKILL as u32, true).await {
                     Ok(()) => {}
-                    Err(ContainerdError::Call { code: tonic::Code::NotFound, .. }) => {}
+                    Err(ContainerdError::Call {
+                        code: tonic::Code::NotFound,
+                        ..
+                    }) => {}
                     Err(e) => return Err(e.into()),
                 }
-                if tokio::time::timeout(KILL_WAIT, self.tasks.wait(id)).await.is_err() {
+                if tokio::time::timeout(KILL_WAIT, self.tasks.wait(id))
+                    .await
+                    .is_err()
+                {
                     warn!(log, "pause task did not exit after SIGKILL"; "waited_s" => KILL_WAIT.as_secs());
                 }
             }
@@ -477,7 +519,10 @@ impl Pods {
                 bandwidth: None,
                 dns: None,
             };
-            self.network.teardown(&info).await?;
+            self.network
+                .teardown(&info)
+                .await
+                .map_err(|e| SandboxError::Network(Box::new(e)))?;
             netns::remove(&path).await?;
         }
         let dir = self.sandbox_dir(id);
@@ -535,6 +580,5 @@ pub fn image_config(image: &ImageInfo) -> Result<ImageConfig, String> {
         cmd: c.cmd,
         working_dir: c.working_dir.unwrap_or_default(),
         stop_signal: c.stop_signal.unwrap_or_default(),
-        ..Default::default()
     })
 }

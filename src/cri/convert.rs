@@ -30,10 +30,14 @@ use thiserror::Error;
 
 use crate::net::{DnsConfig, PortMapping, Protocol};
 use crate::spec::{
-    AppArmorProfile, NamespaceMode, NamespaceOptions, SandboxConfig, SeccompProfile,
-    SecurityContext, SupplementalGroupsPolicy,
+    AppArmorProfile, CapabilityChanges, ContainerConfig, DeviceRequest, HugepageLimit,
+    MountPropagation, MountRequest, NamespaceMode, NamespaceOptions, Resources, SandboxConfig,
+    SeccompProfile, SecurityContext, SupplementalGroupsPolicy,
 };
-use crate::store::{SandboxFilter, SandboxMetadata, SandboxSnapshot, SandboxState};
+use crate::store::{
+    ContainerFilter, ContainerMetadata, ContainerSnapshot, ContainerState, ImageRefs, MountSummary,
+    PodRef, SandboxFilter, SandboxMetadata, SandboxSnapshot, SandboxState,
+};
 
 /// A CRI request that cannot be mapped to domain types. Reported as `INVALID_ARGUMENT`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -539,13 +543,444 @@ pub fn sandbox_filter(f: Option<&v1::PodSandboxFilter>) -> Result<SandboxFilter,
     })
 }
 
+// ---------------------------------------------------------------------------------------------
+// Containers: request side
+// ---------------------------------------------------------------------------------------------
+
+fn container_name(config: &v1::ContainerConfig) -> Result<&v1::ContainerMetadata, ConvertError> {
+    let m = config
+        .metadata
+        .as_ref()
+        .ok_or_else(|| missing("config.metadata"))?;
+    if m.name.is_empty() {
+        return Err(missing("config.metadata.name"));
+    }
+    Ok(m)
+}
+
+fn container_image(config: &v1::ContainerConfig) -> Result<&str, ConvertError> {
+    let image = config
+        .image
+        .as_ref()
+        .ok_or_else(|| missing("config.image"))?;
+    if image.image.is_empty() {
+        return Err(missing("config.image.image"));
+    }
+    Ok(&image.image)
+}
+
+/// `ContainerConfig` (of a container in the pod `sandbox`) → the container's spec inputs.
+///
+/// `metadata.name` and `image.image` are required. When the container's security context
+/// (or its `namespace_options`) is absent, the namespace modes are the pod's: a container
+/// always shares the pod's network and IPC namespaces, so the pod's modes describe it, and
+/// kubelet sends the pod's PID mode for containers anyway. CDI devices are refused
+/// (unsupported); labels, log path and `stdin_once` are not spec inputs (see
+/// [`container_metadata`]).
+pub fn container_config(
+    config: &v1::ContainerConfig,
+    sandbox: &v1::PodSandboxConfig,
+) -> Result<ContainerConfig, ConvertError> {
+    let m = container_name(config)?;
+    let image = container_image(config)?;
+    if !config.cdi_devices.is_empty() {
+        return Err(unsupported("config.cdi_devices"));
+    }
+    let linux = config.linux.as_ref();
+    let pod_namespaces = match sandbox
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|sc| sc.namespace_options.as_ref())
+    {
+        Some(ns) => namespace_options(
+            ns,
+            "sandbox_config.linux.security_context.namespace_options",
+        )?,
+        None => NamespaceOptions::default(),
+    };
+    let mut security = match linux.and_then(|l| l.security_context.as_ref()) {
+        Some(sc) => container_security(sc, "config.linux.security_context")?,
+        None => SecurityContext::default(),
+    };
+    if linux
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|sc| sc.namespace_options.as_ref())
+        .is_none()
+    {
+        security.namespaces = pod_namespaces;
+    }
+    Ok(ContainerConfig {
+        name: m.name.clone(),
+        image_name: image.to_string(),
+        command: config.command.clone(),
+        args: config.args.clone(),
+        working_dir: config.working_dir.clone(),
+        envs: config
+            .envs
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect(),
+        mounts: config
+            .mounts
+            .iter()
+            .enumerate()
+            .map(|(i, mount)| mount_request(mount, &format!("config.mounts[{i}]")))
+            .collect::<Result<_, _>>()?,
+        devices: config.devices.iter().map(device_request).collect(),
+        annotations: config.annotations.clone(),
+        tty: config.tty,
+        stdin: config.stdin,
+        resources: linux.and_then(|l| l.resources.as_ref()).map(resources),
+        security,
+    })
+}
+
+/// The id of the container whose PID namespace a `TARGET` PID mode joins, if the config
+/// asks for one (`linux.security_context.namespace_options.target_id`). The caller resolves
+/// it to [`crate::spec::ContainerInputs::target_pid`].
+pub fn container_target_id(config: &v1::ContainerConfig) -> Option<String> {
+    config
+        .linux
+        .as_ref()?
+        .security_context
+        .as_ref()?
+        .namespace_options
+        .as_ref()
+        .and_then(|ns| non_empty(&ns.target_id))
+}
+
+/// The container's CRI log file: the pod's `log_directory` joined with the container's
+/// `log_path`; empty (no log file) unless both are set, as in containerd.
+pub fn container_log_path(config: &v1::ContainerConfig, sandbox: &v1::PodSandboxConfig) -> String {
+    if sandbox.log_directory.is_empty() || config.log_path.is_empty() {
+        return String::new();
+    }
+    Path::new(&sandbox.log_directory)
+        .join(&config.log_path)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The store metadata of a new container. Fills what the request says (pod, name, attempt,
+/// labels, annotations, requested image, log path, mounts, tty/stdin flags); the caller
+/// fills the resolved image (`image.id`, `image.reference`) and `resources_json`.
+pub fn container_metadata(
+    id: &str,
+    sandbox_id: &str,
+    config: &v1::ContainerConfig,
+    sandbox: &v1::PodSandboxConfig,
+) -> Result<ContainerMetadata, ConvertError> {
+    let m = container_name(config)?;
+    let image = container_image(config)?;
+    let pod = sandbox_metadata_of(sandbox).map_err(|e| match e {
+        ConvertError::Missing { field } => missing(format!("sandbox_{field}")),
+        other => other,
+    })?;
+    let mounts = config
+        .mounts
+        .iter()
+        .enumerate()
+        .map(|(i, mount)| {
+            mount_request(mount, &format!("config.mounts[{i}]")).map(|r| MountSummary {
+                container_path: r.container_path,
+                host_path: r.host_path.to_string_lossy().into_owned(),
+                readonly: r.readonly,
+                selinux_relabel: r.selinux_relabel,
+                propagation: r.propagation,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(ContainerMetadata {
+        id: id.to_string(),
+        sandbox_id: sandbox_id.to_string(),
+        pod: PodRef {
+            name: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            uid: pod.uid.clone(),
+        },
+        name: m.name.clone(),
+        attempt: m.attempt,
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        image: ImageRefs {
+            requested: image.to_string(),
+            ..Default::default()
+        },
+        log_path: container_log_path(config, sandbox),
+        mounts,
+        resources_json: Vec::new(),
+        tty: config.tty,
+        stdin: config.stdin,
+        stdin_once: config.stdin_once,
+    })
+}
+
+/// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. Image volumes, ID
+/// mapped mounts and recursive read-only mounts are refused: remora does not implement
+/// them, and quietly mounting a writable or unmapped host path instead would be worse than
+/// failing.
+pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, ConvertError> {
+    if m.image.is_some() {
+        return Err(unsupported(format!("{prefix}.image")));
+    }
+    if !m.uid_mappings.is_empty() {
+        return Err(unsupported(format!("{prefix}.uid_mappings")));
+    }
+    if !m.gid_mappings.is_empty() {
+        return Err(unsupported(format!("{prefix}.gid_mappings")));
+    }
+    if m.recursive_read_only {
+        return Err(unsupported(format!("{prefix}.recursive_read_only")));
+    }
+    let propagation = match v1::MountPropagation::try_from(m.propagation) {
+        Ok(v1::MountPropagation::PropagationPrivate) => MountPropagation::Private,
+        Ok(v1::MountPropagation::PropagationHostToContainer) => MountPropagation::HostToContainer,
+        Ok(v1::MountPropagation::PropagationBidirectional) => MountPropagation::Bidirectional,
+        Err(_) => return Err(unknown_enum(format!("{prefix}.propagation"), m.propagation)),
+    };
+    Ok(MountRequest {
+        container_path: m.container_path.clone(),
+        host_path: PathBuf::from(&m.host_path),
+        readonly: m.readonly,
+        selinux_relabel: m.selinux_relabel,
+        propagation,
+    })
+}
+
+/// `Device` → [`DeviceRequest`], verbatim (the spec checks paths and permissions).
+pub fn device_request(d: &v1::Device) -> DeviceRequest {
+    DeviceRequest {
+        container_path: d.container_path.clone(),
+        host_path: PathBuf::from(&d.host_path),
+        permissions: d.permissions.clone(),
+    }
+}
+
+/// `LinuxContainerResources` → [`Resources`], verbatim: zero means "not set" as in CRI, and
+/// negative values are passed on for the spec to reject with its own error.
+pub fn resources(r: &v1::LinuxContainerResources) -> Resources {
+    Resources {
+        cpu_period: r.cpu_period,
+        cpu_quota: r.cpu_quota,
+        cpu_shares: r.cpu_shares,
+        memory_limit_in_bytes: r.memory_limit_in_bytes,
+        memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
+        oom_score_adj: r.oom_score_adj,
+        cpuset_cpus: r.cpuset_cpus.clone(),
+        cpuset_mems: r.cpuset_mems.clone(),
+        hugepage_limits: r
+            .hugepage_limits
+            .iter()
+            .map(|h| HugepageLimit {
+                page_size: h.page_size.clone(),
+                limit: h.limit,
+            })
+            .collect(),
+        pids_limit: None,
+        unified: r.unified.clone(),
+    }
+}
+
+/// `LinuxContainerSecurityContext` → [`SecurityContext`]. `prefix` is the CRI path of the
+/// message.
+///
+/// Seccomp and AppArmor: the typed field wins over the deprecated string (module docs).
+/// Ambient capabilities are refused (unsupported). Empty `masked_paths` / `readonly_paths`
+/// keep the runtime's defaults: protobuf cannot tell an empty list from an absent one, and
+/// containerd (which sees `nil` for both) keeps its defaults too.
+pub fn container_security(
+    sc: &v1::LinuxContainerSecurityContext,
+    prefix: &str,
+) -> Result<SecurityContext, ConvertError> {
+    #[allow(deprecated)] // The deprecated strings are honoured when the typed fields are unset.
+    let (seccomp_path, apparmor_name) = (
+        sc.seccomp_profile_path.as_str(),
+        sc.apparmor_profile.as_str(),
+    );
+    let capabilities = match &sc.capabilities {
+        None => None,
+        Some(c) => {
+            if !c.add_ambient_capabilities.is_empty() {
+                return Err(unsupported(format!(
+                    "{prefix}.capabilities.add_ambient_capabilities"
+                )));
+            }
+            Some(CapabilityChanges {
+                add: c.add_capabilities.clone(),
+                drop: c.drop_capabilities.clone(),
+            })
+        }
+    };
+    let paths = |p: &Vec<String>| (!p.is_empty()).then(|| p.clone());
+    Ok(SecurityContext {
+        capabilities,
+        privileged: sc.privileged,
+        namespaces: match &sc.namespace_options {
+            Some(ns) => namespace_options(ns, &format!("{prefix}.namespace_options"))?,
+            None => NamespaceOptions::default(),
+        },
+        run_as_user: sc.run_as_user.as_ref().map(|v| v.value),
+        run_as_username: sc.run_as_username.clone(),
+        run_as_group: sc.run_as_group.as_ref().map(|v| v.value),
+        supplemental_groups: sc.supplemental_groups.clone(),
+        supplemental_groups_policy: supplemental_groups_policy(
+            sc.supplemental_groups_policy,
+            format!("{prefix}.supplemental_groups_policy"),
+        )?,
+        readonly_rootfs: sc.readonly_rootfs,
+        no_new_privs: sc.no_new_privs,
+        seccomp: seccomp_profile(sc.seccomp.as_ref(), seccomp_path, prefix)?,
+        apparmor: apparmor_profile(sc.apparmor.as_ref(), apparmor_name, prefix)?,
+        masked_paths: paths(&sc.masked_paths),
+        readonly_paths: paths(&sc.readonly_paths),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Containers: response side
+// ---------------------------------------------------------------------------------------------
+
+fn container_state_to_cri(state: ContainerState) -> v1::ContainerState {
+    match state {
+        ContainerState::Created => v1::ContainerState::ContainerCreated,
+        ContainerState::Running => v1::ContainerState::ContainerRunning,
+        ContainerState::Exited => v1::ContainerState::ContainerExited,
+        ContainerState::Unknown => v1::ContainerState::ContainerUnknown,
+    }
+}
+
+fn propagation_to_cri(p: MountPropagation) -> v1::MountPropagation {
+    match p {
+        MountPropagation::Private => v1::MountPropagation::PropagationPrivate,
+        MountPropagation::HostToContainer => v1::MountPropagation::PropagationHostToContainer,
+        MountPropagation::Bidirectional => v1::MountPropagation::PropagationBidirectional,
+    }
+}
+
+fn container_cri_metadata(m: &ContainerMetadata) -> v1::ContainerMetadata {
+    v1::ContainerMetadata {
+        name: m.name.clone(),
+        attempt: m.attempt,
+    }
+}
+
+fn image_spec(m: &ContainerMetadata) -> v1::ImageSpec {
+    v1::ImageSpec {
+        image: m.image.requested.clone(),
+        ..Default::default()
+    }
+}
+
+/// A container as `ListContainers` reports it.
+pub fn container(c: &ContainerSnapshot) -> v1::Container {
+    let m = &c.metadata;
+    v1::Container {
+        id: m.id.clone(),
+        pod_sandbox_id: m.sandbox_id.clone(),
+        metadata: Some(container_cri_metadata(m)),
+        image: Some(image_spec(m)),
+        image_ref: m.image.reference.clone(),
+        state: container_state_to_cri(c.status.state) as i32,
+        created_at: c.status.created_at,
+        labels: m.labels.clone(),
+        annotations: m.annotations.clone(),
+        image_id: m.image.id.clone(),
+    }
+}
+
+/// Reason of an exited container whose status has none (containerd's `completeExitReason`
+/// / `errorExitReason`); the store normally sets one when it records the exit.
+fn exit_reason(exit_code: i32) -> &'static str {
+    if exit_code == 0 {
+        "Completed"
+    } else {
+        "Error"
+    }
+}
+
+/// A container as `ContainerStatus` reports it, following containerd's
+/// `toCRIContainerStatus`: `started_at` only once started (RUNNING, EXITED, UNKNOWN),
+/// `finished_at` only once exited (EXITED, UNKNOWN), and an exited container always has a
+/// reason. `resources` and `user` are left for the caller (the resources are stored as
+/// opaque JSON).
+pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
+    let m = &c.metadata;
+    let s = &c.status;
+    let (started_at, finished_at) = match s.state {
+        ContainerState::Created => (0, 0),
+        ContainerState::Running => (s.started_at, 0),
+        ContainerState::Exited | ContainerState::Unknown => (s.started_at, s.finished_at),
+    };
+    let reason = if s.state == ContainerState::Exited && s.reason.is_empty() {
+        exit_reason(s.exit_code).to_string()
+    } else {
+        s.reason.clone()
+    };
+    v1::ContainerStatus {
+        id: m.id.clone(),
+        metadata: Some(container_cri_metadata(m)),
+        state: container_state_to_cri(s.state) as i32,
+        created_at: s.created_at,
+        started_at,
+        finished_at,
+        exit_code: s.exit_code,
+        image: Some(image_spec(m)),
+        image_ref: m.image.reference.clone(),
+        reason,
+        message: s.message.clone(),
+        labels: m.labels.clone(),
+        annotations: m.annotations.clone(),
+        mounts: m
+            .mounts
+            .iter()
+            .map(|mt| v1::Mount {
+                container_path: mt.container_path.clone(),
+                host_path: mt.host_path.clone(),
+                readonly: mt.readonly,
+                selinux_relabel: mt.selinux_relabel,
+                propagation: propagation_to_cri(mt.propagation) as i32,
+                ..Default::default()
+            })
+            .collect(),
+        log_path: m.log_path.clone(),
+        resources: None,
+        image_id: m.image.id.clone(),
+        user: None,
+    }
+}
+
+/// `ListContainersRequest.filter` → [`ContainerFilter`]. No filter, or empty fields, filter
+/// nothing.
+pub fn container_filter(f: Option<&v1::ContainerFilter>) -> Result<ContainerFilter, ConvertError> {
+    let Some(f) = f else {
+        return Ok(ContainerFilter::default());
+    };
+    let state = match &f.state {
+        None => None,
+        Some(s) => Some(match v1::ContainerState::try_from(s.state) {
+            Ok(v1::ContainerState::ContainerCreated) => ContainerState::Created,
+            Ok(v1::ContainerState::ContainerRunning) => ContainerState::Running,
+            Ok(v1::ContainerState::ContainerExited) => ContainerState::Exited,
+            Ok(v1::ContainerState::ContainerUnknown) => ContainerState::Unknown,
+            Err(_) => return Err(unknown_enum("filter.state.state", s.state)),
+        }),
+    };
+    Ok(ContainerFilter {
+        id: non_empty(&f.id),
+        pod_sandbox_id: non_empty(&f.pod_sandbox_id),
+        state,
+        label_selector: f.label_selector.clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
     use super::*;
-    use crate::store::SandboxStatus;
+    use crate::store::{ContainerStatus, SandboxStatus};
 
     fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
@@ -1094,6 +1529,765 @@ mod tests {
         assert_eq!(
             sandbox_filter(Some(&bad)).unwrap_err().to_string(),
             "filter.state.state has unknown value 4"
+        );
+    }
+
+    /// A container config as kubelet sends it (a ConfigMap volume, a service account token,
+    /// a termination log, resource limits, the restricted security profile).
+    fn kubelet_container() -> v1::ContainerConfig {
+        use v1::security_profile::ProfileType;
+        v1::ContainerConfig {
+            metadata: Some(v1::ContainerMetadata {
+                name: "nginx".into(),
+                attempt: 2,
+            }),
+            image: Some(v1::ImageSpec {
+                image: "docker.io/library/nginx:1.27".into(),
+                user_specified_image: "nginx:1.27".into(),
+                ..Default::default()
+            }),
+            command: vec!["/docker-entrypoint.sh".into()],
+            args: vec!["nginx".into(), "-g".into(), "daemon off;".into()],
+            working_dir: "/usr/share/nginx".into(),
+            envs: vec![
+                v1::KeyValue {
+                    key: "KUBERNETES_SERVICE_HOST".into(),
+                    value: "10.96.0.1".into(),
+                },
+                v1::KeyValue {
+                    key: "A".into(),
+                    value: "x=y".into(),
+                },
+            ],
+            mounts: vec![
+                v1::Mount {
+                    container_path: "/etc/nginx/conf.d".into(),
+                    host_path: "/var/lib/kubelet/pods/0a1f/volumes/kubernetes.io~configmap/conf"
+                        .into(),
+                    readonly: true,
+                    ..Default::default()
+                },
+                v1::Mount {
+                    container_path: "/dev/termination-log".into(),
+                    host_path: "/var/lib/kubelet/pods/0a1f/containers/nginx/5c1e".into(),
+                    propagation: v1::MountPropagation::PropagationHostToContainer as i32,
+                    ..Default::default()
+                },
+            ],
+            devices: vec![v1::Device {
+                container_path: "/dev/fuse".into(),
+                host_path: "/dev/fuse".into(),
+                permissions: "rw".into(),
+            }],
+            labels: map(&[
+                ("io.kubernetes.container.name", "nginx"),
+                ("io.kubernetes.pod.name", "nginx-7c5ddbdf54-x2x4q"),
+            ]),
+            annotations: map(&[("io.kubernetes.container.hash", "8f2c1a")]),
+            log_path: "nginx/2.log".into(),
+            stdin: true,
+            stdin_once: true,
+            tty: false,
+            linux: Some(v1::LinuxContainerConfig {
+                resources: Some(v1::LinuxContainerResources {
+                    cpu_period: 100_000,
+                    cpu_quota: 50_000,
+                    cpu_shares: 512,
+                    memory_limit_in_bytes: 128 << 20,
+                    oom_score_adj: 1000,
+                    cpuset_cpus: "0-1".into(),
+                    cpuset_mems: "0".into(),
+                    hugepage_limits: vec![v1::HugepageLimit {
+                        page_size: "2MB".into(),
+                        limit: 0,
+                    }],
+                    unified: map(&[("memory.oom.group", "1")]),
+                    memory_swap_limit_in_bytes: 128 << 20,
+                }),
+                security_context: Some(v1::LinuxContainerSecurityContext {
+                    capabilities: Some(v1::Capability {
+                        add_capabilities: vec!["NET_BIND_SERVICE".into()],
+                        drop_capabilities: vec!["ALL".into()],
+                        add_ambient_capabilities: vec![],
+                    }),
+                    namespace_options: Some(v1::NamespaceOption {
+                        pid: v1::NamespaceMode::Container as i32,
+                        ..Default::default()
+                    }),
+                    run_as_user: Some(v1::Int64Value { value: 101 }),
+                    run_as_group: Some(v1::Int64Value { value: 101 }),
+                    supplemental_groups: vec![2000, 3000],
+                    readonly_rootfs: true,
+                    no_new_privs: true,
+                    masked_paths: vec!["/proc/kcore".into()],
+                    readonly_paths: vec!["/proc/sys".into()],
+                    seccomp: profile(ProfileType::RuntimeDefault, ""),
+                    apparmor: profile(ProfileType::RuntimeDefault, ""),
+                    ..Default::default()
+                }),
+            }),
+            windows: None,
+            cdi_devices: vec![],
+        }
+    }
+
+    #[test]
+    fn container_config_maps_every_field() {
+        let c = container_config(&kubelet_container(), &kubelet_pod()).unwrap();
+        assert_eq!(
+            c,
+            ContainerConfig {
+                name: "nginx".into(),
+                image_name: "docker.io/library/nginx:1.27".into(),
+                command: vec!["/docker-entrypoint.sh".into()],
+                args: vec!["nginx".into(), "-g".into(), "daemon off;".into()],
+                working_dir: "/usr/share/nginx".into(),
+                envs: vec![
+                    ("KUBERNETES_SERVICE_HOST".into(), "10.96.0.1".into()),
+                    ("A".into(), "x=y".into()),
+                ],
+                mounts: vec![
+                    MountRequest {
+                        container_path: "/etc/nginx/conf.d".into(),
+                        host_path:
+                            "/var/lib/kubelet/pods/0a1f/volumes/kubernetes.io~configmap/conf".into(),
+                        readonly: true,
+                        selinux_relabel: false,
+                        propagation: MountPropagation::Private,
+                    },
+                    MountRequest {
+                        container_path: "/dev/termination-log".into(),
+                        host_path: "/var/lib/kubelet/pods/0a1f/containers/nginx/5c1e".into(),
+                        readonly: false,
+                        selinux_relabel: false,
+                        propagation: MountPropagation::HostToContainer,
+                    },
+                ],
+                devices: vec![DeviceRequest {
+                    container_path: "/dev/fuse".into(),
+                    host_path: "/dev/fuse".into(),
+                    permissions: "rw".into(),
+                }],
+                annotations: map(&[("io.kubernetes.container.hash", "8f2c1a")]),
+                tty: false,
+                stdin: true,
+                resources: Some(Resources {
+                    cpu_period: 100_000,
+                    cpu_quota: 50_000,
+                    cpu_shares: 512,
+                    memory_limit_in_bytes: 128 << 20,
+                    memory_swap_limit_in_bytes: 128 << 20,
+                    oom_score_adj: 1000,
+                    cpuset_cpus: "0-1".into(),
+                    cpuset_mems: "0".into(),
+                    hugepage_limits: vec![HugepageLimit {
+                        page_size: "2MB".into(),
+                        limit: 0,
+                    }],
+                    pids_limit: None,
+                    unified: map(&[("memory.oom.group", "1")]),
+                }),
+                security: SecurityContext {
+                    capabilities: Some(CapabilityChanges {
+                        add: vec!["NET_BIND_SERVICE".into()],
+                        drop: vec!["ALL".into()],
+                    }),
+                    privileged: false,
+                    namespaces: NamespaceOptions {
+                        network: NamespaceMode::Pod,
+                        pid: NamespaceMode::Container,
+                        ipc: NamespaceMode::Pod,
+                    },
+                    run_as_user: Some(101),
+                    run_as_username: String::new(),
+                    run_as_group: Some(101),
+                    supplemental_groups: vec![2000, 3000],
+                    supplemental_groups_policy: SupplementalGroupsPolicy::Merge,
+                    readonly_rootfs: true,
+                    no_new_privs: true,
+                    seccomp: SeccompProfile::RuntimeDefault,
+                    apparmor: Some(AppArmorProfile::RuntimeDefault),
+                    masked_paths: Some(vec!["/proc/kcore".into()]),
+                    readonly_paths: Some(vec!["/proc/sys".into()]),
+                },
+            }
+        );
+    }
+
+    /// critest's minimal container: name, image, command; no linux section.
+    #[test]
+    fn container_config_defaults() {
+        let config = v1::ContainerConfig {
+            metadata: Some(v1::ContainerMetadata {
+                name: "container-for-create-test".into(),
+                attempt: 0,
+            }),
+            image: Some(v1::ImageSpec {
+                image: "registry.k8s.io/e2e-test-images/busybox:1.36.1-1".into(),
+                ..Default::default()
+            }),
+            command: vec!["top".into()],
+            ..Default::default()
+        };
+        let mut pod = kubelet_pod();
+        pod.linux = None;
+        let c = container_config(&config, &pod).unwrap();
+        assert_eq!(c.resources, None);
+        assert_eq!(c.security, SecurityContext::default());
+        assert_eq!(c.security.capabilities, None);
+        assert_eq!(c.security.seccomp, SeccompProfile::Unconfined);
+        assert_eq!(c.security.apparmor, None);
+        assert_eq!(c.security.masked_paths, None);
+        assert!(c.mounts.is_empty() && c.devices.is_empty() && c.envs.is_empty());
+        assert_eq!(container_target_id(&config), None);
+        // Empty path lists keep the defaults (protobuf cannot tell empty from absent).
+        let mut config = kubelet_container();
+        let sc = config
+            .linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap();
+        sc.masked_paths.clear();
+        sc.readonly_paths.clear();
+        let s = container_config(&config, &kubelet_pod()).unwrap().security;
+        assert_eq!((s.masked_paths, s.readonly_paths), (None, None));
+    }
+
+    #[test]
+    fn container_namespaces_fall_back_to_the_pod() {
+        let mut pod = kubelet_pod();
+        let sc = pod
+            .linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap();
+        sc.namespace_options = Some(v1::NamespaceOption {
+            network: v1::NamespaceMode::Node as i32,
+            pid: v1::NamespaceMode::Pod as i32,
+            ipc: v1::NamespaceMode::Node as i32,
+            ..Default::default()
+        });
+        let host = NamespaceOptions {
+            network: NamespaceMode::Node,
+            pid: NamespaceMode::Pod,
+            ipc: NamespaceMode::Node,
+        };
+        let mut config = kubelet_container();
+        let csc = config
+            .linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap();
+        csc.namespace_options = None;
+        assert_eq!(
+            container_config(&config, &pod).unwrap().security.namespaces,
+            host
+        );
+        config.linux.as_mut().unwrap().security_context = None;
+        assert_eq!(
+            container_config(&config, &pod).unwrap().security.namespaces,
+            host
+        );
+        // The container's own options win when present.
+        assert_eq!(
+            container_config(&kubelet_container(), &pod)
+                .unwrap()
+                .security
+                .namespaces
+                .pid,
+            NamespaceMode::Container
+        );
+    }
+
+    #[test]
+    fn container_target_pid_namespace() {
+        let mut config = kubelet_container();
+        let ns = config
+            .linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap()
+            .namespace_options
+            .as_mut()
+            .unwrap();
+        ns.pid = v1::NamespaceMode::Target as i32;
+        ns.target_id = "f00d".into();
+        assert_eq!(container_target_id(&config).as_deref(), Some("f00d"));
+        assert_eq!(
+            container_config(&config, &kubelet_pod())
+                .unwrap()
+                .security
+                .namespaces
+                .pid,
+            NamespaceMode::Target
+        );
+    }
+
+    #[test]
+    fn container_required_fields() {
+        let pod = kubelet_pod();
+        let err = |f: &dyn Fn(&mut v1::ContainerConfig)| {
+            let mut c = kubelet_container();
+            f(&mut c);
+            container_config(&c, &pod).unwrap_err().to_string()
+        };
+        assert_eq!(err(&|c| c.metadata = None), "config.metadata is required");
+        assert_eq!(
+            err(&|c| c.metadata.as_mut().unwrap().name.clear()),
+            "config.metadata.name is required"
+        );
+        assert_eq!(err(&|c| c.image = None), "config.image is required");
+        assert_eq!(
+            err(&|c| c.image.as_mut().unwrap().image.clear()),
+            "config.image.image is required"
+        );
+        assert_eq!(
+            err(&|c| c.cdi_devices = vec![v1::CdiDevice {
+                name: "vendor.com/gpu=0".into()
+            }]),
+            "config.cdi_devices is not supported by remora"
+        );
+    }
+
+    #[test]
+    fn container_unsupported_and_unknown_fields_are_named() {
+        let pod = kubelet_pod();
+        let err = |f: &dyn Fn(&mut v1::ContainerConfig)| {
+            let mut c = kubelet_container();
+            f(&mut c);
+            container_config(&c, &pod).unwrap_err()
+        };
+        fn sc(c: &mut v1::ContainerConfig) -> &mut v1::LinuxContainerSecurityContext {
+            c.linux.as_mut().unwrap().security_context.as_mut().unwrap()
+        }
+        assert_eq!(
+            err(&|c| c.mounts[1].propagation = 3),
+            ConvertError::UnknownEnum {
+                field: "config.mounts[1].propagation".into(),
+                value: 3
+            }
+        );
+        assert_eq!(
+            err(&|c| c.mounts[0].recursive_read_only = true),
+            unsupported("config.mounts[0].recursive_read_only")
+        );
+        assert_eq!(
+            err(&|c| c.mounts[0].image = Some(v1::ImageSpec::default())),
+            unsupported("config.mounts[0].image")
+        );
+        assert_eq!(
+            err(&|c| c.mounts[1].uid_mappings = vec![v1::IdMapping::default()]),
+            unsupported("config.mounts[1].uid_mappings")
+        );
+        assert_eq!(
+            err(&|c| c.mounts[1].gid_mappings = vec![v1::IdMapping::default()]),
+            unsupported("config.mounts[1].gid_mappings")
+        );
+        assert_eq!(
+            err(&|c| {
+                sc(c)
+                    .capabilities
+                    .as_mut()
+                    .unwrap()
+                    .add_ambient_capabilities = vec!["NET_RAW".into()];
+            }),
+            unsupported("config.linux.security_context.capabilities.add_ambient_capabilities")
+        );
+        assert_eq!(
+            err(&|c| {
+                sc(c).namespace_options.as_mut().unwrap().ipc = -1;
+            }),
+            ConvertError::UnknownEnum {
+                field: "config.linux.security_context.namespace_options.ipc".into(),
+                value: -1
+            }
+        );
+    }
+
+    #[test]
+    fn container_resources_pass_negatives_through() {
+        let r = resources(&v1::LinuxContainerResources {
+            cpu_shares: -2,
+            memory_limit_in_bytes: -1,
+            oom_score_adj: -1000,
+            ..Default::default()
+        });
+        assert_eq!(
+            (r.cpu_shares, r.memory_limit_in_bytes, r.oom_score_adj),
+            (-2, -1, -1000)
+        );
+        assert_eq!(
+            resources(&v1::LinuxContainerResources::default()),
+            Resources::default()
+        );
+    }
+
+    #[test]
+    fn mount_propagation_modes() {
+        for (cri, domain) in [
+            (
+                v1::MountPropagation::PropagationPrivate,
+                MountPropagation::Private,
+            ),
+            (
+                v1::MountPropagation::PropagationHostToContainer,
+                MountPropagation::HostToContainer,
+            ),
+            (
+                v1::MountPropagation::PropagationBidirectional,
+                MountPropagation::Bidirectional,
+            ),
+        ] {
+            let m = v1::Mount {
+                container_path: "/data".into(),
+                host_path: "/mnt/data".into(),
+                propagation: cri as i32,
+                selinux_relabel: true,
+                ..Default::default()
+            };
+            let r = mount_request(&m, "config.mounts[0]").unwrap();
+            assert_eq!(r.propagation, domain);
+            assert!(r.selinux_relabel);
+            assert_eq!(propagation_to_cri(domain), cri);
+        }
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn container_seccomp_and_apparmor_precedence() {
+        use v1::security_profile::ProfileType;
+        let with = |seccomp: Option<v1::SecurityProfile>,
+                    seccomp_path: &str,
+                    apparmor: Option<v1::SecurityProfile>,
+                    apparmor_name: &str| {
+            let mut c = kubelet_container();
+            let sc = c.linux.as_mut().unwrap().security_context.as_mut().unwrap();
+            sc.seccomp = seccomp;
+            sc.seccomp_profile_path = seccomp_path.into();
+            sc.apparmor = apparmor;
+            sc.apparmor_profile = apparmor_name.into();
+            container_config(&c, &kubelet_pod()).map(|c| (c.security.seccomp, c.security.apparmor))
+        };
+        // Typed fields win over the strings.
+        assert_eq!(
+            with(
+                profile(ProfileType::RuntimeDefault, ""),
+                "unconfined",
+                profile(ProfileType::Localhost, "k8s-nginx"),
+                "unconfined"
+            ),
+            Ok((
+                SeccompProfile::RuntimeDefault,
+                Some(AppArmorProfile::Localhost("k8s-nginx".into()))
+            ))
+        );
+        assert_eq!(
+            with(
+                profile(ProfileType::Unconfined, ""),
+                "localhost//p.json",
+                profile(ProfileType::Unconfined, ""),
+                "runtime/default"
+            ),
+            Ok((
+                SeccompProfile::Unconfined,
+                Some(AppArmorProfile::Unconfined)
+            ))
+        );
+        // Strings when the typed fields are unset.
+        assert_eq!(
+            with(None, "docker/default", None, "runtime/default"),
+            Ok((
+                SeccompProfile::RuntimeDefault,
+                Some(AppArmorProfile::RuntimeDefault)
+            ))
+        );
+        assert_eq!(
+            with(None, "unconfined", None, "unconfined"),
+            Ok((
+                SeccompProfile::Unconfined,
+                Some(AppArmorProfile::Unconfined)
+            ))
+        );
+        assert_eq!(
+            with(
+                None,
+                "localhost//opt/seccomp/audit.json",
+                None,
+                "localhost/k8s-nginx"
+            ),
+            Ok((
+                SeccompProfile::Localhost("/opt/seccomp/audit.json".into()),
+                Some(AppArmorProfile::Localhost("k8s-nginx".into()))
+            ))
+        );
+        // Nothing asked for: seccomp unconfined, AppArmor left to the spec's default.
+        assert_eq!(
+            with(None, "", None, ""),
+            Ok((SeccompProfile::Unconfined, None))
+        );
+        // A localhost/ prefix in the typed ref is trimmed, as containerd does.
+        assert_eq!(
+            with(
+                profile(ProfileType::Localhost, "localhost//opt/p.json"),
+                "",
+                None,
+                ""
+            )
+            .map(|p| p.0),
+            Ok(SeccompProfile::Localhost("/opt/p.json".into()))
+        );
+    }
+
+    #[test]
+    #[allow(deprecated)]
+    fn security_profile_errors_name_the_field() {
+        use v1::security_profile::ProfileType;
+        let err = |f: &dyn Fn(&mut v1::LinuxContainerSecurityContext)| {
+            let mut sc = v1::LinuxContainerSecurityContext::default();
+            f(&mut sc);
+            container_security(&sc, "config.linux.security_context")
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(&|sc| sc.seccomp = profile(ProfileType::Localhost, "")),
+            "config.linux.security_context.seccomp.localhost_ref is required"
+        );
+        assert_eq!(
+            err(&|sc| sc.seccomp = profile(ProfileType::Localhost, "relative.json")),
+            "invalid config.linux.security_context.seccomp.localhost_ref \"relative.json\": \
+             a localhost seccomp profile must be an absolute path"
+        );
+        assert_eq!(
+            err(&|sc| sc.apparmor = profile(ProfileType::Localhost, "")),
+            "config.linux.security_context.apparmor.localhost_ref is required"
+        );
+        assert_eq!(
+            err(&|sc| sc.apparmor = Some(v1::SecurityProfile {
+                profile_type: 3,
+                localhost_ref: String::new()
+            })),
+            "config.linux.security_context.apparmor.profile_type has unknown value 3"
+        );
+        assert!(err(&|sc| sc.seccomp_profile_path = "bogus".into())
+            .starts_with("invalid config.linux.security_context.seccomp_profile_path \"bogus\""));
+        assert!(err(&|sc| sc.apparmor_profile = "localhost/".into())
+            .starts_with("invalid config.linux.security_context.apparmor_profile"));
+    }
+
+    #[test]
+    fn container_log_path_needs_both_parts() {
+        let pod = kubelet_pod();
+        let c = kubelet_container();
+        assert_eq!(
+            container_log_path(&c, &pod),
+            "/var/log/pods/default_nginx-7c5ddbdf54-x2x4q_0a1f63d6/nginx/2.log"
+        );
+        let mut no_dir = kubelet_pod();
+        no_dir.log_directory.clear();
+        assert_eq!(container_log_path(&c, &no_dir), "");
+        let mut no_path = kubelet_container();
+        no_path.log_path.clear();
+        assert_eq!(container_log_path(&no_path, &pod), "");
+    }
+
+    fn container_snapshot(status: ContainerStatus) -> ContainerSnapshot {
+        let mut m = container_metadata("c1", "abc", &kubelet_container(), &kubelet_pod()).unwrap();
+        m.image.id = "sha256:5ef79149e0ec".into();
+        m.image.reference = "docker.io/library/nginx@sha256:0d17b565".into();
+        ContainerSnapshot {
+            metadata: Arc::new(m),
+            status,
+        }
+    }
+
+    #[test]
+    fn container_metadata_from_request() {
+        let m = container_metadata("c1", "abc", &kubelet_container(), &kubelet_pod()).unwrap();
+        assert_eq!((m.id.as_str(), m.sandbox_id.as_str()), ("c1", "abc"));
+        assert_eq!(
+            m.pod,
+            PodRef {
+                name: "nginx-7c5ddbdf54-x2x4q".into(),
+                namespace: "default".into(),
+                uid: "0a1f63d6-8d2b-4e4e-9f5e-1d2b3c4d5e6f".into(),
+            }
+        );
+        assert_eq!((m.name.as_str(), m.attempt), ("nginx", 2));
+        assert_eq!(m.image.requested, "docker.io/library/nginx:1.27");
+        assert_eq!(m.labels["io.kubernetes.container.name"], "nginx");
+        assert_eq!(
+            m.log_path,
+            "/var/log/pods/default_nginx-7c5ddbdf54-x2x4q_0a1f63d6/nginx/2.log"
+        );
+        assert_eq!(m.mounts.len(), 2);
+        assert_eq!(m.mounts[1].propagation, MountPropagation::HostToContainer);
+        assert!(m.stdin && m.stdin_once && !m.tty);
+
+        let mut pod = kubelet_pod();
+        pod.metadata.as_mut().unwrap().uid.clear();
+        assert_eq!(
+            container_metadata("c1", "abc", &kubelet_container(), &pod)
+                .unwrap_err()
+                .to_string(),
+            "sandbox_config.metadata.uid is required"
+        );
+    }
+
+    #[test]
+    fn container_status_round_trip() {
+        let request = kubelet_container();
+        let s = container_status(&container_snapshot(ContainerStatus {
+            state: ContainerState::Exited,
+            pid: 0,
+            created_at: 10,
+            started_at: 20,
+            finished_at: 30,
+            exit_code: 137,
+            reason: "OOMKilled".into(),
+            message: "memory limit".into(),
+            oom_killed: true,
+            ..Default::default()
+        }));
+        assert_eq!(s.id, "c1");
+        assert_eq!(s.metadata, request.metadata);
+        assert_eq!(s.state, v1::ContainerState::ContainerExited as i32);
+        assert_eq!((s.created_at, s.started_at, s.finished_at), (10, 20, 30));
+        assert_eq!(s.exit_code, 137);
+        assert_eq!(
+            (s.reason.as_str(), s.message.as_str()),
+            ("OOMKilled", "memory limit")
+        );
+        assert_eq!(s.image.unwrap().image, "docker.io/library/nginx:1.27");
+        assert_eq!(s.image_ref, "docker.io/library/nginx@sha256:0d17b565");
+        assert_eq!(s.image_id, "sha256:5ef79149e0ec");
+        assert_eq!(s.labels, request.labels);
+        assert_eq!(s.annotations, request.annotations);
+        assert_eq!(
+            s.log_path,
+            "/var/log/pods/default_nginx-7c5ddbdf54-x2x4q_0a1f63d6/nginx/2.log"
+        );
+        // The mounts come back as they were requested.
+        assert_eq!(s.mounts, request.mounts);
+    }
+
+    #[test]
+    fn container_status_times_follow_the_state() {
+        let status = |state, reason: &str, exit_code| {
+            container_status(&container_snapshot(ContainerStatus {
+                state,
+                created_at: 10,
+                started_at: 20,
+                finished_at: 30,
+                exit_code,
+                reason: reason.into(),
+                ..Default::default()
+            }))
+        };
+        let s = status(ContainerState::Created, "", 0);
+        assert_eq!((s.started_at, s.finished_at), (0, 0));
+        assert_eq!(s.state, v1::ContainerState::ContainerCreated as i32);
+        let s = status(ContainerState::Running, "", 0);
+        assert_eq!((s.started_at, s.finished_at), (20, 0));
+        assert_eq!(s.state, v1::ContainerState::ContainerRunning as i32);
+        let s = status(ContainerState::Unknown, "", 0);
+        assert_eq!((s.started_at, s.finished_at), (20, 30));
+        assert_eq!(s.state, v1::ContainerState::ContainerUnknown as i32);
+        // An exited container always has a reason.
+        assert_eq!(status(ContainerState::Exited, "", 0).reason, "Completed");
+        assert_eq!(status(ContainerState::Exited, "", 1).reason, "Error");
+        assert_eq!(
+            status(ContainerState::Exited, "StartError", 128).reason,
+            "StartError"
+        );
+    }
+
+    #[test]
+    fn container_list_item() {
+        let request = kubelet_container();
+        let c = container(&container_snapshot(ContainerStatus {
+            state: ContainerState::Running,
+            created_at: 10,
+            started_at: 20,
+            ..Default::default()
+        }));
+        assert_eq!(
+            c,
+            v1::Container {
+                id: "c1".into(),
+                pod_sandbox_id: "abc".into(),
+                metadata: request.metadata,
+                image: Some(v1::ImageSpec {
+                    image: "docker.io/library/nginx:1.27".into(),
+                    ..Default::default()
+                }),
+                image_ref: "docker.io/library/nginx@sha256:0d17b565".into(),
+                state: v1::ContainerState::ContainerRunning as i32,
+                created_at: 10,
+                labels: request.labels,
+                annotations: request.annotations,
+                image_id: "sha256:5ef79149e0ec".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn container_filter_mapping() {
+        assert_eq!(container_filter(None).unwrap(), ContainerFilter::default());
+        assert_eq!(
+            container_filter(Some(&v1::ContainerFilter::default())).unwrap(),
+            ContainerFilter::default()
+        );
+        for (cri, domain) in [
+            (
+                v1::ContainerState::ContainerCreated,
+                ContainerState::Created,
+            ),
+            (
+                v1::ContainerState::ContainerRunning,
+                ContainerState::Running,
+            ),
+            (v1::ContainerState::ContainerExited, ContainerState::Exited),
+            (
+                v1::ContainerState::ContainerUnknown,
+                ContainerState::Unknown,
+            ),
+        ] {
+            let f = v1::ContainerFilter {
+                id: "c1".into(),
+                pod_sandbox_id: "abc".into(),
+                state: Some(v1::ContainerStateValue { state: cri as i32 }),
+                label_selector: map(&[("io.kubernetes.container.name", "nginx")]),
+            };
+            assert_eq!(
+                container_filter(Some(&f)).unwrap(),
+                ContainerFilter {
+                    id: Some("c1".into()),
+                    pod_sandbox_id: Some("abc".into()),
+                    state: Some(domain),
+                    label_selector: map(&[("io.kubernetes.container.name", "nginx")]),
+                }
+            );
+            assert_eq!(container_state_to_cri(domain), cri);
+        }
+        let bad = v1::ContainerFilter {
+            state: Some(v1::ContainerStateValue { state: 9 }),
+            ..Default::default()
+        };
+        assert_eq!(
+            container_filter(Some(&bad)).unwrap_err(),
+            ConvertError::UnknownEnum {
+                field: "filter.state.state".into(),
+                value: 9
+            }
         );
     }
 }

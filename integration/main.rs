@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod containers;
 mod crictl;
 mod daemon;
 mod images;

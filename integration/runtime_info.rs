@@ -229,42 +229,8 @@ async fn every_rpc_not_built_yet_is_unimplemented_with_its_name() {
     let bed = Bed::start("");
     let mut rt = bed.remora.runtime();
     assert_unimplemented(
-        "CreateContainer",
-        rt.create_container(v1::CreateContainerRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "StartContainer",
-        rt.start_container(v1::StartContainerRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "StopContainer",
-        rt.stop_container(v1::StopContainerRequest::default()).await,
-    );
-    assert_unimplemented(
-        "RemoveContainer",
-        rt.remove_container(v1::RemoveContainerRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "ListContainers",
-        rt.list_containers(v1::ListContainersRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "ContainerStatus",
-        rt.container_status(v1::ContainerStatusRequest::default())
-            .await,
-    );
-    assert_unimplemented(
         "UpdateContainerResources",
         rt.update_container_resources(v1::UpdateContainerResourcesRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "ReopenContainerLog",
-        rt.reopen_container_log(v1::ReopenContainerLogRequest::default())
             .await,
     );
     assert_unimplemented(

@@ -12,6 +12,7 @@ use tonic::Code;
 
 use crate::images::pull::PullError;
 use crate::images::registry::client::RegistryError;
+use crate::lifecycle::container::ContainerError;
 use crate::lifecycle::sandbox::SandboxError;
 use crate::store::StoreError;
 
@@ -123,6 +124,12 @@ pub enum CriError {
     /// containerd could not be reached or failed.
     #[error(transparent)]
     Containerd(#[from] ContainerdError),
+    /// The caller's deadline passed before the operation finished.
+    #[error("{rpc}: deadline exceeded")]
+    DeadlineExceeded {
+        /// The RPC.
+        rpc: &'static str,
+    },
     /// A request field is missing or malformed.
     #[error("invalid {what}: {reason}")]
     InvalidArgument {
@@ -140,6 +147,9 @@ pub enum CriError {
     /// A pod sandbox operation failed.
     #[error(transparent)]
     Sandbox(Box<SandboxError>),
+    /// A container operation failed.
+    #[error(transparent)]
+    Container(Box<ContainerError>),
     /// The sandbox or container index refused.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -186,9 +196,29 @@ impl CriError {
             CriError::Containerd(ContainerdError::Timeout { .. }) => Code::Unavailable,
             CriError::Containerd(ContainerdError::Call { code, .. }) => containerd_code(*code),
             CriError::InvalidArgument { .. } => Code::InvalidArgument,
+            CriError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
             CriError::Pull(e) => pull_code(e),
             CriError::Convert(_) => Code::InvalidArgument,
             CriError::Store(e) => store_code(e),
+            CriError::Container(e) => match e.as_ref() {
+                ContainerError::SandboxNotFound(_) | ContainerError::ImageNotFound(_) => {
+                    Code::NotFound
+                }
+                ContainerError::SandboxNotReady(_) | ContainerError::NotRunning(_) => {
+                    Code::FailedPrecondition
+                }
+                ContainerError::Name(_) => Code::AlreadyExists,
+                ContainerError::Spec(_) => Code::InvalidArgument,
+                ContainerError::Containerd(c) => containerd_error_code(c),
+                ContainerError::Store(st) => store_code(st),
+                ContainerError::Transition(_) => Code::FailedPrecondition,
+                ContainerError::ImageConfig { .. }
+                | ContainerError::Rootfs(_)
+                | ContainerError::Host { .. }
+                | ContainerError::Encode(_)
+                | ContainerError::Aborted(_)
+                | ContainerError::Sandbox(_) => Code::Internal,
+            },
             CriError::Sandbox(e) => match e.as_ref() {
                 SandboxError::UnknownRuntimeHandler(_) => Code::InvalidArgument,
                 SandboxError::Name(_) => Code::AlreadyExists,
@@ -202,7 +232,8 @@ impl CriError {
                 | SandboxError::Network(_)
                 | SandboxError::Files(_)
                 | SandboxError::Encode(_)
-                | SandboxError::Aborted(_) => Code::Internal,
+                | SandboxError::Aborted(_)
+                | SandboxError::Container(_) => Code::Internal,
             },
         }
     }
@@ -211,6 +242,12 @@ impl CriError {
 impl From<PullError> for CriError {
     fn from(e: PullError) -> Self {
         CriError::Pull(Box::new(e))
+    }
+}
+
+impl From<ContainerError> for CriError {
+    fn from(e: ContainerError) -> Self {
+        CriError::Container(Box::new(e))
     }
 }
 

@@ -12,8 +12,8 @@ use containerd_client::services::v1::introspection_client::IntrospectionClient;
 use containerd_client::services::v1::leases_client::LeasesClient;
 use containerd_client::services::v1::snapshots::snapshots_client::SnapshotsClient;
 use containerd_client::services::v1::snapshots::{
-    CommitSnapshotRequest, ListSnapshotsRequest, PrepareSnapshotRequest, RemoveSnapshotRequest,
-    StatSnapshotRequest, UsageRequest,
+    CommitSnapshotRequest, ListSnapshotsRequest, MountsRequest, PrepareSnapshotRequest,
+    RemoveSnapshotRequest, StatSnapshotRequest, UsageRequest,
 };
 use containerd_client::services::v1::{
     AbortRequest, AddResourceRequest, ApplyRequest, CreateImageRequest,
@@ -470,6 +470,22 @@ impl Snapshots for Client {
             .prepare(req)
             .await
             .map_err(|s| self.call_error("Snapshots.Prepare", s))?;
+        Ok(mounts_from_pb(r.into_inner().mounts))
+    }
+
+    async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
+        let mut c = SnapshotsClient::new(self.channel());
+        let req = self.request(
+            MountsRequest {
+                snapshotter: snapshotter.to_string(),
+                key: key.to_string(),
+            },
+            None,
+        );
+        let r = c
+            .mounts(req)
+            .await
+            .map_err(|s| self.call_error("Snapshots.Mounts", s))?;
         Ok(mounts_from_pb(r.into_inner().mounts))
     }
 

@@ -1,21 +1,11 @@
 //! ImageStatus and ListImages.
 
 use crate::cri::Runtime;
-use crate::images::reference::{is_image_id, Reference};
 use crate::images::store::ImageInfo;
 
-/// Finds a local image by id, id prefix, or any reference form (normalised first:
-/// `busybox` finds `docker.io/library/busybox:latest`).
+/// Finds a local image by id, id prefix, or any reference form.
 pub fn find_image(rt: &Runtime, image: &str) -> Option<ImageInfo> {
-    let index = &rt.images.index;
-    if is_image_id(image) {
-        return index.get(image);
-    }
-    match Reference::parse(image) {
-        Ok(r) => index.get(&r.to_string()).or_else(|| index.get(image)),
-        // Not a reference: maybe a bare id or id prefix.
-        Err(_) => index.get(image),
-    }
+    rt.images.index.find(image)
 }
 
 /// ImageStatus: the image, or `None` when it is not present (not an error, per CRI).

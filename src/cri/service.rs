@@ -19,6 +19,7 @@ use crate::cri::{image_fs_info, image_pull, image_remove, image_status, runtime_
 use crate::error::CriError;
 use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
+use crate::lifecycle::container::CreateRequest;
 use crate::lifecycle::sandbox::RunSandbox;
 
 const RUNTIME: &str = "RuntimeService";
@@ -238,6 +239,171 @@ impl RuntimeService for CriService {
         .await
     }
 
+    async fn create_container(
+        &self,
+        request: Request<v1::CreateContainerRequest>,
+    ) -> Result<Response<v1::CreateContainerResponse>, Status> {
+        let req = request.into_inner();
+        let ids = pod_ids(&req.pod_sandbox_id);
+        instrument::run(&self.rt.log, "CreateContainer", ids, |_log| async move {
+            required_id(&req.pod_sandbox_id)?;
+            let config = req.config.ok_or(CriError::InvalidArgument {
+                what: "config",
+                reason: "a container config is required".into(),
+            })?;
+            let sandbox_config = req.sandbox_config.unwrap_or_default();
+            let create = CreateRequest {
+                sandbox_id: req.pod_sandbox_id.clone(),
+                config: convert::container_config(&config, &sandbox_config)?,
+                metadata: convert::container_metadata(
+                    "",
+                    &req.pod_sandbox_id,
+                    &config,
+                    &sandbox_config,
+                )?,
+                image: config
+                    .image
+                    .as_ref()
+                    .map(|i| i.image.clone())
+                    .unwrap_or_default(),
+                target_id: convert::container_target_id(&config),
+            };
+            let container_id = self.rt.pods.create_container(create).await?;
+            Ok(v1::CreateContainerResponse { container_id })
+        })
+        .await
+    }
+
+    async fn start_container(
+        &self,
+        request: Request<v1::StartContainerRequest>,
+    ) -> Result<Response<v1::StartContainerResponse>, Status> {
+        let id = request.into_inner().container_id;
+        instrument::run(
+            &self.rt.log,
+            "StartContainer",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&id)?;
+                self.rt.pods.start_container(&id).await?;
+                Ok(v1::StartContainerResponse {})
+            },
+        )
+        .await
+    }
+
+    async fn stop_container(
+        &self,
+        request: Request<v1::StopContainerRequest>,
+    ) -> Result<Response<v1::StopContainerResponse>, Status> {
+        let req = request.into_inner();
+        let id = req.container_id;
+        let timeout = std::time::Duration::from_secs(req.timeout.max(0) as u64);
+        instrument::run(
+            &self.rt.log,
+            "StopContainer",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&id)?;
+                self.rt.pods.stop_container(&id, timeout).await?;
+                Ok(v1::StopContainerResponse {})
+            },
+        )
+        .await
+    }
+
+    async fn remove_container(
+        &self,
+        request: Request<v1::RemoveContainerRequest>,
+    ) -> Result<Response<v1::RemoveContainerResponse>, Status> {
+        let id = request.into_inner().container_id;
+        instrument::run(
+            &self.rt.log,
+            "RemoveContainer",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&id)?;
+                self.rt.pods.remove_container(&id).await?;
+                Ok(v1::RemoveContainerResponse {})
+            },
+        )
+        .await
+    }
+
+    async fn list_containers(
+        &self,
+        request: Request<v1::ListContainersRequest>,
+    ) -> Result<Response<v1::ListContainersResponse>, Status> {
+        let filter = request.into_inner().filter;
+        instrument::run(
+            &self.rt.log,
+            "ListContainers",
+            Ids::none(),
+            |_log| async move {
+                let filter = convert::container_filter(filter.as_ref())?;
+                let containers = self
+                    .rt
+                    .pods
+                    .containers_store()
+                    .list(&filter, &self.rt.pods.sandboxes)
+                    .iter()
+                    .map(convert::container)
+                    .collect();
+                Ok(v1::ListContainersResponse { containers })
+            },
+        )
+        .await
+    }
+
+    async fn container_status(
+        &self,
+        request: Request<v1::ContainerStatusRequest>,
+    ) -> Result<Response<v1::ContainerStatusResponse>, Status> {
+        let req = request.into_inner();
+        let id = req.container_id;
+        instrument::run(
+            &self.rt.log,
+            "ContainerStatus",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&id)?;
+                let snapshot = self.rt.pods.containers_store().get(&id)?.snapshot();
+                let mut info = std::collections::HashMap::new();
+                if req.verbose {
+                    let verbose = serde_json::json!({
+                        "pid": snapshot.status.pid,
+                        "sandboxID": snapshot.metadata.sandbox_id,
+                        "logPath": snapshot.metadata.log_path,
+                    });
+                    info.insert("info".to_string(), verbose.to_string());
+                }
+                Ok(v1::ContainerStatusResponse {
+                    status: Some(convert::container_status(&snapshot)),
+                    info,
+                })
+            },
+        )
+        .await
+    }
+
+    async fn reopen_container_log(
+        &self,
+        request: Request<v1::ReopenContainerLogRequest>,
+    ) -> Result<Response<v1::ReopenContainerLogResponse>, Status> {
+        let id = request.into_inner().container_id;
+        instrument::run(
+            &self.rt.log,
+            "ReopenContainerLog",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&id)?;
+                self.rt.pods.reopen_container_log(&id).await?;
+                Ok(v1::ReopenContainerLogResponse {})
+            },
+        )
+        .await
+    }
+
     type GetContainerEventsStream =
         Pin<Box<dyn Stream<Item = Result<v1::ContainerEventResponse, Status>> + Send + 'static>>;
 
@@ -248,61 +414,12 @@ impl RuntimeService for CriService {
         self.unimplemented(RUNTIME, "GetContainerEvents").await
     }
 
-    async fn create_container(
-        &self,
-        _request: Request<v1::CreateContainerRequest>,
-    ) -> Result<Response<v1::CreateContainerResponse>, Status> {
-        self.unimplemented(RUNTIME, "CreateContainer").await
-    }
-
-    async fn start_container(
-        &self,
-        _request: Request<v1::StartContainerRequest>,
-    ) -> Result<Response<v1::StartContainerResponse>, Status> {
-        self.unimplemented(RUNTIME, "StartContainer").await
-    }
-
-    async fn stop_container(
-        &self,
-        _request: Request<v1::StopContainerRequest>,
-    ) -> Result<Response<v1::StopContainerResponse>, Status> {
-        self.unimplemented(RUNTIME, "StopContainer").await
-    }
-
-    async fn remove_container(
-        &self,
-        _request: Request<v1::RemoveContainerRequest>,
-    ) -> Result<Response<v1::RemoveContainerResponse>, Status> {
-        self.unimplemented(RUNTIME, "RemoveContainer").await
-    }
-
-    async fn list_containers(
-        &self,
-        _request: Request<v1::ListContainersRequest>,
-    ) -> Result<Response<v1::ListContainersResponse>, Status> {
-        self.unimplemented(RUNTIME, "ListContainers").await
-    }
-
-    async fn container_status(
-        &self,
-        _request: Request<v1::ContainerStatusRequest>,
-    ) -> Result<Response<v1::ContainerStatusResponse>, Status> {
-        self.unimplemented(RUNTIME, "ContainerStatus").await
-    }
-
     async fn update_container_resources(
         &self,
         _request: Request<v1::UpdateContainerResourcesRequest>,
     ) -> Result<Response<v1::UpdateContainerResourcesResponse>, Status> {
         self.unimplemented(RUNTIME, "UpdateContainerResources")
             .await
-    }
-
-    async fn reopen_container_log(
-        &self,
-        _request: Request<v1::ReopenContainerLogRequest>,
-    ) -> Result<Response<v1::ReopenContainerLogResponse>, Status> {
-        self.unimplemented(RUNTIME, "ReopenContainerLog").await
     }
 
     async fn exec_sync(
@@ -414,6 +531,40 @@ fn pod_ids(id: &str) -> Ids {
     }
 }
 
+/// The caller's deadline, from the `grpc-timeout` header (`<digits><unit>`).
+fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
+    let v = md.get("grpc-timeout")?.to_str().ok()?;
+    let (num, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = num.parse().ok()?;
+    use std::time::Duration;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+fn container_ids(id: &str) -> Ids {
+    Ids {
+        container_id: Some(id.to_string()),
+        ..Ids::none()
+    }
+}
+
+fn required_container_id(id: &str) -> Result<(), CriError> {
+    if id.is_empty() {
+        return Err(CriError::InvalidArgument {
+            what: "container_id",
+            reason: "the container id is empty".into(),
+        });
+    }
+    Ok(())
+}
+
 fn required_id(id: &str) -> Result<(), CriError> {
     if id.is_empty() {
         return Err(CriError::InvalidArgument {
@@ -498,6 +649,7 @@ impl ImageService for CriService {
         &self,
         request: Request<v1::PullImageRequest>,
     ) -> Result<Response<v1::PullImageResponse>, Status> {
+        let deadline = grpc_timeout(request.metadata());
         let req = request.into_inner();
         let image = image_name(&req.image);
         let creds = credentials(req.auth);
@@ -506,7 +658,16 @@ impl ImageService for CriService {
             ..Ids::none()
         };
         instrument::run(&self.rt.log, "PullImage", ids, |_log| async move {
-            let image_ref = image_pull::pull_image(&self.rt, &image, creds).await?;
+            let pull = image_pull::pull_image(&self.rt, &image, creds);
+            let image_ref = match deadline {
+                // Answer DEADLINE_EXCEEDED ourselves, a little before the caller's deadline:
+                // tonic's own timeout would answer CANCELLED. The pull goes on for any other
+                // caller waiting on it (coalesced), and is abandoned otherwise.
+                Some(d) => tokio::time::timeout(d.mul_f64(0.9), pull)
+                    .await
+                    .map_err(|_| CriError::DeadlineExceeded { rpc: "PullImage" })??,
+                None => pull.await?,
+            };
             Ok(v1::PullImageResponse { image_ref })
         })
         .await

@@ -147,6 +147,8 @@ pub trait Snapshots: Send + Sync + 'static {
         key: &str,
         parent: &str,
     ) -> Result<Vec<Mount>, ContainerdError>;
+    /// The mounts of an existing (active) snapshot.
+    async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, ContainerdError>;
     /// Commits active snapshot `key` as `name`, with `labels`.
     async fn commit(
         &self,

@@ -137,6 +137,20 @@ impl ImageIndex {
         None
     }
 
+    /// Finds a local image by id, id prefix, or any reference form (normalised first:
+    /// `busybox` finds `docker.io/library/busybox:latest`).
+    pub fn find(&self, image: &str) -> Option<ImageInfo> {
+        use super::reference::{is_image_id, Reference};
+        if is_image_id(image) {
+            return self.get(image);
+        }
+        match Reference::parse(image) {
+            Ok(r) => self.get(&r.to_string()).or_else(|| self.get(image)),
+            // Not a reference: maybe a bare id or id prefix.
+            Err(_) => self.get(image),
+        }
+    }
+
     /// Every reference that names image `id` (tags, digests, and an id-named record if any).
     pub fn refs_of(&self, id: &str) -> Vec<String> {
         let inner = self.read();

@@ -187,6 +187,14 @@ pub(crate) mod tests {
                 options: vec![],
             }])
         }
+        async fn mounts(&self, _s: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
+            Ok(vec![Mount {
+                kind: "bind".into(),
+                source: key.into(),
+                target: String::new(),
+                options: vec![],
+            }])
+        }
         async fn commit(
             &self,
             _l: &str,

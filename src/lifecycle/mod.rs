@@ -1,13 +1,18 @@
 //! Pod sandbox and container lifecycle.
 //!
 //! - [`backend`]: what lifecycle needs from containerd (container records, tasks).
+//! - [`sandbox`] and [`container`]: the CRI lifecycle operations; [`mount`]: temporary mounts.
 //! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares.
 //! - [`host`]: facts about this host that specs depend on.
 
 pub mod backend;
+pub mod container;
 #[cfg(target_os = "linux")]
 #[path = "host_linux.rs"]
 pub mod host;
+#[cfg(target_os = "linux")]
+#[path = "mount_linux.rs"]
+pub mod mount;
 pub mod sandbox;
 #[cfg(target_os = "linux")]
 #[path = "sandbox_files_linux.rs"]

@@ -22,6 +22,7 @@ use slog::{info, warn, Logger};
 use thiserror::Error;
 
 use super::backend::{ContainerRecord, Containers, TaskSpec, TaskStatus, Tasks};
+use super::container::IoTable;
 use super::sandbox_files::{self, Dns, FilesError, FilesRequest};
 use crate::cri::ImageRuntime;
 use crate::error::ContainerdError;
@@ -34,8 +35,9 @@ use crate::net::{NetError, PodNetInfo, PodNetwork, PortMapping};
 use crate::spec::{self, HostFacts, ImageConfig, NamespaceMode, SandboxConfig, SpecError};
 use crate::store::persist::SANDBOX_EXTENSION;
 use crate::store::{
-    encode_extension, generate_id, sandbox_name_key, to_labels, ExitOutcome, IdError, NameError,
-    NameIndex, Sandbox, SandboxMetadata, SandboxStatus, SandboxStore, StoreError,
+    encode_extension, generate_id, sandbox_name_key, to_labels, ContainerStore, ExitOutcome,
+    IdError, NameError, NameIndex, Sandbox, SandboxMetadata, SandboxStatus, SandboxStore,
+    StoreError,
 };
 
 /// Bound on each rollback step and on each teardown step of Stop/Remove.
@@ -90,6 +92,9 @@ pub enum SandboxError {
     /// The operation's task panicked or was aborted.
     #[error("pod sandbox operation did not complete: {0}")]
     Aborted(String),
+    /// A container of the pod could not be stopped or removed.
+    #[error("container of the pod: {0}")]
+    Container(String),
 }
 
 /// A RunPodSandbox request in domain terms.
@@ -111,15 +116,30 @@ pub struct RunSandbox {
     pub config_json: Vec<u8>,
 }
 
-type UndoStep = (
-    &'static str,
-    Pin<Box<dyn Future<Output = Result<(), String>> + Send>>,
-);
+/// An undo action registered by a step that made something.
+pub(crate) type UndoFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+/// A named undo action.
+pub(crate) type UndoStep = (&'static str, UndoFuture);
+
+/// Runs undo actions in reverse order, each bounded by its own timeout, logging failures.
+pub(crate) async fn run_undo(steps: Vec<UndoStep>, log: &Logger) {
+    for (what, step) in steps.into_iter().rev() {
+        match tokio::time::timeout(CLEANUP_TIMEOUT, step).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(log, "rollback step failed"; "step" => what, "error" => e),
+            Err(_) => warn!(log, "rollback step timed out"; "step" => what),
+        }
+    }
+}
 
 /// Pods: the sandbox index and what sandboxes are made of.
 pub struct Pods {
     /// The sandbox index.
     pub sandboxes: SandboxStore,
+    /// The container index.
+    containers_store: ContainerStore,
+    /// IO of started containers.
+    io: IoTable,
     /// Pod name reservations.
     pub names: Arc<NameIndex>,
     containers: Arc<dyn Containers>,
@@ -149,7 +169,7 @@ pub struct PodsConfig {
     pub runtime_type: String,
 }
 
-fn now_ns() -> i64 {
+pub(crate) fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
@@ -170,6 +190,8 @@ impl Pods {
     ) -> Self {
         Self {
             sandboxes: SandboxStore::new(),
+            containers_store: ContainerStore::new(),
+            io: IoTable::default(),
             names: Arc::new(NameIndex::new()),
             containers,
             tasks,
@@ -186,8 +208,95 @@ impl Pods {
         }
     }
 
-    fn sandbox_dir(&self, id: &str) -> PathBuf {
+    pub(crate) fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.state_dir.join("sandboxes").join(id)
+    }
+
+    /// The container index.
+    pub fn containers_store(&self) -> &ContainerStore {
+        &self.containers_store
+    }
+
+    pub(crate) fn io(&self) -> &IoTable {
+        &self.io
+    }
+
+    pub(crate) fn state_dir(&self) -> &std::path::Path {
+        &self.state_dir
+    }
+
+    pub(crate) fn log(&self) -> &Logger {
+        &self.log
+    }
+
+    pub(crate) fn snapshots(&self) -> Arc<dyn crate::images::backend::Snapshots> {
+        self.images.backend.snapshots.clone()
+    }
+
+    pub(crate) fn snapshotter(&self) -> &str {
+        &self.snapshotter
+    }
+
+    pub(crate) fn containers(&self) -> Arc<dyn Containers> {
+        self.containers.clone()
+    }
+
+    pub(crate) fn tasks(&self) -> Arc<dyn Tasks> {
+        self.tasks.clone()
+    }
+
+    pub(crate) fn host(&self) -> &HostFacts {
+        &self.host
+    }
+
+    pub(crate) fn runtime_type(&self) -> &str {
+        &self.runtime_type
+    }
+
+    /// A lease that protects a new rootfs snapshot from containerd's GC until the container
+    /// record that references it exists (deleted by the caller on success, by the undo on
+    /// failure; containerd expires it if remora dies in between).
+    pub(crate) async fn creation_lease(
+        &self,
+        id: &str,
+        undo: &mut Vec<UndoStep>,
+    ) -> Result<String, ContainerdError> {
+        let lease = format!("remora-create-{id}");
+        let leases = self.images.backend.leases.clone();
+        leases.create(&lease, 3600).await?;
+        let l = lease.clone();
+        undo.push((
+            "delete creation lease",
+            Box::pin(async move { leases.delete(&l, false).await.map_err(|e| e.to_string()) }),
+        ));
+        Ok(lease)
+    }
+
+    /// The containerd leases service.
+    pub(crate) fn leases(&self) -> Arc<dyn crate::images::backend::Leases> {
+        self.images.backend.leases.clone()
+    }
+
+    /// A local image by any reference form or id.
+    pub(crate) fn find_image(&self, image: &str) -> Option<ImageInfo> {
+        self.images.index.find(image)
+    }
+
+    /// The pod's config as the spec generator takes it, from the request kept on the record.
+    pub(crate) fn sandbox_spec_config(&self, meta: &SandboxMetadata) -> SandboxConfig {
+        serde_json::from_slice::<k8s_cri::v1::PodSandboxConfig>(&meta.config_json)
+            .ok()
+            .and_then(|c| crate::cri::convert::sandbox_config(&c).ok())
+            .unwrap_or_else(|| SandboxConfig {
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                uid: meta.uid.clone(),
+                hostname: meta.hostname.clone(),
+                log_directory: meta.log_directory.clone(),
+                cgroup_parent: meta.cgroup_parent.clone(),
+                annotations: meta.annotations.clone(),
+                ..Default::default()
+            })
     }
 
     fn runtime_for(&self, handler: &str) -> Result<String, SandboxError> {
@@ -219,13 +328,7 @@ impl Pods {
             let result = me.run_inner(&id, &req, &mut undo, &log).await;
             if let Err(e) = &result {
                 warn!(log, "RunPodSandbox failed; rolling back"; "error" => %e, "steps" => undo.len());
-                for (what, step) in undo.into_iter().rev() {
-                    match tokio::time::timeout(CLEANUP_TIMEOUT, step).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => warn!(log, "rollback step failed"; "step" => what, "error" => e),
-                        Err(_) => warn!(log, "rollback step timed out"; "step" => what),
-                    }
-                }
+                run_undo(undo, &log).await;
             }
             result.map(|()| id)
         })
@@ -293,10 +396,10 @@ impl Pods {
             netns_path = Some(path);
         }
 
-        let hostname = if cfg.hostname.is_empty() && host_network {
+        // No hostname asked for: the node's, as containerd does (pod names can be longer than
+        // a hostname may be).
+        let hostname = if cfg.hostname.is_empty() {
             self.host.node_hostname.clone()
-        } else if cfg.hostname.is_empty() {
-            cfg.name.clone()
         } else {
             cfg.hostname.clone()
         };
@@ -321,9 +424,10 @@ impl Pods {
             }),
         ));
 
+        let lease = self.creation_lease(id, undo).await?;
         let snapshots = self.images.backend.snapshots.clone();
         let mounts = snapshots
-            .prepare("", &self.snapshotter, id, &image.chain_id)
+            .prepare(&lease, &self.snapshotter, id, &image.chain_id)
             .await?;
         {
             let (snaps, snapshotter, key) =
@@ -430,6 +534,8 @@ impl Pods {
             ));
         }
         let pid = self.tasks.start(id).await?;
+        // The container record now holds the snapshot; the creation lease can go.
+        self.images.backend.leases.delete(&lease, false).await?;
 
         let sandbox = Sandbox::new(metadata, SandboxStatus::ready(pid));
         self.sandboxes.add(sandbox.clone())?;
@@ -479,6 +585,13 @@ impl Pods {
     async fn stop_inner(&self, sandbox: &Sandbox) -> Result<(), SandboxError> {
         let id = sandbox.id();
         let log = self.log.new(slog::o!("pod_id" => id.to_string()));
+        // The pod's containers go first (kubelet has stopped them gracefully already).
+        for c in self.containers_store.by_sandbox(id) {
+            if let Err(e) = self.stop_inner_container(&c).await {
+                warn!(log, "cannot stop a container of the pod"; "container_id" => c.id(), "error" => %e);
+                return Err(SandboxError::Container(e.to_string()));
+            }
+        }
         if let Some(state) = self.tasks.state(id).await? {
             if state.status != TaskStatus::Stopped {
                 match self.tasks.kill(id, libc::SIGKILL as u32, true).await {
@@ -546,6 +659,11 @@ impl Pods {
         tokio::spawn(async move {
             me.stop_inner(&sandbox).await?;
             let id = sandbox.id().to_string();
+            for c in me.containers_store.by_sandbox(&id) {
+                me.remove_container_inner(&c)
+                    .await
+                    .map_err(|e| SandboxError::Container(e.to_string()))?;
+            }
             me.containers.delete(&id).await?;
             me.images
                 .backend

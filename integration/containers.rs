@@ -1,0 +1,373 @@
+//! Containers on the test bed: real containerd, runc and CNI; images from the test registry.
+
+use std::time::Duration;
+
+use k8s_cri::v1;
+use tonic::Code;
+
+use crate::harness::{wait_until, BedRemora};
+
+fn pod(name: &str, log_dir: &std::path::Path) -> v1::PodSandboxConfig {
+    v1::PodSandboxConfig {
+        metadata: Some(v1::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            namespace: "remora-it".into(),
+            attempt: 0,
+        }),
+        log_directory: log_dir.display().to_string(),
+        linux: Some(v1::LinuxPodSandboxConfig::default()),
+        ..Default::default()
+    }
+}
+
+fn container(name: &str, command: &[&str]) -> v1::ContainerConfig {
+    v1::ContainerConfig {
+        metadata: Some(v1::ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(v1::ImageSpec {
+            image: "busybox".into(),
+            ..Default::default()
+        }),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        log_path: format!("{name}.log"),
+        linux: Some(v1::LinuxContainerConfig::default()),
+        ..Default::default()
+    }
+}
+
+struct Pod<'a> {
+    bed: &'a BedRemora,
+    id: String,
+    config: v1::PodSandboxConfig,
+}
+
+async fn start_pod<'a>(bed: &'a BedRemora, name: &str, log_dir: &std::path::Path) -> Pod<'a> {
+    let mut img = bed.remora.images();
+    img.pull_image(v1::PullImageRequest {
+        image: Some(v1::ImageSpec {
+            image: "busybox".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("pull busybox");
+    let config = pod(name, log_dir);
+    let id = bed
+        .remora
+        .runtime()
+        .run_pod_sandbox(v1::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect("RunPodSandbox")
+        .into_inner()
+        .pod_sandbox_id;
+    Pod { bed, id, config }
+}
+
+impl Pod<'_> {
+    async fn create(&self, c: v1::ContainerConfig) -> Result<String, tonic::Status> {
+        self.bed
+            .remora
+            .runtime()
+            .create_container(v1::CreateContainerRequest {
+                pod_sandbox_id: self.id.clone(),
+                config: Some(c),
+                sandbox_config: Some(self.config.clone()),
+            })
+            .await
+            .map(|r| r.into_inner().container_id)
+    }
+
+    async fn start(&self, id: &str) {
+        self.bed
+            .remora
+            .runtime()
+            .start_container(v1::StartContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .expect("StartContainer");
+    }
+
+    async fn status(&self, id: &str) -> Result<v1::ContainerStatus, tonic::Status> {
+        self.bed
+            .remora
+            .runtime()
+            .container_status(v1::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            })
+            .await
+            .map(|r| r.into_inner().status.expect("status"))
+    }
+
+    async fn wait_exited(&self, id: &str) -> v1::ContainerStatus {
+        wait_until("the container to exit", Duration::from_secs(30), || async {
+            self.status(id).await.ok().map(|s| s.state)
+                == Some(v1::ContainerState::ContainerExited as i32)
+        })
+        .await;
+        self.status(id).await.expect("status")
+    }
+
+    async fn remove_pod(&self) {
+        let mut rt = self.bed.remora.runtime();
+        rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
+            pod_sandbox_id: self.id.clone(),
+        })
+        .await
+        .expect("StopPodSandbox");
+        rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
+            pod_sandbox_id: self.id.clone(),
+        })
+        .await
+        .expect("RemovePodSandbox");
+    }
+}
+
+#[tokio::test]
+async fn exit_codes_reasons_and_the_cri_log() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "exits", logs.path()).await;
+
+    let ok = pod
+        .create(container("ok", &["sh", "-c", "echo out; echo err >&2"]))
+        .await
+        .expect("create");
+    let fail = pod
+        .create(container("fail", &["sh", "-c", "exit 3"]))
+        .await
+        .expect("create");
+    assert_eq!(
+        pod.status(&ok).await.unwrap().state,
+        v1::ContainerState::ContainerCreated as i32
+    );
+    pod.start(&ok).await;
+    pod.start(&fail).await;
+
+    let s = pod.wait_exited(&ok).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (0, "Completed"));
+    assert!(s.started_at > 0 && s.finished_at >= s.started_at);
+    let s = pod.wait_exited(&fail).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (3, "Error"));
+
+    // CRI log format: `<RFC3339Nano> <stream> <P|F> <line>`.
+    let log = std::fs::read_to_string(logs.path().join("ok.log")).expect("log file");
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    let re =
+        regex::Regex::new(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (stdout|stderr) F (out|err)$")
+            .unwrap();
+    for l in &lines {
+        assert!(re.is_match(l), "{l:?}");
+    }
+    assert!(
+        log.contains("stdout F out") && log.contains("stderr F err"),
+        "{log}"
+    );
+
+    // The exited tasks were deleted (no shim left), the records stay until removal.
+    let tasks = bed.ctr(&["tasks", "ls"]);
+    assert!(!tasks.contains(&ok) && !tasks.contains(&fail), "{tasks}");
+    pod.remove_pod().await;
+    let records = bed.ctr_ids(&["containers", "ls", "-q"]);
+    assert!(
+        records.is_empty(),
+        "RemovePodSandbox removed its containers: {records:?}"
+    );
+}
+
+#[tokio::test]
+async fn stop_a_running_container_then_remove_it() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "stops", logs.path()).await;
+    // A container that ignores SIGTERM: the stop escalates to SIGKILL after the timeout.
+    let id = pod
+        .create(container(
+            "stubborn",
+            &["sh", "-c", "trap '' TERM; while true; do sleep 1; done"],
+        ))
+        .await
+        .expect("create");
+    // One that does not: SIGTERM ends it.
+    let polite = pod
+        .create(container("polite", &["sleep", "3600"]))
+        .await
+        .expect("create");
+    pod.start(&id).await;
+    pod.start(&polite).await;
+    assert_eq!(
+        pod.status(&id).await.unwrap().state,
+        v1::ContainerState::ContainerRunning as i32
+    );
+    let mut rt = bed.remora.runtime();
+    rt.stop_container(v1::StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 1,
+    })
+    .await
+    .expect("StopContainer");
+    let s = pod.status(&id).await.unwrap();
+    assert_eq!(s.state, v1::ContainerState::ContainerExited as i32);
+    assert_eq!(s.exit_code, 137, "killed by SIGKILL after the timeout");
+    rt.stop_container(v1::StopContainerRequest {
+        container_id: polite.clone(),
+        timeout: 10,
+    })
+    .await
+    .expect("StopContainer");
+    assert_eq!(
+        pod.status(&polite).await.unwrap().exit_code,
+        143,
+        "ended by SIGTERM"
+    );
+    // Idempotent, and for unknown ids too.
+    rt.stop_container(v1::StopContainerRequest {
+        container_id: id.clone(),
+        timeout: 1,
+    })
+    .await
+    .expect("stop again");
+    rt.stop_container(v1::StopContainerRequest {
+        container_id: "f".repeat(64),
+        timeout: 1,
+    })
+    .await
+    .expect("stop unknown");
+
+    rt.remove_container(v1::RemoveContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .expect("RemoveContainer");
+    assert_eq!(pod.status(&id).await.unwrap_err().code(), Code::NotFound);
+    assert!(!bed.ctr_ids(&["containers", "ls", "-q"]).contains(&id));
+    assert!(
+        !bed.ctr(&["snapshots", "ls"]).contains(&id),
+        "rootfs snapshot removed"
+    );
+    rt.remove_container(v1::RemoveContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .expect("remove again");
+    pod.remove_pod().await;
+}
+
+#[tokio::test]
+async fn create_errors_are_typed() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "errors", logs.path()).await;
+    let id = pod
+        .create(container("one", &["true"]))
+        .await
+        .expect("create");
+    let err = pod
+        .create(container("one", &["true"]))
+        .await
+        .expect_err("same name");
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+
+    let mut absent = container("absent", &["true"]);
+    absent.image.as_mut().unwrap().image = "registry.k8s.io/remora-it/not-pulled:1".into();
+    let err = pod.create(absent).await.expect_err("image not present");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+
+    let err = bed
+        .remora
+        .runtime()
+        .create_container(v1::CreateContainerRequest {
+            pod_sandbox_id: "0".repeat(64),
+            config: Some(container("orphan", &["true"])),
+            sandbox_config: Some(pod.config.clone()),
+        })
+        .await
+        .expect_err("unknown pod");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+
+    let mut nameless = container("x", &["true"]);
+    nameless.metadata = None;
+    let err = pod.create(nameless).await.expect_err("no metadata");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+
+    // Only the first container exists, in containerd too.
+    let records = bed.ctr_ids(&["containers", "ls", "-q"]);
+    assert_eq!(
+        records.len(),
+        2,
+        "the pod's pause container and one container: {records:?}"
+    );
+    assert!(records.contains(&id));
+    pod.remove_pod().await;
+}
+
+#[tokio::test]
+async fn reopen_container_log_after_rotation() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "rotate", logs.path()).await;
+    let id = pod
+        .create(container(
+            "ticker",
+            &[
+                "sh",
+                "-c",
+                "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.1; done",
+            ],
+        ))
+        .await
+        .expect("create");
+    pod.start(&id).await;
+    let log = logs.path().join("ticker.log");
+    wait_until("first lines", Duration::from_secs(10), || async {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.lines().count() >= 2)
+    })
+    .await;
+    let rotated = logs.path().join("ticker.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    bed.remora
+        .runtime()
+        .reopen_container_log(v1::ReopenContainerLogRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect("ReopenContainerLog");
+    wait_until("lines in the new file", Duration::from_secs(10), || async {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.lines().count() >= 2)
+    })
+    .await;
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    let new = std::fs::read_to_string(&log).unwrap();
+    let last_old: u32 = old
+        .lines()
+        .last()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let first_new: u32 = new
+        .lines()
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        first_new > last_old,
+        "the new file continues where the old one ended"
+    );
+    pod.remove_pod().await;
+}

@@ -602,6 +602,24 @@ impl Inner {
             .map_err(|e| self.containerd_err(reference, e))
     }
 
+    /// Adds blob `digest` to this pull's lease — before anything waits for it, so whoever
+    /// downloads it, it stays protected — and says whether containerd already has it.
+    async fn protect(
+        &self,
+        reference: &Reference,
+        lease: &str,
+        digest: &str,
+    ) -> Result<bool, PullError> {
+        let cerr = |e| self.containerd_err(reference, e);
+        self.backend
+            .leases
+            .add_content(lease, digest)
+            .await
+            .map_err(cerr)?;
+        let present = self.backend.content.info(digest).await.map_err(cerr)?;
+        Ok(present.is_some())
+    }
+
     /// A manifest, index or config: from the content store if present, else fetched, verified
     /// and stored.
     async fn small_blob(
@@ -612,18 +630,7 @@ impl Inner {
         lease: &str,
     ) -> Result<Bytes, PullError> {
         let digest = desc.digest.to_string();
-        self.backend
-            .leases
-            .add_content(lease, &digest)
-            .await
-            .map_err(|e| self.containerd_err(reference, e))?;
-        let present = self
-            .backend
-            .content
-            .info(&digest)
-            .await
-            .map_err(|e| self.containerd_err(reference, e))?;
-        if present.is_some() {
+        if self.protect(reference, lease, &digest).await? {
             return self
                 .backend
                 .content
@@ -674,19 +681,7 @@ impl Inner {
         labels: HashMap<String, String>,
     ) -> Result<(), PullError> {
         let digest = desc.digest.to_string();
-        // Protect the blob under our lease before waiting: whoever downloads it, it stays.
-        self.backend
-            .leases
-            .add_content(lease, &digest)
-            .await
-            .map_err(|e| self.containerd_err(reference, e))?;
-        let present = self
-            .backend
-            .content
-            .info(&digest)
-            .await
-            .map_err(|e| self.containerd_err(reference, e))?;
-        if present.is_some() {
+        if self.protect(reference, lease, &digest).await? {
             return Ok(());
         }
         let job = BlobJob {

@@ -371,3 +371,50 @@ async fn reopen_container_log_after_rotation() {
     );
     pod.remove_pod().await;
 }
+
+#[tokio::test]
+async fn exec_sync_output_exit_code_and_timeout() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "execs", logs.path()).await;
+    let id = pod
+        .create(container("target", &["sleep", "3600"]))
+        .await
+        .expect("create");
+    let mut rt = bed.remora.runtime();
+    let exec = |cmd: &[&str], timeout: i64| v1::ExecSyncRequest {
+        container_id: id.clone(),
+        cmd: cmd.iter().map(|s| s.to_string()).collect(),
+        timeout,
+    };
+    // Not running yet.
+    let err = rt
+        .exec_sync(exec(&["true"], 5))
+        .await
+        .expect_err("created, not running");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    pod.start(&id).await;
+
+    let r = rt
+        .exec_sync(exec(&["sh", "-c", "echo out; echo err >&2; exit 7"], 10))
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(r.stdout, b"out\n");
+    assert_eq!(r.stderr, b"err\n");
+    assert_eq!(r.exit_code, 7);
+
+    let err = rt
+        .exec_sync(exec(&["sleep", "30"], 1))
+        .await
+        .expect_err("times out");
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    // The timed-out process was killed: only the container's own sleep is left.
+    let r = rt
+        .exec_sync(exec(&["sh", "-c", "ps | grep -c '[s]leep 30'"], 10))
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "0");
+    pod.remove_pod().await;
+}

@@ -233,10 +233,6 @@ async fn every_rpc_not_built_yet_is_unimplemented_with_its_name() {
         rt.update_container_resources(v1::UpdateContainerResourcesRequest::default())
             .await,
     );
-    assert_unimplemented(
-        "ExecSync",
-        rt.exec_sync(v1::ExecSyncRequest::default()).await,
-    );
     assert_unimplemented("Exec", rt.exec(v1::ExecRequest::default()).await);
     assert_unimplemented("Attach", rt.attach(v1::AttachRequest::default()).await);
     assert_unimplemented(

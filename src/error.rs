@@ -207,6 +207,8 @@ impl CriError {
                 ContainerError::SandboxNotReady(_) | ContainerError::NotRunning(_) => {
                     Code::FailedPrecondition
                 }
+                ContainerError::EmptyCommand => Code::InvalidArgument,
+                ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
                 ContainerError::Name(_) => Code::AlreadyExists,
                 ContainerError::Spec(_) => Code::InvalidArgument,
                 ContainerError::Containerd(c) => containerd_error_code(c),

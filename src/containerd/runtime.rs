@@ -9,8 +9,8 @@ use containerd_client::services::v1::containers_client::ContainersClient;
 use containerd_client::services::v1::tasks_client::TasksClient;
 use containerd_client::services::v1::{
     Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
-    DeleteTaskRequest, GetContainerRequest, GetRequest, KillRequest, ListContainersRequest,
-    StartRequest, UpdateContainerRequest, WaitRequest,
+    DeleteProcessRequest, DeleteTaskRequest, ExecProcessRequest, GetContainerRequest, GetRequest,
+    KillRequest, ListContainersRequest, StartRequest, UpdateContainerRequest, WaitRequest,
 };
 use containerd_client::types::v1::Status as PbStatus;
 use containerd_client::types::Mount as PbMount;
@@ -19,11 +19,13 @@ use tonic::Code;
 use super::Client;
 use crate::error::ContainerdError;
 use crate::lifecycle::backend::{
-    ContainerRecord, Containers, Exit, TaskSpec, TaskState, TaskStatus, Tasks,
+    ContainerRecord, Containers, ExecStdio, Exit, TaskSpec, TaskState, TaskStatus, Tasks,
 };
 
 /// Type URL containerd uses for an OCI runtime spec stored on a container.
 const SPEC_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
+/// Type URL containerd uses for an OCI process spec (exec).
+const PROCESS_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Process";
 /// Type URL of remora's JSON extensions.
 const EXTENSION_TYPE_URL: &str = "remora.dev/cri-metadata";
 
@@ -293,6 +295,109 @@ impl Tasks for Client {
             exit_status: p.exit_status,
             exited_at: time(p.exited_at),
         }))
+    }
+
+    async fn exec(
+        &self,
+        container_id: &str,
+        exec_id: &str,
+        process: Vec<u8>,
+        stdio: ExecStdio,
+    ) -> Result<(), ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            ExecProcessRequest {
+                container_id: container_id.to_string(),
+                stdin: stdio.stdin,
+                stdout: stdio.stdout,
+                stderr: stdio.stderr,
+                terminal: stdio.terminal,
+                spec: Some(prost_types::Any {
+                    type_url: PROCESS_TYPE_URL.to_string(),
+                    value: process,
+                }),
+                exec_id: exec_id.to_string(),
+            },
+            None,
+        );
+        c.exec(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.Exec", s))?;
+        Ok(())
+    }
+
+    async fn start_exec(&self, container_id: &str, exec_id: &str) -> Result<u32, ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            StartRequest {
+                container_id: container_id.to_string(),
+                exec_id: exec_id.to_string(),
+            },
+            None,
+        );
+        let r = c
+            .start(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.Start", s))?;
+        Ok(r.into_inner().pid)
+    }
+
+    async fn wait_exec(&self, container_id: &str, exec_id: &str) -> Result<Exit, ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            WaitRequest {
+                container_id: container_id.to_string(),
+                exec_id: exec_id.to_string(),
+            },
+            None,
+        );
+        let r = c
+            .wait(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.Wait", s))?
+            .into_inner();
+        Ok(Exit {
+            status: r.exit_status,
+            at: time(r.exited_at),
+        })
+    }
+
+    async fn kill_exec(
+        &self,
+        container_id: &str,
+        exec_id: &str,
+        signal: u32,
+    ) -> Result<(), ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            KillRequest {
+                container_id: container_id.to_string(),
+                exec_id: exec_id.to_string(),
+                signal,
+                all: false,
+            },
+            None,
+        );
+        c.kill(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.Kill", s))?;
+        Ok(())
+    }
+
+    async fn delete_exec(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            DeleteProcessRequest {
+                container_id: container_id.to_string(),
+                exec_id: exec_id.to_string(),
+            },
+            None,
+        );
+        match c.delete_process(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(self.call_error("Tasks.DeleteProcess", s)),
+        }
     }
 
     async fn delete(&self, container_id: &str) -> Result<Option<Exit>, ContainerdError> {

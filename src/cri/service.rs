@@ -404,6 +404,30 @@ impl RuntimeService for CriService {
         .await
     }
 
+    async fn exec_sync(
+        &self,
+        request: Request<v1::ExecSyncRequest>,
+    ) -> Result<Response<v1::ExecSyncResponse>, Status> {
+        let req = request.into_inner();
+        let id = req.container_id;
+        let timeout = std::time::Duration::from_secs(req.timeout.max(0) as u64);
+        instrument::run(
+            &self.rt.log,
+            "ExecSync",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&id)?;
+                let out = self.rt.pods.exec_sync(&id, req.cmd, timeout).await?;
+                Ok(v1::ExecSyncResponse {
+                    stdout: out.stdout,
+                    stderr: out.stderr,
+                    exit_code: out.exit_code,
+                })
+            },
+        )
+        .await
+    }
+
     type GetContainerEventsStream =
         Pin<Box<dyn Stream<Item = Result<v1::ContainerEventResponse, Status>> + Send + 'static>>;
 
@@ -420,13 +444,6 @@ impl RuntimeService for CriService {
     ) -> Result<Response<v1::UpdateContainerResourcesResponse>, Status> {
         self.unimplemented(RUNTIME, "UpdateContainerResources")
             .await
-    }
-
-    async fn exec_sync(
-        &self,
-        _request: Request<v1::ExecSyncRequest>,
-    ) -> Result<Response<v1::ExecSyncResponse>, Status> {
-        self.unimplemented(RUNTIME, "ExecSync").await
     }
 
     async fn exec(

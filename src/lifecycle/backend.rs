@@ -120,4 +120,39 @@ pub trait Tasks: Send + Sync + 'static {
     async fn state(&self, container_id: &str) -> Result<Option<TaskState>, ContainerdError>;
     /// Deletes the (stopped) task and its shim; `None` if there was no task.
     async fn delete(&self, container_id: &str) -> Result<Option<Exit>, ContainerdError>;
+    /// Adds process `exec_id` (an OCI process spec as JSON) to the running task, with stdio
+    /// FIFOs as in [`TaskSpec`]. Not started yet.
+    async fn exec(
+        &self,
+        container_id: &str,
+        exec_id: &str,
+        process: Vec<u8>,
+        stdio: ExecStdio,
+    ) -> Result<(), ContainerdError>;
+    /// Starts exec process `exec_id`; returns its pid.
+    async fn start_exec(&self, container_id: &str, exec_id: &str) -> Result<u32, ContainerdError>;
+    /// Waits for exec process `exec_id` to exit.
+    async fn wait_exec(&self, container_id: &str, exec_id: &str) -> Result<Exit, ContainerdError>;
+    /// Signals exec process `exec_id`.
+    async fn kill_exec(
+        &self,
+        container_id: &str,
+        exec_id: &str,
+        signal: u32,
+    ) -> Result<(), ContainerdError>;
+    /// Deletes exec process `exec_id`; absent is not an error.
+    async fn delete_exec(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError>;
+}
+
+/// Stdio of an exec process (FIFO paths; "" for none).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecStdio {
+    /// stdin FIFO.
+    pub stdin: String,
+    /// stdout FIFO.
+    pub stdout: String,
+    /// stderr FIFO.
+    pub stderr: String,
+    /// Allocate a terminal.
+    pub terminal: bool,
 }

@@ -83,9 +83,15 @@ pub enum ContainerError {
     /// The operation's task panicked or was aborted.
     #[error("container operation did not complete: {0}")]
     Aborted(String),
-    /// The container is not running (ReopenContainerLog).
+    /// The container is not running (ReopenContainerLog, ExecSync).
     #[error("container {0} is not running")]
     NotRunning(String),
+    /// ExecSync without a command.
+    #[error("the command to execute is empty")]
+    EmptyCommand,
+    /// ExecSync's timeout passed; the process was killed.
+    #[error("command timed out after {0:?} and was killed")]
+    ExecTimeout(Duration),
     /// Sandbox-side failure while handling a container.
     #[error(transparent)]
     Sandbox(#[from] Box<SandboxError>),

@@ -8,6 +8,8 @@
 pub mod backend;
 pub mod container;
 #[cfg(target_os = "linux")]
+pub mod container_exec;
+#[cfg(target_os = "linux")]
 #[path = "host_linux.rs"]
 pub mod host;
 #[cfg(target_os = "linux")]

@@ -28,7 +28,7 @@ use crate::cri::service::CriService;
 use crate::cri::{ImageRuntime, Runtime};
 use crate::error::ServerError;
 use crate::events;
-use crate::events::monitor::{ImageEvents, Resync, Subscription};
+use crate::events::monitor::{ImageEvents, Resync, RuntimeEvents, Subscription};
 use crate::events::queue::{OrderedQueue, QueueConfig};
 use crate::images::pull::{Backend, PullConfig, Puller};
 use crate::images::registry::client::{RegistryClient, RegistryConfig};
@@ -238,6 +238,7 @@ fn spawn_event_monitor(
     config: &Config,
     client: &Client,
     images: &Arc<ImageRuntime>,
+    pods: &Arc<Pods>,
     stop: watch::Receiver<bool>,
     log: &Logger,
 ) -> tokio::task::JoinHandle<()> {
@@ -250,9 +251,14 @@ fn spawn_event_monitor(
         architecture: std::env::consts::ARCH.to_string(),
     });
     let hook_log = log.clone();
-    let queue = OrderedQueue::new(handler.clone(), QueueConfig::default()).with_failure_hook(Arc::new(
+    let dispatcher = Arc::new(RuntimeEvents {
+        images: handler.clone(),
+        pods: pods.clone(),
+        log: log.clone(),
+    });
+    let queue = OrderedQueue::new(dispatcher, QueueConfig::default()).with_failure_hook(Arc::new(
         move |id: &str, attempt: u32, err: &str, delay: std::time::Duration| {
-            warn!(hook_log, "event handling failed; retrying"; "image" => id, "attempt" => attempt, "error" => err, "retry_in_ms" => delay.as_millis() as u64);
+            warn!(hook_log, "event handling failed; retrying"; "subject" => id, "attempt" => attempt, "error" => err, "retry_in_ms" => delay.as_millis() as u64);
         },
     ));
     let resync_log = log.clone();
@@ -269,7 +275,7 @@ fn spawn_event_monitor(
     });
     let cd = &config.containerd;
     let subscription = Subscription {
-        topics: vec!["/images/"],
+        topics: vec!["/images/", "/tasks/oom"],
         namespace: cd.namespace.clone(),
         backoff_min: cd.reconnect_backoff_min,
         backoff_max: cd.reconnect_backoff_max,
@@ -313,7 +319,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
 
     let images = Arc::new(image_runtime(&config, &client, &log)?);
     let pods = Arc::new(pods(&config, &client, &images, &log));
-    let events = spawn_event_monitor(&config, &client, &images, stop_rx.clone(), &log);
+    let events = spawn_event_monitor(&config, &client, &images, &pods, stop_rx.clone(), &log);
 
     let rt = Runtime {
         config: Arc::new(config.clone()),

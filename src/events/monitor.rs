@@ -202,6 +202,39 @@ impl Handler<Event> for ImageEvents {
     }
 }
 
+/// Dispatches every event remora subscribes to: image events to [`ImageEvents`], OOM events
+/// to the container they concern (its exit reason becomes `OOMKilled`).
+pub struct RuntimeEvents {
+    /// Image index upkeep.
+    pub images: Arc<ImageEvents>,
+    /// Pods and containers.
+    pub pods: Arc<crate::lifecycle::sandbox::Pods>,
+    /// Where OOM marks are logged.
+    pub log: Logger,
+}
+
+impl Handler<Event> for RuntimeEvents {
+    fn handle<'a>(
+        &'a self,
+        id: &'a str,
+        event: &'a Event,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            match event {
+                Event::TaskOom { container_id } => {
+                    // Pause containers and containers of other clients are not ours to mark.
+                    if let Ok(c) = self.pods.containers_store().get(container_id) {
+                        let outcome = c.mark_oom();
+                        info!(self.log, "container hit its memory limit"; "container_id" => container_id, "outcome" => ?outcome);
+                    }
+                    Ok(())
+                }
+                _ => self.images.handle(id, event).await,
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -550,6 +550,9 @@ impl Pods {
             return Ok(());
         };
         if state.status == TaskStatus::Stopped {
+            // Exited, but the exit monitor may still be draining output before it records
+            // the exit: callers (RemoveContainer, ContainerStatus after Stop) need it recorded.
+            let _ = tokio::time::timeout(KILL_WAIT, self.wait_exit(container)).await;
             return Ok(());
         }
         let signal = self.stop_signal(container);
@@ -627,6 +630,8 @@ impl Pods {
         let id = container.id().to_string();
         if container.state() == ContainerState::Running {
             self.stop_container_inner(container, Duration::ZERO).await?;
+            // The exit is recorded by the monitor; removal needs it.
+            let _ = tokio::time::timeout(KILL_WAIT, self.wait_exit(container)).await;
         }
         container.begin_removal()?;
         let result = async {

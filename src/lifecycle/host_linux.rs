@@ -21,6 +21,14 @@ pub fn host_facts() -> HostFacts {
         cap_last_cap: read("/proc/sys/kernel/cap_last_cap")
             .and_then(|s| s.parse().ok())
             .unwrap_or(40),
+        bounding_caps: std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("CapBnd:"))
+                    .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            })
+            .unwrap_or(u64::MAX),
         node_hostname: nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())

@@ -382,7 +382,10 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
     let env = merge_env(&inputs.image.env, &cfg.envs, hostname);
     let user = resolve_user(inputs.rootfs, sec, &inputs.image.user)?;
     let caps =
-        security::capability_set(sec.capabilities.as_ref(), sec.privileged, host.cap_last_cap)?;
+        security::capability_set(sec.capabilities.as_ref(), sec.privileged, host.cap_last_cap)?
+            .into_iter()
+            .filter(|c| security::in_bounding_set(*c, host.bounding_caps))
+            .collect::<Vec<_>>();
 
     let mut process = ProcessBuilder::default()
         .terminal(cfg.tty)
@@ -507,7 +510,10 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
         &supplemental,
         SupplementalGroupsPolicy::Strict,
     )?;
-    let caps = security::capability_set(None, false, host.cap_last_cap)?;
+    let caps: Vec<_> = security::capability_set(None, false, host.cap_last_cap)?
+        .into_iter()
+        .filter(|c| security::in_bounding_set(*c, host.bounding_caps))
+        .collect();
 
     let mut process = ProcessBuilder::default()
         .terminal(false)

@@ -113,6 +113,17 @@ pub fn all_capabilities(cap_last_cap: u32) -> Vec<Capability> {
         .collect()
 }
 
+/// Whether capability `c` is in the bounding set `mask` (bit n = capability number n), i.e.
+/// whether this process can grant it at all. A capability outside it makes runc fail with
+/// "unable to apply caps: operation not permitted", so specs keep only these (containerd
+/// likewise grants privileged containers the capabilities it holds, not all the kernel has).
+pub fn in_bounding_set(c: Capability, mask: u64) -> bool {
+    ALL_CAPABILITIES
+        .iter()
+        .find(|(cap, _)| *cap == c)
+        .is_some_and(|(_, n)| *n < 64 && mask & (1u64 << n) != 0)
+}
+
 /// Parses a CRI capability name: any case, with or without `CAP_`.
 pub fn parse_capability(name: &str) -> Result<Capability, SpecError> {
     let upper = name.trim().to_ascii_uppercase();
@@ -280,6 +291,10 @@ mod tests {
     #[test]
     fn privileged_gets_what_the_kernel_knows() {
         assert_eq!(capability_set(None, true, 40).unwrap().len(), 41);
+        // CAP_SYS_RESOURCE (24) missing from the bounding set, as on these machines.
+        let mask = 0x1ff_feff_ffffu64;
+        assert!(!in_bounding_set(Capability::SysResource, mask));
+        assert!(in_bounding_set(Capability::SysAdmin, mask));
         // An older kernel without CAP_PERFMON/BPF/CHECKPOINT_RESTORE.
         let caps = capability_set(Some(&changes(&[], &["ALL"])), true, 37).unwrap();
         assert_eq!(caps.len(), 38);

@@ -335,6 +335,9 @@ pub struct HostFacts {
     /// `/proc/sys/kernel/cap_last_cap`: capabilities above it are unknown to the kernel and
     /// are left out of "all capabilities".
     pub cap_last_cap: u32,
+    /// The capability bounding set of this process (`CapBnd` in `/proc/self/status`): only
+    /// these can be granted to containers.
+    pub bounding_caps: u64,
     /// The node's hostname, used for `HOSTNAME` of host-network pods without a hostname.
     pub node_hostname: String,
 }
@@ -347,6 +350,7 @@ impl Default for HostFacts {
             swap_accounting: false,
             hugetlb_available: false,
             cap_last_cap: 40,
+            bounding_caps: u64::MAX,
             node_hostname: String::new(),
         }
     }

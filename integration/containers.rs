@@ -418,3 +418,58 @@ async fn exec_sync_output_exit_code_and_timeout() {
     assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "0");
     pod.remove_pod().await;
 }
+
+#[tokio::test]
+async fn stats_of_running_and_created_containers() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "stats", logs.path()).await;
+    let running = pod
+        .create(container("busy", &["sleep", "3600"]))
+        .await
+        .expect("create");
+    let created = pod
+        .create(container("idle", &["true"]))
+        .await
+        .expect("create");
+    pod.start(&running).await;
+    let mut rt = bed.remora.runtime();
+    let s = rt
+        .container_stats(v1::ContainerStatsRequest {
+            container_id: running.clone(),
+        })
+        .await
+        .expect("ContainerStats")
+        .into_inner()
+        .stats
+        .expect("stats");
+    assert_eq!(s.attributes.as_ref().unwrap().id, running);
+    let cpu = s.cpu.expect("cpu");
+    assert!(cpu.timestamp > 0);
+    assert!(cpu.usage_core_nano_seconds.expect("cpu usage").value > 0);
+    let mem = s.memory.expect("memory");
+    assert!(mem.working_set_bytes.expect("working set").value > 0);
+    let layer = s.writable_layer.expect("writable layer");
+    assert!(layer.fs_id.unwrap().mountpoint.ends_with("overlayfs"));
+
+    let all = rt
+        .list_container_stats(v1::ListContainerStatsRequest { filter: None })
+        .await
+        .expect("ListContainerStats")
+        .into_inner()
+        .stats;
+    let ids: Vec<String> = all
+        .iter()
+        .map(|s| s.attributes.as_ref().unwrap().id.clone())
+        .collect();
+    assert!(ids.contains(&running) && ids.contains(&created), "{ids:?}");
+    let idle = all
+        .iter()
+        .find(|s| s.attributes.as_ref().unwrap().id == created)
+        .unwrap();
+    assert!(
+        idle.cpu.as_ref().unwrap().usage_core_nano_seconds.is_none(),
+        "not running: no CPU figure"
+    );
+    pod.remove_pod().await;
+}

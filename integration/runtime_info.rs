@@ -240,16 +240,6 @@ async fn every_rpc_not_built_yet_is_unimplemented_with_its_name() {
         rt.port_forward(v1::PortForwardRequest::default()).await,
     );
     assert_unimplemented(
-        "ContainerStats",
-        rt.container_stats(v1::ContainerStatsRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "ListContainerStats",
-        rt.list_container_stats(v1::ListContainerStatsRequest::default())
-            .await,
-    );
-    assert_unimplemented(
         "PodSandboxStats",
         rt.pod_sandbox_stats(v1::PodSandboxStatsRequest::default())
             .await,

@@ -428,6 +428,52 @@ impl RuntimeService for CriService {
         .await
     }
 
+    async fn container_stats(
+        &self,
+        request: Request<v1::ContainerStatsRequest>,
+    ) -> Result<Response<v1::ContainerStatsResponse>, Status> {
+        let id = request.into_inner().container_id;
+        instrument::run(
+            &self.rt.log,
+            "ContainerStats",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&id)?;
+                let stats = self.rt.pods.container_stats(&id).await?;
+                Ok(v1::ContainerStatsResponse {
+                    stats: Some(stats_to_pb(stats)),
+                })
+            },
+        )
+        .await
+    }
+
+    async fn list_container_stats(
+        &self,
+        request: Request<v1::ListContainerStatsRequest>,
+    ) -> Result<Response<v1::ListContainerStatsResponse>, Status> {
+        let filter = request.into_inner().filter;
+        instrument::run(
+            &self.rt.log,
+            "ListContainerStats",
+            Ids::none(),
+            |_log| async move {
+                let filter = filter.map(|f| v1::ContainerFilter {
+                    id: f.id,
+                    pod_sandbox_id: f.pod_sandbox_id,
+                    label_selector: f.label_selector,
+                    state: None,
+                });
+                let filter = convert::container_filter(filter.as_ref())?;
+                let stats = self.rt.pods.list_container_stats(&filter).await;
+                Ok(v1::ListContainerStatsResponse {
+                    stats: stats.into_iter().map(stats_to_pb).collect(),
+                })
+            },
+        )
+        .await
+    }
+
     type GetContainerEventsStream =
         Pin<Box<dyn Stream<Item = Result<v1::ContainerEventResponse, Status>> + Send + 'static>>;
 
@@ -465,20 +511,6 @@ impl RuntimeService for CriService {
         _request: Request<v1::PortForwardRequest>,
     ) -> Result<Response<v1::PortForwardResponse>, Status> {
         self.unimplemented(RUNTIME, "PortForward").await
-    }
-
-    async fn container_stats(
-        &self,
-        _request: Request<v1::ContainerStatsRequest>,
-    ) -> Result<Response<v1::ContainerStatsResponse>, Status> {
-        self.unimplemented(RUNTIME, "ContainerStats").await
-    }
-
-    async fn list_container_stats(
-        &self,
-        _request: Request<v1::ListContainerStatsRequest>,
-    ) -> Result<Response<v1::ListContainerStatsResponse>, Status> {
-        self.unimplemented(RUNTIME, "ListContainerStats").await
     }
 
     async fn pod_sandbox_stats(
@@ -563,6 +595,42 @@ fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<std::time::Duration
         "n" => Duration::from_nanos(n),
         _ => return None,
     })
+}
+
+fn stats_to_pb(s: crate::lifecycle::container_stats::Stats) -> v1::ContainerStats {
+    let u = |value: u64| Some(v1::UInt64Value { value });
+    let c = convert::container(&s.container);
+    v1::ContainerStats {
+        attributes: Some(v1::ContainerAttributes {
+            id: c.id,
+            metadata: c.metadata,
+            labels: c.labels,
+            annotations: c.annotations,
+        }),
+        cpu: Some(v1::CpuUsage {
+            timestamp: s.timestamp_ns,
+            usage_core_nano_seconds: s.cpu_ns.and_then(u),
+            usage_nano_cores: None,
+        }),
+        memory: Some(v1::MemoryUsage {
+            timestamp: s.timestamp_ns,
+            working_set_bytes: s.memory.and_then(|m| u(m.working_set)),
+            available_bytes: None,
+            usage_bytes: s.memory.and_then(|m| u(m.usage)),
+            rss_bytes: s.memory.and_then(|m| u(m.rss)),
+            page_faults: s.memory.and_then(|m| u(m.page_faults)),
+            major_page_faults: s.memory.and_then(|m| u(m.major_page_faults)),
+        }),
+        writable_layer: s.writable.map(|(bytes, inodes, root)| v1::FilesystemUsage {
+            timestamp: s.timestamp_ns,
+            fs_id: Some(v1::FilesystemIdentifier {
+                mountpoint: root.display().to_string(),
+            }),
+            used_bytes: u(bytes),
+            inodes_used: u(inodes),
+        }),
+        swap: None,
+    }
 }
 
 fn container_ids(id: &str) -> Ids {

@@ -10,6 +10,9 @@ pub mod container;
 #[cfg(target_os = "linux")]
 pub mod container_exec;
 #[cfg(target_os = "linux")]
+#[path = "container_stats_linux.rs"]
+pub mod container_stats;
+#[cfg(target_os = "linux")]
 #[path = "host_linux.rs"]
 pub mod host;
 #[cfg(target_os = "linux")]

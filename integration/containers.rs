@@ -473,3 +473,54 @@ async fn stats_of_running_and_created_containers() {
     );
     pod.remove_pod().await;
 }
+
+#[tokio::test]
+async fn update_container_resources_changes_the_cgroup() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "resize", logs.path()).await;
+    let id = pod
+        .create(container("resized", &["sleep", "3600"]))
+        .await
+        .expect("create");
+    pod.start(&id).await;
+    let mut rt = bed.remora.runtime();
+    rt.update_container_resources(v1::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(v1::LinuxContainerResources {
+            memory_limit_in_bytes: 64 * 1024 * 1024,
+            cpu_shares: 512,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("UpdateContainerResources");
+    let r = rt
+        .exec_sync(v1::ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec![
+                "cat".into(),
+                "/sys/fs/cgroup/memory/memory.limit_in_bytes".into(),
+                "/sys/fs/cgroup/cpu/cpu.shares".into(),
+            ],
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "67108864\n512\n");
+    let err = rt
+        .update_container_resources(v1::UpdateContainerResourcesRequest {
+            container_id: id.clone(),
+            linux: Some(v1::LinuxContainerResources {
+                cpu_shares: -1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("negative shares");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    pod.remove_pod().await;
+}

@@ -228,11 +228,6 @@ fn assert_unimplemented<T: std::fmt::Debug>(rpc: &str, result: Result<T, tonic::
 async fn every_rpc_not_built_yet_is_unimplemented_with_its_name() {
     let bed = Bed::start("");
     let mut rt = bed.remora.runtime();
-    assert_unimplemented(
-        "UpdateContainerResources",
-        rt.update_container_resources(v1::UpdateContainerResourcesRequest::default())
-            .await,
-    );
     assert_unimplemented("Exec", rt.exec(v1::ExecRequest::default()).await);
     assert_unimplemented("Attach", rt.attach(v1::AttachRequest::default()).await);
     assert_unimplemented(

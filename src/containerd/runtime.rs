@@ -10,7 +10,8 @@ use containerd_client::services::v1::tasks_client::TasksClient;
 use containerd_client::services::v1::{
     Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
     DeleteProcessRequest, DeleteTaskRequest, ExecProcessRequest, GetContainerRequest, GetRequest,
-    KillRequest, ListContainersRequest, StartRequest, UpdateContainerRequest, WaitRequest,
+    KillRequest, ListContainersRequest, StartRequest, UpdateContainerRequest, UpdateTaskRequest,
+    WaitRequest,
 };
 use containerd_client::types::v1::Status as PbStatus;
 use containerd_client::types::Mount as PbMount;
@@ -26,6 +27,8 @@ use crate::lifecycle::backend::{
 const SPEC_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
 /// Type URL containerd uses for an OCI process spec (exec).
 const PROCESS_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Process";
+/// Type URL containerd uses for OCI `LinuxResources` (task updates).
+const RESOURCES_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources";
 /// Type URL of remora's JSON extensions.
 const EXTENSION_TYPE_URL: &str = "remora.dev/cri-metadata";
 
@@ -381,6 +384,29 @@ impl Tasks for Client {
         c.kill(req)
             .await
             .map_err(|s| self.call_error("Tasks.Kill", s))?;
+        Ok(())
+    }
+
+    async fn update_resources(
+        &self,
+        container_id: &str,
+        resources: Vec<u8>,
+    ) -> Result<(), ContainerdError> {
+        let mut c = TasksClient::new(self.channel());
+        let req = self.request(
+            UpdateTaskRequest {
+                container_id: container_id.to_string(),
+                resources: Some(prost_types::Any {
+                    type_url: RESOURCES_TYPE_URL.to_string(),
+                    value: resources,
+                }),
+                annotations: HashMap::new(),
+            },
+            None,
+        );
+        c.update(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.Update", s))?;
         Ok(())
     }
 

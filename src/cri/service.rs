@@ -474,6 +474,32 @@ impl RuntimeService for CriService {
         .await
     }
 
+    async fn update_container_resources(
+        &self,
+        request: Request<v1::UpdateContainerResourcesRequest>,
+    ) -> Result<Response<v1::UpdateContainerResourcesResponse>, Status> {
+        let req = request.into_inner();
+        let id = req.container_id;
+        instrument::run(
+            &self.rt.log,
+            "UpdateContainerResources",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&id)?;
+                let linux = req.linux.ok_or(CriError::InvalidArgument {
+                    what: "linux",
+                    reason: "Linux resources are required".into(),
+                })?;
+                self.rt
+                    .pods
+                    .update_container_resources(&id, &convert::resources(&linux))
+                    .await?;
+                Ok(v1::UpdateContainerResourcesResponse {})
+            },
+        )
+        .await
+    }
+
     type GetContainerEventsStream =
         Pin<Box<dyn Stream<Item = Result<v1::ContainerEventResponse, Status>> + Send + 'static>>;
 
@@ -482,14 +508,6 @@ impl RuntimeService for CriService {
         _request: Request<v1::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
         self.unimplemented(RUNTIME, "GetContainerEvents").await
-    }
-
-    async fn update_container_resources(
-        &self,
-        _request: Request<v1::UpdateContainerResourcesRequest>,
-    ) -> Result<Response<v1::UpdateContainerResourcesResponse>, Status> {
-        self.unimplemented(RUNTIME, "UpdateContainerResources")
-            .await
     }
 
     async fn exec(

@@ -140,6 +140,12 @@ pub trait Tasks: Send + Sync + 'static {
         exec_id: &str,
         signal: u32,
     ) -> Result<(), ContainerdError>;
+    /// Applies new resource limits (an OCI `LinuxResources` as JSON) to the running task.
+    async fn update_resources(
+        &self,
+        container_id: &str,
+        resources: Vec<u8>,
+    ) -> Result<(), ContainerdError>;
     /// Deletes exec process `exec_id`; absent is not an error.
     async fn delete_exec(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError>;
 }

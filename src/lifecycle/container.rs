@@ -668,6 +668,22 @@ impl Pods {
         Ok(())
     }
 
+    /// UpdateContainerResources: new limits applied to the running task's cgroup. (The spec on
+    /// the containerd record keeps the limits of creation; a restarted task would get those.)
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        resources: &spec::Resources,
+    ) -> Result<(), ContainerError> {
+        let container = self.containers_store().get(id)?;
+        let linux = spec::resources::linux_resources(resources, self.host())?;
+        let json = serde_json::to_vec(&linux).map_err(|e| ContainerError::Encode(e.to_string()))?;
+        if container.state() == ContainerState::Running {
+            self.tasks().update_resources(container.id(), json).await?;
+        }
+        Ok(())
+    }
+
     /// ReopenContainerLog: a new log file at the same path (kubelet rotated the old one).
     pub async fn reopen_container_log(&self, id: &str) -> Result<(), ContainerError> {
         let container = self.containers_store().get(id)?;

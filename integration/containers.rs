@@ -524,3 +524,59 @@ async fn update_container_resources_changes_the_cgroup() {
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     pod.remove_pod().await;
 }
+
+#[tokio::test]
+async fn get_container_events_streams_the_lifecycle() {
+    use tokio_stream::StreamExt;
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let mut events = bed
+        .remora
+        .runtime()
+        .get_container_events(v1::GetEventsRequest {})
+        .await
+        .expect("GetContainerEvents")
+        .into_inner();
+    let pod = start_pod(&bed, "events", logs.path()).await;
+    let id = pod
+        .create(container("brief", &["true"]))
+        .await
+        .expect("create");
+    pod.start(&id).await;
+    pod.wait_exited(&id).await;
+    bed.remora
+        .runtime()
+        .remove_container(v1::RemoveContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect("remove");
+
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an event within 10 s")
+            .expect("stream open")
+            .expect("event");
+        if e.container_id == id {
+            assert_eq!(
+                e.pod_sandbox_status.as_ref().map(|s| s.id.clone()),
+                Some(pod.id.clone()),
+                "the pod's status comes with the event"
+            );
+            seen.push(e.container_event_type);
+        }
+    }
+    use v1::ContainerEventType as T;
+    assert_eq!(
+        seen,
+        vec![
+            T::ContainerCreatedEvent as i32,
+            T::ContainerStartedEvent as i32,
+            T::ContainerStoppedEvent as i32,
+            T::ContainerDeletedEvent as i32
+        ]
+    );
+    pod.remove_pod().await;
+}

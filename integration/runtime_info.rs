@@ -255,11 +255,6 @@ async fn every_rpc_not_built_yet_is_unimplemented_with_its_name() {
             .await,
     );
     assert_unimplemented(
-        "GetContainerEvents",
-        rt.get_container_events(v1::GetEventsRequest::default())
-            .await,
-    );
-    assert_unimplemented(
         "ListMetricDescriptors",
         rt.list_metric_descriptors(v1::ListMetricDescriptorsRequest::default())
             .await,

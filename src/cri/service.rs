@@ -9,7 +9,7 @@ use std::pin::Pin;
 use k8s_cri::v1;
 use k8s_cri::v1::image_service_server::ImageService;
 use k8s_cri::v1::runtime_service_server::RuntimeService;
-use tokio_stream::Stream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::config::CgroupDriver;
@@ -507,7 +507,24 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<v1::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        self.unimplemented(RUNTIME, "GetContainerEvents").await
+        let rt = self.rt.clone();
+        instrument::run(
+            &self.rt.log,
+            "GetContainerEvents",
+            Ids::none(),
+            |_log| async move {
+                let rx = rt.pods.events.subscribe();
+                let stream =
+                    tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(move |item| {
+                        // A subscriber that lagged skips what it missed (kubelet relists).
+                        let event = item.ok()?;
+                        Some(Ok(container_event(&rt, event)))
+                    });
+                let stream: Self::GetContainerEventsStream = Box::pin(stream);
+                Ok(stream)
+            },
+        )
+        .await
     }
 
     async fn exec(
@@ -613,6 +630,40 @@ fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<std::time::Duration
         "n" => Duration::from_nanos(n),
         _ => return None,
     })
+}
+
+/// A CRI container event with the pod's status and its containers' statuses as they are now.
+fn container_event(
+    rt: &Runtime,
+    e: crate::lifecycle::events::LifecycleEvent,
+) -> v1::ContainerEventResponse {
+    use crate::lifecycle::events::EventKind;
+    let kind = match e.kind {
+        EventKind::Created => v1::ContainerEventType::ContainerCreatedEvent,
+        EventKind::Started => v1::ContainerEventType::ContainerStartedEvent,
+        EventKind::Stopped => v1::ContainerEventType::ContainerStoppedEvent,
+        EventKind::Deleted => v1::ContainerEventType::ContainerDeletedEvent,
+    };
+    let pod_sandbox_status = rt
+        .pods
+        .sandboxes
+        .get(&e.sandbox_id)
+        .ok()
+        .map(|s| convert::pod_sandbox_status(&s.snapshot()));
+    let containers_statuses = rt
+        .pods
+        .containers_store()
+        .by_sandbox(&e.sandbox_id)
+        .iter()
+        .map(|c| convert::container_status(&c.snapshot()))
+        .collect();
+    v1::ContainerEventResponse {
+        container_id: e.id,
+        container_event_type: kind as i32,
+        created_at: e.at_ns,
+        pod_sandbox_status,
+        containers_statuses,
+    }
 }
 
 fn stats_to_pb(s: crate::lifecycle::container_stats::Stats) -> v1::ContainerStats {

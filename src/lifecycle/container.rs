@@ -14,6 +14,7 @@ use slog::{info, warn};
 use thiserror::Error;
 
 use super::backend::{ContainerRecord, TaskSpec, TaskStatus};
+use super::events::EventKind;
 use super::mount::with_temp_mount;
 use super::sandbox::{image_config, now_ns, Pods, SandboxError};
 use crate::error::ContainerdError;
@@ -347,6 +348,8 @@ impl Pods {
         }
         reservation.keep();
         undo.clear();
+        self.events
+            .emit(id, sandbox.id(), EventKind::Created, now_ns());
         info!(self.log(), "container created"; "container_id" => id, "pod_id" => sandbox.id(), "image" => &req.image);
         Ok(())
     }
@@ -456,6 +459,8 @@ impl Pods {
         container.record_started(pid, now_ns())?;
         self.persist(container).await;
         self.monitor_container_exit(container.clone(), copiers);
+        self.events
+            .emit(&id, &meta.sandbox_id, EventKind::Started, now_ns());
         info!(self.log(), "container started"; "container_id" => &id, "pid" => pid);
         Ok(())
     }
@@ -498,6 +503,12 @@ impl Pods {
                     {
                         info!(log, "container exited"; "exit_code" => exit.status);
                         me.persist(&container).await;
+                        me.events.emit(
+                            &id,
+                            &container.metadata().sandbox_id,
+                            EventKind::Stopped,
+                            exit_time(exit.at),
+                        );
                     }
                     // The shim and task are no longer needed once the exit is recorded.
                     if let Err(e) = me.tasks().delete(&id).await {
@@ -664,6 +675,8 @@ impl Pods {
             Ok(_) | Err(StoreError::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
+        self.events
+            .emit(&id, &meta.sandbox_id, EventKind::Deleted, now_ns());
         info!(self.log(), "container removed"; "container_id" => &id);
         Ok(())
     }

@@ -12,6 +12,7 @@ pub mod container_exec;
 #[cfg(target_os = "linux")]
 #[path = "container_stats_linux.rs"]
 pub mod container_stats;
+pub mod events;
 #[cfg(target_os = "linux")]
 #[path = "host_linux.rs"]
 pub mod host;

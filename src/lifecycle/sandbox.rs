@@ -23,6 +23,7 @@ use thiserror::Error;
 
 use super::backend::{ContainerRecord, Containers, TaskSpec, TaskStatus, Tasks};
 use super::container::IoTable;
+use super::events::EventKind;
 use super::sandbox_files::{self, Dns, FilesError, FilesRequest};
 use crate::cri::ImageRuntime;
 use crate::error::ContainerdError;
@@ -140,6 +141,8 @@ pub struct Pods {
     containers_store: ContainerStore,
     /// IO of started containers.
     io: IoTable,
+    /// Lifecycle events for GetContainerEvents.
+    pub events: super::events::EventBus,
     /// Pod name reservations.
     pub names: Arc<NameIndex>,
     containers: Arc<dyn Containers>,
@@ -192,6 +195,7 @@ impl Pods {
             sandboxes: SandboxStore::new(),
             containers_store: ContainerStore::new(),
             io: IoTable::default(),
+            events: super::events::EventBus::default(),
             names: Arc::new(NameIndex::new()),
             containers,
             tasks,
@@ -542,6 +546,8 @@ impl Pods {
         reservation.keep();
         undo.clear();
         self.monitor_exit(sandbox);
+        self.events.emit(id, id, EventKind::Created, now_ns());
+        self.events.emit(id, id, EventKind::Started, now_ns());
         info!(log, "pod sandbox running"; "pid" => pid, "name" => &cfg.name, "namespace" => &cfg.namespace);
         Ok(())
     }
@@ -643,6 +649,7 @@ impl Pods {
             .await
             .map_err(|e| SandboxError::Aborted(e.to_string()))??;
         sandbox.set_not_ready();
+        self.events.emit(id, id, EventKind::Stopped, now_ns());
         info!(log, "pod sandbox stopped");
         Ok(())
     }
@@ -679,6 +686,7 @@ impl Pods {
                 Ok(_) | Err(StoreError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
+            me.events.emit(&id, &id, EventKind::Deleted, now_ns());
             info!(me.log, "pod sandbox removed"; "pod_id" => &id);
             Ok(())
         })

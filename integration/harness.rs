@@ -368,6 +368,8 @@ pub struct BedRemora {
     pub remora: Remora,
     /// Its containerd namespace.
     pub namespace: String,
+    /// Its config, to start it again.
+    config: String,
     /// Scratch dir (socket, config, log); held so it lives as long as remora.
     _dir: tempfile::TempDir,
 }
@@ -425,8 +427,20 @@ bin_dirs = ["/usr/lib/cni"]
         BedRemora {
             remora,
             namespace,
+            config,
             _dir: dir,
         }
+    }
+
+    /// Kills remora (SIGKILL, as a crash) and returns once it is gone.
+    pub fn crash(&mut self) {
+        self.remora.stop_with(Signal::SIGKILL);
+    }
+
+    /// Starts remora again with the same config, dirs and namespace.
+    pub fn restart(&mut self) {
+        let socket = self.remora.socket.clone();
+        self.remora = Remora::start(self._dir.path(), &self.config, &socket);
     }
 
     /// Runs `ctr` in this remora's namespace; returns stdout (panics on failure).

@@ -10,4 +10,5 @@ mod crictl;
 mod daemon;
 mod images;
 mod pods;
+mod recovery;
 mod runtime_info;

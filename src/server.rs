@@ -263,11 +263,17 @@ fn spawn_event_monitor(
     ));
     let resync_log = log.clone();
     let resync_queue = queue.clone();
+    let resync_pods = pods.clone();
     let resync: Resync = Arc::new(move || {
         let handler = handler.clone();
         let queue = resync_queue.clone();
         let log = resync_log.clone();
+        let pods = resync_pods.clone();
         Box::pin(async move {
+            // Pods and containers first: their exits missed during a gap are recorded here.
+            if let Err(e) = pods.recover().await {
+                warn!(log, "pod recovery failed; it is retried when the event stream reconnects"; "error" => %e);
+            }
             if let Err(e) = handler.resync(&queue).await {
                 warn!(log, "image resync failed; it is retried when the event stream reconnects"; "error" => %e);
             }

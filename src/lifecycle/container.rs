@@ -455,14 +455,36 @@ impl Pods {
                 terminal: stdio.terminal,
             })
             .await?;
+        // Taken before the start: a process that exits at once must not finish before it
+        // started (its exit time comes from containerd).
+        let started_at = now_ns();
         let pid = self.tasks().start(&id).await?;
-        container.record_started(pid, now_ns())?;
+        container.record_started(pid, started_at)?;
         self.persist(container).await;
         self.monitor_container_exit(container.clone(), copiers);
         self.events
             .emit(&id, &meta.sandbox_id, EventKind::Started, now_ns());
         info!(self.log(), "container started"; "container_id" => &id, "pid" => pid);
         Ok(())
+    }
+
+    /// Records IO handles of a container (used by recovery).
+    pub(crate) fn register_io(&self, id: &str, fifos: FifoSet, log: Option<Arc<LogWriter>>) {
+        self.io().insert(id, Arc::new(ContainerIo { fifos, log }));
+    }
+
+    /// Persists a container's status after recovery decisions.
+    pub(crate) async fn persist_exit(&self, container: &Container) {
+        self.persist(container).await;
+    }
+
+    /// The exit monitor, for containers found running at recovery.
+    pub(crate) fn monitor_container_exit_public(
+        self: &Arc<Self>,
+        container: Container,
+        copiers: Vec<tokio::task::JoinHandle<crate::io::CopySummary>>,
+    ) {
+        self.monitor_container_exit(container, copiers);
     }
 
     /// Writes the container's current snapshot to its containerd record (best effort: the

@@ -19,6 +19,8 @@ pub mod host;
 #[cfg(target_os = "linux")]
 #[path = "mount_linux.rs"]
 pub mod mount;
+#[cfg(target_os = "linux")]
+pub mod recover;
 pub mod sandbox;
 #[cfg(target_os = "linux")]
 #[path = "sandbox_files_linux.rs"]

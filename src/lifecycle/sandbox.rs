@@ -553,7 +553,7 @@ impl Pods {
     }
 
     /// Records the pause task's exit when it happens (Task.Wait is the truth for exits).
-    fn monitor_exit(self: &Arc<Self>, sandbox: Sandbox) {
+    pub(crate) fn monitor_exit(self: &Arc<Self>, sandbox: Sandbox) {
         let tasks = self.tasks.clone();
         let log = self.log.new(slog::o!("pod_id" => sandbox.id().to_string()));
         tokio::spawn(async move {

@@ -1,0 +1,158 @@
+//! remora restarts: the index is rebuilt from containerd, exits that happened while remora was
+//! down are recorded with their real codes, running containers keep being watched and logged.
+
+use std::time::Duration;
+
+use k8s_cri::v1;
+
+use crate::harness::{scratch, wait_until, BedRemora};
+
+#[tokio::test]
+async fn pods_and_containers_survive_a_remora_crash() {
+    let mut bed = BedRemora::start_with_network();
+    let logs = scratch();
+    let mut img = bed.remora.images();
+    img.pull_image(v1::PullImageRequest {
+        image: Some(v1::ImageSpec {
+            image: "busybox".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .expect("pull");
+    let pod_config = v1::PodSandboxConfig {
+        metadata: Some(v1::PodSandboxMetadata {
+            name: "survivor".into(),
+            uid: "uid-survivor".into(),
+            namespace: "remora-it".into(),
+            attempt: 0,
+        }),
+        log_directory: logs.path().display().to_string(),
+        linux: Some(v1::LinuxPodSandboxConfig::default()),
+        ..Default::default()
+    };
+    let mut rt = bed.remora.runtime();
+    let pod = rt
+        .run_pod_sandbox(v1::RunPodSandboxRequest {
+            config: Some(pod_config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_sandbox_id;
+    let mk = |name: &str, cmd: &[&str]| v1::CreateContainerRequest {
+        pod_sandbox_id: pod.clone(),
+        config: Some(v1::ContainerConfig {
+            metadata: Some(v1::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(v1::ImageSpec {
+                image: "busybox".into(),
+                ..Default::default()
+            }),
+            command: cmd.iter().map(|s| s.to_string()).collect(),
+            log_path: format!("{name}.log"),
+            linux: Some(v1::LinuxContainerConfig::default()),
+            ..Default::default()
+        }),
+        sandbox_config: Some(pod_config.clone()),
+    };
+    let long = rt
+        .create_container(mk(
+            "long",
+            &["sh", "-c", "while true; do echo alive; sleep 0.2; done"],
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .container_id;
+    let short = rt
+        .create_container(mk("short", &["sh", "-c", "sleep 2; exit 5"]))
+        .await
+        .unwrap()
+        .into_inner()
+        .container_id;
+    for id in [&long, &short] {
+        rt.start_container(v1::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap();
+    }
+
+    bed.crash();
+    // "short" exits while remora is down.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log_before = std::fs::read_to_string(logs.path().join("long.log")).unwrap_or_default();
+    bed.restart();
+    let mut rt = bed.remora.runtime();
+
+    let status = |id: String| {
+        let mut rt = rt.clone();
+        async move {
+            rt.container_status(v1::ContainerStatusRequest {
+                container_id: id,
+                verbose: false,
+            })
+            .await
+            .map(|r| r.into_inner().status.expect("status"))
+        }
+    };
+    wait_until("the index to be rebuilt", Duration::from_secs(15), || {
+        let short = short.clone();
+        async move { status(short).await.is_ok() }
+    })
+    .await;
+    let s = status(short.clone()).await.unwrap();
+    assert_eq!(s.state, v1::ContainerState::ContainerExited as i32);
+    assert_eq!(
+        (s.exit_code, s.reason.as_str()),
+        (5, "Error"),
+        "the real exit, recorded after the restart"
+    );
+    let s = status(long.clone()).await.unwrap();
+    assert_eq!(s.state, v1::ContainerState::ContainerRunning as i32);
+    let pods = rt
+        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0].state, v1::PodSandboxState::SandboxReady as i32);
+
+    // The running container's output keeps reaching its log file.
+    wait_until(
+        "new log lines after the restart",
+        Duration::from_secs(10),
+        || async {
+            std::fs::read_to_string(logs.path().join("long.log"))
+                .is_ok_and(|s| s.lines().count() > log_before.lines().count() + 2)
+        },
+    )
+    .await;
+
+    // The name stays reserved, and everything can be stopped and removed.
+    let err = rt
+        .run_pod_sandbox(v1::RunPodSandboxRequest {
+            config: Some(pod_config.clone()),
+            runtime_handler: String::new(),
+        })
+        .await
+        .expect_err("name still taken");
+    assert_eq!(err.code(), tonic::Code::AlreadyExists);
+    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
+        pod_sandbox_id: pod.clone(),
+    })
+    .await
+    .unwrap();
+    assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
+}

@@ -128,7 +128,14 @@ address = ""
             .append(true)
             .open(d.join("containerd.log"))
             .expect("open containerd log");
+        // containerd finds its shims on PATH: ours (v2.3.4) before any system one.
+        let path = format!(
+            "{}:{}",
+            tools_bin().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
         let child = Command::new(tool("containerd"))
+            .env("PATH", path)
             .arg("--config")
             .arg(&config)
             .stdin(Stdio::null())

@@ -513,7 +513,13 @@ impl Pods {
         tokio::spawn(async move {
             let id = container.id().to_string();
             let log = me.log().new(slog::o!("container_id" => id.clone()));
-            match me.tasks().wait(&id).await {
+            let tasks = me.tasks();
+            let waiting = container.clone();
+            match super::sandbox::wait_through_outages(tasks.as_ref(), &id, move || {
+                waiting.state() == ContainerState::Running
+            })
+            .await
+            {
                 Ok(exit) => {
                     // Output written just before the exit is still in the pipes: let the
                     // copiers drain to EOF before recording the exit.
@@ -542,7 +548,26 @@ impl Pods {
                         }
                     }
                 }
-                Err(e) => warn!(log, "lost the wait on the container task"; "error" => %e),
+                Err(e) => {
+                    // The task vanished while the container ran: containerd 2.x, restarted
+                    // after the process exited, deletes such tasks at start-up ("cleaning
+                    // leaked shim process") and the exit status with them. Report UNKNOWN
+                    // rather than a made-up exit code, and never RUNNING for a dead process.
+                    if container.state() == ContainerState::Running
+                        && container.mark_unknown().is_ok()
+                    {
+                        warn!(log, "container task vanished; its exit status is unknown"; "error" => %e);
+                        me.persist(&container).await;
+                        me.events.emit(
+                            &id,
+                            &container.metadata().sandbox_id,
+                            EventKind::Stopped,
+                            now_ns(),
+                        );
+                    } else {
+                        warn!(log, "lost the wait on the container task"; "error" => %e);
+                    }
+                }
             }
         });
     }

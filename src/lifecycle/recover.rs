@@ -100,6 +100,11 @@ impl Pods {
                         done.exits += 1;
                         self.persist_exit(&existing).await;
                     }
+                } else if state.is_none() && existing.state() == ContainerState::Running {
+                    // Deleted by containerd while we were not looking (see the exit monitor).
+                    if existing.mark_unknown().is_ok() {
+                        self.persist_exit(&existing).await;
+                    }
                 }
                 continue;
             }

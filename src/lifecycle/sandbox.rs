@@ -117,6 +117,36 @@ pub struct RunSandbox {
     pub config_json: Vec<u8>,
 }
 
+/// `Task.Wait` that survives containerd restarts: a wait broken by a lost connection is
+/// retried with backoff (the shim keeps the exit status until the task is deleted, so the
+/// real exit is still there when containerd is back) for as long as `still_waiting` holds.
+pub(crate) async fn wait_through_outages(
+    tasks: &dyn Tasks,
+    id: &str,
+    still_waiting: impl Fn() -> bool,
+) -> Result<super::backend::Exit, ContainerdError> {
+    let mut backoff =
+        crate::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    loop {
+        match tasks.wait(id).await {
+            Ok(exit) => return Ok(exit),
+            // The task is gone (deleted by Stop/Remove, or lost): nothing to wait for.
+            Err(
+                e @ ContainerdError::Call {
+                    code: tonic::Code::NotFound,
+                    ..
+                },
+            ) => return Err(e),
+            Err(e) => {
+                if !still_waiting() {
+                    return Err(e);
+                }
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        }
+    }
+}
+
 /// An undo action registered by a step that made something.
 pub(crate) type UndoFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 /// A named undo action.
@@ -557,7 +587,11 @@ impl Pods {
         let tasks = self.tasks.clone();
         let log = self.log.new(slog::o!("pod_id" => sandbox.id().to_string()));
         tokio::spawn(async move {
-            match tasks.wait(sandbox.id()).await {
+            match wait_through_outages(tasks.as_ref(), sandbox.id(), || {
+                sandbox.status().exit_code.is_none()
+            })
+            .await
+            {
                 Ok(exit) => {
                     let at = exit
                         .at

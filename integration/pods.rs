@@ -291,3 +291,130 @@ async fn a_failed_run_pod_sandbox_leaves_nothing_behind() {
         .args(["link", "del", "rmbroken0"])
         .output();
 }
+
+async fn pull(bed: &BedRemora, image: &str) {
+    bed.remora
+        .images()
+        .pull_image(v1::PullImageRequest {
+            image: Some(v1::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("pull {image}: {e:?}"));
+}
+
+async fn start_container(
+    bed: &BedRemora,
+    pod: &str,
+    config: &v1::PodSandboxConfig,
+    name: &str,
+    image: &str,
+    cmd: &[&str],
+) -> String {
+    let mut rt = bed.remora.runtime();
+    let id = rt
+        .create_container(v1::CreateContainerRequest {
+            pod_sandbox_id: pod.into(),
+            config: Some(v1::ContainerConfig {
+                metadata: Some(v1::ContainerMetadata {
+                    name: name.into(),
+                    attempt: 0,
+                }),
+                image: Some(v1::ImageSpec {
+                    image: image.into(),
+                    ..Default::default()
+                }),
+                command: cmd.iter().map(|s| s.to_string()).collect(),
+                linux: Some(v1::LinuxContainerConfig::default()),
+                ..Default::default()
+            }),
+            sandbox_config: Some(config.clone()),
+        })
+        .await
+        .expect("CreateContainer")
+        .into_inner()
+        .container_id;
+    rt.start_container(v1::StartContainerRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .expect("StartContainer");
+    id
+}
+
+#[tokio::test]
+async fn pods_talk_over_the_bridge_and_a_host_port_reaches_a_pod() {
+    const NGINX: &str = "registry.k8s.io/e2e-test-images/nginx:1.14-2";
+    const HOST_PORT: i32 = 12890;
+    let bed = BedRemora::start_with_network();
+    pull(&bed, NGINX).await;
+    pull(&bed, "busybox").await;
+
+    let mut server_cfg = pod_config("server", "uid-server");
+    server_cfg.port_mappings = vec![v1::PortMapping {
+        protocol: v1::Protocol::Tcp as i32,
+        container_port: 80,
+        host_port: HOST_PORT,
+        host_ip: String::new(),
+    }];
+    let server = run(&bed, server_cfg.clone(), "").await.expect("server pod");
+    start_container(&bed, &server, &server_cfg, "web", NGINX, &[]).await;
+    let server_ip = status(&bed, &server).await.unwrap().network.unwrap().ip;
+
+    let client_cfg = pod_config("client", "uid-client");
+    let client = run(&bed, client_cfg.clone(), "").await.expect("client pod");
+    let shell = start_container(
+        &bed,
+        &client,
+        &client_cfg,
+        "shell",
+        "busybox",
+        &["sleep", "3600"],
+    )
+    .await;
+
+    // Pod to pod, over the CNI bridge.
+    let mut rt = bed.remora.runtime();
+    let url = format!("http://{server_ip}:80/");
+    let mut body = String::new();
+    for _ in 0..50 {
+        let r = rt
+            .exec_sync(v1::ExecSyncRequest {
+                container_id: shell.clone(),
+                cmd: vec!["wget".into(), "-qO-".into(), url.clone()],
+                timeout: 5,
+            })
+            .await
+            .expect("ExecSync")
+            .into_inner();
+        if r.exit_code == 0 {
+            body = String::from_utf8_lossy(&r.stdout).into_owned();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(
+        body.to_lowercase().contains("nginx"),
+        "pod-to-pod HTTP: {body:?}"
+    );
+
+    // Host port on 127.0.0.1 (portmap plugin).
+    let host_url = format!("http://127.0.0.1:{HOST_PORT}/");
+    let resp = reqwest::get(&host_url)
+        .await
+        .expect("GET through the host port");
+    assert!(resp.status().is_success(), "{}", resp.status());
+
+    for id in [&server, &client] {
+        stop(&bed, id).await;
+        remove(&bed, id).await;
+    }
+    // The mapping went with the pod.
+    assert!(
+        reqwest::get(&host_url).await.is_err(),
+        "host port closed after removal"
+    );
+}

@@ -281,7 +281,7 @@ fn spawn_event_monitor(
     });
     let cd = &config.containerd;
     let subscription = Subscription {
-        topics: vec!["/images/", "/tasks/oom"],
+        topics: vec!["/images/", "/tasks/oom", "/tasks/exit"],
         namespace: cd.namespace.clone(),
         backoff_min: cd.reconnect_backoff_min,
         backoff_max: cd.reconnect_backoff_max,

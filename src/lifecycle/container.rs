@@ -468,6 +468,24 @@ impl Pods {
         Ok(())
     }
 
+    /// A running container whose task vanished (with its exit status): UNKNOWN, persisted, one
+    /// STOPPED event. Returns false if it was not running (nothing done). The transition is
+    /// atomic, so of the exit monitor and recovery only one does it.
+    pub(crate) async fn mark_vanished(&self, container: &Container) -> bool {
+        if !container.mark_unknown_if_running() {
+            return false;
+        }
+        warn!(self.log(), "container task vanished; its exit status is unknown"; "container_id" => container.id());
+        self.persist(container).await;
+        self.events.emit(
+            container.id(),
+            &container.metadata().sandbox_id,
+            EventKind::Stopped,
+            now_ns(),
+        );
+        true
+    }
+
     /// Records IO handles of a container (used by recovery).
     pub(crate) fn register_io(&self, id: &str, fifos: FifoSet, log: Option<Arc<LogWriter>>) {
         self.io().insert(id, Arc::new(ContainerIo { fifos, log }));
@@ -553,18 +571,7 @@ impl Pods {
                     // after the process exited, deletes such tasks at start-up ("cleaning
                     // leaked shim process") and the exit status with them. Report UNKNOWN
                     // rather than a made-up exit code, and never RUNNING for a dead process.
-                    if container.state() == ContainerState::Running
-                        && container.mark_unknown().is_ok()
-                    {
-                        warn!(log, "container task vanished; its exit status is unknown"; "error" => %e);
-                        me.persist(&container).await;
-                        me.events.emit(
-                            &id,
-                            &container.metadata().sandbox_id,
-                            EventKind::Stopped,
-                            now_ns(),
-                        );
-                    } else {
+                    if !me.mark_vanished(&container).await {
                         warn!(log, "lost the wait on the container task"; "error" => %e);
                     }
                 }

@@ -100,11 +100,9 @@ impl Pods {
                         done.exits += 1;
                         self.persist_exit(&existing).await;
                     }
-                } else if state.is_none() && existing.state() == ContainerState::Running {
+                } else if state.is_none() {
                     // Deleted by containerd while we were not looking (see the exit monitor).
-                    if existing.mark_unknown().is_ok() {
-                        self.persist_exit(&existing).await;
-                    }
+                    self.mark_vanished(&existing).await;
                 }
                 continue;
             }
@@ -165,6 +163,37 @@ impl Pods {
             info!(log, "recovered from containerd"; "sandboxes" => done.sandboxes, "containers" => done.containers, "exits_recorded" => done.exits, "skipped" => done.skipped);
         }
         Ok(done)
+    }
+
+    /// A `/tasks/exit` event for `id`. The exit monitor normally records the exit (after the
+    /// container's output is drained into its log); if it has not within a grace period, it
+    /// was lost, and the exit is recorded here from containerd's task state.
+    pub async fn reconcile_exit(&self, id: &str, _event_status: u32) {
+        let Ok(container) = self.containers_store().get(id) else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+        while container.state() == ContainerState::Running && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        if container.state() != ContainerState::Running {
+            return;
+        }
+        if let Ok(Some(s)) = self.tasks().state(id).await {
+            if s.status == TaskStatus::Stopped
+                && container.record_exit(s.exit_status as i32, exit_ns(s.exited_at))
+                    == ExitOutcome::Recorded
+            {
+                self.persist_exit(&container).await;
+                self.events.emit(
+                    id,
+                    &container.metadata().sandbox_id,
+                    super::events::EventKind::Stopped,
+                    exit_ns(s.exited_at),
+                );
+            }
+        }
     }
 
     /// Re-opens a running container's FIFOs (the shim still holds the write ends) and resumes

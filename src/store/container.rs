@@ -218,6 +218,15 @@ impl Container {
         self.lock().mark_unknown(self.id())
     }
 
+    /// RUNNING → UNKNOWN in one step (a vanished task); false if it was not running.
+    pub fn mark_unknown_if_running(&self) -> bool {
+        let mut s = self.lock();
+        if s.state != ContainerState::Running {
+            return false;
+        }
+        s.mark_unknown(self.id()).is_ok()
+    }
+
     /// See [`ContainerStatus::begin_removal`].
     pub fn begin_removal(&self) -> Result<(), TransitionError> {
         self.lock().begin_removal(self.id())

@@ -173,9 +173,22 @@ async fn exit_codes_reasons_and_the_cri_log() {
         "{log}"
     );
 
-    // The exited tasks were deleted (no shim left), the records stay until removal.
-    let tasks = bed.ctr(&["tasks", "ls"]);
-    assert!(!tasks.contains(&ok) && !tasks.contains(&fail), "{tasks}");
+    // The exited tasks are deleted (no shim left) right after the exit is recorded; the
+    // container records stay until removal.
+    wait_until(
+        "the exited tasks to be deleted",
+        Duration::from_secs(10),
+        || async {
+            let tasks = bed.ctr(&["tasks", "ls"]);
+            !tasks.contains(&ok) && !tasks.contains(&fail)
+        },
+    )
+    .await;
+    let records = bed.ctr_ids(&["containers", "ls", "-q"]);
+    assert!(
+        records.contains(&ok) && records.contains(&fail),
+        "{records:?}"
+    );
     pod.remove_pod().await;
     let records = bed.ctr_ids(&["containers", "ls", "-q"]);
     assert!(
@@ -577,6 +590,108 @@ async fn get_container_events_streams_the_lifecycle() {
             T::ContainerStoppedEvent as i32,
             T::ContainerDeletedEvent as i32
         ]
+    );
+    pod.remove_pod().await;
+}
+
+#[tokio::test]
+async fn oom_users_readonly_rootfs_and_capabilities() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "security", logs.path()).await;
+    let mut rt = bed.remora.runtime();
+    let exec = |id: &str, cmd: &str| v1::ExecSyncRequest {
+        container_id: id.to_string(),
+        cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+        timeout: 10,
+    };
+
+    // OOM: a shell that doubles a string until the 32 MiB limit kills it.
+    let mut hog = container(
+        "hog",
+        &[
+            "sh",
+            "-c",
+            "s=xxxxxxxxxxxxxxxx; while true; do s=\"$s$s\"; done",
+        ],
+    );
+    hog.linux = Some(v1::LinuxContainerConfig {
+        resources: Some(v1::LinuxContainerResources {
+            memory_limit_in_bytes: 32 * 1024 * 1024,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let hog = pod.create(hog).await.expect("create");
+    pod.start(&hog).await;
+    let s = pod.wait_exited(&hog).await;
+    assert_eq!((s.exit_code, s.reason.as_str()), (137, "OOMKilled"));
+
+    // Users by number and by name (from the image's /etc/passwd).
+    let mut by_uid = container("uid", &["sleep", "3600"]);
+    by_uid.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            run_as_user: Some(v1::Int64Value { value: 1234 }),
+            run_as_group: Some(v1::Int64Value { value: 5678 }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let by_uid = pod.create(by_uid).await.expect("create");
+    pod.start(&by_uid).await;
+    let r = rt
+        .exec_sync(exec(&by_uid, "id -u; id -g"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "1234\n5678\n");
+
+    let mut by_name = container("name", &["sleep", "3600"]);
+    by_name.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            run_as_username: "nobody".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let by_name = pod.create(by_name).await.expect("create");
+    pod.start(&by_name).await;
+    let r = rt
+        .exec_sync(exec(&by_name, "id -un"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "nobody\n");
+
+    // Read-only rootfs and dropped capabilities.
+    let mut locked = container("locked", &["sleep", "3600"]);
+    locked.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            readonly_rootfs: true,
+            capabilities: Some(v1::Capability {
+                drop_capabilities: vec!["ALL".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let locked = pod.create(locked).await.expect("create");
+    pod.start(&locked).await;
+    let r = rt
+        .exec_sync(exec(&locked, "touch /newfile"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(r.exit_code, 0, "the root filesystem is read-only");
+    let r = rt
+        .exec_sync(exec(&locked, "grep CapEff /proc/self/status"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout).trim(),
+        "CapEff:\t0000000000000000"
     );
     pod.remove_pod().await;
 }

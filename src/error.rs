@@ -218,8 +218,7 @@ impl CriError {
                 | ContainerError::Rootfs(_)
                 | ContainerError::Host { .. }
                 | ContainerError::Encode(_)
-                | ContainerError::Aborted(_)
-                | ContainerError::Sandbox(_) => Code::Internal,
+                | ContainerError::Aborted(_) => Code::Internal,
             },
             CriError::Sandbox(e) => match e.as_ref() {
                 SandboxError::UnknownRuntimeHandler(_) => Code::InvalidArgument,

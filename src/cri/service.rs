@@ -709,24 +709,23 @@ fn container_ids(id: &str) -> Ids {
     }
 }
 
-fn required_container_id(id: &str) -> Result<(), CriError> {
+/// An id field (`what`) that must not be empty.
+fn required(what: &'static str, id: &str) -> Result<(), CriError> {
     if id.is_empty() {
         return Err(CriError::InvalidArgument {
-            what: "container_id",
-            reason: "the container id is empty".into(),
+            what,
+            reason: format!("{what} is empty"),
         });
     }
     Ok(())
 }
 
+fn required_container_id(id: &str) -> Result<(), CriError> {
+    required("container_id", id)
+}
+
 fn required_id(id: &str) -> Result<(), CriError> {
-    if id.is_empty() {
-        return Err(CriError::InvalidArgument {
-            what: "pod_sandbox_id",
-            reason: "the pod sandbox id is empty".into(),
-        });
-    }
-    Ok(())
+    required("pod_sandbox_id", id)
 }
 
 fn image_name(spec: &Option<v1::ImageSpec>) -> String {

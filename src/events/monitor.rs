@@ -232,12 +232,12 @@ impl Handler<Event> for RuntimeEvents {
                 Event::TaskExit {
                     container_id,
                     id: exec_id,
-                    exit_status,
+                    ..
                 } if exec_id == container_id => {
                     // A hint that arrives sooner than the exit monitor's Task.Wait (which stays
                     // the truth): confirm with the task's state, then record. First exit wins,
                     // so the monitor's later record is a no-op.
-                    self.pods.reconcile_exit(container_id, *exit_status).await;
+                    self.pods.reconcile_exit(container_id).await;
                     Ok(())
                 }
                 Event::TaskExit { .. } => Ok(()),

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use slog::{info, warn};
 use thiserror::Error;
@@ -16,7 +16,7 @@ use thiserror::Error;
 use super::backend::{ContainerRecord, TaskSpec, TaskStatus};
 use super::events::EventKind;
 use super::mount::with_temp_mount;
-use super::sandbox::{image_config, now_ns, Pods, SandboxError};
+use super::sandbox::{exit_ns, image_config, now_ns, Pods};
 use crate::error::ContainerdError;
 use crate::images::store::ImageInfo;
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
@@ -93,9 +93,6 @@ pub enum ContainerError {
     /// ExecSync's timeout passed; the process was killed.
     #[error("command timed out after {0:?} and was killed")]
     ExecTimeout(Duration),
-    /// Sandbox-side failure while handling a container.
-    #[error(transparent)]
-    Sandbox(#[from] Box<SandboxError>),
 }
 
 /// A CreateContainer request in domain terms.
@@ -167,12 +164,6 @@ fn host_device(path: &Path) -> std::io::Result<HostDevice> {
         uid: st.st_uid,
         gid: st.st_gid,
     })
-}
-
-fn exit_time(at: Option<std::time::SystemTime>) -> i64 {
-    at.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or_else(now_ns)
 }
 
 impl Pods {
@@ -491,23 +482,9 @@ impl Pods {
         self.io().insert(id, Arc::new(ContainerIo { fifos, log }));
     }
 
-    /// Persists a container's status after recovery decisions.
-    pub(crate) async fn persist_exit(&self, container: &Container) {
-        self.persist(container).await;
-    }
-
-    /// The exit monitor, for containers found running at recovery.
-    pub(crate) fn monitor_container_exit_public(
-        self: &Arc<Self>,
-        container: Container,
-        copiers: Vec<tokio::task::JoinHandle<crate::io::CopySummary>>,
-    ) {
-        self.monitor_container_exit(container, copiers);
-    }
-
     /// Writes the container's current snapshot to its containerd record (best effort: the
     /// record is how a restarted remora learns an exit that containerd no longer keeps).
-    async fn persist(&self, container: &Container) {
+    pub(crate) async fn persist(&self, container: &Container) {
         let snapshot = container.snapshot();
         if let Err(e) = self
             .containers()
@@ -522,7 +499,7 @@ impl Pods {
         }
     }
 
-    fn monitor_container_exit(
+    pub(crate) fn monitor_container_exit(
         self: &Arc<Self>,
         container: Container,
         copiers: Vec<tokio::task::JoinHandle<crate::io::CopySummary>>,
@@ -544,7 +521,7 @@ impl Pods {
                     for c in copiers {
                         let _ = tokio::time::timeout(Duration::from_secs(2), c).await;
                     }
-                    if container.record_exit(exit.status as i32, exit_time(exit.at))
+                    if container.record_exit(exit.status as i32, exit_ns(exit.at))
                         == ExitOutcome::Recorded
                     {
                         info!(log, "container exited"; "exit_code" => exit.status);
@@ -553,7 +530,7 @@ impl Pods {
                             &id,
                             &container.metadata().sandbox_id,
                             EventKind::Stopped,
-                            exit_time(exit.at),
+                            exit_ns(exit.at),
                         );
                     }
                     // The shim and task are no longer needed once the exit is recorded.

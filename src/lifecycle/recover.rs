@@ -13,7 +13,7 @@ use std::sync::Arc;
 use slog::{info, warn};
 
 use super::backend::TaskStatus;
-use super::sandbox::{now_ns, Pods};
+use super::sandbox::{exit_ns, now_ns, Pods};
 use crate::error::ContainerdError;
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::store::persist::{
@@ -35,12 +35,6 @@ pub struct Recovered {
     pub exits: usize,
     /// Records that could not be decoded (left alone).
     pub skipped: usize,
-}
-
-fn exit_ns(at: Option<std::time::SystemTime>) -> i64 {
-    at.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or_else(now_ns)
 }
 
 impl Pods {
@@ -98,7 +92,7 @@ impl Pods {
                         == ExitOutcome::Recorded
                     {
                         done.exits += 1;
-                        self.persist_exit(&existing).await;
+                        self.persist(&existing).await;
                     }
                 } else if state.is_none() {
                     // Deleted by containerd while we were not looking (see the exit monitor).
@@ -136,7 +130,7 @@ impl Pods {
                         let _ = container.record_started(s.pid, now_ns());
                     }
                     let copiers = self.resume_io(&container).await;
-                    self.monitor_container_exit_public(container.clone(), copiers);
+                    self.monitor_container_exit(container.clone(), copiers);
                 }
                 Some(s) if s.status == TaskStatus::Stopped => {
                     if container.record_exit(s.exit_status as i32, exit_ns(s.exited_at))
@@ -156,7 +150,7 @@ impl Pods {
                 warn!(log, "cannot index a recovered container"; "container_id" => &r.id, "error" => %e);
                 continue;
             }
-            self.persist_exit(&container).await;
+            self.persist(&container).await;
             done.containers += 1;
         }
         if done != Recovered::default() {
@@ -168,7 +162,7 @@ impl Pods {
     /// A `/tasks/exit` event for `id`. The exit monitor normally records the exit (after the
     /// container's output is drained into its log); if it has not within a grace period, it
     /// was lost, and the exit is recorded here from containerd's task state.
-    pub async fn reconcile_exit(&self, id: &str, _event_status: u32) {
+    pub async fn reconcile_exit(&self, id: &str) {
         let Ok(container) = self.containers_store().get(id) else {
             return;
         };
@@ -185,7 +179,7 @@ impl Pods {
                 && container.record_exit(s.exit_status as i32, exit_ns(s.exited_at))
                     == ExitOutcome::Recorded
             {
-                self.persist_exit(&container).await;
+                self.persist(&container).await;
                 self.events.emit(
                     id,
                     &container.metadata().sandbox_id,

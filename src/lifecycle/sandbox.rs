@@ -202,6 +202,13 @@ pub struct PodsConfig {
     pub runtime_type: String,
 }
 
+/// An exit time from containerd as ns since the epoch, or now if containerd gave none.
+pub(crate) fn exit_ns(at: Option<SystemTime>) -> i64 {
+    at.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_else(now_ns)
+}
+
 pub(crate) fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -593,11 +600,7 @@ impl Pods {
             .await
             {
                 Ok(exit) => {
-                    let at = exit
-                        .at
-                        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                        .map(|d| d.as_nanos() as i64)
-                        .unwrap_or_else(now_ns);
+                    let at = exit_ns(exit.at);
                     if sandbox.record_exit(exit.status as i32, at) == ExitOutcome::Recorded {
                         info!(log, "pod sandbox task exited"; "exit_status" => exit.status);
                     }
@@ -650,11 +653,7 @@ impl Pods {
                 }
             }
             if let Some(exit) = self.tasks.delete(id).await? {
-                let at = exit
-                    .at
-                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                    .map(|d| d.as_nanos() as i64)
-                    .unwrap_or_else(now_ns);
+                let at = exit_ns(exit.at);
                 // First exit wins: the exit monitor may have recorded it already.
                 let _ = sandbox.record_exit(exit.status as i32, at);
             }

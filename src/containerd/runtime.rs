@@ -6,6 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use containerd_client::services::v1::container::Runtime as PbRuntime;
 use containerd_client::services::v1::containers_client::ContainersClient;
+use containerd_client::services::v1::sandbox::store_client::StoreClient;
+use containerd_client::services::v1::sandbox::{StoreCreateRequest, StoreDeleteRequest};
 use containerd_client::services::v1::tasks_client::TasksClient;
 use containerd_client::services::v1::{
     Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
@@ -39,6 +41,61 @@ fn time(ts: Option<prost_types::Timestamp>) -> Option<SystemTime> {
         return None;
     }
     Some(UNIX_EPOCH + Duration::new(ts.seconds as u64, ts.nanos.max(0) as u32))
+}
+
+/// Label on remora's exit-keeper sandbox records (see [`Client::keep_exit`]).
+pub const EXIT_KEEPER_LABEL: &str = "dev.remora.exit-keeper";
+
+impl Client {
+    /// Keeps task `id`'s shim, and with it the exit status, across containerd restarts.
+    ///
+    /// containerd (2.3.4 `core/runtime/v2/shim_load.go`, `shouldCleanupShim`) reaps at its
+    /// start-up every shim whose task has no live process and whose id has no record in its
+    /// sandbox store: a task that exited while containerd was down is deleted before any
+    /// client can ask for its exit status (its own CRI then reports 255/Unknown). A
+    /// metadata-only sandbox-store record with the task's id makes containerd keep that shim,
+    /// so the real exit status is still there for `Task.Wait`/`Tasks.Get` once it is back.
+    /// The record starts nothing; it goes with the task ([`Tasks::delete`]) or the container
+    /// record ([`Containers::delete`]).
+    async fn keep_exit(&self, id: &str) -> Result<(), ContainerdError> {
+        let mut c = StoreClient::new(self.channel());
+        let req = self.request(
+            StoreCreateRequest {
+                sandbox: Some(containerd_client::types::Sandbox {
+                    sandbox_id: id.to_string(),
+                    labels: HashMap::from([(EXIT_KEEPER_LABEL.to_string(), "true".to_string())]),
+                    // containerd 2.3.4 dereferences `runtime` unchecked (a nil one crashes it).
+                    runtime: Some(containerd_client::types::sandbox::Runtime {
+                        name: EXIT_KEEPER_LABEL.to_string(),
+                        options: None,
+                    }),
+                    ..Default::default()
+                }),
+            },
+            None,
+        );
+        match c.create(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::AlreadyExists => Ok(()),
+            Err(s) => Err(self.call_error("Sandbox.Store.Create", s)),
+        }
+    }
+
+    /// Drops task `id`'s exit-keeper record; absent is not an error.
+    async fn release_exit(&self, id: &str) -> Result<(), ContainerdError> {
+        let mut c = StoreClient::new(self.channel());
+        let req = self.request(
+            StoreDeleteRequest {
+                sandbox_id: id.to_string(),
+            },
+            None,
+        );
+        match c.delete(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(self.call_error("Sandbox.Store.Delete", s)),
+        }
+    }
 }
 
 fn record_from_pb(c: Container) -> ContainerRecord {
@@ -169,16 +226,21 @@ impl Containers for Client {
         let mut c = ContainersClient::new(self.channel());
         let req = self.request(DeleteContainerRequest { id: id.to_string() }, None);
         match c.delete(req).await {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
-            Err(s) => Err(self.call_error("Containers.Delete", s)),
+            Ok(_) => {}
+            Err(s) if s.code() == Code::NotFound => {}
+            Err(s) => return Err(self.call_error("Containers.Delete", s)),
         }
+        // The task is gone with the record (containerd refuses to delete a record with a
+        // task), so its exit keeper has nothing left to keep.
+        self.release_exit(id).await
     }
 }
 
 #[tonic::async_trait]
 impl Tasks for Client {
     async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError> {
+        let id = spec.container_id.clone();
+        self.keep_exit(&id).await?;
         let mut c = TasksClient::new(self.channel());
         let req = self.request(
             CreateTaskRequest {
@@ -203,11 +265,15 @@ impl Tasks for Client {
             },
             None,
         );
-        let r = c
-            .create(req)
-            .await
-            .map_err(|s| self.call_error("Tasks.Create", s))?;
-        Ok(r.into_inner().pid)
+        match c.create(req).await {
+            Ok(r) => Ok(r.into_inner().pid),
+            Err(s) => {
+                let err = self.call_error("Tasks.Create", s);
+                // No task, nothing to keep (best effort: Containers::delete retries it).
+                let _ = self.release_exit(&id).await;
+                Err(err)
+            }
+        }
     }
 
     async fn start(&self, container_id: &str) -> Result<u32, ContainerdError> {
@@ -434,16 +500,18 @@ impl Tasks for Client {
             },
             None,
         );
-        match c.delete(req).await {
+        let exit = match c.delete(req).await {
             Ok(r) => {
                 let r = r.into_inner();
-                Ok(Some(Exit {
+                Some(Exit {
                     status: r.exit_status,
                     at: time(r.exited_at),
-                }))
+                })
             }
-            Err(s) if s.code() == Code::NotFound => Ok(None),
-            Err(s) => Err(self.call_error("Tasks.Delete", s)),
-        }
+            Err(s) if s.code() == Code::NotFound => None,
+            Err(s) => return Err(self.call_error("Tasks.Delete", s)),
+        };
+        self.release_exit(container_id).await?;
+        Ok(exit)
     }
 }

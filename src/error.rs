@@ -218,7 +218,9 @@ impl CriError {
                 | ContainerError::Rootfs(_)
                 | ContainerError::Host { .. }
                 | ContainerError::Encode(_)
-                | ContainerError::Aborted(_) => Code::Internal,
+                | ContainerError::Aborted(_)
+                | ContainerError::Journal { .. } => Code::Internal,
+                ContainerError::Failpoint(_) => Code::Unavailable,
             },
             CriError::Sandbox(e) => match e.as_ref() {
                 SandboxError::UnknownRuntimeHandler(_) => Code::InvalidArgument,
@@ -234,7 +236,9 @@ impl CriError {
                 | SandboxError::Files(_)
                 | SandboxError::Encode(_)
                 | SandboxError::Aborted(_)
-                | SandboxError::Container(_) => Code::Internal,
+                | SandboxError::Container(_)
+                | SandboxError::Journal { .. } => Code::Internal,
+                SandboxError::Failpoint(_) => Code::Unavailable,
             },
         }
     }

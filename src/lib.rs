@@ -15,6 +15,7 @@ pub mod containerd;
 pub mod cri;
 pub mod error;
 pub mod events;
+pub mod failpoint;
 pub mod grpc;
 pub mod images;
 pub mod io;

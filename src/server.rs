@@ -261,6 +261,7 @@ fn spawn_event_monitor(
             warn!(hook_log, "event handling failed; retrying"; "subject" => id, "attempt" => attempt, "error" => err, "retry_in_ms" => delay.as_millis() as u64);
         },
     ));
+    pods.set_exit_queue(queue.clone());
     let resync_log = log.clone();
     let resync_queue = queue.clone();
     let resync_pods = pods.clone();
@@ -270,7 +271,9 @@ fn spawn_event_monitor(
         let log = resync_log.clone();
         let pods = resync_pods.clone();
         Box::pin(async move {
-            // Pods and containers first: their exits missed during a gap are recorded here.
+            // What a crash left half made goes first, so recovery does not index it.
+            pods.sweep_half_made().await;
+            // Pods and containers next: their exits missed during a gap are recorded here.
             if let Err(e) = pods.recover().await {
                 warn!(log, "pod recovery failed; it is retried when the event stream reconnects"; "error" => %e);
             }

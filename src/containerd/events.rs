@@ -46,6 +46,16 @@ pub enum Event {
         /// Container id.
         container_id: String,
     },
+    /// Not from containerd: remora's exit monitor saw a container's init process exit (its
+    /// output drained), queued on the container's id behind any event still being retried.
+    ContainerExited {
+        /// Container id.
+        container_id: String,
+        /// Exit status.
+        exit_status: u32,
+        /// When.
+        exited_at: Option<std::time::SystemTime>,
+    },
     /// Any other topic (ignored by handlers, kept for logging).
     Other,
 }
@@ -57,9 +67,9 @@ impl Event {
             Event::ImageCreate { name }
             | Event::ImageUpdate { name }
             | Event::ImageDelete { name } => Some(name),
-            Event::TaskExit { container_id, .. } | Event::TaskOom { container_id } => {
-                Some(container_id)
-            }
+            Event::TaskExit { container_id, .. }
+            | Event::TaskOom { container_id }
+            | Event::ContainerExited { container_id, .. } => Some(container_id),
             Event::Other => None,
         }
     }

@@ -412,6 +412,34 @@ impl Leases for Client {
         }
     }
 
+    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError> {
+        let mut c = LeasesClient::new(self.channel());
+        let req = self.request(
+            containerd_client::services::v1::ListRequest {
+                filters: Vec::new(),
+            },
+            None,
+        );
+        let leases = c
+            .list(req)
+            .await
+            .map_err(|s| self.call_error("Leases.List", s))?
+            .into_inner()
+            .leases;
+        Ok(leases
+            .into_iter()
+            .map(|l| {
+                let at = l.created_at.and_then(|t| {
+                    (t.seconds > 0).then(|| {
+                        std::time::UNIX_EPOCH
+                            + std::time::Duration::new(t.seconds as u64, t.nanos.max(0) as u32)
+                    })
+                });
+                (l.id, at)
+            })
+            .collect())
+    }
+
     async fn add_content(&self, id: &str, digest: &str) -> Result<(), ContainerdError> {
         let mut c = LeasesClient::new(self.channel());
         let req = self.request(

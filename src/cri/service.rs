@@ -513,13 +513,13 @@ impl RuntimeService for CriService {
             "GetContainerEvents",
             Ids::none(),
             |_log| async move {
-                let rx = rt.pods.events.subscribe();
-                let stream =
-                    tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(move |item| {
-                        // A subscriber that lagged skips what it missed (kubelet relists).
-                        let event = item.ok()?;
-                        Some(Ok(container_event(&rt, event)))
-                    });
+                let (replay, rx) = rt.pods.events.subscribe();
+                let live = tokio_stream::wrappers::BroadcastStream::new(rx)
+                    // A subscriber that lagged skips what it missed (kubelet relists).
+                    .filter_map(|item| item.ok());
+                let stream = tokio_stream::iter(replay)
+                    .chain(live)
+                    .map(move |event| Ok(container_event(&rt, event)));
                 let stream: Self::GetContainerEventsStream = Box::pin(stream);
                 Ok(stream)
             },

@@ -237,8 +237,16 @@ impl Handler<Event> for RuntimeEvents {
                     // A hint that arrives sooner than the exit monitor's Task.Wait (which stays
                     // the truth): confirm with the task's state, then record. First exit wins,
                     // so the monitor's later record is a no-op.
-                    self.pods.reconcile_exit(container_id).await;
-                    Ok(())
+                    self.pods.reconcile_exit(container_id).await
+                }
+                Event::ContainerExited {
+                    container_id,
+                    exit_status,
+                    exited_at,
+                } => {
+                    self.pods
+                        .handle_exit(container_id, *exit_status, *exited_at)
+                        .await
                 }
                 Event::TaskExit { .. } => Ok(()),
                 _ => self.images.handle(id, event).await,

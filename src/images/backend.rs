@@ -132,6 +132,8 @@ pub trait Leases: Send + Sync + 'static {
     /// Adds a content blob to the lease, protecting it from GC even before it exists (a blob
     /// another pull is still downloading).
     async fn add_content(&self, id: &str, digest: &str) -> Result<(), ContainerdError>;
+    /// Every lease in the namespace: id and creation time.
+    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError>;
 }
 
 /// One snapshotter's snapshots.

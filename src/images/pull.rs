@@ -727,6 +727,10 @@ impl BlobJob {
             .map_err(|e| self.containerd_err(e))?;
         let write_ref = format!("remora-{}", self.desc.digest);
         let result = self.download(&lease, &write_ref).await;
+        if result.is_ok() {
+            // Test hook (only `kill` is meaningful here): die with a blob stored under a lease.
+            let _ = crate::failpoint::hit("pull.after_blob", &self.reference.to_string());
+        }
         if let Err(e) = &result {
             if is_bad_data(e) {
                 // The ingest holds bytes that do not hash to the digest: resuming from it

@@ -78,6 +78,17 @@ pub enum ContainerError {
     /// The index refused (not found, wrong state).
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The intent could not be recorded (see [`super::journal`]).
+    #[error("cannot record the container operation in {}: {reason}", path.display())]
+    Journal {
+        /// The intents dir.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A test failpoint fired.
+    #[error("{0}")]
+    Failpoint(String),
     /// The container is in the wrong state for the operation.
     #[error(transparent)]
     Transition(#[from] crate::store::TransitionError),
@@ -179,6 +190,12 @@ impl Pods {
         let me = self.clone();
         tokio::spawn(async move {
             let id = generate_id().map_err(|e| ContainerError::Encode(e.to_string()))?;
+            me.journal()
+                .begin(&super::journal::Intent::Container { id: id.clone() })
+                .map_err(|e| ContainerError::Journal {
+                    path: me.state_dir().join("pending"),
+                    reason: e.to_string(),
+                })?;
             let mut undo: Vec<super::sandbox::UndoStep> = Vec::new();
             let result = me.create_inner(&id, req, &mut undo).await;
             if let Err(e) = &result {
@@ -186,6 +203,7 @@ impl Pods {
                 warn!(log, "CreateContainer failed; rolling back"; "error" => %e);
                 super::sandbox::run_undo(undo, &log).await;
             }
+            me.journal().end(&id);
             result.map(|()| id)
         })
         .await
@@ -252,6 +270,8 @@ impl Pods {
                 Box::pin(async move { snaps.remove(&sn, &key).await.map_err(|e| e.to_string()) }),
             ));
         }
+        crate::failpoint::hit("container.after_snapshot", &metadata.name)
+            .map_err(ContainerError::Failpoint)?;
 
         let target_pid = match &req.target_id {
             Some(t) => Some(self.containers_store().get(t)?.snapshot().status.pid),
@@ -331,6 +351,8 @@ impl Pods {
                 Box::pin(async move { containers.delete(&key).await.map_err(|e| e.to_string()) }),
             ));
         }
+        crate::failpoint::hit("container.after_record", &metadata.name)
+            .map_err(ContainerError::Failpoint)?;
         self.containers_store().add(container)?;
         // The container record now holds the snapshot; the creation lease can go. Best effort:
         // containerd expires it anyway, and the container exists now.
@@ -459,6 +481,40 @@ impl Pods {
         Ok(())
     }
 
+    /// Records container `id`'s exit (status and time from containerd): RUNNING → EXITED once
+    /// (later calls find it recorded), persisted, one STOPPED event; then the task is deleted
+    /// and the log closed. Idempotent, so the event queue may retry it; an error (containerd
+    /// unreachable, or the `exit.handle` failpoint) asks for a retry.
+    pub(crate) async fn handle_exit(
+        &self,
+        id: &str,
+        status: u32,
+        at: Option<std::time::SystemTime>,
+    ) -> Result<(), String> {
+        let Ok(container) = self.containers_store().get(id) else {
+            return Ok(()); // removed meanwhile
+        };
+        crate::failpoint::hit("exit.handle", &container.metadata().name)?;
+        if container.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
+            info!(self.log(), "container exited"; "container_id" => id, "exit_code" => status);
+            self.persist(&container).await;
+            self.events.emit(
+                id,
+                &container.metadata().sandbox_id,
+                EventKind::Stopped,
+                exit_ns(at),
+            );
+        }
+        // The shim and task are no longer needed once the exit is recorded.
+        self.tasks().delete(id).await.map_err(|e| e.to_string())?;
+        if let Some(io) = self.io().get(id) {
+            if let Some(w) = &io.log {
+                w.close().await;
+            }
+        }
+        Ok(())
+    }
+
     /// A running container whose task vanished (with its exit status): UNKNOWN, persisted, one
     /// STOPPED event. Returns false if it was not running (nothing done). The transition is
     /// atomic, so of the exit monitor and recovery only one does it.
@@ -521,25 +577,21 @@ impl Pods {
                     for c in copiers {
                         let _ = tokio::time::timeout(Duration::from_secs(2), c).await;
                     }
-                    if container.record_exit(exit.status as i32, exit_ns(exit.at))
-                        == ExitOutcome::Recorded
-                    {
-                        info!(log, "container exited"; "exit_code" => exit.status);
-                        me.persist(&container).await;
-                        me.events.emit(
+                    // Recorded by the event queue, in order with the container's other events
+                    // and retried with backoff if handling fails; directly without a queue.
+                    match me.exit_queue.get() {
+                        Some(q) => q.push(
                             &id,
-                            &container.metadata().sandbox_id,
-                            EventKind::Stopped,
-                            exit_ns(exit.at),
-                        );
-                    }
-                    // The shim and task are no longer needed once the exit is recorded.
-                    if let Err(e) = me.tasks().delete(&id).await {
-                        warn!(log, "cannot delete the exited task"; "error" => %e);
-                    }
-                    if let Some(io) = me.io().get(&id) {
-                        if let Some(w) = &io.log {
-                            w.close().await;
+                            crate::containerd::events::Event::ContainerExited {
+                                container_id: id.clone(),
+                                exit_status: exit.status,
+                                exited_at: exit.at,
+                            },
+                        ),
+                        None => {
+                            if let Err(e) = me.handle_exit(&id, exit.status, exit.at).await {
+                                warn!(log, "cannot record the exit"; "error" => e);
+                            }
                         }
                     }
                 }

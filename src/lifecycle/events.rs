@@ -1,11 +1,22 @@
 //! Lifecycle events for `GetContainerEvents`: every subscriber gets every event emitted after
 //! it subscribed (a broadcast channel; a subscriber that falls more than [`CAPACITY`] events
 //! behind skips the oldest, as kubelet's PLEG tolerates: it relists).
+//!
+//! Exits that recovery records at start-up (containers that died while remora was down)
+//! happened before anyone could subscribe to this remora: they are also kept in a backlog
+//! that every subscriber connecting within [`BACKLOG_TTL`] of them receives first, once.
+
+use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::sync::broadcast;
+use tokio::time::Instant;
 
 /// Events buffered per subscriber.
 pub const CAPACITY: usize = 1024;
+/// How long recovered events are replayed to new subscribers (kubelet reconnects within
+/// seconds of a runtime restart).
+pub const BACKLOG_TTL: Duration = Duration::from_secs(120);
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,12 +47,18 @@ pub struct LifecycleEvent {
 /// The event bus.
 pub struct EventBus {
     tx: broadcast::Sender<LifecycleEvent>,
+    /// Recovered events and when they were emitted; the lock also orders a subscription
+    /// against [`EventBus::emit_recovered`], so none is both replayed and received live.
+    backlog: Mutex<Vec<(Instant, LifecycleEvent)>>,
 }
 
 impl Default for EventBus {
     fn default() -> Self {
         let (tx, _) = broadcast::channel(CAPACITY);
-        Self { tx }
+        Self {
+            tx,
+            backlog: Mutex::new(Vec::new()),
+        }
     }
 }
 
@@ -56,9 +73,32 @@ impl EventBus {
         });
     }
 
-    /// A new subscription.
-    pub fn subscribe(&self) -> broadcast::Receiver<LifecycleEvent> {
-        self.tx.subscribe()
+    /// Publishes an event recovery found (an exit that happened while remora was down): to
+    /// current subscribers, and to those that subscribe within [`BACKLOG_TTL`].
+    pub fn emit_recovered(&self, id: &str, sandbox_id: &str, kind: EventKind, at_ns: i64) {
+        let event = LifecycleEvent {
+            id: id.to_string(),
+            sandbox_id: sandbox_id.to_string(),
+            kind,
+            at_ns,
+        };
+        let mut backlog = self.backlog.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        backlog.retain(|(t, _)| now.duration_since(*t) < BACKLOG_TTL);
+        backlog.push((now, event.clone()));
+        let _ = self.tx.send(event);
+    }
+
+    /// A new subscription: the recovered events still in the backlog, then live events.
+    pub fn subscribe(&self) -> (Vec<LifecycleEvent>, broadcast::Receiver<LifecycleEvent>) {
+        let backlog = self.backlog.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let replay = backlog
+            .iter()
+            .filter(|(t, _)| now.duration_since(*t) < BACKLOG_TTL)
+            .map(|(_, e)| e.clone())
+            .collect();
+        (replay, self.tx.subscribe())
     }
 }
 
@@ -70,12 +110,33 @@ mod tests {
     async fn every_subscriber_gets_events_after_subscribing() {
         let bus = EventBus::default();
         bus.emit("early", "p", EventKind::Created, 1);
-        let mut a = bus.subscribe();
-        let mut b = bus.subscribe();
+        let (_, mut a) = bus.subscribe();
+        let (_, mut b) = bus.subscribe();
         bus.emit("c1", "p", EventKind::Started, 2);
         for rx in [&mut a, &mut b] {
             let e = rx.recv().await.unwrap();
             assert_eq!((e.id.as_str(), e.kind), ("c1", EventKind::Started));
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn recovered_events_reach_late_subscribers_once_until_they_age_out() {
+        let bus = EventBus::default();
+        let (replay, mut early) = bus.subscribe();
+        assert!(replay.is_empty());
+        bus.emit_recovered("dead", "p", EventKind::Stopped, 7);
+        let e = early.recv().await.unwrap();
+        assert_eq!((e.id.as_str(), e.kind), ("dead", EventKind::Stopped));
+
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let (replay, mut late) = bus.subscribe();
+        assert_eq!(replay.len(), 1);
+        assert_eq!((replay[0].id.as_str(), replay[0].at_ns), ("dead", 7));
+        bus.emit("live", "p", EventKind::Started, 8);
+        assert_eq!(late.recv().await.unwrap().id, "live", "not replayed twice");
+
+        tokio::time::advance(BACKLOG_TTL).await;
+        let (replay, _) = bus.subscribe();
+        assert!(replay.is_empty(), "aged out");
     }
 }

@@ -17,6 +17,8 @@ pub mod events;
 #[path = "host_linux.rs"]
 pub mod host;
 #[cfg(target_os = "linux")]
+pub mod journal;
+#[cfg(target_os = "linux")]
 #[path = "mount_linux.rs"]
 pub mod mount;
 #[cfg(target_os = "linux")]

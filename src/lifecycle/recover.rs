@@ -9,13 +9,18 @@
 //! Objects already indexed are only reconciled, so running this again is harmless.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use slog::{info, warn};
 
 use super::backend::TaskStatus;
+use super::events::EventKind;
+use super::journal::Intent;
 use super::sandbox::{exit_ns, now_ns, Pods};
 use crate::error::ContainerdError;
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
+use crate::net::netns;
+use crate::net::PodNetInfo;
 use crate::store::persist::{
     CONTAINER_EXTENSION, KIND_CONTAINER, KIND_SANDBOX, LABEL_KIND, SANDBOX_EXTENSION,
 };
@@ -37,7 +42,153 @@ pub struct Recovered {
     pub skipped: usize,
 }
 
+/// Whether the kernel OOM-killed a process in the (exited, not yet deleted) container's memory
+/// cgroup: cgroup v1 `memory.oom_control` counts `oom_kill`s, and runc removes the cgroup only
+/// when the task is deleted. The path is the spec's `cgroupsPath` (`<parent>/<id>`, see
+/// [`crate::spec::cgroups_path`]) or, with no parent, runc's default `/<id>`.
+pub(crate) fn oom_killed_in_cgroup(spec: &[u8], id: &str) -> bool {
+    let path = serde_json::from_slice::<serde_json::Value>(spec)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/linux/cgroupsPath")
+                .and_then(|p| p.as_str())
+                .map(str::to_string)
+        })
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| format!("/{id}"));
+    let file = std::path::Path::new("/sys/fs/cgroup/memory")
+        .join(path.trim_start_matches('/'))
+        .join("memory.oom_control");
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("oom_kill "))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .is_some_and(|n| n > 0)
+}
+
+/// What a sweep of half-made objects did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    /// Stale intents fully undone.
+    pub intents: usize,
+    /// Stale intents whose undo failed (retried at the next resync).
+    pub failed: usize,
+    /// Orphaned leases of an earlier remora deleted.
+    pub leases: usize,
+}
+
 impl Pods {
+    /// Undoes what RunPodSandbox/CreateContainer calls killed half way made (their stale
+    /// intents, see [`super::journal`]), and deletes remora's leases created before this
+    /// process started (their pulls and creations died with the old process; containerd would
+    /// keep what they hold until the lease expires). Every step is idempotent; an intent whose
+    /// undo fails stays and is retried at the next resync.
+    pub async fn sweep_half_made(self: &Arc<Self>) -> Swept {
+        let mut done = Swept::default();
+        for intent in self.journal().stale() {
+            let id = intent.id().to_string();
+            let log = self.log().new(slog::o!("id" => id.clone()));
+            match self.undo_intent(&intent).await {
+                Ok(()) => {
+                    self.journal().swept(&id);
+                    info!(log, "undid an operation interrupted by a crash"; "intent" => ?intent);
+                    done.intents += 1;
+                }
+                Err(e) => {
+                    warn!(log, "cannot undo an operation interrupted by a crash; retrying at the next resync"; "error" => e);
+                    done.failed += 1;
+                }
+            }
+        }
+        match self.leases().list().await {
+            Ok(leases) => {
+                for (id, created) in leases {
+                    let orphan = id.starts_with("remora-")
+                        && created.is_some_and(|at| at < self.started_at());
+                    if orphan {
+                        match self.leases().delete(&id, true).await {
+                            Ok(()) => done.leases += 1,
+                            Err(e) => {
+                                warn!(self.log(), "cannot delete an orphaned lease"; "lease" => &id, "error" => %e)
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => warn!(self.log(), "cannot list leases"; "error" => %e),
+        }
+        if done != Swept::default() {
+            info!(self.log(), "swept what a crash left"; "intents" => done.intents, "failed" => done.failed, "leases" => done.leases);
+        }
+        done
+    }
+
+    async fn undo_intent(self: &Arc<Self>, intent: &Intent) -> Result<(), String> {
+        let id = intent.id();
+        let tasks = self.tasks();
+        if tasks.state(id).await.map_err(|e| e.to_string())?.is_some() {
+            let _ = tasks.kill(id, libc::SIGKILL as u32, true).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), tasks.wait(id)).await;
+            tasks.delete(id).await.map_err(|e| e.to_string())?;
+        }
+        self.containers()
+            .delete(id)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.snapshots()
+            .remove(self.snapshotter(), id)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.leases()
+            .delete(&format!("remora-create-{id}"), false)
+            .await
+            .map_err(|e| e.to_string())?;
+        match intent {
+            Intent::Sandbox {
+                name,
+                namespace,
+                uid,
+                netns_path,
+                ..
+            } => {
+                let dir = self.sandbox_dir(id);
+                tokio::task::spawn_blocking(move || super::sandbox_files::remove(&dir))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+                if let Some(path) = netns_path {
+                    let info = PodNetInfo {
+                        id: id.to_string(),
+                        name: name.clone(),
+                        namespace: namespace.clone(),
+                        uid: uid.clone(),
+                        port_mappings: Vec::new(),
+                        netns_path: path.clone(),
+                        bandwidth: None,
+                        dns: None,
+                    };
+                    self.network()
+                        .teardown(&info)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    netns::remove(path).await.map_err(|e| e.to_string())?;
+                }
+            }
+            Intent::Container { .. } => {
+                let dir = self.state_dir().join("io").join(id);
+                match std::fs::remove_dir_all(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(format!("remove {}: {e}", dir.display())),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// One recovery/reconcile pass over containerd's records.
     pub async fn recover(self: &Arc<Self>) -> Result<Recovered, ContainerdError> {
         let mut done = Recovered::default();
@@ -47,7 +198,7 @@ impl Pods {
             .iter()
             .filter(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_SANDBOX))
         {
-            if self.sandboxes.get(&r.id).is_ok() {
+            if self.sandboxes.get(&r.id).is_ok() || self.journal().is_stale(&r.id) {
                 continue;
             }
             let Some(meta) = r
@@ -82,17 +233,23 @@ impl Pods {
             .iter()
             .filter(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_CONTAINER))
         {
+            if self.journal().is_stale(&r.id) {
+                continue;
+            }
             let state = self.tasks().state(&r.id).await?;
             if let Ok(existing) = self.containers_store().get(&r.id) {
                 // Known: only an exit missed while the stream was down needs recording.
                 if let Some(s) = state.filter(|s| {
                     s.status == TaskStatus::Stopped && existing.state() == ContainerState::Running
                 }) {
-                    if existing.record_exit(s.exit_status as i32, exit_ns(s.exited_at))
-                        == ExitOutcome::Recorded
-                    {
-                        done.exits += 1;
-                        self.persist(&existing).await;
+                    if oom_killed_in_cgroup(&r.spec, &r.id) {
+                        existing.mark_oom();
+                    }
+                    match self.handle_exit(&r.id, s.exit_status, s.exited_at).await {
+                        Ok(()) => done.exits += 1,
+                        Err(e) => {
+                            warn!(log, "cannot record an exit; the exit monitor retries"; "container_id" => &r.id, "error" => e)
+                        }
                     }
                 } else if state.is_none() {
                     // Deleted by containerd while we were not looking (see the exit monitor).
@@ -124,33 +281,60 @@ impl Pods {
                     &r.id,
                 );
             }
+            let mut recovered_stop = None;
             match state {
                 Some(s) if s.status == TaskStatus::Running => {
                     if container.state() != ContainerState::Running {
+                        // Killed between Tasks.Start and recording it (the record says CREATED).
+                        let _ = container.begin_start();
                         let _ = container.record_started(s.pid, now_ns());
                     }
                     let copiers = self.resume_io(&container).await;
                     self.monitor_container_exit(container.clone(), copiers);
                 }
                 Some(s) if s.status == TaskStatus::Stopped => {
+                    // The OOM event, if any, was published while nobody listened.
+                    if oom_killed_in_cgroup(&r.spec, &r.id) {
+                        container.mark_oom();
+                    }
+                    if container.state() == ContainerState::Created {
+                        // Killed between Tasks.Start and recording it: it ran, then exited.
+                        let _ = container.begin_start();
+                        let _ = container.record_started(s.pid, exit_ns(s.exited_at));
+                    }
                     if container.record_exit(s.exit_status as i32, exit_ns(s.exited_at))
                         == ExitOutcome::Recorded
                     {
                         done.exits += 1;
+                        recovered_stop = Some(exit_ns(s.exited_at));
                     }
                     let _ = self.tasks().delete(&r.id).await;
+                }
+                Some(_) => {
+                    // Created (or paused) but never recorded as started: StartContainer died
+                    // half way. Drop the task and its FIFOs; the container stays CREATED and
+                    // can be started again (or removed).
+                    let _ = self.tasks().kill(&r.id, libc::SIGKILL as u32, true).await;
+                    let _ = self.tasks().delete(&r.id).await;
+                    let _ = std::fs::remove_dir_all(self.state_dir().join("io").join(&r.id));
+                    container.abort_start();
                 }
                 None if container.state() == ContainerState::Running => {
                     // The task is gone and its exit with it: say so rather than invent one.
                     let _ = container.mark_unknown();
+                    recovered_stop = Some(now_ns());
                 }
-                _ => {}
+                None => container.abort_start(),
             }
             if let Err(e) = self.containers_store().add(container.clone()) {
                 warn!(log, "cannot index a recovered container"; "container_id" => &r.id, "error" => %e);
                 continue;
             }
             self.persist(&container).await;
+            if let Some(at) = recovered_stop {
+                self.events
+                    .emit_recovered(&r.id, &meta.sandbox_id, EventKind::Stopped, at);
+            }
             done.containers += 1;
         }
         if done != Recovered::default() {
@@ -160,33 +344,25 @@ impl Pods {
     }
 
     /// A `/tasks/exit` event for `id`. The exit monitor normally records the exit (after the
-    /// container's output is drained into its log); if it has not within a grace period, it
-    /// was lost, and the exit is recorded here from containerd's task state.
-    pub async fn reconcile_exit(&self, id: &str) {
+    /// container's output is drained into its log); if it has not within a grace period, its
+    /// wait was lost, and the exit is recorded here from containerd's task state.
+    pub async fn reconcile_exit(&self, id: &str) -> Result<(), String> {
         let Ok(container) = self.containers_store().get(id) else {
-            return;
+            return Ok(());
         };
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
         while container.state() == ContainerState::Running && tokio::time::Instant::now() < deadline
         {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         if container.state() != ContainerState::Running {
-            return;
+            return Ok(());
         }
-        if let Ok(Some(s)) = self.tasks().state(id).await {
-            if s.status == TaskStatus::Stopped
-                && container.record_exit(s.exit_status as i32, exit_ns(s.exited_at))
-                    == ExitOutcome::Recorded
-            {
-                self.persist(&container).await;
-                self.events.emit(
-                    id,
-                    &container.metadata().sandbox_id,
-                    super::events::EventKind::Stopped,
-                    exit_ns(s.exited_at),
-                );
+        match self.tasks().state(id).await.map_err(|e| e.to_string())? {
+            Some(s) if s.status == TaskStatus::Stopped => {
+                self.handle_exit(id, s.exit_status, s.exited_at).await
             }
+            _ => Ok(()),
         }
     }
 

@@ -96,6 +96,17 @@ pub enum SandboxError {
     /// A container of the pod could not be stopped or removed.
     #[error("container of the pod: {0}")]
     Container(String),
+    /// The intent could not be recorded (see [`super::journal`]).
+    #[error("cannot record the pod sandbox operation in {}: {reason}", path.display())]
+    Journal {
+        /// The intents dir.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A test failpoint fired.
+    #[error("{0}")]
+    Failpoint(String),
 }
 
 /// A RunPodSandbox request in domain terms.
@@ -182,6 +193,13 @@ pub struct Pods {
     /// Prepared on first use, so a remora that never runs a pod mounts nothing.
     netns: tokio::sync::OnceCell<NetnsDir>,
     netns_dir: PathBuf,
+    /// Where exit monitors queue the exits they see (set once the event monitor runs).
+    pub(crate) exit_queue:
+        std::sync::OnceLock<crate::events::queue::OrderedQueue<crate::containerd::events::Event>>,
+    /// Intents of operations in flight, and stale ones from before a crash.
+    journal: super::journal::Journal,
+    /// When this remora started (older leases of its own are orphans).
+    started_at: SystemTime,
     host: HostFacts,
     state_dir: PathBuf,
     sandbox_image: String,
@@ -228,6 +246,11 @@ impl Pods {
         host: HostFacts,
         log: Logger,
     ) -> Self {
+        // No CreateContainer runs yet: a temp mount there is a killed one's.
+        let cleared = super::journal::clear_temp_mounts(&config.state_dir.join("tmpmounts"));
+        if cleared > 0 {
+            info!(log, "removed temporary mounts left by a crash"; "count" => cleared);
+        }
         Self {
             sandboxes: SandboxStore::new(),
             containers_store: ContainerStore::new(),
@@ -240,6 +263,9 @@ impl Pods {
             network,
             netns: tokio::sync::OnceCell::new(),
             netns_dir: config.state_dir.join("netns"),
+            exit_queue: std::sync::OnceLock::new(),
+            journal: super::journal::Journal::open(config.state_dir.join("pending")),
+            started_at: SystemTime::now(),
             host,
             state_dir: config.state_dir,
             sandbox_image: config.sandbox_image,
@@ -247,6 +273,27 @@ impl Pods {
             runtime_type: config.runtime_type,
             log,
         }
+    }
+
+    /// Routes exit monitors' exits through the event queue (ordered per container, retried).
+    pub fn set_exit_queue(
+        &self,
+        queue: crate::events::queue::OrderedQueue<crate::containerd::events::Event>,
+    ) {
+        let _ = self.exit_queue.set(queue);
+    }
+
+    pub(crate) fn journal(&self) -> &super::journal::Journal {
+        &self.journal
+    }
+
+    pub(crate) fn started_at(&self) -> SystemTime {
+        self.started_at
+    }
+
+    /// The network of pods.
+    pub(crate) fn network(&self) -> &PodNetwork {
+        &self.network
     }
 
     pub(crate) fn sandbox_dir(&self, id: &str) -> PathBuf {
@@ -365,12 +412,27 @@ impl Pods {
         tokio::spawn(async move {
             let id = generate_id()?;
             let log = me.log.new(slog::o!("pod_id" => id.clone()));
+            let cfg = &req.config;
+            let host_network = cfg.security.namespaces.network == NamespaceMode::Node;
+            me.journal
+                .begin(&super::journal::Intent::Sandbox {
+                    id: id.clone(),
+                    name: cfg.name.clone(),
+                    namespace: cfg.namespace.clone(),
+                    uid: cfg.uid.clone(),
+                    netns_path: (!host_network).then(|| me.netns_dir.join(&id)),
+                })
+                .map_err(|e| SandboxError::Journal {
+                    path: me.state_dir.join("pending"),
+                    reason: e.to_string(),
+                })?;
             let mut undo: Vec<UndoStep> = Vec::new();
             let result = me.run_inner(&id, &req, &mut undo, &log).await;
             if let Err(e) = &result {
                 warn!(log, "RunPodSandbox failed; rolling back"; "error" => %e, "steps" => undo.len());
                 run_undo(undo, &log).await;
             }
+            me.journal.end(&id);
             result.map(|()| id)
         })
         .await
@@ -436,6 +498,8 @@ impl Pods {
             ));
             netns_path = Some(path);
         }
+        crate::failpoint::hit("sandbox.after_network", &cfg.name)
+            .map_err(SandboxError::Failpoint)?;
 
         // No hostname asked for: the node's, as containerd does (pod names can be longer than
         // a hostname may be).
@@ -483,6 +547,8 @@ impl Pods {
                 }),
             ));
         }
+        crate::failpoint::hit("sandbox.after_snapshot", &cfg.name)
+            .map_err(SandboxError::Failpoint)?;
 
         let mut sandbox_cfg = cfg.clone();
         sandbox_cfg.hostname = hostname.clone();
@@ -574,6 +640,7 @@ impl Pods {
                 }),
             ));
         }
+        crate::failpoint::hit("sandbox.after_task", &cfg.name).map_err(SandboxError::Failpoint)?;
         let pid = self.tasks.start(id).await?;
         // The container record now holds the snapshot; the creation lease can go.
         self.images.backend.leases.delete(&lease, false).await?;

@@ -314,6 +314,9 @@ impl Images for FakeContainerd {
 
 #[tonic::async_trait]
 impl Leases for FakeContainerd {
+    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError> {
+        Ok(self.st().leases.keys().map(|k| (k.clone(), None)).collect())
+    }
     async fn create(&self, id: &str, _expire_secs: u64) -> Result<(), ContainerdError> {
         let mut st = self.st();
         if st.leases.contains_key(id) {

@@ -1,0 +1,173 @@
+//! Failpoints: test hooks that stop remora at a chosen step, so fault tests are deterministic
+//! rather than sleep-and-hope.
+//!
+//! Off unless the environment variable `REMORA_FAILPOINTS` is set when remora starts (read
+//! once). Its value is a `;`-separated list of `name=action[@filter]`:
+//! - `kill`: remora sends itself SIGKILL at that step (a crash at the worst moment);
+//! - `fail` / `fail(N)`: the step returns an error (every time / the first N times).
+//!
+//! `@filter` limits the point to calls whose context (a pod or container name, an image
+//! reference — see each call site) contains `filter`. The points are named in
+//! [`POINTS`]; an unknown name in the variable is reported on stderr and ignored.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// The environment variable.
+pub const ENV: &str = "REMORA_FAILPOINTS";
+
+/// Every failpoint, with where it sits.
+pub const POINTS: &[(&str, &str)] = &[
+    (
+        "sandbox.after_network",
+        "RunPodSandbox: netns made, CNI ADD done",
+    ),
+    (
+        "sandbox.after_snapshot",
+        "RunPodSandbox: rootfs snapshot prepared, no containerd record yet",
+    ),
+    (
+        "sandbox.after_task",
+        "RunPodSandbox: pause task created, not started",
+    ),
+    (
+        "container.after_snapshot",
+        "CreateContainer: rootfs snapshot prepared, no containerd record yet",
+    ),
+    (
+        "container.after_record",
+        "CreateContainer: containerd record made, not indexed",
+    ),
+    (
+        "pull.after_blob",
+        "PullImage: a blob written to the content store (kill only)",
+    ),
+    (
+        "exit.handle",
+        "recording a container exit (context: the container's name)",
+    ),
+];
+
+#[derive(Debug)]
+enum Action {
+    Kill,
+    /// Fails while the counter is above zero (`u32::MAX`: always).
+    Fail(AtomicU32),
+}
+
+#[derive(Debug)]
+struct Point {
+    name: String,
+    action: Action,
+    filter: Option<String>,
+}
+
+fn parse(spec: &str) -> Vec<Point> {
+    let mut points = Vec::new();
+    for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((name, rest)) = item.split_once('=') else {
+            eprintln!("{ENV}: ignoring {item:?}: expected name=action");
+            continue;
+        };
+        let (action, filter) = match rest.split_once('@') {
+            Some((a, f)) => (a, Some(f.to_string())),
+            None => (rest, None),
+        };
+        let action = match action {
+            "kill" => Action::Kill,
+            "fail" => Action::Fail(AtomicU32::new(u32::MAX)),
+            a if a.starts_with("fail(") && a.ends_with(')') => {
+                match a["fail(".len()..a.len() - 1].parse::<u32>() {
+                    Ok(n) => Action::Fail(AtomicU32::new(n)),
+                    Err(_) => {
+                        eprintln!("{ENV}: ignoring {item:?}: bad count");
+                        continue;
+                    }
+                }
+            }
+            _ => {
+                eprintln!("{ENV}: ignoring {item:?}: unknown action (kill, fail, fail(N))");
+                continue;
+            }
+        };
+        if !POINTS.iter().any(|(n, _)| *n == name) {
+            eprintln!("{ENV}: ignoring {item:?}: unknown failpoint");
+            continue;
+        }
+        points.push(Point {
+            name: name.to_string(),
+            action,
+            filter,
+        });
+    }
+    points
+}
+
+fn points() -> &'static [Point] {
+    static POINTS_SET: OnceLock<Vec<Point>> = OnceLock::new();
+    POINTS_SET.get_or_init(|| std::env::var(ENV).map(|s| parse(&s)).unwrap_or_default())
+}
+
+/// Evaluates failpoint `name` for a call with context `context`: `Err` if it is set to fail
+/// now; does not return if it is set to kill. A no-op unless [`ENV`] was set.
+pub fn hit(name: &str, context: &str) -> Result<(), String> {
+    eval(points(), name, context)
+}
+
+fn eval(points: &[Point], name: &str, context: &str) -> Result<(), String> {
+    for p in points.iter().filter(|p| p.name == name) {
+        if p.filter.as_deref().is_some_and(|f| !context.contains(f)) {
+            continue;
+        }
+        match &p.action {
+            Action::Kill => {
+                eprintln!("failpoint {name} ({context}): SIGKILL");
+                // SIGKILL cannot be caught or ignored: this does not return.
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            }
+            Action::Fail(left) => {
+                let fire = left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
+                        0 => None,
+                        u32::MAX => Some(u32::MAX),
+                        n => Some(n - 1),
+                    })
+                    .is_ok();
+                if fire {
+                    return Err(format!("failpoint {name} fired"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fail_n_fires_n_times_then_passes() {
+        let pts = parse("exit.handle=fail(2)");
+        assert!(eval(&pts, "exit.handle", "a").is_err());
+        assert!(eval(&pts, "exit.handle", "b").is_err());
+        assert!(eval(&pts, "exit.handle", "c").is_ok());
+        assert!(eval(&pts, "pull.after_blob", "c").is_ok());
+    }
+
+    #[test]
+    fn filters_match_the_context_and_fail_alone_is_forever() {
+        let pts = parse(" exit.handle=fail@victim ; ");
+        assert!(eval(&pts, "exit.handle", "bystander").is_ok());
+        for _ in 0..5 {
+            assert!(eval(&pts, "exit.handle", "the-victim-1").is_err());
+        }
+    }
+
+    #[test]
+    fn malformed_and_unknown_entries_are_ignored() {
+        let pts = parse("nope=kill;exit.handle;exit.handle=explode;exit.handle=fail(x)");
+        assert!(pts.is_empty(), "{pts:?}");
+        assert!(eval(&pts, "exit.handle", "x").is_ok());
+    }
+}

@@ -212,6 +212,11 @@ impl Remora {
     /// Writes `config` to `dir/remora.toml`, starts remora with it and waits until its socket
     /// accepts connections.
     pub fn start(dir: &Path, config: &str, socket: &Path) -> Self {
+        Self::start_env(dir, config, socket, &[])
+    }
+
+    /// As [`Remora::start`], with extra environment variables (e.g. `REMORA_FAILPOINTS`).
+    pub fn start_env(dir: &Path, config: &str, socket: &Path, env: &[(&str, &str)]) -> Self {
         let config_path = dir.join("remora.toml");
         std::fs::write(&config_path, config).expect("write remora config");
         let log = dir.join("remora.log");
@@ -223,6 +228,7 @@ impl Remora {
         let mut child = Command::new(remora_bin())
             .arg("--config")
             .arg(&config_path)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("dup log"))
             .stderr(out)
@@ -268,6 +274,23 @@ impl Remora {
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).expect("remora running")
+    }
+
+    /// Waits (up to `limit`) for remora to exit by itself, e.g. killed by a failpoint.
+    pub fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let child = self.child.as_mut().expect("remora running");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().expect("wait remora") {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "remora still running after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Sends `sig` and waits for the exit status.
@@ -326,6 +349,12 @@ impl Drop for Bed {
 }
 
 impl Bed {
+    /// The runc root the runc shim uses for this bed's containers: its default,
+    /// `/run/containerd/runc/<namespace>` (remora's default namespace here).
+    pub fn runc_root(&self) -> String {
+        "/run/containerd/runc/remora".to_string()
+    }
+
     /// Starts both; `extra` is appended to remora's config.
     pub fn start(extra: &str) -> Self {
         let dir = scratch();
@@ -446,8 +475,18 @@ bin_dirs = ["/usr/lib/cni"]
 
     /// Starts remora again with the same config, dirs and namespace.
     pub fn restart(&mut self) {
+        self.restart_env(&[]);
+    }
+
+    /// Starts remora again (same config, dirs and namespace) with extra environment.
+    pub fn restart_env(&mut self, env: &[(&str, &str)]) {
         let socket = self.remora.socket.clone();
-        self.remora = Remora::start(self._dir.path(), &self.config, &socket);
+        self.remora = Remora::start_env(self._dir.path(), &self.config, &socket, env);
+    }
+
+    /// remora's state dir (netns, pod files, FIFOs, intents).
+    pub fn state_dir(&self) -> PathBuf {
+        self._dir.path().join("state")
     }
 
     /// Runs `ctr` in this remora's namespace; returns stdout (panics on failure).

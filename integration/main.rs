@@ -3,11 +3,13 @@
 //! Each test runs its own containerd (CRI plugin disabled) in a scratch dir, so tests can stop
 //! and restart it in parallel without touching each other or the shared test bed.
 
+mod cri;
 mod harness;
 
 mod containers;
 mod crictl;
 mod daemon;
+mod faults;
 mod images;
 mod pods;
 mod recovery;

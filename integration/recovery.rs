@@ -158,7 +158,7 @@ async fn pods_and_containers_survive_a_remora_crash() {
 }
 
 #[tokio::test]
-async fn containers_dying_during_a_containerd_outage_are_never_left_running() {
+async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
     use tokio_stream::StreamExt;
     // A private containerd we can stop; images through the test bed's mirrors; host-network
     // pods, so no CNI is needed.
@@ -167,145 +167,101 @@ async fn containers_dying_during_a_containerd_outage_are_never_left_running() {
         crate::harness::TESTBED_CERTS
     ));
     let logs = scratch();
-    let mut img = bed.remora.images();
-    img.pull_image(v1::PullImageRequest {
-        image: Some(v1::ImageSpec {
-            image: "busybox".into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .expect("pull");
-    let mut rt = bed.remora.runtime();
-    let mut events = rt
+    crate::cri::pull(&bed.remora, "busybox")
+        .await
+        .expect("pull");
+    let mut events = bed
+        .remora
+        .runtime()
         .get_container_events(v1::GetEventsRequest {})
         .await
         .unwrap()
         .into_inner();
-    let pod_config = v1::PodSandboxConfig {
-        metadata: Some(v1::PodSandboxMetadata {
-            name: "outage".into(),
-            uid: "uid-outage".into(),
-            namespace: "remora-it".into(),
-            attempt: 0,
-        }),
-        log_directory: logs.path().display().to_string(),
-        linux: Some(v1::LinuxPodSandboxConfig {
-            security_context: Some(v1::LinuxSandboxSecurityContext {
-                namespace_options: Some(v1::NamespaceOption {
-                    network: v1::NamespaceMode::Node as i32,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let pod = rt
-        .run_pod_sandbox(v1::RunPodSandboxRequest {
-            config: Some(pod_config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await
-        .expect("RunPodSandbox")
-        .into_inner()
-        .pod_sandbox_id;
+    // Ten pods with one container each; three of them exit (11, 12, 13) while containerd is
+    // down: each waits for a file the test creates through runc once containerd is stopped.
+    let mut pods = Vec::new();
     let mut ids = Vec::new();
-    for (name, cmd) in [
-        ("e11", "sleep 3; exit 11"),
-        ("e12", "sleep 3; exit 12"),
-        ("e13", "sleep 3; exit 13"),
-        ("long", "sleep 3600"),
-    ] {
-        let id = rt
-            .create_container(v1::CreateContainerRequest {
-                pod_sandbox_id: pod.clone(),
-                config: Some(v1::ContainerConfig {
-                    metadata: Some(v1::ContainerMetadata {
-                        name: name.into(),
-                        attempt: 0,
-                    }),
-                    image: Some(v1::ImageSpec {
-                        image: "busybox".into(),
-                        ..Default::default()
-                    }),
-                    command: vec!["sh".into(), "-c".into(), cmd.into()],
-                    log_path: format!("{name}.log"),
-                    linux: Some(v1::LinuxContainerConfig::default()),
-                    ..Default::default()
-                }),
-                sandbox_config: Some(pod_config.clone()),
-            })
+    for i in 0..10 {
+        let config = crate::cri::pod_config(&format!("outage-{i}"), logs.path(), true);
+        let pod = crate::cri::run_pod(&bed.remora, &config)
             .await
-            .expect("create")
-            .into_inner()
-            .container_id;
-        rt.start_container(v1::StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .expect("start");
+            .expect("RunPodSandbox");
+        let script = if i < 3 {
+            format!(
+                "while [ ! -e /tmp/go ]; do sleep 0.1; done; exit {}",
+                11 + i
+            )
+        } else {
+            "sleep 3600".to_string()
+        };
+        let id = crate::cri::create_and_start(
+            &bed.remora,
+            &pod,
+            &config,
+            crate::cri::shell_container(&format!("c{i}"), &script),
+        )
+        .await;
+        pods.push(pod);
         ids.push(id);
     }
 
-    // containerd goes away; the three short containers exit while it is down.
     bed.containerd.stop();
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    let runc_root = bed.runc_root();
+    for id in &ids[..3] {
+        let out = std::process::Command::new("runc")
+            .args(["--root", &runc_root, "exec", id, "touch", "/tmp/go"])
+            .output()
+            .expect("runc exec");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let back = std::time::Instant::now();
     bed.containerd.restart();
-    let status_rt = rt.clone();
-    let status = |id: String| {
-        let mut rt = status_rt.clone();
-        async move {
-            rt.container_status(v1::ContainerStatusRequest {
-                container_id: id,
-                verbose: false,
-            })
-            .await
-            .map(|r| r.into_inner().status.expect("status"))
-        }
-    };
-    // containerd 2.3.4 deletes, at start-up, the tasks whose process exited while it was down
-    // ("cleaning leaked shim process"), and their exit status with them: remora must not keep
-    // reporting them RUNNING, and must not invent an exit code. Each is either EXITED with its
-    // real code (if containerd still had it) or UNKNOWN.
-    for (i, code) in [11, 12, 13].into_iter().enumerate() {
-        let id = ids[i].clone();
-        wait_until(
-            "the dead container to stop being RUNNING",
-            Duration::from_secs(30),
-            || {
-                let id = id.clone();
-                async move {
-                    status(id)
-                        .await
-                        .is_ok_and(|s| s.state != v1::ContainerState::ContainerRunning as i32)
-                }
-            },
-        )
-        .await;
-        let s = status(id).await.unwrap();
+    for (i, id) in ids[..3].iter().enumerate() {
+        let s = crate::cri::wait_exited(&bed.remora, id, Duration::from_secs(60)).await;
         assert_eq!(
-            (s.state, s.exit_code),
-            (v1::ContainerState::ContainerExited as i32, code),
+            (s.exit_code, s.reason.as_str()),
+            (11 + i as i32, "Error"),
             "the real exit, asked of the shim after containerd came back: {s:?}"
         );
     }
-    // The long one is still watched: stopping it records its exit.
-    let long = ids[3].clone();
-    assert_eq!(
-        status(long.clone()).await.unwrap().state,
-        v1::ContainerState::ContainerRunning as i32
+    let recorded_after = back.elapsed();
+    let resync_ms: Vec<String> = bed
+        .remora
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("resync complete"))
+        .map(String::from)
+        .collect();
+    println!(
+        "containerd back → 3 exits recorded: {recorded_after:?}; resyncs: {:?}",
+        resync_ms
     );
+    // The seven others still run and are watched.
+    for id in &ids[3..] {
+        let s = crate::cri::status(&bed.remora, id).await.expect("status");
+        assert_eq!(
+            s.state,
+            v1::ContainerState::ContainerRunning as i32,
+            "{s:?}"
+        );
+    }
+    let mut rt = bed.remora.runtime();
     rt.stop_container(v1::StopContainerRequest {
-        container_id: long.clone(),
+        container_id: ids[3].clone(),
         timeout: 1,
     })
     .await
     .expect("stop");
     assert_eq!(
-        status(long.clone()).await.unwrap().state,
+        crate::cri::status(&bed.remora, &ids[3])
+            .await
+            .unwrap()
+            .state,
         v1::ContainerState::ContainerExited as i32
     );
 
@@ -318,21 +274,14 @@ async fn containers_dying_during_a_containerd_outage_are_never_left_running() {
             *stopped.entry(e.container_id).or_default() += 1;
         }
     }
-    for id in &ids {
+    for id in &ids[..4] {
         assert_eq!(
             stopped.get(id),
             Some(&1),
             "one STOPPED event for {id}: {stopped:?}"
         );
     }
-    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
-        pod_sandbox_id: pod.clone(),
-    })
-    .await
-    .unwrap();
-    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
-        pod_sandbox_id: pod,
-    })
-    .await
-    .unwrap();
+    for pod in &pods {
+        crate::cri::remove_pod(&bed.remora, pod).await;
+    }
 }

@@ -237,19 +237,13 @@ fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logg
 fn spawn_event_monitor(
     config: &Config,
     client: &Client,
-    images: &Arc<ImageRuntime>,
     pods: &Arc<Pods>,
     stop: watch::Receiver<bool>,
     log: &Logger,
+    ready: tokio::sync::oneshot::Sender<()>,
+    handler: Arc<ImageEvents>,
 ) -> tokio::task::JoinHandle<()> {
     let log = log.new(slog::o!("component" => "events"));
-    let handler = Arc::new(ImageEvents {
-        images: images.backend.images.clone(),
-        content: images.backend.content.clone(),
-        index: images.index.clone(),
-        os: std::env::consts::OS.to_string(),
-        architecture: std::env::consts::ARCH.to_string(),
-    });
     let hook_log = log.clone();
     let dispatcher = Arc::new(RuntimeEvents {
         images: handler.clone(),
@@ -271,6 +265,7 @@ fn spawn_event_monitor(
         let log = resync_log.clone();
         let pods = resync_pods.clone();
         Box::pin(async move {
+            let started = std::time::Instant::now();
             // What a crash left half made goes first, so recovery does not index it.
             pods.sweep_half_made().await;
             // Pods and containers next: their exits missed during a gap are recorded here.
@@ -280,6 +275,7 @@ fn spawn_event_monitor(
             if let Err(e) = handler.resync(&queue).await {
                 warn!(log, "image resync failed; it is retried when the event stream reconnects"; "error" => %e);
             }
+            info!(log, "resync complete"; "took_ms" => started.elapsed().as_millis() as u64);
         })
     });
     let cd = &config.containerd;
@@ -296,8 +292,12 @@ fn spawn_event_monitor(
         resync,
         stop,
         log,
+        Some(ready),
     ))
 }
+
+/// How long start-up waits for the first recovery pass before serving anyway.
+const INITIAL_RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
@@ -328,7 +328,37 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
 
     let images = Arc::new(image_runtime(&config, &client, &log)?);
     let pods = Arc::new(pods(&config, &client, &images, &log));
-    let events = spawn_event_monitor(&config, &client, &images, &pods, stop_rx.clone(), &log);
+    let image_events = Arc::new(ImageEvents {
+        images: images.backend.images.clone(),
+        content: images.backend.content.clone(),
+        index: images.index.clone(),
+        os: std::env::consts::OS.to_string(),
+        architecture: std::env::consts::ARCH.to_string(),
+    });
+    // The image index first, before any event is dispatched (kubelet creates containers from
+    // images it believes present); a containerd that is not up yet is resynced later.
+    if let Err(e) = image_events.load_all().await {
+        warn!(log, "cannot load the image index yet; it is resynced when containerd answers"; "error" => %e);
+    }
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let events = spawn_event_monitor(
+        &config,
+        &client,
+        &pods,
+        stop_rx.clone(),
+        &log,
+        ready_tx,
+        image_events,
+    );
+    // Answer nothing before the index is rebuilt from containerd (callers wait in the socket's
+    // backlog): a kubelet asking right after a restart must not hear NotFound for pods that
+    // exist. Bounded, in case recovery hangs on a containerd that stopped answering.
+    if tokio::time::timeout(INITIAL_RECOVERY_WAIT, ready_rx)
+        .await
+        .is_err()
+    {
+        warn!(log, "initial recovery is taking long; serving meanwhile"; "waited_s" => INITIAL_RECOVERY_WAIT.as_secs());
+    }
 
     let rt = Runtime {
         config: Arc::new(config.clone()),

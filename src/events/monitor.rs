@@ -50,7 +50,9 @@ pub struct Subscription {
 }
 
 /// Runs until `shutdown` turns true: subscribe, resync, dispatch; on a broken stream, back off
-/// (`backoff_min` doubling to `backoff_max`) and start over.
+/// (`backoff_min` doubling to `backoff_max`) and start over. `ready` fires once the first
+/// resync completed, or the first subscription failed (containerd is not there: nothing to
+/// rebuild from yet; the resync runs when it comes).
 pub async fn run(
     source: Arc<dyn EventSource>,
     sub: Subscription,
@@ -58,7 +60,9 @@ pub async fn run(
     resync: Resync,
     mut shutdown: watch::Receiver<bool>,
     log: Logger,
+    ready: Option<tokio::sync::oneshot::Sender<()>>,
 ) {
+    let mut ready = ready;
     let mut delay = Backoff::new(sub.backoff_min, sub.backoff_max);
     let (topics, namespace) = (sub.topics, sub.namespace);
     let mut was_down = false;
@@ -82,6 +86,9 @@ pub async fn run(
                 }
                 delay.reset();
                 resync().await;
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
                 loop {
                     tokio::select! {
                         item = stream.next() => match item {
@@ -117,6 +124,9 @@ pub async fn run(
                     warn!(log, "cannot subscribe to containerd events; retrying with backoff"; "error" => %e);
                 }
                 was_down = true;
+                if let Some(r) = ready.take() {
+                    let _ = r.send(());
+                }
             }
         }
         tokio::select! {
@@ -160,6 +170,19 @@ impl ImageEvents {
                 Ok(())
             }
         }
+    }
+
+    /// Indexes every image record containerd has, directly (not through the queue). For
+    /// start-up, before any event is dispatched; later resyncs go through the queue.
+    pub async fn load_all(&self) -> Result<usize, ContainerdError> {
+        let records = self.images.list().await?;
+        let mut loaded = 0;
+        for r in &records {
+            if self.refresh(&r.name).await.is_ok() {
+                loaded += 1;
+            }
+        }
+        Ok(loaded)
     }
 
     /// Re-checks every image record containerd has and every reference the index holds, by
@@ -344,6 +367,7 @@ mod tests {
             resync,
             stop_rx,
             Logger::root(slog::Discard, slog::o!()),
+            None,
         ));
         tokio::time::sleep(Duration::from_secs(5)).await;
         stop_tx.send(true).unwrap();

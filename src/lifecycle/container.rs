@@ -471,7 +471,16 @@ impl Pods {
         // Taken before the start: a process that exits at once must not finish before it
         // started (its exit time comes from containerd).
         let started_at = now_ns();
-        let pid = self.tasks().start(&id).await?;
+        // Marked before the start: a `/tasks/exit` hint for a process that exits at once must
+        // leave the exit to the monitor (which drains the output first).
+        self.set_monitored(&id, true);
+        let pid = match self.tasks().start(&id).await {
+            Ok(pid) => pid,
+            Err(e) => {
+                self.set_monitored(&id, false);
+                return Err(e.into());
+            }
+        };
         container.record_started(pid, started_at)?;
         self.persist(container).await;
         self.monitor_container_exit(container.clone(), copiers);
@@ -479,6 +488,23 @@ impl Pods {
             .emit(&id, &meta.sandbox_id, EventKind::Started, now_ns());
         info!(self.log(), "container started"; "container_id" => &id, "pid" => pid);
         Ok(())
+    }
+
+    fn set_monitored(&self, id: &str, on: bool) {
+        let mut m = self.monitored.lock().unwrap_or_else(|p| p.into_inner());
+        if on {
+            m.insert(id.to_string());
+        } else {
+            m.remove(id);
+        }
+    }
+
+    /// Whether container `id`'s exit monitor is attached.
+    pub(crate) fn is_monitored(&self, id: &str) -> bool {
+        self.monitored
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(id)
     }
 
     /// Records container `id`'s exit (status and time from containerd): RUNNING → EXITED once
@@ -495,9 +521,18 @@ impl Pods {
             return Ok(()); // removed meanwhile
         };
         crate::failpoint::hit("exit.handle", &container.metadata().name)?;
+        // Durable first: the record says EXITED before the task (the shim holding the exit
+        // status) goes, so a crash in between loses nothing. Then the task is deleted, and only
+        // then the exit becomes visible: Stop/RemoveContainer wait for it, so their own
+        // Tasks.Delete finds the task gone instead of racing this one into a shim that is
+        // shutting down ("ttrpc: closed"), as containerd's CRI orders it too.
+        let mut exited = container.snapshot();
+        if exited.status.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
+            self.persist_snapshot(id, &exited).await;
+        }
+        self.tasks().delete(id).await.map_err(|e| e.to_string())?;
         if container.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
             info!(self.log(), "container exited"; "container_id" => id, "exit_code" => status);
-            self.persist(&container).await;
             self.events.emit(
                 id,
                 &container.metadata().sandbox_id,
@@ -505,8 +540,6 @@ impl Pods {
                 exit_ns(at),
             );
         }
-        // The shim and task are no longer needed once the exit is recorded.
-        self.tasks().delete(id).await.map_err(|e| e.to_string())?;
         if let Some(io) = self.io().get(id) {
             if let Some(w) = &io.log {
                 w.close().await;
@@ -541,17 +574,17 @@ impl Pods {
     /// Writes the container's current snapshot to its containerd record (best effort: the
     /// record is how a restarted remora learns an exit that containerd no longer keeps).
     pub(crate) async fn persist(&self, container: &Container) {
-        let snapshot = container.snapshot();
+        self.persist_snapshot(container.id(), &container.snapshot())
+            .await;
+    }
+
+    async fn persist_snapshot(&self, id: &str, snapshot: &crate::store::ContainerSnapshot) {
         if let Err(e) = self
             .containers()
-            .set_extension(
-                container.id(),
-                CONTAINER_EXTENSION,
-                encode_extension(&snapshot),
-            )
+            .set_extension(id, CONTAINER_EXTENSION, encode_extension(snapshot))
             .await
         {
-            warn!(self.log(), "cannot update the container record"; "container_id" => container.id(), "error" => %e);
+            warn!(self.log(), "cannot update the container record"; "container_id" => id, "error" => %e);
         }
     }
 
@@ -561,6 +594,7 @@ impl Pods {
         copiers: Vec<tokio::task::JoinHandle<crate::io::CopySummary>>,
     ) {
         let me = self.clone();
+        me.set_monitored(container.id(), true);
         tokio::spawn(async move {
             let id = container.id().to_string();
             let log = me.log().new(slog::o!("container_id" => id.clone()));
@@ -577,6 +611,7 @@ impl Pods {
                     for c in copiers {
                         let _ = tokio::time::timeout(Duration::from_secs(2), c).await;
                     }
+                    me.set_monitored(&id, false);
                     // Recorded by the event queue, in order with the container's other events
                     // and retried with backoff if handling fails; directly without a queue.
                     match me.exit_queue.get() {
@@ -596,6 +631,7 @@ impl Pods {
                     }
                 }
                 Err(e) => {
+                    me.set_monitored(&id, false);
                     // The task vanished while the container ran: containerd 2.x, restarted
                     // after the process exited, deletes such tasks at start-up ("cleaning
                     // leaked shim process") and the exit status with them. Report UNKNOWN

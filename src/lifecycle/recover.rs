@@ -44,10 +44,12 @@ pub struct Recovered {
 
 /// Whether the kernel OOM-killed a process in the (exited, not yet deleted) container's memory
 /// cgroup: cgroup v1 `memory.oom_control` counts `oom_kill`s, and runc removes the cgroup only
-/// when the task is deleted. The path is the spec's `cgroupsPath` (`<parent>/<id>`, see
-/// [`crate::spec::cgroups_path`]) or, with no parent, runc's default `/<id>`.
+/// when the task is deleted. The cgroup is the spec's `cgroupsPath` (`<parent>/<id>`, see
+/// [`crate::spec::cgroups_path`]); without one runc nests `<id>` under its caller's cgroup,
+/// so the memory hierarchy is searched (a few levels) for a directory named `id`.
 pub(crate) fn oom_killed_in_cgroup(spec: &[u8], id: &str) -> bool {
-    let path = serde_json::from_slice::<serde_json::Value>(spec)
+    let root = std::path::Path::new("/sys/fs/cgroup/memory");
+    let from_spec = serde_json::from_slice::<serde_json::Value>(spec)
         .ok()
         .and_then(|v| {
             v.pointer("/linux/cgroupsPath")
@@ -55,11 +57,11 @@ pub(crate) fn oom_killed_in_cgroup(spec: &[u8], id: &str) -> bool {
                 .map(str::to_string)
         })
         .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| format!("/{id}"));
-    let file = std::path::Path::new("/sys/fs/cgroup/memory")
-        .join(path.trim_start_matches('/'))
-        .join("memory.oom_control");
-    std::fs::read_to_string(file)
+        .map(|p| root.join(p.trim_start_matches('/')));
+    let Some(dir) = from_spec.or_else(|| find_dir_named(root, id, 6)) else {
+        return false;
+    };
+    std::fs::read_to_string(dir.join("memory.oom_control"))
         .ok()
         .and_then(|text| {
             text.lines()
@@ -67,6 +69,30 @@ pub(crate) fn oom_killed_in_cgroup(spec: &[u8], id: &str) -> bool {
                 .and_then(|n| n.trim().parse::<u64>().ok())
         })
         .is_some_and(|n| n > 0)
+}
+
+/// Breadth-first search below `root` (at most `depth` levels) for a directory named `name`.
+fn find_dir_named(root: &std::path::Path, name: &str, depth: usize) -> Option<std::path::PathBuf> {
+    let mut level = vec![root.to_path_buf()];
+    for _ in 0..depth {
+        let mut next = Vec::new();
+        for dir in level {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                if e.file_name() == name {
+                    return Some(e.path());
+                }
+                next.push(e.path());
+            }
+        }
+        level = next;
+    }
+    None
 }
 
 /// What a sweep of half-made objects did.
@@ -343,19 +369,15 @@ impl Pods {
         Ok(done)
     }
 
-    /// A `/tasks/exit` event for `id`. The exit monitor normally records the exit (after the
-    /// container's output is drained into its log); if it has not within a grace period, its
-    /// wait was lost, and the exit is recorded here from containerd's task state.
+    /// A `/tasks/exit` event for `id`: the exit monitor, if attached, queues the exit itself
+    /// (after draining the container's output) behind this event, so there is nothing to do.
+    /// Without a monitor (a wait that could not be re-attached), the exit is recorded here
+    /// from containerd's task state.
     pub async fn reconcile_exit(&self, id: &str) -> Result<(), String> {
         let Ok(container) = self.containers_store().get(id) else {
             return Ok(());
         };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-        while container.state() == ContainerState::Running && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        if container.state() != ContainerState::Running {
+        if container.state() != ContainerState::Running || self.is_monitored(id) {
             return Ok(());
         }
         match self.tasks().state(id).await.map_err(|e| e.to_string())? {

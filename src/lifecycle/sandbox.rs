@@ -196,6 +196,8 @@ pub struct Pods {
     /// Where exit monitors queue the exits they see (set once the event monitor runs).
     pub(crate) exit_queue:
         std::sync::OnceLock<crate::events::queue::OrderedQueue<crate::containerd::events::Event>>,
+    /// Containers whose exit monitor is attached (their exits reach the queue from it).
+    pub(crate) monitored: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Intents of operations in flight, and stale ones from before a crash.
     journal: super::journal::Journal,
     /// When this remora started (older leases of its own are orphans).
@@ -264,6 +266,7 @@ impl Pods {
             netns: tokio::sync::OnceCell::new(),
             netns_dir: config.state_dir.join("netns"),
             exit_queue: std::sync::OnceLock::new(),
+            monitored: Default::default(),
             journal: super::journal::Journal::open(config.state_dir.join("pending")),
             started_at: SystemTime::now(),
             host,

@@ -1,0 +1,526 @@
+//! remora dies at the worst moment (failpoints: `REMORA_FAILPOINTS`), or handling an exit
+//! keeps failing: after a restart nothing is half made, and every exit is recorded once.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1;
+use tokio_stream::StreamExt;
+
+use crate::cri;
+use crate::harness::{push_image, scratch, wait_until, BedRemora};
+
+/// The test bed network's host-local IPAM dir (see scripts/testbed.sh).
+const IPAM_DIR: &str = "/run/remora-testbed/cni/networks/remora-testbed";
+
+/// Ids of the operations that were in flight when remora died (its intent files).
+fn pending_ids(bed: &BedRemora) -> Vec<String> {
+    std::fs::read_dir(bed.state_dir().join("pending"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_suffix(".json"))
+                        .map(String::from)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Keys of active (container rootfs) snapshots in the remora's namespace.
+fn active_snapshots(bed: &BedRemora) -> Vec<String> {
+    bed.ctr(&["snapshots", "ls"])
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols.last() == Some(&"Active")).then(|| cols[0].to_string())
+        })
+        .collect()
+}
+
+/// remora's leases in its namespace.
+fn remora_leases(bed: &BedRemora) -> Vec<String> {
+    bed.ctr_ids(&["leases", "ls", "-q"])
+        .into_iter()
+        .filter(|l| l.starts_with("remora-"))
+        .collect()
+}
+
+/// Whether the test bed's IPAM holds an address for container `id`.
+fn ipam_holds(id: &str) -> bool {
+    std::fs::read_dir(IPAM_DIR)
+        .map(|d| {
+            d.flatten()
+                .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|s| s.contains(id)))
+        })
+        .unwrap_or(false)
+}
+
+/// Restarts remora with `failpoint=kill` armed.
+fn arm(bed: &mut BedRemora, failpoint: &str) {
+    bed.crash();
+    bed.restart_env(&[("REMORA_FAILPOINTS", &format!("{failpoint}=kill"))]);
+}
+
+/// After a call that hit the armed failpoint: remora died of it; returns the id of the
+/// operation it left half made.
+fn killed(bed: &mut BedRemora, failpoint: &str, result: Result<String, tonic::Status>) -> String {
+    let err = result.expect_err("remora dies in the middle of the call");
+    assert!(
+        matches!(
+            err.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal
+        ),
+        "{failpoint}: {err:?}"
+    );
+    let status = bed.remora.wait_exit(Duration::from_secs(10));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "{failpoint}: killed by its failpoint"
+    );
+    let ids = pending_ids(bed);
+    assert_eq!(
+        ids.len(),
+        1,
+        "{failpoint}: one operation in flight: {ids:?}"
+    );
+    ids[0].clone()
+}
+
+#[tokio::test]
+async fn remora_killed_mid_run_pod_sandbox_leaves_nothing_after_restart() {
+    let mut bed = BedRemora::start_with_network();
+    let logs = scratch();
+    for point in [
+        "sandbox.after_network",
+        "sandbox.after_snapshot",
+        "sandbox.after_task",
+    ] {
+        let name = format!("half-{}", point.replace(['.', '_'], "-"));
+        let config = cri::pod_config(&name, logs.path(), false);
+        arm(&mut bed, point);
+        let r = cri::run_pod(&bed.remora, &config).await;
+        let id = killed(&mut bed, point, r);
+
+        // Half made, as the failpoint's place says.
+        let netns = bed.state_dir().join("netns").join(&id);
+        assert!(netns.exists(), "{point}: the pod's netns exists");
+        assert!(ipam_holds(&id), "{point}: CNI ADD allocated an address");
+        let has_snapshot = point != "sandbox.after_network";
+        assert_eq!(
+            active_snapshots(&bed).contains(&id),
+            has_snapshot,
+            "{point}"
+        );
+        if point == "sandbox.after_task" {
+            assert!(bed.ctr_ids(&["containers", "ls", "-q"]).contains(&id));
+            assert!(
+                bed.ctr(&["tasks", "ls"]).contains(&id),
+                "a created pause task"
+            );
+        }
+
+        bed.restart();
+        wait_until(
+            "the sweep of the half-made pod",
+            Duration::from_secs(30),
+            || async { pending_ids(&bed).is_empty() },
+        )
+        .await;
+        assert!(!netns.exists(), "{point}: netns removed");
+        assert!(!ipam_holds(&id), "{point}: CNI DEL released the address");
+        assert!(!active_snapshots(&bed).contains(&id), "{point}: snapshot");
+        assert!(
+            bed.ctr_ids(&["containers", "ls", "-q"]).is_empty(),
+            "{point}"
+        );
+        assert!(!bed.ctr(&["tasks", "ls"]).contains(&id), "{point}: task");
+        assert_eq!(remora_leases(&bed), Vec::<String>::new(), "{point}: leases");
+        assert!(!bed.state_dir().join("sandboxes").join(&id).exists());
+        let pods = bed
+            .remora
+            .runtime()
+            .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
+            .await
+            .expect("list")
+            .into_inner()
+            .items;
+        assert!(pods.is_empty(), "{point}: kubelet never sees it: {pods:?}");
+
+        // The name was never taken for good: the pod can be made now.
+        let pod = cri::run_pod(&bed.remora, &config)
+            .await
+            .expect("RunPodSandbox");
+        cri::remove_pod(&bed.remora, &pod).await;
+    }
+}
+
+#[tokio::test]
+async fn remora_killed_mid_create_container_leaves_nothing_after_restart() {
+    let mut bed = BedRemora::start_with_network();
+    let logs = scratch();
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let pod_config = cri::pod_config("half-containers", logs.path(), true);
+    let pod = cri::run_pod(&bed.remora, &pod_config)
+        .await
+        .expect("RunPodSandbox");
+    for point in ["container.after_snapshot", "container.after_record"] {
+        arm(&mut bed, point);
+        let r = cri::create(
+            &bed.remora,
+            &pod,
+            &pod_config,
+            cri::shell_container("half", "sleep 60"),
+        )
+        .await;
+        let id = killed(&mut bed, point, r);
+        assert!(active_snapshots(&bed).contains(&id), "{point}: snapshot");
+        assert_eq!(
+            bed.ctr_ids(&["containers", "ls", "-q"]).contains(&id),
+            point == "container.after_record",
+            "{point}: record"
+        );
+
+        bed.restart();
+        wait_until(
+            "the sweep of the half-made container",
+            Duration::from_secs(30),
+            || async { pending_ids(&bed).is_empty() },
+        )
+        .await;
+        assert!(!active_snapshots(&bed).contains(&id), "{point}: snapshot");
+        assert_eq!(
+            bed.ctr_ids(&["containers", "ls", "-q"]),
+            vec![pod.clone()],
+            "{point}: only the pod's record"
+        );
+        assert_eq!(remora_leases(&bed), Vec::<String>::new(), "{point}: leases");
+        assert!(
+            std::fs::read_dir(bed.state_dir().join("tmpmounts"))
+                .map(|d| d.count() == 0)
+                .unwrap_or(true),
+            "{point}: no temporary mount left"
+        );
+        // The pod is still there and ready, and the name is free.
+        let s = bed
+            .remora
+            .runtime()
+            .pod_sandbox_status(v1::PodSandboxStatusRequest {
+                pod_sandbox_id: pod.clone(),
+                verbose: false,
+            })
+            .await
+            .expect("pod status")
+            .into_inner()
+            .status
+            .expect("status");
+        assert_eq!(s.state, v1::PodSandboxState::SandboxReady as i32);
+        let c = cri::create(
+            &bed.remora,
+            &pod,
+            &pod_config,
+            cri::shell_container("half", "sleep 60"),
+        )
+        .await
+        .expect("the name is free");
+        bed.remora
+            .runtime()
+            .remove_container(v1::RemoveContainerRequest { container_id: c })
+            .await
+            .expect("remove");
+    }
+    cri::remove_pod(&bed.remora, &pod).await;
+}
+
+#[tokio::test]
+async fn remora_killed_mid_pull_leaves_no_lease_or_content_after_restart() {
+    let mut bed = BedRemora::start();
+    let image = push_image(3, 256 * 1024).await;
+    let reference = image.reference.clone();
+    let blobs: Vec<String> = image
+        .layers
+        .iter()
+        .chain([&image.config, &image.manifest])
+        .cloned()
+        .collect();
+    arm(&mut bed, "pull.after_blob");
+    let err = cri::pull(&bed.remora, &reference)
+        .await
+        .expect_err("remora dies mid-pull");
+    assert!(
+        matches!(err.code(), tonic::Code::Unavailable | tonic::Code::Unknown),
+        "{err:?}"
+    );
+    bed.remora.wait_exit(Duration::from_secs(10));
+    assert!(!remora_leases(&bed).is_empty(), "the pull left its leases");
+    let content_before = bed.ctr_ids(&["content", "ls", "-q"]);
+    assert!(
+        blobs.iter().any(|d| content_before.contains(d)),
+        "a blob of the image was stored before the kill: {content_before:?}"
+    );
+
+    bed.restart();
+    wait_until("orphaned leases to go", Duration::from_secs(30), || async {
+        remora_leases(&bed).is_empty()
+    })
+    .await;
+    let content = bed.ctr_ids(&["content", "ls", "-q"]);
+    for d in &blobs {
+        assert!(!content.contains(d), "blob {d} collected with its lease");
+    }
+    assert!(
+        !bed.ctr(&["content", "active"]).contains("remora-"),
+        "no ingest left"
+    );
+    assert!(
+        bed.ctr_ids(&["images", "ls", "-q"]).is_empty(),
+        "no image record"
+    );
+    // And the pull works now.
+    cri::pull(&bed.remora, &reference)
+        .await
+        .expect("pull after restart");
+}
+
+#[tokio::test]
+async fn exits_while_remora_is_down_are_recorded_once_with_real_codes_and_oom() {
+    let mut bed = BedRemora::start_with_network();
+    let logs = scratch();
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let pod_config = cri::pod_config("down-exits", logs.path(), true);
+    let pod = cri::run_pod(&bed.remora, &pod_config)
+        .await
+        .expect("RunPodSandbox");
+    // Each waits for a file the test creates while remora is down.
+    let gate = |code: &str| format!("while [ ! -e /tmp/go ]; do sleep 0.1; done; exit {code}");
+    let mut hog = cri::shell_container(
+        "hog",
+        "while [ ! -e /tmp/go ]; do sleep 0.1; done; s=xxxxxxxxxxxxxxxx; while true; do s=\"$s$s\"; done",
+    );
+    hog.linux = Some(v1::LinuxContainerConfig {
+        resources: Some(v1::LinuxContainerResources {
+            memory_limit_in_bytes: 32 * 1024 * 1024,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let ok = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &pod_config,
+        cri::shell_container("ok", &gate("0")),
+    )
+    .await;
+    let fail = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &pod_config,
+        cri::shell_container("fail", &gate("1")),
+    )
+    .await;
+    let hog = cri::create_and_start(&bed.remora, &pod, &pod_config, hog).await;
+    let ids = [ok.clone(), fail.clone(), hog.clone()];
+
+    bed.crash();
+    for id in &ids {
+        bed.ctr(&["tasks", "exec", "--exec-id", "gate", id, "touch", "/tmp/go"]);
+    }
+    // Deterministic: wait until containerd reports all three stopped (nobody deletes them).
+    wait_until(
+        "the three tasks to stop",
+        Duration::from_secs(30),
+        || async {
+            let tasks = bed.ctr(&["tasks", "ls"]);
+            ids.iter().all(|id| {
+                tasks
+                    .lines()
+                    .any(|l| l.starts_with(id.as_str()) && l.contains("STOPPED"))
+            })
+        },
+    )
+    .await;
+    bed.restart();
+    let mut events = bed
+        .remora
+        .runtime()
+        .get_container_events(v1::GetEventsRequest {})
+        .await
+        .expect("events")
+        .into_inner();
+    for (id, code, reason) in [
+        (&ok, 0, "Completed"),
+        (&fail, 1, "Error"),
+        (&hog, 137, "OOMKilled"),
+    ] {
+        let s = cri::wait_exited(&bed.remora, id, Duration::from_secs(30)).await;
+        assert_eq!(
+            (s.exit_code, s.reason.as_str()),
+            (code, reason),
+            "recorded after the restart: {s:?}"
+        );
+        assert!(s.finished_at >= s.started_at, "{s:?}");
+    }
+    // A subscriber after the restart sees each exit once.
+    let mut stopped = HashMap::<String, usize>::new();
+    while let Ok(Some(Ok(e))) = tokio::time::timeout(Duration::from_secs(2), events.next()).await {
+        if e.container_event_type == v1::ContainerEventType::ContainerStoppedEvent as i32 {
+            *stopped.entry(e.container_id).or_default() += 1;
+        }
+    }
+    for id in &ids {
+        assert_eq!(
+            stopped.get(id),
+            Some(&1),
+            "one STOPPED for {id}: {stopped:?}"
+        );
+    }
+    // Another restart records nothing twice.
+    bed.crash();
+    bed.restart();
+    let mut events = bed
+        .remora
+        .runtime()
+        .get_container_events(v1::GetEventsRequest {})
+        .await
+        .expect("events")
+        .into_inner();
+    let s = cri::status(&bed.remora, &fail).await.expect("status");
+    assert_eq!(
+        (s.state, s.exit_code),
+        (v1::ContainerState::ContainerExited as i32, 1)
+    );
+    if let Ok(Some(Ok(e))) = tokio::time::timeout(Duration::from_secs(2), events.next()).await {
+        panic!("no event for exits recorded before: {e:?}");
+    }
+    cri::remove_pod(&bed.remora, &pod).await;
+    assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
+}
+
+#[tokio::test]
+async fn a_failing_exit_is_retried_in_order_without_delaying_others() {
+    let mut bed = BedRemora::start_with_network();
+    let logs = scratch();
+    let busybox = cri::pull(&bed.remora, "busybox").await.expect("pull");
+    bed.crash();
+    // Recording the victim's exit fails three times: retried after 1 s, 2 s and 4 s.
+    bed.restart_env(&[("REMORA_FAILPOINTS", "exit.handle=fail(3)@victim")]);
+    let pod_config = cri::pod_config("retries", logs.path(), true);
+    let pod = cri::run_pod(&bed.remora, &pod_config)
+        .await
+        .expect("RunPodSandbox");
+    let mut events = bed
+        .remora
+        .runtime()
+        .get_container_events(v1::GetEventsRequest {})
+        .await
+        .expect("events")
+        .into_inner();
+    let script =
+        |code: u8| format!("while [ ! -e /tmp/go ]; do sleep 0.05; done; echo bye; exit {code}");
+    let victim = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &pod_config,
+        cri::shell_container("victim", &script(7)),
+    )
+    .await;
+    let bystander = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &pod_config,
+        cri::shell_container("bystander", &script(8)),
+    )
+    .await;
+    let running = v1::ContainerState::ContainerRunning as i32;
+    let exited = v1::ContainerState::ContainerExited as i32;
+
+    let t0 = Instant::now();
+    for id in [&victim, &bystander] {
+        bed.ctr(&["tasks", "exec", "--exec-id", "go", id, "touch", "/tmp/go"]);
+    }
+    // The bystander's exit is recorded while the victim's is still failing.
+    let b = cri::wait_exited(&bed.remora, &bystander, Duration::from_secs(10)).await;
+    let bystander_latency = t0.elapsed();
+    assert_eq!(b.exit_code, 8);
+    let v = cri::status(&bed.remora, &victim).await.expect("status");
+    assert_eq!(v.state, running, "the victim's exit is still being retried");
+
+    // Image events are not held up either: a tag made by another client appears.
+    let tag = format!("registry.k8s.io/remora-it/retag:{}", std::process::id());
+    let source = bed
+        .ctr_ids(&["images", "ls", "-q"])
+        .into_iter()
+        .find(|n| n.contains("busybox") && !n.contains('@'))
+        .expect("busybox record");
+    bed.ctr(&["images", "tag", &source, &tag]);
+    wait_until(
+        "the new tag to be indexed",
+        Duration::from_secs(5),
+        || async {
+            bed.remora
+                .images()
+                .image_status(v1::ImageStatusRequest {
+                    image: Some(v1::ImageSpec {
+                        image: tag.clone(),
+                        ..Default::default()
+                    }),
+                    verbose: false,
+                })
+                .await
+                .is_ok_and(|r| r.into_inner().image.is_some_and(|i| i.id == busybox))
+        },
+    )
+    .await;
+    let image_latency = t0.elapsed();
+    assert_eq!(
+        cri::status(&bed.remora, &victim)
+            .await
+            .expect("status")
+            .state,
+        running,
+        "the image event was not queued behind the victim"
+    );
+
+    // The victim's exit is recorded after its retries, once, with its real code.
+    let v = cri::wait_exited(&bed.remora, &victim, Duration::from_secs(30)).await;
+    let victim_latency = t0.elapsed();
+    assert_eq!(v.exit_code, 7);
+    assert!(
+        victim_latency >= Duration::from_secs(7),
+        "three failures back off 1 + 2 + 4 s: {victim_latency:?}"
+    );
+    let log = std::fs::read_to_string(logs.path().join("victim.log")).unwrap_or_default();
+    assert!(log.contains("bye"), "its output reached the log: {log:?}");
+    let retries = bed
+        .remora
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("event handling failed; retrying") && l.contains(&victim))
+        .count();
+    assert_eq!(retries, 3, "three failed attempts logged");
+    let mut stopped = HashMap::<String, usize>::new();
+    while let Ok(Some(Ok(e))) = tokio::time::timeout(Duration::from_secs(1), events.next()).await {
+        if e.container_event_type == v1::ContainerEventType::ContainerStoppedEvent as i32 {
+            *stopped.entry(e.container_id).or_default() += 1;
+        }
+    }
+    assert_eq!(stopped.get(&victim), Some(&1), "{stopped:?}");
+    assert_eq!(stopped.get(&bystander), Some(&1), "{stopped:?}");
+    assert_eq!(
+        cri::status(&bed.remora, &victim)
+            .await
+            .expect("status")
+            .state,
+        exited
+    );
+    println!(
+        "exit handling: bystander recorded after {bystander_latency:?}, image tag indexed after \
+         {image_latency:?}, victim (3 failures) after {victim_latency:?}"
+    );
+    bed.ctr(&["images", "rm", &tag]);
+    cri::remove_pod(&bed.remora, &pod).await;
+}

@@ -6,6 +6,7 @@
 mod cri;
 mod harness;
 
+mod churn;
 mod containers;
 mod crictl;
 mod daemon;

@@ -16,6 +16,7 @@ pub mod image_status;
 pub mod instrument;
 pub mod runtime_info;
 pub mod service;
+pub mod validate;
 
 use std::sync::Arc;
 

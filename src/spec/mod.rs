@@ -367,6 +367,35 @@ fn finish_process(builder: ProcessBuilder, no_new_privs: bool) -> Result<Process
     Ok(process)
 }
 
+/// Reads a small text file the request or the image points at (a seccomp profile, the
+/// image's passwd and group files) without trusting what it is: anything but a regular file
+/// is refused (a FIFO would block the read forever, `/dev/zero` would never end), the open
+/// does not block (`O_NONBLOCK`, checked with `fstat` before reading), and at most `max`
+/// bytes are read.
+pub(crate) fn read_regular_file(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    file.take(max + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 /// Refuses the pod's sysctls unless each lives in a namespace the pod owns ([`sysctl`]).
 fn check_sysctls(
     sysctls: &HashMap<String, String>,

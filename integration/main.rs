@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod bad_input;
 mod containers;
 mod crictl;
 mod daemon;

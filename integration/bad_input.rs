@@ -185,7 +185,7 @@ async fn rejected_pods_are_invalid_argument_and_leave_nothing_behind() {
         ),
         (
             Box::new(|p| {
-                p.annotations.insert("big".into(), "a".repeat(300 * 1024));
+                p.annotations.insert("big".into(), "a".repeat(600 * 1024));
             }),
             "config.annotations",
         ),
@@ -256,7 +256,7 @@ async fn rejected_pods_are_invalid_argument_and_leave_nothing_behind() {
     ok.hostname = "h".repeat(64);
     sysctl("kernel.shm_rmid_forced")(&mut ok);
     sysctl("net.ipv4.ip_unprivileged_port_start")(&mut ok);
-    ok.annotations.insert("big".into(), "a".repeat(200 * 1024));
+    ok.annotations.insert("big".into(), "a".repeat(400 * 1024));
     ok.labels.insert("big".into(), "v".repeat(4000));
     let id = run(&bed, ok).await.expect("a pod at the limits runs");
     let mut again = pod("bad-0", logs.path());

@@ -2313,7 +2313,7 @@ mod tests {
             ),
             (
                 Box::new(|p| {
-                    p.annotations.insert("big".into(), "v".repeat(300 * 1024));
+                    p.annotations.insert("big".into(), "v".repeat(600 * 1024));
                 }),
                 "config.annotations",
             ),
@@ -2455,7 +2455,7 @@ mod tests {
             ),
             (
                 Box::new(|c| {
-                    c.annotations.insert("big".into(), "v".repeat(300 * 1024));
+                    c.annotations.insert("big".into(), "v".repeat(600 * 1024));
                 }),
                 "config.annotations",
             ),

@@ -136,9 +136,9 @@ fn meta_map(v: impl Strategy<Value = String>) -> impl Strategy<Value = HashMap<S
     ]
 }
 
-/// Annotation values, now and then far over the 256 KiB limit.
+/// Annotation values, now and then over the 512 KiB limit.
 fn annotation_value() -> impl Strategy<Value = String> {
-    prop_oneof![20 => text(), 1 => Just("a".repeat(300 * 1024))]
+    prop_oneof![20 => text(), 1 => Just("a".repeat(600 * 1024))]
 }
 
 fn profile() -> impl Strategy<Value = Option<v1::SecurityProfile>> {

@@ -17,8 +17,10 @@
 //!   same characters; it is written into `/etc/hostname` and `/etc/hosts`.
 //! - labels: a non-empty key, key + value at most 4096 bytes (containerd's label limit: labels
 //!   are stored on the containerd record).
-//! - annotations: non-empty keys, keys + values at most 256 KiB in all (Kubernetes'
-//!   `TotalAnnotationSizeLimitB`); they are copied into the OCI spec and the record.
+//! - annotations: non-empty keys, keys + values at most 512 KiB in all: twice Kubernetes'
+//!   limit on a pod's annotations (`TotalAnnotationSizeLimitB`, 256 KiB), which kubelet
+//!   passes on with a few of its own, so no valid pod is refused; they are copied into the
+//!   OCI spec, the record and every ContainerEvent, so megabytes are not welcome.
 //! - paths: host paths (`log_directory`, mount `host_path`) and container paths (mount
 //!   `container_path`, `working_dir`) absolute; `log_path` relative to the pod's log directory;
 //!   none with a `..` component or a NUL byte; a mount never at the container's `/`.
@@ -39,8 +41,8 @@ pub const MAX_NAME_LEN: usize = 253;
 pub const MAX_HOSTNAME_LEN: usize = 64;
 /// Longest label key + value (containerd's `labels.Validate`).
 pub const MAX_LABEL_LEN: usize = 4096;
-/// Most bytes of annotation keys and values together (Kubernetes' limit).
-pub const MAX_ANNOTATIONS_LEN: usize = 256 * 1024;
+/// Most bytes of annotation keys and values together (twice Kubernetes' limit).
+pub const MAX_ANNOTATIONS_LEN: usize = 512 * 1024;
 /// Longest DNS search domain.
 const MAX_DOMAIN_LEN: usize = 253;
 /// How much of a value an error message repeats.
@@ -209,7 +211,7 @@ pub fn annotations(
         return Err(ConvertError::Invalid {
             field: prefix.to_owned(),
             value: format!("{total} bytes"),
-            reason: "annotations are longer than 256 KiB together",
+            reason: "annotations are longer than 512 KiB together",
         });
     }
     Ok(())
@@ -426,11 +428,11 @@ mod tests {
         );
         assert!(text.len() < 300, "the value is not echoed whole: {text}");
         assert!(labels("labels", &m("", 1)).is_err());
-        assert_eq!(annotations("annotations", &m("k", 256 * 1024 - 1)), Ok(()));
+        assert_eq!(annotations("annotations", &m("k", 512 * 1024 - 1)), Ok(()));
         let text = annotations("annotations", &m("k", 1 << 20))
             .unwrap_err()
             .to_string();
-        assert!(text.contains("256 KiB"), "{text}");
+        assert!(text.contains("512 KiB"), "{text}");
         assert!(annotations("annotations", &m("", 1)).is_err());
     }
 

@@ -6,6 +6,7 @@
 mod cri;
 mod harness;
 
+mod bad_input;
 mod churn;
 mod containers;
 mod crictl;

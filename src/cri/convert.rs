@@ -9,12 +9,15 @@
 //! silent (`sandbox_run_linux.go`, `container_create_linux.go`, `helpers.go`). In
 //! particular:
 //!
-//! - "0 / empty means not set" is kept: such fields are copied verbatim, and validation of
-//!   values (negative resources, relative paths, ids) is left to the spec generator, which
-//!   knows the rules. This module rejects only what it cannot represent: a missing required
-//!   message, an enum value outside the proto's, and a feature the domain types have no room
-//!   for (rather than silently dropping it — a dropped user namespace or recursive read-only
-//!   mount would weaken isolation without anyone noticing).
+//! - "0 / empty means not set" is kept: such fields are copied verbatim. This module rejects
+//!   what it cannot represent (a missing required message, an enum value outside the
+//!   proto's, a feature the domain types have no room for — rather than silently dropping
+//!   it: a dropped user namespace or recursive read-only mount would weaken isolation without
+//!   anyone noticing), and, through [`super::validate`], values that would only fail once
+//!   runc or the kernel sees them, or that would escape (bad names, relative or `..` paths,
+//!   host-wide sysctls, negative resources, oversized labels and annotations). So a bad
+//!   request is refused before anything is reserved or created. The spec generator keeps its
+//!   own checks of what it emits (mount destinations, resources, sysctls).
 //! - Seccomp and AppArmor: the typed `SecurityProfile` fields win over the deprecated string
 //!   fields (`seccomp_profile_path`, `apparmor_profile`), as in containerd's
 //!   `generateSeccompSecurityProfile` / `generateApparmorSecurityProfile`.
@@ -28,6 +31,7 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1;
 use thiserror::Error;
 
+use super::validate;
 use crate::net::{DnsConfig, PortMapping, Protocol};
 use crate::spec::{
     AppArmorProfile, CapabilityChanges, ContainerConfig, DeviceRequest, HugepageLimit,
@@ -119,6 +123,7 @@ fn sandbox_metadata_of(
         if value.is_empty() {
             return Err(missing(field));
         }
+        validate::name(field, value)?;
     }
     Ok(m)
 }
@@ -128,7 +133,9 @@ fn sandbox_metadata_of(
 /// `metadata` with non-empty `name`, `namespace` and `uid` is required. Linux fields default
 /// to CRI's zero values when `linux` or its `security_context` is absent (all namespaces POD,
 /// seccomp unconfined, no AppArmor request). Labels, port mappings and DNS are not part of
-/// the spec; see [`sandbox_metadata`], [`sandbox_port_mappings`] and [`sandbox_dns`].
+/// the spec; see [`sandbox_metadata`], [`sandbox_port_mappings`] and [`sandbox_dns`]. All of
+/// the request is validated here, labels and DNS included ([`validate`]): this is the one
+/// conversion every RunPodSandbox goes through first.
 pub fn sandbox_config(config: &v1::PodSandboxConfig) -> Result<SandboxConfig, ConvertError> {
     let m = sandbox_metadata_of(config)?;
     let linux = config.linux.as_ref();
@@ -136,6 +143,24 @@ pub fn sandbox_config(config: &v1::PodSandboxConfig) -> Result<SandboxConfig, Co
         Some(sc) => sandbox_security(sc, "config.linux.security_context")?,
         None => SecurityContext::default(),
     };
+    validate::hostname("config.hostname", &config.hostname)?;
+    if !config.log_directory.is_empty() {
+        validate::absolute_path("config.log_directory", &config.log_directory)?;
+    }
+    validate::labels("config.labels", &config.labels)?;
+    validate::annotations("config.annotations", &config.annotations)?;
+    if let Some(d) = &config.dns_config {
+        validate::dns("config.dns_config", &d.servers, &d.searches, &d.options)?;
+    }
+    if let Some(l) = linux {
+        validate::cgroup_parent("config.linux.cgroup_parent", &l.cgroup_parent)?;
+        validate::sysctls(
+            "config.linux.sysctls",
+            &l.sysctls,
+            security.namespaces.network == NamespaceMode::Node,
+            security.namespaces.ipc == NamespaceMode::Node,
+        )?;
+    }
     Ok(SandboxConfig {
         name: m.name.clone(),
         namespace: m.namespace.clone(),
@@ -215,7 +240,8 @@ pub fn sandbox_cni_dns(config: &v1::PodSandboxConfig) -> Option<DnsConfig> {
 
 /// The pod's port mappings, all of them in request order. Mappings without a host port
 /// (`host_port <= 0`) are kept here; the network layer skips them, like containerd's
-/// `toCNIPortMappings`.
+/// `toCNIPortMappings`. A mapping with a host port needs both ports within 1..=65535 and,
+/// if given, an IP address as `host_ip` (the portmap plugin would fail on anything else).
 pub fn sandbox_port_mappings(
     config: &v1::PodSandboxConfig,
 ) -> Result<Vec<PortMapping>, ConvertError> {
@@ -235,6 +261,28 @@ pub fn sandbox_port_mappings(
                     ))
                 }
             };
+            if p.host_port > 0 {
+                let prefix = format!("config.port_mappings[{i}]");
+                for (field, port) in [
+                    ("host_port", p.host_port),
+                    ("container_port", p.container_port),
+                ] {
+                    if !(1..=65535).contains(&port) {
+                        return Err(ConvertError::Invalid {
+                            field: format!("{prefix}.{field}"),
+                            value: port.to_string(),
+                            reason: "must be between 1 and 65535",
+                        });
+                    }
+                }
+                if !p.host_ip.is_empty() && p.host_ip.parse::<std::net::IpAddr>().is_err() {
+                    return Err(ConvertError::Invalid {
+                        field: format!("{prefix}.host_ip"),
+                        value: validate::shown(&p.host_ip),
+                        reason: "must be an IP address",
+                    });
+                }
+            }
             Ok(PortMapping {
                 host_port: p.host_port,
                 container_port: p.container_port,
@@ -555,6 +603,7 @@ fn container_name(config: &v1::ContainerConfig) -> Result<&v1::ContainerMetadata
     if m.name.is_empty() {
         return Err(missing("config.metadata.name"));
     }
+    validate::name("config.metadata.name", &m.name)?;
     Ok(m)
 }
 
@@ -610,17 +659,26 @@ pub fn container_config(
     {
         security.namespaces = pod_namespaces;
     }
+    let envs: Vec<(String, String)> = config
+        .envs
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect();
+    validate::process(
+        "config",
+        &config.command,
+        &config.args,
+        &envs,
+        &config.working_dir,
+    )?;
+    validate::annotations("config.annotations", &config.annotations)?;
     Ok(ContainerConfig {
         name: m.name.clone(),
         image_name: image.to_string(),
         command: config.command.clone(),
         args: config.args.clone(),
         working_dir: config.working_dir.clone(),
-        envs: config
-            .envs
-            .iter()
-            .map(|kv| (kv.key.clone(), kv.value.clone()))
-            .collect(),
+        envs,
         mounts: config
             .mounts
             .iter()
@@ -631,7 +689,10 @@ pub fn container_config(
         annotations: config.annotations.clone(),
         tty: config.tty,
         stdin: config.stdin,
-        resources: linux.and_then(|l| l.resources.as_ref()).map(resources),
+        resources: linux
+            .and_then(|l| l.resources.as_ref())
+            .map(|r| resources(r, "config.linux.resources"))
+            .transpose()?,
         security,
     })
 }
@@ -651,15 +712,25 @@ pub fn container_target_id(config: &v1::ContainerConfig) -> Option<String> {
 }
 
 /// The container's CRI log file: the pod's `log_directory` joined with the container's
-/// `log_path`; empty (no log file) unless both are set, as in containerd.
-pub fn container_log_path(config: &v1::ContainerConfig, sandbox: &v1::PodSandboxConfig) -> String {
-    if sandbox.log_directory.is_empty() || config.log_path.is_empty() {
-        return String::new();
+/// `log_path`; empty (no log file) unless both are set, as in containerd. The directory must
+/// be absolute and the path relative, neither with `..`: the file stays in the directory.
+pub fn container_log_path(
+    config: &v1::ContainerConfig,
+    sandbox: &v1::PodSandboxConfig,
+) -> Result<String, ConvertError> {
+    if !config.log_path.is_empty() {
+        validate::log_path("config.log_path", &config.log_path)?;
     }
-    Path::new(&sandbox.log_directory)
+    if !sandbox.log_directory.is_empty() {
+        validate::absolute_path("sandbox_config.log_directory", &sandbox.log_directory)?;
+    }
+    if sandbox.log_directory.is_empty() || config.log_path.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(Path::new(&sandbox.log_directory)
         .join(&config.log_path)
         .to_string_lossy()
-        .into_owned()
+        .into_owned())
 }
 
 /// The store metadata of a new container. Fills what the request says (pod, name, attempt,
@@ -675,8 +746,18 @@ pub fn container_metadata(
     let image = container_image(config)?;
     let pod = sandbox_metadata_of(sandbox).map_err(|e| match e {
         ConvertError::Missing { field } => missing(format!("sandbox_{field}")),
+        ConvertError::Invalid {
+            field,
+            value,
+            reason,
+        } => ConvertError::Invalid {
+            field: format!("sandbox_{field}"),
+            value,
+            reason,
+        },
         other => other,
     })?;
+    validate::labels("config.labels", &config.labels)?;
     let mounts = config
         .mounts
         .iter()
@@ -707,7 +788,7 @@ pub fn container_metadata(
             requested: image.to_string(),
             ..Default::default()
         },
-        log_path: container_log_path(config, sandbox),
+        log_path: container_log_path(config, sandbox)?,
         mounts,
         resources_json: Vec::new(),
         tty: config.tty,
@@ -719,8 +800,11 @@ pub fn container_metadata(
 /// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. Image volumes, ID
 /// mapped mounts and recursive read-only mounts are refused: remora does not implement
 /// them, and quietly mounting a writable or unmapped host path instead would be worse than
-/// failing.
+/// failing. Both paths must be absolute without `..`, and the mount not at the container's
+/// root.
 pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, ConvertError> {
+    validate::mount_destination(&format!("{prefix}.container_path"), &m.container_path)?;
+    validate::absolute_path(&format!("{prefix}.host_path"), &m.host_path)?;
     if m.image.is_some() {
         return Err(unsupported(format!("{prefix}.image")));
     }
@@ -757,10 +841,11 @@ pub fn device_request(d: &v1::Device) -> DeviceRequest {
     }
 }
 
-/// `LinuxContainerResources` → [`Resources`], verbatim: zero means "not set" as in CRI, and
-/// negative values are passed on for the spec to reject with its own error.
-pub fn resources(r: &v1::LinuxContainerResources) -> Resources {
-    Resources {
+/// `LinuxContainerResources` (at CRI path `prefix`) → [`Resources`]: zero means "not set" as
+/// in CRI; negative values, an `oom_score_adj` outside -1000..=1000 and malformed cpusets or
+/// unified keys are refused ([`validate::resources`]).
+pub fn resources(r: &v1::LinuxContainerResources, prefix: &str) -> Result<Resources, ConvertError> {
+    let out = Resources {
         cpu_period: r.cpu_period,
         cpu_quota: r.cpu_quota,
         cpu_shares: r.cpu_shares,
@@ -779,7 +864,9 @@ pub fn resources(r: &v1::LinuxContainerResources) -> Resources {
             .collect(),
         pids_limit: None,
         unified: r.unified.clone(),
-    }
+    };
+    validate::resources(prefix, &out)?;
+    Ok(out)
 }
 
 /// `LinuxContainerSecurityContext` → [`SecurityContext`]. `prefix` is the CRI path of the
@@ -1112,6 +1199,8 @@ mod tests {
     #[test]
     fn sandbox_host_namespaces_and_privileged() {
         let mut pod = kubelet_pod();
+        // A host-network pod cannot set net.* sysctls (bad_pod_values_are_refused_...).
+        pod.linux.as_mut().unwrap().sysctls.clear();
         let sc = pod
             .linux
             .as_mut()
@@ -1913,21 +2002,45 @@ mod tests {
     }
 
     #[test]
-    fn container_resources_pass_negatives_through() {
-        let r = resources(&v1::LinuxContainerResources {
-            cpu_shares: -2,
-            memory_limit_in_bytes: -1,
-            oom_score_adj: -1000,
-            ..Default::default()
-        });
+    fn container_resources_refuse_negatives_naming_the_field() {
+        let err = resources(
+            &v1::LinuxContainerResources {
+                cpu_shares: -2,
+                ..Default::default()
+            },
+            "linux",
+        )
+        .unwrap_err();
         assert_eq!(
-            (r.cpu_shares, r.memory_limit_in_bytes, r.oom_score_adj),
-            (-2, -1, -1000)
+            err.to_string(),
+            "invalid linux.cpu_shares \"-2\": must not be negative"
         );
+        let r = resources(
+            &v1::LinuxContainerResources {
+                oom_score_adj: -1000,
+                ..Default::default()
+            },
+            "linux",
+        )
+        .unwrap();
+        assert_eq!(r.oom_score_adj, -1000);
         assert_eq!(
-            resources(&v1::LinuxContainerResources::default()),
+            resources(&v1::LinuxContainerResources::default(), "linux").unwrap(),
             Resources::default()
         );
+        // Through the container config, the field has its full CRI path.
+        let mut c = kubelet_container();
+        c.linux
+            .as_mut()
+            .unwrap()
+            .resources
+            .as_mut()
+            .unwrap()
+            .oom_score_adj = 1001;
+        assert!(matches!(
+            container_config(&c, &kubelet_pod()).unwrap_err(),
+            ConvertError::Invalid { field, .. } if field == "config.linux.resources.oom_score_adj"
+        ));
     }
 
     #[test]
@@ -2088,15 +2201,334 @@ mod tests {
         let pod = kubelet_pod();
         let c = kubelet_container();
         assert_eq!(
-            container_log_path(&c, &pod),
+            container_log_path(&c, &pod).unwrap(),
             "/var/log/pods/default_nginx-7c5ddbdf54-x2x4q_0a1f63d6/nginx/2.log"
         );
         let mut no_dir = kubelet_pod();
         no_dir.log_directory.clear();
-        assert_eq!(container_log_path(&c, &no_dir), "");
+        assert_eq!(container_log_path(&c, &no_dir).unwrap(), "");
         let mut no_path = kubelet_container();
         no_path.log_path.clear();
-        assert_eq!(container_log_path(&no_path, &pod), "");
+        assert_eq!(container_log_path(&no_path, &pod).unwrap(), "");
+    }
+
+    #[test]
+    fn container_log_path_stays_in_the_log_directory() {
+        let pod = kubelet_pod();
+        let field_of = |log_path: &str, log_dir: &str| {
+            let mut c = kubelet_container();
+            c.log_path = log_path.into();
+            let mut p = pod.clone();
+            p.log_directory = log_dir.into();
+            match container_metadata("c1", "abc", &c, &p).unwrap_err() {
+                ConvertError::Invalid { field, .. } => field,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            field_of("../../etc/cron.d/x", "/var/log/pods/p"),
+            "config.log_path"
+        );
+        assert_eq!(
+            field_of("/etc/passwd", "/var/log/pods/p"),
+            "config.log_path"
+        );
+        assert_eq!(field_of("a/../../x", "/var/log/pods/p"), "config.log_path");
+        assert_eq!(
+            field_of("0.log", "relative/dir"),
+            "sandbox_config.log_directory"
+        );
+        assert_eq!(
+            field_of("0.log", "/var/log/../../etc"),
+            "sandbox_config.log_directory"
+        );
+    }
+
+    /// A change to a request, for tables of bad values.
+    type Edit<T> = Box<dyn FnOnce(&mut T)>;
+
+    /// The error of `f` applied to kubelet's pod config, as (field, reason).
+    fn pod_error(f: impl FnOnce(&mut v1::PodSandboxConfig)) -> (String, String) {
+        let mut pod = kubelet_pod();
+        f(&mut pod);
+        match sandbox_config(&pod).unwrap_err() {
+            ConvertError::Invalid { field, reason, .. } => (field, reason.to_string()),
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_pod_values_are_refused_naming_the_field() {
+        let sc = |p: &mut v1::PodSandboxConfig| {
+            p.linux
+                .as_mut()
+                .unwrap()
+                .security_context
+                .as_mut()
+                .unwrap()
+                .namespace_options
+                .as_mut()
+                .unwrap()
+                .network = v1::NamespaceMode::Node as i32;
+        };
+        let cases: Vec<(Edit<v1::PodSandboxConfig>, &str)> = vec![
+            (
+                Box::new(|p| p.metadata.as_mut().unwrap().name = "a/b".into()),
+                "config.metadata.name",
+            ),
+            (
+                Box::new(|p| p.metadata.as_mut().unwrap().name = "a\0b".into()),
+                "config.metadata.name",
+            ),
+            (
+                Box::new(|p| p.metadata.as_mut().unwrap().name = "n".repeat(254)),
+                "config.metadata.name",
+            ),
+            (
+                Box::new(|p| p.metadata.as_mut().unwrap().namespace = "..".into()),
+                "config.metadata.namespace",
+            ),
+            (
+                Box::new(|p| p.metadata.as_mut().unwrap().uid = "u;K8S_POD_NAME=x".into()),
+                "config.metadata.uid",
+            ),
+            (Box::new(|p| p.hostname = "h".repeat(65)), "config.hostname"),
+            (
+                Box::new(|p| p.hostname = "h\n10.0.0.1 evil".into()),
+                "config.hostname",
+            ),
+            (
+                Box::new(|p| p.log_directory = "var/log/pods/x".into()),
+                "config.log_directory",
+            ),
+            (
+                Box::new(|p| p.log_directory = "/var/log/pods/../../etc".into()),
+                "config.log_directory",
+            ),
+            (
+                Box::new(|p| {
+                    p.labels.insert("big".into(), "v".repeat(5000));
+                }),
+                "config.labels[big]",
+            ),
+            (
+                Box::new(|p| {
+                    p.annotations.insert("big".into(), "v".repeat(600 * 1024));
+                }),
+                "config.annotations",
+            ),
+            (
+                Box::new(|p| {
+                    p.dns_config
+                        .as_mut()
+                        .unwrap()
+                        .servers
+                        .push("8.8.8.8\nsearch x".into())
+                }),
+                "config.dns_config.servers[1]",
+            ),
+            (
+                Box::new(|p| p.linux.as_mut().unwrap().cgroup_parent = "/kubepods/../..".into()),
+                "config.linux.cgroup_parent",
+            ),
+            (
+                Box::new(|p| {
+                    p.linux
+                        .as_mut()
+                        .unwrap()
+                        .sysctls
+                        .insert("kernel.foo".into(), "1".into());
+                }),
+                "config.linux.sysctls[kernel.foo]",
+            ),
+            (
+                Box::new(|p| {
+                    p.linux
+                        .as_mut()
+                        .unwrap()
+                        .sysctls
+                        .insert("net..ipv4".into(), "1".into());
+                }),
+                "config.linux.sysctls[net..ipv4]",
+            ),
+            (
+                Box::new(|p| {
+                    p.linux
+                        .as_mut()
+                        .unwrap()
+                        .sysctls
+                        .insert("net/../../x".into(), "1".into());
+                }),
+                "config.linux.sysctls[net/../../x]",
+            ),
+            // kubelet's pod sets a net.* sysctl: refused once the pod is on the host network.
+            (
+                Box::new(sc),
+                "config.linux.sysctls[net.ipv4.ip_unprivileged_port_start]",
+            ),
+            (
+                Box::new(|p| p.port_mappings[0].host_port = 70000),
+                "config.port_mappings[0].host_port",
+            ),
+            (
+                Box::new(|p| p.port_mappings[0].container_port = 0),
+                "config.port_mappings[0].container_port",
+            ),
+            (
+                Box::new(|p| p.port_mappings[0].host_ip = "localhost".into()),
+                "config.port_mappings[0].host_ip",
+            ),
+        ];
+        for (f, want) in cases {
+            let mut pod = kubelet_pod();
+            f(&mut pod);
+            let err = sandbox_config(&pod)
+                .and_then(|_| sandbox_port_mappings(&pod).map(|_| SandboxConfig::default()))
+                .unwrap_err();
+            assert!(
+                matches!(&err, ConvertError::Invalid { field, .. } if field == want),
+                "{want}: {err}"
+            );
+            let status: tonic::Status = crate::error::CriError::from(err).into();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument);
+            assert!(status.message().contains(want), "{}", status.message());
+        }
+        // A port mapping without a host port is not checked (the network layer skips it).
+        let mut pod = kubelet_pod();
+        pod.port_mappings[1].container_port = -5;
+        assert!(sandbox_port_mappings(&pod).is_ok());
+        // Allowed: a namespaced IPC sysctl, a long-but-legal name and hostname.
+        let (f, _) = pod_error(|p| {
+            p.linux
+                .as_mut()
+                .unwrap()
+                .sysctls
+                .insert("kernel.shm_rmid_forced".into(), "1".into());
+            p.metadata.as_mut().unwrap().name = "n".repeat(253);
+            p.hostname = "h".repeat(64);
+            p.metadata.as_mut().unwrap().uid = "bad uid".into();
+        });
+        assert_eq!(f, "config.metadata.uid", "only the uid is wrong");
+    }
+
+    #[test]
+    fn bad_container_values_are_refused_naming_the_field() {
+        fn mounts(c: &mut v1::ContainerConfig) -> &mut v1::Mount {
+            &mut c.mounts[0]
+        }
+        let cases: Vec<(Edit<v1::ContainerConfig>, &str)> = vec![
+            (
+                Box::new(|c| c.metadata.as_mut().unwrap().name = "a/b".into()),
+                "config.metadata.name",
+            ),
+            (
+                Box::new(|c| mounts(c).container_path = "etc/x".into()),
+                "config.mounts[0].container_path",
+            ),
+            (
+                Box::new(|c| mounts(c).container_path = "/etc/../../x".into()),
+                "config.mounts[0].container_path",
+            ),
+            (
+                Box::new(|c| mounts(c).container_path = "/".into()),
+                "config.mounts[0].container_path",
+            ),
+            (
+                Box::new(|c| mounts(c).host_path = "relative/dir".into()),
+                "config.mounts[0].host_path",
+            ),
+            (
+                Box::new(|c| mounts(c).host_path = "/var/lib/x\0y".into()),
+                "config.mounts[0].host_path",
+            ),
+            (
+                Box::new(|c| c.envs[0].key = "A=B".into()),
+                "config.envs[0].key",
+            ),
+            (
+                Box::new(|c| c.command[0] = "/bin/sh\0".into()),
+                "config.command[0]",
+            ),
+            (
+                Box::new(|c| c.working_dir = "srv".into()),
+                "config.working_dir",
+            ),
+            (
+                Box::new(|c| {
+                    c.annotations.insert("big".into(), "v".repeat(600 * 1024));
+                }),
+                "config.annotations",
+            ),
+            (
+                Box::new(|c| {
+                    c.linux
+                        .as_mut()
+                        .unwrap()
+                        .resources
+                        .as_mut()
+                        .unwrap()
+                        .cpu_quota = -1
+                }),
+                "config.linux.resources.cpu_quota",
+            ),
+            (
+                Box::new(|c| {
+                    c.linux
+                        .as_mut()
+                        .unwrap()
+                        .resources
+                        .as_mut()
+                        .unwrap()
+                        .cpu_period = -1
+                }),
+                "config.linux.resources.cpu_period",
+            ),
+            (
+                Box::new(|c| {
+                    c.linux
+                        .as_mut()
+                        .unwrap()
+                        .resources
+                        .as_mut()
+                        .unwrap()
+                        .memory_limit_in_bytes = -1
+                }),
+                "config.linux.resources.memory_limit_in_bytes",
+            ),
+            (
+                Box::new(|c| {
+                    c.linux
+                        .as_mut()
+                        .unwrap()
+                        .resources
+                        .as_mut()
+                        .unwrap()
+                        .oom_score_adj = -1001
+                }),
+                "config.linux.resources.oom_score_adj",
+            ),
+        ];
+        for (f, want) in cases {
+            let mut c = kubelet_container();
+            f(&mut c);
+            let err = container_config(&c, &kubelet_pod()).unwrap_err();
+            assert!(
+                matches!(&err, ConvertError::Invalid { field, .. } if field == want),
+                "{want}: {err}"
+            );
+        }
+        let mut c = kubelet_container();
+        c.labels.insert("k".into(), "v".repeat(4096));
+        assert!(matches!(
+            container_metadata("c1", "abc", &c, &kubelet_pod()).unwrap_err(),
+            ConvertError::Invalid { field, .. } if field == "config.labels[k]"
+        ));
+        let mut pod = kubelet_pod();
+        pod.metadata.as_mut().unwrap().name = "a/b".into();
+        assert!(matches!(
+            container_metadata("c1", "abc", &kubelet_container(), &pod).unwrap_err(),
+            ConvertError::Invalid { field, .. } if field == "sandbox_config.metadata.name"
+        ));
     }
 
     fn container_snapshot(status: ContainerStatus) -> ContainerSnapshot {

@@ -9,6 +9,8 @@
 //!   Status, RuntimeConfig; `image_*`: the image service).
 
 pub mod convert;
+#[cfg(test)]
+mod convert_props;
 pub mod image_fs_info;
 pub mod image_pull;
 pub mod image_remove;
@@ -16,6 +18,7 @@ pub mod image_status;
 pub mod instrument;
 pub mod runtime_info;
 pub mod service;
+pub mod validate;
 
 use std::sync::Arc;
 

@@ -492,7 +492,7 @@ impl RuntimeService for CriService {
                 })?;
                 self.rt
                     .pods
-                    .update_container_resources(&id, &convert::resources(&linux))
+                    .update_container_resources(&id, &convert::resources(&linux, "linux")?)
                     .await?;
                 Ok(v1::UpdateContainerResourcesResponse {})
             },

@@ -19,6 +19,7 @@ pub mod process;
 pub mod resources;
 pub mod seccomp;
 pub mod security;
+pub mod sysctl;
 pub mod types;
 pub mod user;
 
@@ -201,6 +202,15 @@ pub enum SpecError {
         /// The JSON error.
         source: serde_json::Error,
     },
+    /// A sysctl the pod may not set (not namespaced, or in a namespace it shares with the
+    /// host), or a malformed name or value.
+    #[error("invalid sysctl {key:?}: {reason}")]
+    InvalidSysctl {
+        /// The sysctl name.
+        key: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
     /// PID namespace mode `Target` without the target container's pid.
     #[error("pid namespace mode TARGET requires the target container's pid")]
     MissingTargetPid,
@@ -357,6 +367,55 @@ fn finish_process(builder: ProcessBuilder, no_new_privs: bool) -> Result<Process
     Ok(process)
 }
 
+/// Reads a small text file the request or the image points at (a seccomp profile, the
+/// image's passwd and group files) without trusting what it is: anything but a regular file
+/// is refused (a FIFO would block the read forever, `/dev/zero` would never end, and merely
+/// opening some devices has effects), and at most `max` bytes are read. The type is checked
+/// before the open, and again with `fstat` after a non-blocking open in case the path was
+/// swapped in between.
+pub(crate) fn read_regular_file(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular =
+        || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    let mut text = String::new();
+    file.take(max + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
+/// Refuses the pod's sysctls unless each lives in a namespace the pod owns ([`sysctl`]).
+fn check_sysctls(
+    sysctls: &HashMap<String, String>,
+    host_network: bool,
+    host_ipc: bool,
+) -> Result<(), SpecError> {
+    for (key, value) in sysctls {
+        sysctl::check(key, value, host_network, host_ipc).map_err(|reason| {
+            SpecError::InvalidSysctl {
+                key: key.clone(),
+                reason,
+            }
+        })?;
+    }
+    Ok(())
+}
+
 /// The OCI spec of a container.
 pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, SpecError> {
     let cfg = inputs.config;
@@ -420,6 +479,11 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
     resources.set_devices(Some(rules));
 
     let host_ipc = sec.namespaces.ipc == NamespaceMode::Node;
+    check_sysctls(
+        &pod.sysctls,
+        sec.namespaces.network == NamespaceMode::Node,
+        host_ipc,
+    )?;
     let plan = mounts::container_mounts(
         &cfg.mounts,
         &inputs.sandbox.files,
@@ -537,6 +601,11 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
         }
     }
 
+    check_sysctls(
+        &cfg.sysctls,
+        host_network,
+        sec.namespaces.ipc == NamespaceMode::Node,
+    )?;
     let mut sysctls = cfg.sysctls.clone();
     if !host_network {
         if inputs.unprivileged_ports {
@@ -599,5 +668,7 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
     Ok(spec)
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

@@ -541,11 +541,17 @@ pub fn default_profile(bounding: &[Capability]) -> Result<LinuxSeccomp, SpecErro
         .build()?)
 }
 
-/// Reads an OCI-format seccomp profile (a `LinuxSeccomp` object) from a host file.
+/// Largest seccomp profile read (containerd's default profile is about 20 KiB as JSON).
+pub const MAX_PROFILE_LEN: u64 = 1 << 20;
+
+/// Reads an OCI-format seccomp profile (a `LinuxSeccomp` object) from a host file: a regular
+/// file of at most [`MAX_PROFILE_LEN`] bytes (the path comes from the request).
 pub fn load_localhost(path: &Path) -> Result<LinuxSeccomp, SpecError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SpecError::SeccompProfileRead {
-        path: path.to_owned(),
-        source,
+    let text = super::read_regular_file(path, MAX_PROFILE_LEN).map_err(|source| {
+        SpecError::SeccompProfileRead {
+            path: path.to_owned(),
+            source,
+        }
     })?;
     serde_json::from_str(&text).map_err(|source| SpecError::SeccompProfileParse {
         path: path.to_owned(),
@@ -675,6 +681,22 @@ mod tests {
         let err = seccomp_for(&SeccompProfile::Localhost(missing), false, &[]).unwrap_err();
         assert!(matches!(err, SpecError::SeccompProfileRead { .. }));
         assert!(err.to_string().contains("nope.json"));
+        // Not a regular file (a FIFO would block, /dev/zero never end), or too large.
+        for path in ["/dev/zero", "/dev/null"] {
+            let err = seccomp_for(&SeccompProfile::Localhost(path.into()), false, &[]).unwrap_err();
+            assert!(
+                err.to_string().contains("not a regular file"),
+                "{path}: {err}"
+            );
+        }
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = seccomp_for(&SeccompProfile::Localhost(fifo), false, &[]).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let big = dir.path().join("big.json");
+        std::fs::write(&big, vec![b' '; MAX_PROFILE_LEN as usize + 1]).unwrap();
+        let err = seccomp_for(&SeccompProfile::Localhost(big), false, &[]).unwrap_err();
+        assert!(err.to_string().contains("larger than"), "{err}");
 
         std::fs::write(&path, "{not json").unwrap();
         let err = load_localhost(&path).unwrap_err();

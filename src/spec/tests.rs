@@ -332,6 +332,8 @@ fn host_network_and_ipc() {
     };
     let mut sb = sandbox();
     sb.config.hostname.clear();
+    // A host-network pod has no net.* sysctls (sysctls_outside_the_pods_namespaces_are_refused).
+    sb.config.sysctls.clear();
     let spec = build(&cfg, &sb, &host()).unwrap().spec;
     assert_eq!(ns_path(&spec, LinuxNamespaceType::Network), None);
     assert_eq!(ns_path(&spec, LinuxNamespaceType::Ipc), None);
@@ -489,6 +491,8 @@ fn sandbox_security_and_host_namespaces() {
     cfg.security.supplemental_groups = vec![2000];
     cfg.security.seccomp = SeccompProfile::RuntimeDefault;
     cfg.hostname = "ignored".into();
+    // net.* sysctls need the pod's own network namespace (see the test below).
+    cfg.sysctls.clear();
     let spec = build_sandbox(
         &cfg,
         &HostFacts {
@@ -522,6 +526,27 @@ fn sandbox_security_and_host_namespaces() {
         process.user().additional_gids().as_ref().unwrap(),
         &[0, 2000]
     );
+}
+
+#[test]
+fn sysctls_outside_the_pods_namespaces_are_refused() {
+    let mut cfg = sandbox().config;
+    cfg.security.namespaces.network = NamespaceMode::Node;
+    let err = build_sandbox(&cfg, &host(), &pause_image()).unwrap_err();
+    assert!(
+        matches!(&err, SpecError::InvalidSysctl { key, .. } if key == "net.core.somaxconn"),
+        "{err}"
+    );
+    let mut cfg = sandbox().config;
+    cfg.sysctls = [("kernel.pid_max".to_owned(), "4096".to_owned())].into();
+    let err = build_sandbox(&cfg, &host(), &pause_image()).unwrap_err();
+    assert!(err.to_string().contains("not namespaced"), "{err}");
+
+    // A container of such a pod is refused too: the spec never carries a host-wide sysctl.
+    let mut sb = sandbox();
+    sb.config.sysctls = [("vm.swappiness".to_owned(), "0".to_owned())].into();
+    let err = build(&config(), &sb, &host()).unwrap_err();
+    assert!(matches!(err, SpecError::InvalidSysctl { .. }), "{err}");
 }
 
 #[test]

@@ -22,6 +22,9 @@ use oci_spec::runtime::{User, UserBuilder};
 use super::types::{SecurityContext, SupplementalGroupsPolicy};
 use super::SpecError;
 
+/// Largest passwd or group file read from an image.
+pub const MAX_USER_DB_LEN: u64 = 16 << 20;
+
 /// One `/etc/passwd` entry (only the fields used).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PasswdEntry {
@@ -155,6 +158,8 @@ pub struct UserDb {
 
 impl UserDb {
     /// Reads both files from the rootfs; a missing file is `None`, other read errors fail.
+    /// Each must be a regular file of at most [`MAX_USER_DB_LEN`] bytes: an image's FIFO or
+    /// device node there is refused, not read (it would block or never end).
     pub fn load(rootfs: &Path) -> Result<UserDb, SpecError> {
         let read = |rel: &str| -> Result<(Option<String>, PathBuf), SpecError> {
             let path = resolve_in_root(rootfs, Path::new(rel)).map_err(|source| {
@@ -163,7 +168,7 @@ impl UserDb {
                     source,
                 }
             })?;
-            match fs::read_to_string(&path) {
+            match super::read_regular_file(&path, MAX_USER_DB_LEN) {
                 Ok(text) => Ok((Some(text), path)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((None, path)),
                 Err(source) => Err(SpecError::ReadUserDb { path, source }),
@@ -509,6 +514,22 @@ mod tests {
         assert_eq!(
             ids(&resolve_user(r.path(), &s, "alice").unwrap()).2,
             vec![1000, 5000]
+        );
+    }
+
+    #[test]
+    fn a_passwd_fifo_in_the_image_is_refused_not_read() {
+        let r = rootfs(None, None);
+        let _ = fs::remove_file(r.path().join("etc/passwd"));
+        nix::unistd::mkfifo(
+            &r.path().join("etc/passwd"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let err = resolve_user(r.path(), &sc(), "img").unwrap_err();
+        assert!(
+            matches!(&err, SpecError::ReadUserDb { source, .. } if source.kind() == io::ErrorKind::InvalidInput),
+            "{err}"
         );
     }
 

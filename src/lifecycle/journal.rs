@@ -75,6 +75,8 @@ impl Journal {
                 }
             }
         }
+        // Made now, so a state dir's layout does not change with the first call.
+        let _ = std::fs::create_dir_all(&dir);
         Self {
             dir,
             stale: Mutex::new(stale),

@@ -285,3 +285,42 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
         crate::cri::remove_pod(&bed.remora, pod).await;
     }
 }
+
+#[tokio::test]
+async fn recovery_reads_more_records_than_fit_in_a_default_grpc_message() {
+    // Six pods with 400 KiB of annotations each: containerd keeps them in the spec and in
+    // remora's metadata (twice), so listing the records answers well over tonic's default
+    // 4 MiB message limit.
+    let mut bed = BedRemora::start();
+    let logs = scratch();
+    let mut pods = Vec::new();
+    for i in 0..6 {
+        let mut config = crate::cri::pod_config(&format!("big-{i}"), logs.path(), true);
+        config
+            .annotations
+            .insert("example.com/big".into(), "x".repeat(400 * 1024));
+        pods.push(
+            crate::cri::run_pod(&bed.remora, &config)
+                .await
+                .expect("RunPodSandbox"),
+        );
+    }
+    bed.crash();
+    bed.restart();
+    let listed = bed
+        .remora
+        .runtime()
+        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
+        .await
+        .expect("list")
+        .into_inner()
+        .items;
+    assert_eq!(listed.len(), 6, "every pod recovered");
+    assert!(listed
+        .iter()
+        .all(|p| p.annotations.get("example.com/big").map(String::len) == Some(400 * 1024)));
+    for pod in &pods {
+        crate::cri::remove_pod(&bed.remora, pod).await;
+    }
+    assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
+}

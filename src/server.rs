@@ -132,10 +132,23 @@ pub fn bind_socket(socket: &Path) -> Result<(SocketGuard, tokio::net::UnixListen
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(socket_err("remove stale socket", socket)(e)),
     }
+    // Bound under a temporary name and renamed into place once it is 0660, so the socket is
+    // never reachable with the umask's mode in between.
+    let mut tmp = socket.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
     let std_listener =
-        std::os::unix::net::UnixListener::bind(socket).map_err(socket_err("bind", socket))?;
-    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
-        .map_err(socket_err("set mode 0660 on", socket))?;
+        std::os::unix::net::UnixListener::bind(&tmp).map_err(socket_err("bind", &tmp))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o660))
+        .map_err(socket_err("set mode 0660 on", &tmp))
+        .and_then(|()| {
+            std::fs::rename(&tmp, socket).map_err(socket_err("rename into place", socket))
+        });
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     let meta = std::fs::symlink_metadata(socket).map_err(socket_err("stat", socket))?;
     std_listener
         .set_nonblocking(true)
@@ -269,8 +282,23 @@ fn spawn_event_monitor(
             // What a crash left half made goes first, so recovery does not index it.
             pods.sweep_half_made().await;
             // Pods and containers next: their exits missed during a gap are recorded here.
-            if let Err(e) = pods.recover().await {
-                warn!(log, "pod recovery failed; it is retried when the event stream reconnects"; "error" => %e);
+            // A failed pass leaves pods unknown to kubelet: retry a few times with backoff
+            // before giving up until the next reconnect.
+            let mut delay = crate::backoff::Backoff::new(
+                std::time::Duration::from_millis(500),
+                std::time::Duration::from_secs(8),
+            );
+            for attempt in 1..=RECOVERY_ATTEMPTS {
+                match pods.recover().await {
+                    Ok(_) => break,
+                    Err(e) if attempt < RECOVERY_ATTEMPTS => {
+                        warn!(log, "pod recovery failed; retrying"; "attempt" => attempt, "error" => %e);
+                        tokio::time::sleep(delay.next_delay()).await;
+                    }
+                    Err(e) => {
+                        warn!(log, "pod recovery failed; it is retried when the event stream reconnects"; "attempts" => attempt, "error" => %e);
+                    }
+                }
             }
             if let Err(e) = handler.resync(&queue).await {
                 warn!(log, "image resync failed; it is retried when the event stream reconnects"; "error" => %e);
@@ -295,6 +323,9 @@ fn spawn_event_monitor(
         Some(ready),
     ))
 }
+
+/// Recovery passes tried per resync before waiting for the next reconnect.
+const RECOVERY_ATTEMPTS: u32 = 5;
 
 /// How long start-up waits for the first recovery pass before serving anyway.
 const INITIAL_RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);

@@ -82,7 +82,8 @@ fn is_code(e: &ContainerdError, code: Code) -> bool {
 #[tonic::async_trait]
 impl Content for Client {
     async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, ContainerdError> {
-        let mut c = ContentClient::new(self.channel());
+        let mut c =
+            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             InfoRequest {
                 digest: digest.to_string(),
@@ -101,7 +102,8 @@ impl Content for Client {
     }
 
     async fn read(&self, digest: &str) -> Result<Bytes, ContainerdError> {
-        let mut c = ContentClient::new(self.channel());
+        let mut c =
+            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             ReadContentRequest {
                 digest: digest.to_string(),
@@ -129,7 +131,8 @@ impl Content for Client {
         write_ref: &str,
         blob: &Blob,
     ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
-        let mut c = ContentClient::new(self.channel());
+        let mut c =
+            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let (tx, rx) = mpsc::channel::<WriteContentRequest>(1);
         let stat = WriteContentRequest {
             action: WriteAction::Stat as i32,
@@ -167,7 +170,8 @@ impl Content for Client {
     }
 
     async fn abort(&self, write_ref: &str) -> Result<(), ContainerdError> {
-        let mut c = ContentClient::new(self.channel());
+        let mut c =
+            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             AbortRequest {
                 r#ref: write_ref.to_string(),
@@ -186,7 +190,8 @@ impl Content for Client {
         digest: &str,
         labels: HashMap<String, String>,
     ) -> Result<(), ContainerdError> {
-        let mut c = ContentClient::new(self.channel());
+        let mut c =
+            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let paths = labels.keys().map(|k| format!("labels.{k}")).collect();
         let req = self.request(
             UpdateRequest {
@@ -292,7 +297,8 @@ impl ContentWriter for Writer {
 #[tonic::async_trait]
 impl Images for Client {
     async fn get(&self, name: &str) -> Result<Option<ImageRecord>, ContainerdError> {
-        let mut c = ImagesClient::new(self.channel());
+        let mut c =
+            ImagesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             GetImageRequest {
                 name: name.to_string(),
@@ -307,7 +313,8 @@ impl Images for Client {
     }
 
     async fn list(&self) -> Result<Vec<ImageRecord>, ContainerdError> {
-        let mut c = ImagesClient::new(self.channel());
+        let mut c =
+            ImagesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(ListImagesRequest { filters: vec![] }, None);
         let r = c
             .list(req)
@@ -321,7 +328,8 @@ impl Images for Client {
     }
 
     async fn put(&self, record: ImageRecord) -> Result<(), ContainerdError> {
-        let mut c = ImagesClient::new(self.channel());
+        let mut c =
+            ImagesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let image = Image {
             name: record.name.clone(),
             labels: record.labels.clone(),
@@ -359,7 +367,8 @@ impl Images for Client {
     }
 
     async fn delete(&self, name: &str) -> Result<(), ContainerdError> {
-        let mut c = ImagesClient::new(self.channel());
+        let mut c =
+            ImagesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             DeleteImageRequest {
                 name: name.to_string(),
@@ -379,7 +388,8 @@ impl Images for Client {
 #[tonic::async_trait]
 impl Leases for Client {
     async fn create(&self, id: &str, expire_secs: u64) -> Result<(), ContainerdError> {
-        let mut c = LeasesClient::new(self.channel());
+        let mut c =
+            LeasesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let expire = std::time::SystemTime::now() + std::time::Duration::from_secs(expire_secs);
         let expire = humantime::format_rfc3339_seconds(expire).to_string();
         let labels = HashMap::from([("containerd.io/gc.expire".to_string(), expire)]);
@@ -397,7 +407,8 @@ impl Leases for Client {
     }
 
     async fn delete(&self, id: &str, sync: bool) -> Result<(), ContainerdError> {
-        let mut c = LeasesClient::new(self.channel());
+        let mut c =
+            LeasesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             DeleteLeaseRequest {
                 id: id.to_string(),
@@ -413,7 +424,8 @@ impl Leases for Client {
     }
 
     async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError> {
-        let mut c = LeasesClient::new(self.channel());
+        let mut c =
+            LeasesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             containerd_client::services::v1::ListRequest {
                 filters: Vec::new(),
@@ -441,7 +453,8 @@ impl Leases for Client {
     }
 
     async fn add_content(&self, id: &str, digest: &str) -> Result<(), ContainerdError> {
-        let mut c = LeasesClient::new(self.channel());
+        let mut c =
+            LeasesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             AddResourceRequest {
                 id: id.to_string(),
@@ -462,7 +475,8 @@ impl Leases for Client {
 #[tonic::async_trait]
 impl Snapshots for Client {
     async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel());
+        let mut c = SnapshotsClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             StatSnapshotRequest {
                 snapshotter: snapshotter.to_string(),
@@ -484,7 +498,8 @@ impl Snapshots for Client {
         key: &str,
         parent: &str,
     ) -> Result<Vec<Mount>, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel());
+        let mut c = SnapshotsClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             PrepareSnapshotRequest {
                 snapshotter: snapshotter.to_string(),
@@ -502,7 +517,8 @@ impl Snapshots for Client {
     }
 
     async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel());
+        let mut c = SnapshotsClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             MountsRequest {
                 snapshotter: snapshotter.to_string(),
@@ -525,7 +541,8 @@ impl Snapshots for Client {
         key: &str,
         labels: HashMap<String, String>,
     ) -> Result<(), ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel());
+        let mut c = SnapshotsClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             CommitSnapshotRequest {
                 snapshotter: snapshotter.to_string(),
@@ -542,7 +559,8 @@ impl Snapshots for Client {
     }
 
     async fn remove(&self, snapshotter: &str, key: &str) -> Result<(), ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel());
+        let mut c = SnapshotsClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             RemoveSnapshotRequest {
                 snapshotter: snapshotter.to_string(),
@@ -558,7 +576,8 @@ impl Snapshots for Client {
     }
 
     async fn list(&self, snapshotter: &str) -> Result<Vec<String>, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel());
+        let mut c = SnapshotsClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             ListSnapshotsRequest {
                 snapshotter: snapshotter.to_string(),
@@ -580,7 +599,8 @@ impl Snapshots for Client {
     }
 
     async fn usage(&self, snapshotter: &str, key: &str) -> Result<Usage, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel());
+        let mut c = SnapshotsClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             UsageRequest {
                 snapshotter: snapshotter.to_string(),

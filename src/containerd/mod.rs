@@ -45,6 +45,11 @@ pub struct Client {
     namespace: String,
 }
 
+/// Largest containerd response remora decodes (tonic's default is 4 MiB): a `Containers.List`
+/// returns every record with its OCI spec and remora's metadata, tens of KiB each, so a node
+/// with a few hundred containers would otherwise fail recovery.
+pub(crate) const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
+
 impl Client {
     /// A lazy client for the containerd socket at `address`, using `namespace` for namespaced
     /// calls.

@@ -152,7 +152,8 @@ fn record_to_pb(r: ContainerRecord) -> Container {
 #[tonic::async_trait]
 impl Containers for Client {
     async fn create(&self, record: ContainerRecord) -> Result<(), ContainerdError> {
-        let mut c = ContainersClient::new(self.channel());
+        let mut c = ContainersClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             CreateContainerRequest {
                 container: Some(record_to_pb(record)),
@@ -166,7 +167,8 @@ impl Containers for Client {
     }
 
     async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, ContainerdError> {
-        let mut c = ContainersClient::new(self.channel());
+        let mut c = ContainersClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(GetContainerRequest { id: id.to_string() }, None);
         match c.get(req).await {
             Ok(r) => Ok(r.into_inner().container.map(record_from_pb)),
@@ -176,7 +178,8 @@ impl Containers for Client {
     }
 
     async fn list(&self) -> Result<Vec<ContainerRecord>, ContainerdError> {
-        let mut c = ContainersClient::new(self.channel());
+        let mut c = ContainersClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(ListContainersRequest { filters: vec![] }, None);
         let r = c
             .list(req)
@@ -195,7 +198,8 @@ impl Containers for Client {
         key: &str,
         value: Vec<u8>,
     ) -> Result<(), ContainerdError> {
-        let mut c = ContainersClient::new(self.channel());
+        let mut c = ContainersClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let container = Container {
             id: id.to_string(),
             extensions: HashMap::from([(
@@ -223,7 +227,8 @@ impl Containers for Client {
     }
 
     async fn delete(&self, id: &str) -> Result<(), ContainerdError> {
-        let mut c = ContainersClient::new(self.channel());
+        let mut c = ContainersClient::new(self.channel())
+            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(DeleteContainerRequest { id: id.to_string() }, None);
         match c.delete(req).await {
             Ok(_) => {}
@@ -241,7 +246,8 @@ impl Tasks for Client {
     async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError> {
         let id = spec.container_id.clone();
         self.keep_exit(&id).await?;
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             CreateTaskRequest {
                 container_id: spec.container_id,
@@ -277,7 +283,8 @@ impl Tasks for Client {
     }
 
     async fn start(&self, container_id: &str) -> Result<u32, ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             StartRequest {
                 container_id: container_id.to_string(),
@@ -298,7 +305,8 @@ impl Tasks for Client {
         signal: u32,
         all: bool,
     ) -> Result<(), ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             KillRequest {
                 container_id: container_id.to_string(),
@@ -315,7 +323,8 @@ impl Tasks for Client {
     }
 
     async fn wait(&self, container_id: &str) -> Result<Exit, ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             WaitRequest {
                 container_id: container_id.to_string(),
@@ -335,7 +344,8 @@ impl Tasks for Client {
     }
 
     async fn state(&self, container_id: &str) -> Result<Option<TaskState>, ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             GetRequest {
                 container_id: container_id.to_string(),
@@ -373,7 +383,8 @@ impl Tasks for Client {
         process: Vec<u8>,
         stdio: ExecStdio,
     ) -> Result<(), ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             ExecProcessRequest {
                 container_id: container_id.to_string(),
@@ -396,7 +407,8 @@ impl Tasks for Client {
     }
 
     async fn start_exec(&self, container_id: &str, exec_id: &str) -> Result<u32, ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             StartRequest {
                 container_id: container_id.to_string(),
@@ -412,7 +424,8 @@ impl Tasks for Client {
     }
 
     async fn wait_exec(&self, container_id: &str, exec_id: &str) -> Result<Exit, ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             WaitRequest {
                 container_id: container_id.to_string(),
@@ -437,7 +450,8 @@ impl Tasks for Client {
         exec_id: &str,
         signal: u32,
     ) -> Result<(), ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             KillRequest {
                 container_id: container_id.to_string(),
@@ -458,7 +472,8 @@ impl Tasks for Client {
         container_id: &str,
         resources: Vec<u8>,
     ) -> Result<(), ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             UpdateTaskRequest {
                 container_id: container_id.to_string(),
@@ -477,7 +492,8 @@ impl Tasks for Client {
     }
 
     async fn delete_exec(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             DeleteProcessRequest {
                 container_id: container_id.to_string(),
@@ -493,7 +509,8 @@ impl Tasks for Client {
     }
 
     async fn delete(&self, container_id: &str) -> Result<Option<Exit>, ContainerdError> {
-        let mut c = TasksClient::new(self.channel());
+        let mut c =
+            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
         let req = self.request(
             DeleteTaskRequest {
                 container_id: container_id.to_string(),

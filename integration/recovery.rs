@@ -324,3 +324,85 @@ async fn recovery_reads_more_records_than_fit_in_a_default_grpc_message() {
     }
     assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
 }
+
+#[tokio::test]
+async fn records_whose_metadata_cannot_be_read_are_unknown_and_removable() {
+    // Records in remora's namespace with remora's labels but no readable metadata (made
+    // here with ctr; in life: a newer remora's format, a damaged record).
+    let mut bed = BedRemora::start();
+    crate::cri::pull(&bed.remora, "busybox")
+        .await
+        .expect("pull");
+    let image = bed
+        .ctr_ids(&["images", "ls", "-q"])
+        .into_iter()
+        .find(|n| n.contains("busybox") && !n.contains('@'))
+        .expect("busybox record");
+    let pod = format!("{:0>64}", "deadbeef1");
+    let ctr = format!("{:0>64}", "deadbeef2");
+    bed.ctr(&[
+        "containers",
+        "create",
+        "--label",
+        "io.cri-containerd.kind=sandbox",
+        "--label",
+        "io.kubernetes.pod.name=ghost",
+        "--label",
+        "io.kubernetes.pod.namespace=remora-it",
+        &image,
+        &pod,
+    ]);
+    bed.ctr(&[
+        "containers",
+        "create",
+        "--label",
+        "io.cri-containerd.kind=container",
+        "--label",
+        "io.kubernetes.container.name=mystery",
+        "--label",
+        &format!("io.kubernetes.sandbox.id={pod}"),
+        &image,
+        &ctr,
+    ]);
+    bed.crash();
+    bed.restart();
+    let mut rt = bed.remora.runtime();
+    let c = crate::cri::status(&bed.remora, &ctr).await.expect("status");
+    assert_eq!(
+        c.state,
+        v1::ContainerState::ContainerUnknown as i32,
+        "{c:?}"
+    );
+    assert_eq!(c.metadata.map(|m| m.name).as_deref(), Some("mystery"));
+    let p = rt
+        .pod_sandbox_status(v1::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("pod status")
+        .into_inner()
+        .status
+        .expect("status");
+    assert_eq!(p.state, v1::PodSandboxState::SandboxNotready as i32);
+    assert_eq!(p.metadata.map(|m| m.name).as_deref(), Some("ghost"));
+
+    rt.stop_container(v1::StopContainerRequest {
+        container_id: ctr.clone(),
+        timeout: 0,
+    })
+    .await
+    .expect("stop an UNKNOWN container");
+    rt.remove_container(v1::RemoveContainerRequest {
+        container_id: ctr.clone(),
+    })
+    .await
+    .expect("remove an UNKNOWN container");
+    crate::cri::remove_pod(&bed.remora, &pod).await;
+    assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
+    let snapshots = bed.ctr(&["snapshots", "ls"]);
+    assert!(
+        !snapshots.contains(&ctr) && !snapshots.contains(&pod),
+        "{snapshots}"
+    );
+}

@@ -22,7 +22,8 @@ use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::net::netns;
 use crate::net::PodNetInfo;
 use crate::store::persist::{
-    CONTAINER_EXTENSION, KIND_CONTAINER, KIND_SANDBOX, LABEL_KIND, SANDBOX_EXTENSION,
+    CONTAINER_EXTENSION, KIND_CONTAINER, KIND_SANDBOX, LABEL_CONTAINER_NAME, LABEL_KIND,
+    LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, LABEL_SANDBOX_ID, SANDBOX_EXTENSION,
 };
 use crate::store::{
     container_name_key, decode_extension, Container, ContainerSnapshot, ContainerState,
@@ -232,8 +233,26 @@ impl Pods {
                 .get(SANDBOX_EXTENSION)
                 .and_then(|b| decode_extension::<SandboxMetadata>(b).ok())
             else {
+                // Indexed as UNKNOWN from its labels, so kubelet can still stop and remove it.
                 done.skipped += 1;
-                warn!(log, "sandbox record without readable metadata; left alone"; "pod_id" => &r.id);
+                warn!(log, "sandbox record without readable metadata; indexed as UNKNOWN"; "pod_id" => &r.id);
+                let label = |k: &str| r.labels.get(k).cloned().unwrap_or_default();
+                let netns = self.netns_path_of(&r.id);
+                let sandbox = Sandbox::new(
+                    SandboxMetadata {
+                        id: r.id.clone(),
+                        name: label(LABEL_POD_NAME),
+                        namespace: label(LABEL_POD_NAMESPACE),
+                        uid: label(LABEL_POD_UID),
+                        netns_path: netns,
+                        ..Default::default()
+                    },
+                    SandboxStatus::default(),
+                );
+                sandbox.mark_unknown();
+                if self.sandboxes.add(sandbox).is_ok() {
+                    done.sandboxes += 1;
+                }
                 continue;
             };
             let state = self.tasks().state(&r.id).await?;
@@ -288,8 +307,22 @@ impl Pods {
                 .get(CONTAINER_EXTENSION)
                 .and_then(|b| decode_extension::<ContainerSnapshot>(b).ok())
             else {
+                // Indexed as UNKNOWN from its labels, so kubelet can still stop and remove it.
                 done.skipped += 1;
-                warn!(log, "container record without readable metadata; left alone"; "container_id" => &r.id);
+                warn!(log, "container record without readable metadata; indexed as UNKNOWN"; "container_id" => &r.id);
+                let label = |k: &str| r.labels.get(k).cloned().unwrap_or_default();
+                let mut meta = crate::store::ContainerMetadata {
+                    id: r.id.clone(),
+                    sandbox_id: label(LABEL_SANDBOX_ID),
+                    name: label(LABEL_CONTAINER_NAME),
+                    ..Default::default()
+                };
+                meta.image.requested = r.image.clone();
+                let container = Container::new(meta, Default::default());
+                let _ = container.mark_unknown();
+                if self.containers_store().add(container).is_ok() {
+                    done.containers += 1;
+                }
                 continue;
             };
             let meta = (*snap.metadata).clone();

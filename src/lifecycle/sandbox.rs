@@ -286,6 +286,16 @@ impl Pods {
         let _ = self.exit_queue.set(queue);
     }
 
+    /// The netns path pod `id` would have, if it exists.
+    pub(crate) fn netns_path_of(&self, id: &str) -> String {
+        let p = self.netns_dir.join(id);
+        if p.exists() {
+            p.display().to_string()
+        } else {
+            String::new()
+        }
+    }
+
     pub(crate) fn journal(&self) -> &super::journal::Journal {
         &self.journal
     }

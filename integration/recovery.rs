@@ -406,3 +406,65 @@ async fn records_whose_metadata_cannot_be_read_are_unknown_and_removable() {
         "{snapshots}"
     );
 }
+
+#[tokio::test]
+async fn orphaned_exit_keepers_are_swept_at_start() {
+    use containerd_client::services::v1::sandbox::store_client::StoreClient;
+    use containerd_client::services::v1::sandbox::{StoreCreateRequest, StoreListRequest};
+    // An exit keeper whose container record is gone (remora died between deleting the record
+    // and its keeper), made directly in containerd's sandbox store.
+    let mut bed = BedRemora::start();
+    let channel = remora::grpc::unix_channel(
+        std::path::Path::new(crate::harness::TESTBED_CONTAINERD),
+        Duration::from_secs(5),
+    );
+    fn in_ns<T>(ns: &str, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        r.metadata_mut()
+            .insert("containerd-namespace", ns.parse().expect("namespace"));
+        r
+    }
+    let ns = bed.namespace.clone();
+    let mut store = StoreClient::new(channel);
+    let orphan = format!("{:0>64}", "0rphan");
+    store
+        .create(in_ns(
+            &ns,
+            StoreCreateRequest {
+                sandbox: Some(containerd_client::types::Sandbox {
+                    sandbox_id: orphan.clone(),
+                    labels: [("dev.remora.exit-keeper".to_string(), "true".to_string())].into(),
+                    runtime: Some(containerd_client::types::sandbox::Runtime {
+                        name: "dev.remora.exit-keeper".into(),
+                        options: None,
+                    }),
+                    ..Default::default()
+                }),
+            },
+        ))
+        .await
+        .expect("create a keeper");
+    let list = |mut store: StoreClient<tonic::transport::Channel>| {
+        let req = in_ns(&ns, StoreListRequest { filters: vec![] });
+        async move {
+            store
+                .list(req)
+                .await
+                .expect("list")
+                .into_inner()
+                .list
+                .into_iter()
+                .map(|s| s.sandbox_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(list(store.clone()).await, vec![orphan.clone()]);
+    bed.crash();
+    bed.restart();
+    wait_until("the orphaned keeper to go", Duration::from_secs(10), || {
+        let store = store.clone();
+        let list = &list;
+        async move { list(store).await.is_empty() }
+    })
+    .await;
+}

@@ -7,7 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use containerd_client::services::v1::container::Runtime as PbRuntime;
 use containerd_client::services::v1::containers_client::ContainersClient;
 use containerd_client::services::v1::sandbox::store_client::StoreClient;
-use containerd_client::services::v1::sandbox::{StoreCreateRequest, StoreDeleteRequest};
+use containerd_client::services::v1::sandbox::{
+    StoreCreateRequest, StoreDeleteRequest, StoreListRequest,
+};
 use containerd_client::services::v1::tasks_client::TasksClient;
 use containerd_client::services::v1::{
     Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
@@ -238,6 +240,36 @@ impl Containers for Client {
         // The task is gone with the record (containerd refuses to delete a record with a
         // task), so its exit keeper has nothing left to keep.
         self.release_exit(id).await
+    }
+
+    async fn sweep_orphans(&self) -> Result<usize, ContainerdError> {
+        let mut c =
+            StoreClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let req = self.request(
+            StoreListRequest {
+                filters: vec![format!("labels.\"{EXIT_KEEPER_LABEL}\"")],
+            },
+            None,
+        );
+        let keepers = c
+            .list(req)
+            .await
+            .map_err(|s| self.call_error("Sandbox.Store.List", s))?
+            .into_inner()
+            .list;
+        let records: std::collections::HashSet<String> = Containers::list(self)
+            .await?
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        let mut swept = 0;
+        for k in keepers {
+            if !records.contains(&k.sandbox_id) {
+                self.release_exit(&k.sandbox_id).await?;
+                swept += 1;
+            }
+        }
+        Ok(swept)
     }
 }
 

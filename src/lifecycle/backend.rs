@@ -101,6 +101,12 @@ pub trait Containers: Send + Sync + 'static {
     ) -> Result<(), ContainerdError>;
     /// Deletes a record; absent is not an error.
     async fn delete(&self, id: &str) -> Result<(), ContainerdError>;
+    /// Drops bookkeeping the backend keeps per task whose container record is gone (left by
+    /// a crash between deleting the record and the bookkeeping); returns how many. Backends
+    /// that keep none have nothing to do.
+    async fn sweep_orphans(&self) -> Result<usize, ContainerdError> {
+        Ok(0)
+    }
 }
 
 /// containerd's tasks (running processes of containers).

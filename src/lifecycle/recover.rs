@@ -105,6 +105,8 @@ pub struct Swept {
     pub failed: usize,
     /// Orphaned leases of an earlier remora deleted.
     pub leases: usize,
+    /// Exit keepers whose container record was gone.
+    pub keepers: usize,
 }
 
 impl Pods {
@@ -130,6 +132,10 @@ impl Pods {
                 }
             }
         }
+        match self.containers().sweep_orphans().await {
+            Ok(n) => done.keepers = n,
+            Err(e) => warn!(self.log(), "cannot sweep orphaned exit keepers"; "error" => %e),
+        }
         match self.leases().list().await {
             Ok(leases) => {
                 for (id, created) in leases {
@@ -148,7 +154,7 @@ impl Pods {
             Err(e) => warn!(self.log(), "cannot list leases"; "error" => %e),
         }
         if done != Swept::default() {
-            info!(self.log(), "swept what a crash left"; "intents" => done.intents, "failed" => done.failed, "leases" => done.leases);
+            info!(self.log(), "swept what a crash left"; "intents" => done.intents, "failed" => done.failed, "leases" => done.leases, "keepers" => done.keepers);
         }
         done
     }

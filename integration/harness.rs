@@ -235,7 +235,17 @@ impl Remora {
             .spawn()
             .expect("spawn remora");
         let start = Instant::now();
-        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        // The socket accepts connections (into its backlog) as soon as it is bound; remora
+        // answers once its first recovery is done and it logs "serving CRI v1".
+        let serving = |log: &Path| {
+            std::fs::read_to_string(log)
+                .map(|t| t.matches("serving CRI v1").count())
+                .unwrap_or(0)
+        };
+        let served_before = serving(&log);
+        while std::os::unix::net::UnixStream::connect(socket).is_err()
+            || serving(&log) == served_before
+        {
             if let Some(status) = child.try_wait().expect("wait remora") {
                 panic!(
                     "remora exited ({status}) before serving: {}",

@@ -190,8 +190,9 @@ impl Pods {
         let me = self.clone();
         tokio::spawn(async move {
             let id = generate_id().map_err(|e| ContainerError::Encode(e.to_string()))?;
+            let intent = super::journal::Intent::Container { id: id.clone() };
             me.journal()
-                .begin(&super::journal::Intent::Container { id: id.clone() })
+                .begin(&intent)
                 .map_err(|e| ContainerError::Journal {
                     path: me.state_dir().join("pending"),
                     reason: e.to_string(),
@@ -201,7 +202,11 @@ impl Pods {
             if let Err(e) = &result {
                 let log = me.log().new(slog::o!("container_id" => id.clone()));
                 warn!(log, "CreateContainer failed; rolling back"; "error" => %e);
-                super::sandbox::run_undo(undo, &log).await;
+                if !super::sandbox::run_undo(undo, &log).await {
+                    // e.g. containerd went away mid-call: the sweep after it is back finishes.
+                    me.journal().defer(intent);
+                    return result.map(|()| id);
+                }
             }
             me.journal().end(&id);
             result.map(|()| id)

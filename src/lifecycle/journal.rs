@@ -101,6 +101,14 @@ impl Journal {
         let _ = std::fs::remove_file(self.path(id));
     }
 
+    /// An operation whose rollback did not complete: its intent stays on disk and joins the
+    /// stale ones, so the next sweep (after containerd reconnects, or at start) finishes it.
+    pub fn defer(&self, intent: Intent) {
+        if let Ok(mut m) = self.stale.lock() {
+            m.insert(intent.id().to_string(), intent);
+        }
+    }
+
     /// The stale intents not yet swept.
     pub fn stale(&self) -> Vec<Intent> {
         self.stale

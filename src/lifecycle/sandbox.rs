@@ -164,14 +164,23 @@ pub(crate) type UndoFuture = Pin<Box<dyn Future<Output = Result<(), String>> + S
 pub(crate) type UndoStep = (&'static str, UndoFuture);
 
 /// Runs undo actions in reverse order, each bounded by its own timeout, logging failures.
-pub(crate) async fn run_undo(steps: Vec<UndoStep>, log: &Logger) {
+/// Returns whether every step succeeded.
+pub(crate) async fn run_undo(steps: Vec<UndoStep>, log: &Logger) -> bool {
+    let mut clean = true;
     for (what, step) in steps.into_iter().rev() {
         match tokio::time::timeout(CLEANUP_TIMEOUT, step).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(log, "rollback step failed"; "step" => what, "error" => e),
-            Err(_) => warn!(log, "rollback step timed out"; "step" => what),
+            Ok(Err(e)) => {
+                clean = false;
+                warn!(log, "rollback step failed"; "step" => what, "error" => e)
+            }
+            Err(_) => {
+                clean = false;
+                warn!(log, "rollback step timed out"; "step" => what)
+            }
         }
     }
+    clean
 }
 
 /// Pods: the sandbox index and what sandboxes are made of.
@@ -427,14 +436,15 @@ impl Pods {
             let log = me.log.new(slog::o!("pod_id" => id.clone()));
             let cfg = &req.config;
             let host_network = cfg.security.namespaces.network == NamespaceMode::Node;
+            let intent = super::journal::Intent::Sandbox {
+                id: id.clone(),
+                name: cfg.name.clone(),
+                namespace: cfg.namespace.clone(),
+                uid: cfg.uid.clone(),
+                netns_path: (!host_network).then(|| me.netns_dir.join(&id)),
+            };
             me.journal
-                .begin(&super::journal::Intent::Sandbox {
-                    id: id.clone(),
-                    name: cfg.name.clone(),
-                    namespace: cfg.namespace.clone(),
-                    uid: cfg.uid.clone(),
-                    netns_path: (!host_network).then(|| me.netns_dir.join(&id)),
-                })
+                .begin(&intent)
                 .map_err(|e| SandboxError::Journal {
                     path: me.state_dir.join("pending"),
                     reason: e.to_string(),
@@ -443,7 +453,11 @@ impl Pods {
             let result = me.run_inner(&id, &req, &mut undo, &log).await;
             if let Err(e) = &result {
                 warn!(log, "RunPodSandbox failed; rolling back"; "error" => %e, "steps" => undo.len());
-                run_undo(undo, &log).await;
+                if !run_undo(undo, &log).await {
+                    // e.g. containerd went away mid-call: the sweep after it is back finishes.
+                    me.journal.defer(intent);
+                    return result.map(|()| id);
+                }
             }
             me.journal.end(&id);
             result.map(|()| id)

@@ -524,3 +524,89 @@ async fn a_failing_exit_is_retried_in_order_without_delaying_others() {
     bed.ctr(&["images", "rm", &tag]);
     cri::remove_pod(&bed.remora, &pod).await;
 }
+
+#[tokio::test]
+async fn a_rollback_cut_short_by_a_containerd_outage_is_finished_when_it_is_back() {
+    // RunPodSandbox fails after its pause task exists; containerd is stopped just before, so
+    // the rollback cannot delete anything. The intent stays, and the sweep after containerd
+    // is back removes task, record and snapshot.
+    let mut bed = crate::harness::Bed::start(&format!(
+        "[images]\nconfig_path = \"{}\"\n",
+        crate::harness::TESTBED_CERTS
+    ));
+    let logs = scratch();
+    // The pause image first, so the failing call does not pull.
+    let warm = cri::pod_config("warm", logs.path(), true);
+    let pod = cri::run_pod(&bed.remora, &warm)
+        .await
+        .expect("RunPodSandbox");
+    cri::remove_pod(&bed.remora, &pod).await;
+    bed.restart_remora_env(&[(
+        "REMORA_FAILPOINTS",
+        "sandbox.after_task=pause(3000)@cut;sandbox.after_task=fail(1)@cut",
+    )]);
+    let config = cri::pod_config("cut-short", logs.path(), true);
+    let socket = bed.remora.socket.clone();
+    let call = {
+        let config = config.clone();
+        tokio::spawn(async move {
+            let mut rt = k8s_cri::v1::runtime_service_client::RuntimeServiceClient::new(
+                remora::grpc::unix_channel(&socket, Duration::from_secs(5)),
+            );
+            rt.run_pod_sandbox(v1::RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            })
+            .await
+        })
+    };
+    wait_until(
+        "the failpoint to pause",
+        Duration::from_secs(20),
+        || async {
+            bed.remora
+                .log_text()
+                .contains("failpoint sandbox.after_task")
+        },
+    )
+    .await;
+    bed.containerd.stop();
+    let err = call
+        .await
+        .expect("join")
+        .expect_err("the failpoint fails the call");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    let pending = std::fs::read_dir(bed.dir.path().join("state/pending"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(pending, 1, "the unfinished rollback keeps its intent");
+    assert!(bed.remora.log_text().contains("rollback step failed"));
+
+    bed.containerd.restart();
+    wait_until(
+        "the sweep to finish the rollback",
+        Duration::from_secs(30),
+        || async {
+            std::fs::read_dir(bed.dir.path().join("state/pending"))
+                .map(|d| d.count() == 0)
+                .unwrap_or(true)
+        },
+    )
+    .await;
+    assert_eq!(bed.ctr(&["containers", "ls", "-q"]).trim(), "");
+    assert_eq!(bed.ctr(&["tasks", "ls", "-q"]).trim(), "");
+    let pods = bed
+        .remora
+        .runtime()
+        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
+        .await
+        .expect("list")
+        .into_inner()
+        .items;
+    assert!(pods.is_empty(), "{pods:?}");
+    // And the name is free (the failpoint has fired its one failure).
+    let pod = cri::run_pod(&bed.remora, &config)
+        .await
+        .expect("RunPodSandbox");
+    cri::remove_pod(&bed.remora, &pod).await;
+}

@@ -383,6 +383,32 @@ impl Bed {
             dir,
         }
     }
+
+    /// Kills remora and starts it again with the same config, plus `env`.
+    pub fn restart_remora_env(&mut self, env: &[(&str, &str)]) {
+        self.remora.stop_with(Signal::SIGKILL);
+        let config = std::fs::read_to_string(self.dir.path().join("remora.toml"))
+            .expect("read remora config");
+        let socket = self.remora.socket.clone();
+        self.remora = Remora::start_env(self.dir.path(), &config, &socket, env);
+    }
+
+    /// Runs `ctr` against this bed's containerd in remora's namespace; returns stdout.
+    pub fn ctr(&self, args: &[&str]) -> String {
+        let out = Command::new(tool("ctr"))
+            .arg("--address")
+            .arg(self.containerd.socket())
+            .args(["-n", "remora"])
+            .args(args)
+            .output()
+            .expect("run ctr");
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
 }
 
 /// The shared test bed (`scripts/testbed.sh up`): its containerd socket.

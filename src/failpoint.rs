@@ -4,7 +4,10 @@
 //! Off unless the environment variable `REMORA_FAILPOINTS` is set when remora starts (read
 //! once). Its value is a `;`-separated list of `name=action[@filter]`:
 //! - `kill`: remora sends itself SIGKILL at that step (a crash at the worst moment);
-//! - `fail` / `fail(N)`: the step returns an error (every time / the first N times).
+//! - `fail` / `fail(N)`: the step returns an error (every time / the first N times);
+//! - `pause(MS)`: the step waits MS milliseconds first (time for a test to stop containerd
+//!   under it); entries for one point apply in order, so `p=pause(3000);p=fail` pauses, then
+//!   fails.
 //!
 //! `@filter` limits the point to calls whose context (a pod or container name, an image
 //! reference — see each call site) contains `filter`. The points are named in
@@ -51,6 +54,7 @@ pub const POINTS: &[(&str, &str)] = &[
 #[derive(Debug)]
 enum Action {
     Kill,
+    Pause(std::time::Duration),
     /// Fails while the counter is above zero (`u32::MAX`: always).
     Fail(AtomicU32),
 }
@@ -75,6 +79,15 @@ fn parse(spec: &str) -> Vec<Point> {
         };
         let action = match action {
             "kill" => Action::Kill,
+            a if a.starts_with("pause(") && a.ends_with(')') => {
+                match a["pause(".len()..a.len() - 1].parse::<u64>() {
+                    Ok(ms) => Action::Pause(std::time::Duration::from_millis(ms)),
+                    Err(_) => {
+                        eprintln!("{ENV}: ignoring {item:?}: bad milliseconds");
+                        continue;
+                    }
+                }
+            }
             "fail" => Action::Fail(AtomicU32::new(u32::MAX)),
             a if a.starts_with("fail(") && a.ends_with(')') => {
                 match a["fail(".len()..a.len() - 1].parse::<u32>() {
@@ -86,7 +99,9 @@ fn parse(spec: &str) -> Vec<Point> {
                 }
             }
             _ => {
-                eprintln!("{ENV}: ignoring {item:?}: unknown action (kill, fail, fail(N))");
+                eprintln!(
+                    "{ENV}: ignoring {item:?}: unknown action (kill, fail, fail(N), pause(MS))"
+                );
                 continue;
             }
         };
@@ -110,11 +125,11 @@ fn points() -> &'static [Point] {
 
 /// Evaluates failpoint `name` for a call with context `context`: `Err` if it is set to fail
 /// now; does not return if it is set to kill. A no-op unless [`ENV`] was set.
-pub fn hit(name: &str, context: &str) -> Result<(), String> {
-    eval(points(), name, context)
+pub async fn hit(name: &str, context: &str) -> Result<(), String> {
+    eval(points(), name, context).await
 }
 
-fn eval(points: &[Point], name: &str, context: &str) -> Result<(), String> {
+async fn eval(points: &[Point], name: &str, context: &str) -> Result<(), String> {
     for p in points.iter().filter(|p| p.name == name) {
         if p.filter.as_deref().is_some_and(|f| !context.contains(f)) {
             continue;
@@ -124,6 +139,10 @@ fn eval(points: &[Point], name: &str, context: &str) -> Result<(), String> {
                 eprintln!("failpoint {name} ({context}): SIGKILL");
                 // SIGKILL cannot be caught or ignored: this does not return.
                 let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            }
+            Action::Pause(d) => {
+                eprintln!("failpoint {name} ({context}): pausing {d:?}");
+                tokio::time::sleep(*d).await;
             }
             Action::Fail(left) => {
                 let fire = left
@@ -146,28 +165,38 @@ fn eval(points: &[Point], name: &str, context: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn fail_n_fires_n_times_then_passes() {
+    #[tokio::test]
+    async fn fail_n_fires_n_times_then_passes() {
         let pts = parse("exit.handle=fail(2)");
-        assert!(eval(&pts, "exit.handle", "a").is_err());
-        assert!(eval(&pts, "exit.handle", "b").is_err());
-        assert!(eval(&pts, "exit.handle", "c").is_ok());
-        assert!(eval(&pts, "pull.after_blob", "c").is_ok());
+        assert!(eval(&pts, "exit.handle", "a").await.is_err());
+        assert!(eval(&pts, "exit.handle", "b").await.is_err());
+        assert!(eval(&pts, "exit.handle", "c").await.is_ok());
+        assert!(eval(&pts, "pull.after_blob", "c").await.is_ok());
     }
 
-    #[test]
-    fn filters_match_the_context_and_fail_alone_is_forever() {
+    #[tokio::test]
+    async fn filters_match_the_context_and_fail_alone_is_forever() {
         let pts = parse(" exit.handle=fail@victim ; ");
-        assert!(eval(&pts, "exit.handle", "bystander").is_ok());
+        assert!(eval(&pts, "exit.handle", "bystander").await.is_ok());
         for _ in 0..5 {
-            assert!(eval(&pts, "exit.handle", "the-victim-1").is_err());
+            assert!(eval(&pts, "exit.handle", "the-victim-1").await.is_err());
         }
     }
 
-    #[test]
-    fn malformed_and_unknown_entries_are_ignored() {
-        let pts = parse("nope=kill;exit.handle;exit.handle=explode;exit.handle=fail(x)");
+    #[tokio::test(start_paused = true)]
+    async fn pause_then_fail_apply_in_order() {
+        let pts = parse("sandbox.after_task=pause(3000);sandbox.after_task=fail(1)");
+        let start = tokio::time::Instant::now();
+        assert!(eval(&pts, "sandbox.after_task", "p").await.is_err());
+        assert_eq!(start.elapsed(), std::time::Duration::from_secs(3));
+    }
+
+    #[tokio::test]
+    async fn malformed_and_unknown_entries_are_ignored() {
+        let pts = parse(
+            "nope=kill;exit.handle;exit.handle=explode;exit.handle=fail(x);exit.handle=pause(y)",
+        );
         assert!(pts.is_empty(), "{pts:?}");
-        assert!(eval(&pts, "exit.handle", "x").is_ok());
+        assert!(eval(&pts, "exit.handle", "x").await.is_ok());
     }
 }

@@ -729,7 +729,7 @@ impl BlobJob {
         let result = self.download(&lease, &write_ref).await;
         if result.is_ok() {
             // Test hook (only `kill` is meaningful here): die with a blob stored under a lease.
-            let _ = crate::failpoint::hit("pull.after_blob", &self.reference.to_string());
+            let _ = crate::failpoint::hit("pull.after_blob", &self.reference.to_string()).await;
         }
         if let Err(e) = &result {
             if is_bad_data(e) {

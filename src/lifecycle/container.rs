@@ -276,6 +276,7 @@ impl Pods {
             ));
         }
         crate::failpoint::hit("container.after_snapshot", &metadata.name)
+            .await
             .map_err(ContainerError::Failpoint)?;
 
         let target_pid = match &req.target_id {
@@ -357,6 +358,7 @@ impl Pods {
             ));
         }
         crate::failpoint::hit("container.after_record", &metadata.name)
+            .await
             .map_err(ContainerError::Failpoint)?;
         self.containers_store().add(container)?;
         // The container record now holds the snapshot; the creation lease can go. Best effort:
@@ -525,7 +527,7 @@ impl Pods {
         let Ok(container) = self.containers_store().get(id) else {
             return Ok(()); // removed meanwhile
         };
-        crate::failpoint::hit("exit.handle", &container.metadata().name)?;
+        crate::failpoint::hit("exit.handle", &container.metadata().name).await?;
         // Durable first: the record says EXITED before the task (the shim holding the exit
         // status) goes, so a crash in between loses nothing. Then the task is deleted, and only
         // then the exit becomes visible: Stop/RemoveContainer wait for it, so their own

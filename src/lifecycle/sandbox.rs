@@ -526,6 +526,7 @@ impl Pods {
             netns_path = Some(path);
         }
         crate::failpoint::hit("sandbox.after_network", &cfg.name)
+            .await
             .map_err(SandboxError::Failpoint)?;
 
         // No hostname asked for: the node's, as containerd does (pod names can be longer than
@@ -575,6 +576,7 @@ impl Pods {
             ));
         }
         crate::failpoint::hit("sandbox.after_snapshot", &cfg.name)
+            .await
             .map_err(SandboxError::Failpoint)?;
 
         let mut sandbox_cfg = cfg.clone();
@@ -667,7 +669,9 @@ impl Pods {
                 }),
             ));
         }
-        crate::failpoint::hit("sandbox.after_task", &cfg.name).map_err(SandboxError::Failpoint)?;
+        crate::failpoint::hit("sandbox.after_task", &cfg.name)
+            .await
+            .map_err(SandboxError::Failpoint)?;
         let pid = self.tasks.start(id).await?;
         // The container record now holds the snapshot; the creation lease can go.
         self.images.backend.leases.delete(&lease, false).await?;

@@ -514,10 +514,11 @@ impl Pods {
             .contains(id)
     }
 
-    /// Records container `id`'s exit (status and time from containerd): RUNNING → EXITED once
-    /// (later calls find it recorded), persisted, one STOPPED event; then the task is deleted
-    /// and the log closed. Idempotent, so the event queue may retry it; an error (containerd
-    /// unreachable, or the `exit.handle` failpoint) asks for a retry.
+    /// Records container `id`'s exit (status and time from containerd): persisted as EXITED,
+    /// the task deleted, then RUNNING → EXITED in the index once (later calls find it
+    /// recorded) with one STOPPED event, and the log closed. Idempotent, so the event queue may
+    /// retry it; an error (containerd unreachable, or the `exit.handle` failpoint) asks for a
+    /// retry.
     pub(crate) async fn handle_exit(
         &self,
         id: &str,

@@ -72,6 +72,27 @@ pub(crate) fn oom_killed_in_cgroup(spec: &[u8], id: &str) -> bool {
         .is_some_and(|n| n > 0)
 }
 
+/// When process `pid` started, in ns since the epoch: its start time in clock ticks after
+/// boot (`/proc/<pid>/stat` field 22) plus the boot time (`btime` in `/proc/stat`).
+pub(crate) fn process_start_ns(pid: u32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 2 (comm) may hold spaces and parentheses: count from the last ')'.
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let ticks: i64 = after_comm.split_whitespace().nth(19)?.parse().ok()?;
+    let btime: i64 = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok()??;
+    if hz <= 0 {
+        return None;
+    }
+    Some(btime * 1_000_000_000 + ticks * (1_000_000_000 / hz as i64))
+}
+
 /// Breadth-first search below `root` (at most `depth` levels) for a directory named `name`.
 fn find_dir_named(root: &std::path::Path, name: &str, depth: usize) -> Option<std::path::PathBuf> {
     let mut level = vec![root.to_path_buf()];
@@ -352,7 +373,8 @@ impl Pods {
                     if container.state() != ContainerState::Running {
                         // Killed between Tasks.Start and recording it (the record says CREATED).
                         let _ = container.begin_start();
-                        let _ = container.record_started(s.pid, now_ns());
+                        let started = process_start_ns(s.pid).unwrap_or_else(now_ns);
+                        let _ = container.record_started(s.pid, started);
                     }
                     let copiers = self.resume_io(&container).await;
                     self.monitor_container_exit(container.clone(), copiers);
@@ -462,5 +484,39 @@ impl Pods {
         }
         self.register_io(container.id(), fifos, Some(writer));
         copiers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_started_moments_ago() {
+        let start = process_start_ns(std::process::id()).expect("start time");
+        let now = now_ns();
+        assert!(start <= now, "{start} > {now}");
+        assert!(
+            now - start < 10 * 60 * 1_000_000_000,
+            "started {} s ago?",
+            (now - start) / 1_000_000_000
+        );
+        assert_eq!(process_start_ns(u32::MAX), None);
+    }
+
+    #[test]
+    fn finds_a_cgroup_dir_by_name_within_the_depth() {
+        let tmp = tempfile::tempdir().unwrap();
+        let deep = tmp.path().join("a/b/c/abc123");
+        std::fs::create_dir_all(&deep).unwrap();
+        assert_eq!(find_dir_named(tmp.path(), "abc123", 4), Some(deep));
+        assert_eq!(find_dir_named(tmp.path(), "abc123", 3), None);
+        assert_eq!(find_dir_named(tmp.path(), "nope", 6), None);
+    }
+
+    #[test]
+    fn no_cgroup_means_no_oom() {
+        let spec = br#"{"linux":{"cgroupsPath":"/remora-test-none/xyz"}}"#;
+        assert!(!oom_killed_in_cgroup(spec, "xyz"));
     }
 }

@@ -10,38 +10,19 @@ use std::process::Command;
 use k8s_cri::v1;
 use tonic::Code;
 
+use crate::cri;
 use crate::harness::{tool, BedRemora};
 
+/// The pods of these tests: [`cri::pod_config`] with a hostname.
 fn pod(name: &str, log_dir: &Path) -> v1::PodSandboxConfig {
     v1::PodSandboxConfig {
-        metadata: Some(v1::PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "remora-it".into(),
-            attempt: 0,
-        }),
         hostname: "bad-input".into(),
-        log_directory: log_dir.display().to_string(),
-        linux: Some(v1::LinuxPodSandboxConfig::default()),
-        ..Default::default()
+        ..cri::pod_config(name, log_dir, false)
     }
 }
 
 fn container(name: &str) -> v1::ContainerConfig {
-    v1::ContainerConfig {
-        metadata: Some(v1::ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(v1::ImageSpec {
-            image: "busybox".into(),
-            ..Default::default()
-        }),
-        command: vec!["sleep".into(), "3600".into()],
-        log_path: format!("{name}.log"),
-        linux: Some(v1::LinuxContainerConfig::default()),
-        ..Default::default()
-    }
+    cri::container_config(name, &["sleep", "3600"])
 }
 
 fn state_dir(bed: &BedRemora) -> PathBuf {
@@ -79,31 +60,6 @@ fn creation_leases(bed: &BedRemora) -> Vec<String> {
         .filter(|l| l.contains("remora-create"))
         .map(String::from)
         .collect()
-}
-
-async fn run(bed: &BedRemora, config: v1::PodSandboxConfig) -> Result<String, tonic::Status> {
-    bed.remora
-        .runtime()
-        .run_pod_sandbox(v1::RunPodSandboxRequest {
-            config: Some(config),
-            runtime_handler: String::new(),
-        })
-        .await
-        .map(|r| r.into_inner().pod_sandbox_id)
-}
-
-async fn remove_pod(bed: &BedRemora, id: &str) {
-    let mut rt = bed.remora.runtime();
-    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .expect("StopPodSandbox");
-    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .expect("RemovePodSandbox");
 }
 
 type PodEdit = Box<dyn FnOnce(&mut v1::PodSandboxConfig)>;
@@ -223,7 +179,7 @@ async fn rejected_pods_are_invalid_argument_and_leave_nothing_behind() {
     for (i, (edit, want)) in cases.into_iter().enumerate() {
         let mut config = pod(&format!("bad-{i}"), logs.path());
         edit(&mut config);
-        let err = run(&bed, config).await.expect_err(want);
+        let err = cri::run_pod(&bed.remora, &config).await.expect_err(want);
         assert_eq!(err.code(), Code::InvalidArgument, "{want}: {err:?}");
         assert!(err.message().contains(want), "{want}: {}", err.message());
         assert!(
@@ -258,14 +214,16 @@ async fn rejected_pods_are_invalid_argument_and_leave_nothing_behind() {
     sysctl("net.ipv4.ip_unprivileged_port_start")(&mut ok);
     ok.annotations.insert("big".into(), "a".repeat(400 * 1024));
     ok.labels.insert("big".into(), "v".repeat(4000));
-    let id = run(&bed, ok).await.expect("a pod at the limits runs");
+    let id = cri::run_pod(&bed.remora, &ok)
+        .await
+        .expect("a pod at the limits runs");
     let mut again = pod("bad-0", logs.path());
     again.metadata.as_mut().unwrap().uid = "uid-bad-0".into();
-    let id2 = run(&bed, again)
+    let id2 = cri::run_pod(&bed.remora, &again)
         .await
         .expect("a refused pod's name is free");
-    remove_pod(&bed, &id).await;
-    remove_pod(&bed, &id2).await;
+    cri::remove_pod(&bed.remora, &id).await;
+    cri::remove_pod(&bed.remora, &id2).await;
 }
 
 type ContainerEdit = Box<dyn FnOnce(&mut v1::ContainerConfig)>;
@@ -294,19 +252,11 @@ fn mount(container_path: &'static str, host_path: impl Into<String>) -> Containe
 async fn rejected_containers_are_invalid_argument_and_leave_nothing_behind() {
     let bed = BedRemora::start_with_network();
     let logs = crate::harness::scratch();
-    bed.remora
-        .images()
-        .pull_image(v1::PullImageRequest {
-            image: Some(v1::ImageSpec {
-                image: "busybox".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+    cri::pull(&bed.remora, "busybox")
         .await
         .expect("pull busybox");
     let pod_config = pod("containers", logs.path());
-    let pod_id = run(&bed, pod_config.clone()).await.expect("pod");
+    let pod_id = cri::run_pod(&bed.remora, &pod_config).await.expect("pod");
     let snapshots_before = non_layer_snapshots(&bed);
     // Bind sources of refused mounts: none may be created.
     let host_dir = crate::harness::scratch();
@@ -401,12 +351,7 @@ async fn rejected_containers_are_invalid_argument_and_leave_nothing_behind() {
     for (i, (edit, want)) in cases.into_iter().enumerate() {
         let mut c = container(&format!("bad-{i}"));
         edit(&mut c);
-        let err = rt
-            .create_container(v1::CreateContainerRequest {
-                pod_sandbox_id: pod_id.clone(),
-                config: Some(c),
-                sandbox_config: Some(pod_config.clone()),
-            })
+        let err = cri::create(&bed.remora, &pod_id, &pod_config, c)
             .await
             .expect_err(want);
         assert_eq!(err.code(), Code::InvalidArgument, "{want}: {err:?}");
@@ -415,12 +360,7 @@ async fn rejected_containers_are_invalid_argument_and_leave_nothing_behind() {
     // The pod config the request carries is checked too (the log file is built from it).
     let mut relative_logs = pod_config.clone();
     relative_logs.log_directory = "relative/logs".into();
-    let err = rt
-        .create_container(v1::CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(container("logs")),
-            sandbox_config: Some(relative_logs),
-        })
+    let err = cri::create(&bed.remora, &pod_id, &relative_logs, container("logs"))
         .await
         .expect_err("relative log directory");
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
@@ -462,21 +402,14 @@ async fn rejected_containers_are_invalid_argument_and_leave_nothing_behind() {
         }),
         ..Default::default()
     });
-    let id = rt
-        .create_container(v1::CreateContainerRequest {
-            pod_sandbox_id: pod_id.clone(),
-            config: Some(ok),
-            sandbox_config: Some(pod_config.clone()),
-        })
+    let id = cri::create(&bed.remora, &pod_id, &pod_config, ok)
         .await
-        .expect("a container at the limits is created")
-        .into_inner()
-        .container_id;
+        .expect("a container at the limits is created");
     assert!(host_dir.path().join("made").is_dir(), "bind source made");
     rt.remove_container(v1::RemoveContainerRequest { container_id: id })
         .await
         .expect("remove");
-    remove_pod(&bed, &pod_id).await;
+    cri::remove_pod(&bed.remora, &pod_id).await;
 }
 
 #[tokio::test]

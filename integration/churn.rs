@@ -18,6 +18,7 @@ use k8s_cri::v1;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
 
+use crate::cri;
 use crate::harness::{scratch, BedRemora};
 
 /// Pod cycles in all.
@@ -304,40 +305,22 @@ async fn take_census(
 /// The pod of worker `slot`: each worker reuses its pod's name (and so its container's) for
 /// every cycle, so a name not released on removal fails the next cycle with ALREADY_EXISTS.
 fn pod_config(slot: usize, logs: &Path) -> v1::PodSandboxConfig {
+    let name = format!("churn-{slot}");
     v1::PodSandboxConfig {
-        metadata: Some(v1::PodSandboxMetadata {
-            name: format!("churn-{slot}"),
-            uid: format!("uid-churn-{slot}"),
-            namespace: "remora-it".into(),
-            attempt: 0,
-        }),
-        hostname: format!("churn-{slot}"),
-        log_directory: logs.display().to_string(),
-        linux: Some(v1::LinuxPodSandboxConfig::default()),
-        ..Default::default()
+        hostname: name.clone(),
+        ..cri::pod_config(&name, logs, false)
     }
 }
 
 fn container_config(slot: usize) -> v1::ContainerConfig {
     v1::ContainerConfig {
-        metadata: Some(v1::ContainerMetadata {
-            name: "c".into(),
-            attempt: 0,
-        }),
-        image: Some(v1::ImageSpec {
-            image: "busybox".into(),
-            ..Default::default()
-        }),
+        log_path: format!("churn-{slot}.log"),
         // Writes to its log, and exits on SIGTERM (PID 1 has no default handler), so
         // StopContainer takes the graceful path.
-        command: vec![
-            "sh".into(),
-            "-c".into(),
-            "echo started; trap 'echo bye; exit 0' TERM; sleep 3600 & wait".into(),
-        ],
-        log_path: format!("churn-{slot}.log"),
-        linux: Some(v1::LinuxContainerConfig::default()),
-        ..Default::default()
+        ..cri::shell_container(
+            "c",
+            "echo started; trap 'echo bye; exit 0' TERM; sleep 3600 & wait",
+        )
     }
 }
 
@@ -555,15 +538,7 @@ async fn churn_of_200_pod_cycles_leaks_nothing() {
         .to_path_buf();
     let logs = scratch();
     let made = Arc::new(Mutex::new(Made::default()));
-    bed.remora
-        .images()
-        .pull_image(v1::PullImageRequest {
-            image: Some(v1::ImageSpec {
-                image: "busybox".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+    cri::pull(&bed.remora, "busybox")
         .await
         .expect("pull busybox");
     // One client (one connection) for the whole test, so remora's fd count only moves when

@@ -5,38 +5,8 @@ use std::time::Duration;
 use k8s_cri::v1;
 use tonic::Code;
 
+use crate::cri::{self, container_config as container};
 use crate::harness::{wait_until, BedRemora};
-
-fn pod(name: &str, log_dir: &std::path::Path) -> v1::PodSandboxConfig {
-    v1::PodSandboxConfig {
-        metadata: Some(v1::PodSandboxMetadata {
-            name: name.into(),
-            uid: format!("uid-{name}"),
-            namespace: "remora-it".into(),
-            attempt: 0,
-        }),
-        log_directory: log_dir.display().to_string(),
-        linux: Some(v1::LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    }
-}
-
-fn container(name: &str, command: &[&str]) -> v1::ContainerConfig {
-    v1::ContainerConfig {
-        metadata: Some(v1::ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(v1::ImageSpec {
-            image: "busybox".into(),
-            ..Default::default()
-        }),
-        command: command.iter().map(|s| s.to_string()).collect(),
-        log_path: format!("{name}.log"),
-        linux: Some(v1::LinuxContainerConfig::default()),
-        ..Default::default()
-    }
-}
 
 struct Pod<'a> {
     bed: &'a BedRemora,
@@ -45,89 +15,35 @@ struct Pod<'a> {
 }
 
 async fn start_pod<'a>(bed: &'a BedRemora, name: &str, log_dir: &std::path::Path) -> Pod<'a> {
-    let mut img = bed.remora.images();
-    img.pull_image(v1::PullImageRequest {
-        image: Some(v1::ImageSpec {
-            image: "busybox".into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .expect("pull busybox");
-    let config = pod(name, log_dir);
-    let id = bed
-        .remora
-        .runtime()
-        .run_pod_sandbox(v1::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: String::new(),
-        })
+    cri::pull(&bed.remora, "busybox")
         .await
-        .expect("RunPodSandbox")
-        .into_inner()
-        .pod_sandbox_id;
+        .expect("pull busybox");
+    let config = cri::pod_config(name, log_dir, false);
+    let id = cri::run_pod(&bed.remora, &config)
+        .await
+        .expect("RunPodSandbox");
     Pod { bed, id, config }
 }
 
 impl Pod<'_> {
     async fn create(&self, c: v1::ContainerConfig) -> Result<String, tonic::Status> {
-        self.bed
-            .remora
-            .runtime()
-            .create_container(v1::CreateContainerRequest {
-                pod_sandbox_id: self.id.clone(),
-                config: Some(c),
-                sandbox_config: Some(self.config.clone()),
-            })
-            .await
-            .map(|r| r.into_inner().container_id)
+        cri::create(&self.bed.remora, &self.id, &self.config, c).await
     }
 
     async fn start(&self, id: &str) {
-        self.bed
-            .remora
-            .runtime()
-            .start_container(v1::StartContainerRequest {
-                container_id: id.into(),
-            })
-            .await
-            .expect("StartContainer");
+        cri::start(&self.bed.remora, id).await;
     }
 
     async fn status(&self, id: &str) -> Result<v1::ContainerStatus, tonic::Status> {
-        self.bed
-            .remora
-            .runtime()
-            .container_status(v1::ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: false,
-            })
-            .await
-            .map(|r| r.into_inner().status.expect("status"))
+        cri::status(&self.bed.remora, id).await
     }
 
     async fn wait_exited(&self, id: &str) -> v1::ContainerStatus {
-        wait_until("the container to exit", Duration::from_secs(30), || async {
-            self.status(id).await.ok().map(|s| s.state)
-                == Some(v1::ContainerState::ContainerExited as i32)
-        })
-        .await;
-        self.status(id).await.expect("status")
+        cri::wait_exited(&self.bed.remora, id, Duration::from_secs(30)).await
     }
 
     async fn remove_pod(&self) {
-        let mut rt = self.bed.remora.runtime();
-        rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
-            pod_sandbox_id: self.id.clone(),
-        })
-        .await
-        .expect("StopPodSandbox");
-        rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
-            pod_sandbox_id: self.id.clone(),
-        })
-        .await
-        .expect("RemovePodSandbox");
+        cri::remove_pod(&self.bed.remora, &self.id).await;
     }
 }
 
@@ -295,16 +211,14 @@ async fn create_errors_are_typed() {
     let err = pod.create(absent).await.expect_err("image not present");
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
 
-    let err = bed
-        .remora
-        .runtime()
-        .create_container(v1::CreateContainerRequest {
-            pod_sandbox_id: "0".repeat(64),
-            config: Some(container("orphan", &["true"])),
-            sandbox_config: Some(pod.config.clone()),
-        })
-        .await
-        .expect_err("unknown pod");
+    let err = cri::create(
+        &bed.remora,
+        &"0".repeat(64),
+        &pod.config,
+        container("orphan", &["true"]),
+    )
+    .await
+    .expect_err("unknown pod");
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
 
     let mut nameless = container("x", &["true"]);

@@ -1,5 +1,5 @@
-//! CRI request builders and calls shared by the fault tests (each call makes a fresh client,
-//! so a test can restart remora between calls).
+//! CRI request builders and calls shared by the integration tests (each call makes a fresh
+//! client, so a test can restart remora between calls).
 
 use std::path::Path;
 use std::time::Duration;
@@ -33,22 +33,32 @@ pub fn pod_config(name: &str, log_dir: &Path, host_network: bool) -> v1::PodSand
     }
 }
 
-/// A busybox container running `sh -c script`, logging to `<name>.log`.
-pub fn shell_container(name: &str, script: &str) -> v1::ContainerConfig {
+/// An image spec naming `image`.
+pub fn image_spec(image: &str) -> v1::ImageSpec {
+    v1::ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    }
+}
+
+/// A busybox container running `command`, logging to `<name>.log`.
+pub fn container_config(name: &str, command: &[&str]) -> v1::ContainerConfig {
     v1::ContainerConfig {
         metadata: Some(v1::ContainerMetadata {
             name: name.into(),
             attempt: 0,
         }),
-        image: Some(v1::ImageSpec {
-            image: "busybox".into(),
-            ..Default::default()
-        }),
-        command: vec!["sh".into(), "-c".into(), script.into()],
+        image: Some(image_spec("busybox")),
+        command: command.iter().map(|s| s.to_string()).collect(),
         log_path: format!("{name}.log"),
         linux: Some(v1::LinuxContainerConfig::default()),
         ..Default::default()
     }
+}
+
+/// A busybox container running `sh -c script`, logging to `<name>.log`.
+pub fn shell_container(name: &str, script: &str) -> v1::ContainerConfig {
+    container_config(name, &["sh", "-c", script])
 }
 
 /// Pulls `image`.
@@ -56,10 +66,7 @@ pub async fn pull(remora: &Remora, image: &str) -> Result<String, tonic::Status>
     remora
         .images()
         .pull_image(v1::PullImageRequest {
-            image: Some(v1::ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
+            image: Some(image_spec(image)),
             ..Default::default()
         })
         .await
@@ -79,6 +86,18 @@ pub async fn run_pod(
         })
         .await
         .map(|r| r.into_inner().pod_sandbox_id)
+}
+
+/// PodSandboxStatus.
+pub async fn pod_status(remora: &Remora, pod: &str) -> Result<v1::PodSandboxStatus, tonic::Status> {
+    remora
+        .runtime()
+        .pod_sandbox_status(v1::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.into(),
+            verbose: false,
+        })
+        .await
+        .map(|r| r.into_inner().status.expect("status"))
 }
 
 /// CreateContainer in `pod`.
@@ -109,14 +128,19 @@ pub async fn create_and_start(
     let id = create(remora, pod, pod_config, config)
         .await
         .expect("CreateContainer");
+    start(remora, &id).await;
+    id
+}
+
+/// StartContainer; panics on failure.
+pub async fn start(remora: &Remora, id: &str) {
     remora
         .runtime()
         .start_container(v1::StartContainerRequest {
-            container_id: id.clone(),
+            container_id: id.into(),
         })
         .await
         .expect("StartContainer");
-    id
 }
 
 /// ContainerStatus.
@@ -154,4 +178,14 @@ pub async fn remove_pod(remora: &Remora, pod: &str) {
     })
     .await
     .expect("RemovePodSandbox");
+}
+
+/// Status (of the runtime); panics on failure.
+pub async fn runtime_status(remora: &Remora, verbose: bool) -> v1::StatusResponse {
+    remora
+        .runtime()
+        .status(v1::StatusRequest { verbose })
+        .await
+        .expect("Status")
+        .into_inner()
 }

@@ -206,18 +206,9 @@ async fn remora_killed_mid_create_container_leaves_nothing_after_restart() {
             "{point}: no temporary mount left"
         );
         // The pod is still there and ready, and the name is free.
-        let s = bed
-            .remora
-            .runtime()
-            .pod_sandbox_status(v1::PodSandboxStatusRequest {
-                pod_sandbox_id: pod.clone(),
-                verbose: false,
-            })
+        let s = cri::pod_status(&bed.remora, &pod)
             .await
-            .expect("pod status")
-            .into_inner()
-            .status
-            .expect("status");
+            .expect("pod status");
         assert_eq!(s.state, v1::PodSandboxState::SandboxReady as i32);
         let c = cri::create(
             &bed.remora,
@@ -464,10 +455,7 @@ async fn a_failing_exit_is_retried_in_order_without_delaying_others() {
             bed.remora
                 .images()
                 .image_status(v1::ImageStatusRequest {
-                    image: Some(v1::ImageSpec {
-                        image: tag.clone(),
-                        ..Default::default()
-                    }),
+                    image: Some(cri::image_spec(&tag)),
                     verbose: false,
                 })
                 .await

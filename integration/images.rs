@@ -6,24 +6,11 @@ use std::time::Duration;
 use k8s_cri::v1;
 use tonic::Code;
 
+use crate::cri;
 use crate::harness::{push_image, registry_gets, wait_until, BedRemora};
 
 fn spec(image: &str) -> Option<v1::ImageSpec> {
-    Some(v1::ImageSpec {
-        image: image.to_string(),
-        ..Default::default()
-    })
-}
-
-async fn pull(bed: &BedRemora, image: &str) -> Result<String, tonic::Status> {
-    bed.remora
-        .images()
-        .pull_image(v1::PullImageRequest {
-            image: spec(image),
-            ..Default::default()
-        })
-        .await
-        .map(|r| r.into_inner().image_ref)
+    Some(cri::image_spec(image))
 }
 
 async fn status(bed: &BedRemora, image: &str) -> Option<v1::Image> {
@@ -60,7 +47,9 @@ async fn list(bed: &BedRemora) -> Vec<v1::Image> {
 #[tokio::test]
 async fn pull_list_status_remove_round_trip() {
     let bed = BedRemora::start();
-    let id = pull(&bed, "busybox").await.expect("pull busybox");
+    let id = cri::pull(&bed.remora, "busybox")
+        .await
+        .expect("pull busybox");
     assert!(
         id.starts_with("sha256:") && id.len() == 71,
         "image ref is the id: {id}"
@@ -134,7 +123,9 @@ async fn pull_list_status_remove_round_trip() {
 async fn user_of_the_image_config_is_reported() {
     let bed = BedRemora::start();
     let pushed = push_image(1, 1000).await;
-    pull(&bed, &pushed.reference).await.expect("pull");
+    cri::pull(&bed.remora, &pushed.reference)
+        .await
+        .expect("pull");
     let img = status(&bed, &pushed.reference).await.expect("present");
     assert_eq!(img.id, pushed.config);
     assert_eq!(
@@ -148,8 +139,12 @@ async fn user_of_the_image_config_is_reported() {
 #[tokio::test]
 async fn one_image_under_two_registry_names_is_one_image_with_two_tags() {
     let bed = BedRemora::start();
-    let a = pull(&bed, "registry.k8s.io/pause:3.9").await.expect("pull");
-    let b = pull(&bed, "k8s.gcr.io/pause:3.9").await.expect("pull");
+    let a = cri::pull(&bed.remora, "registry.k8s.io/pause:3.9")
+        .await
+        .expect("pull");
+    let b = cri::pull(&bed.remora, "k8s.gcr.io/pause:3.9")
+        .await
+        .expect("pull");
     assert_eq!(a, b);
     let img = status(&bed, &a).await.expect("present");
     assert_eq!(
@@ -157,7 +152,7 @@ async fn one_image_under_two_registry_names_is_one_image_with_two_tags() {
         vec!["k8s.gcr.io/pause:3.9", "registry.k8s.io/pause:3.9"]
     );
     // The sandbox image pause:3.10 is a different image.
-    let c = pull(&bed, "registry.k8s.io/pause:3.10")
+    let c = cri::pull(&bed.remora, "registry.k8s.io/pause:3.10")
         .await
         .expect("pull");
     assert_ne!(a, c);
@@ -172,7 +167,9 @@ async fn pull_by_digest_reference() {
     let bed = BedRemora::start();
     let pushed = push_image(2, 2000).await;
     let by_digest = format!("registry.k8s.io/{}@{}", pushed.repository, pushed.manifest);
-    let id = pull(&bed, &by_digest).await.expect("pull by digest");
+    let id = cri::pull(&bed.remora, &by_digest)
+        .await
+        .expect("pull by digest");
     assert_eq!(id, pushed.config);
     let img = status(&bed, &by_digest).await.expect("present");
     assert!(
@@ -228,11 +225,13 @@ async fn bad_references_are_invalid_argument_and_missing_images_not_found() {
     let certs = certs_dir(&[("local.remora.test", "http://127.0.0.1:5000")]);
     let bed = BedRemora::start_with_certs(certs.path());
     for bad in ["", "Busybox", "busybox:", "a//b", "busybox@sha256:123"] {
-        let err = pull(&bed, bad).await.expect_err(bad);
+        let err = cri::pull(&bed.remora, bad).await.expect_err(bad);
         assert_eq!(err.code(), Code::InvalidArgument, "{bad:?}: {err:?}");
     }
     let missing = "local.remora.test/remora-it/does-not-exist:1";
-    let err = pull(&bed, missing).await.expect_err("missing image");
+    let err = cri::pull(&bed.remora, missing)
+        .await
+        .expect_err("missing image");
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
     assert!(err.message().contains(missing), "{}", err.message());
     // Nothing was left behind in containerd.
@@ -246,7 +245,7 @@ async fn unreachable_registry_is_unavailable_and_leaves_nothing() {
     // A registry whose only endpoint refuses connections.
     let certs = certs_dir(&[("unreachable.remora.test", "http://127.0.0.1:9")]);
     let bed = BedRemora::start_with_certs(certs.path());
-    let err = pull(&bed, "unreachable.remora.test/x/y:1")
+    let err = cri::pull(&bed.remora, "unreachable.remora.test/x/y:1")
         .await
         .expect_err("unreachable");
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
@@ -262,7 +261,7 @@ async fn unreachable_registry_is_unavailable_and_leaves_nothing() {
 #[tokio::test]
 async fn images_tagged_or_removed_by_another_client_follow_in_the_index() {
     let bed = BedRemora::start();
-    let id = pull(&bed, "busybox").await.expect("pull");
+    let id = cri::pull(&bed.remora, "busybox").await.expect("pull");
     bed.ctr(&[
         "images",
         "tag",
@@ -291,7 +290,7 @@ async fn images_tagged_or_removed_by_another_client_follow_in_the_index() {
 #[tokio::test]
 async fn image_fs_info_reports_the_snapshotter() {
     let bed = BedRemora::start();
-    pull(&bed, "busybox").await.expect("pull");
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
     let info = bed
         .remora
         .images()
@@ -351,7 +350,7 @@ async fn a_corrupted_blob_fails_the_pull_cleanly() {
     data[mid] ^= 0xff;
     std::fs::write(&file, &data).unwrap();
 
-    let err = pull(&bed, &pushed.reference)
+    let err = cri::pull(&bed.remora, &pushed.reference)
         .await
         .expect_err("corrupt blob");
     assert_eq!(err.code(), Code::DataLoss, "{err:?}");
@@ -368,7 +367,7 @@ async fn a_corrupted_blob_fails_the_pull_cleanly() {
     // write was discarded, not resumed.
     std::fs::write(&file, &original).unwrap();
     assert_eq!(
-        pull(&bed, &pushed.reference)
+        cri::pull(&bed.remora, &pushed.reference)
             .await
             .expect("pull after repair"),
         pushed.config
@@ -384,7 +383,9 @@ async fn a_blob_cut_short_by_the_registry_fails_the_pull_cleanly() {
     let data = std::fs::read(&file).expect("blob file of the pushed layer");
     std::fs::write(&file, &data[..data.len() / 3]).unwrap();
 
-    let err = pull(&bed, &pushed.reference).await.expect_err("short blob");
+    let err = cri::pull(&bed.remora, &pushed.reference)
+        .await
+        .expect_err("short blob");
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     assert!(
         err.message().contains(&pushed.repository),

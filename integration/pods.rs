@@ -3,16 +3,13 @@
 use k8s_cri::v1;
 use tonic::Code;
 
+use crate::cri;
 use crate::harness::{scratch, BedRemora, TESTBED_CERTS};
 
+/// [`cri::pod_config`] with uid `uid`, a hostname, a label, an annotation, DNS and no log
+/// directory.
 fn pod_config(name: &str, uid: &str) -> v1::PodSandboxConfig {
-    v1::PodSandboxConfig {
-        metadata: Some(v1::PodSandboxMetadata {
-            name: name.to_string(),
-            uid: uid.to_string(),
-            namespace: "remora-it".to_string(),
-            attempt: 0,
-        }),
+    let mut config = v1::PodSandboxConfig {
         hostname: format!("{name}-host"),
         labels: [("app".to_string(), name.to_string())].into(),
         annotations: [("note".to_string(), "from the test".to_string())].into(),
@@ -21,9 +18,10 @@ fn pod_config(name: &str, uid: &str) -> v1::PodSandboxConfig {
             searches: vec!["remora-it.svc.cluster.local".into()],
             options: vec!["ndots:5".into()],
         }),
-        linux: Some(v1::LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    }
+        ..cri::pod_config(name, std::path::Path::new(""), false)
+    };
+    config.metadata.as_mut().expect("metadata").uid = uid.to_string();
+    config
 }
 
 async fn run(
@@ -292,20 +290,6 @@ async fn a_failed_run_pod_sandbox_leaves_nothing_behind() {
         .output();
 }
 
-async fn pull(bed: &BedRemora, image: &str) {
-    bed.remora
-        .images()
-        .pull_image(v1::PullImageRequest {
-            image: Some(v1::ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap_or_else(|e| panic!("pull {image}: {e:?}"));
-}
-
 async fn start_container(
     bed: &BedRemora,
     pod: &str,
@@ -314,35 +298,12 @@ async fn start_container(
     image: &str,
     cmd: &[&str],
 ) -> String {
-    let mut rt = bed.remora.runtime();
-    let id = rt
-        .create_container(v1::CreateContainerRequest {
-            pod_sandbox_id: pod.into(),
-            config: Some(v1::ContainerConfig {
-                metadata: Some(v1::ContainerMetadata {
-                    name: name.into(),
-                    attempt: 0,
-                }),
-                image: Some(v1::ImageSpec {
-                    image: image.into(),
-                    ..Default::default()
-                }),
-                command: cmd.iter().map(|s| s.to_string()).collect(),
-                linux: Some(v1::LinuxContainerConfig::default()),
-                ..Default::default()
-            }),
-            sandbox_config: Some(config.clone()),
-        })
-        .await
-        .expect("CreateContainer")
-        .into_inner()
-        .container_id;
-    rt.start_container(v1::StartContainerRequest {
-        container_id: id.clone(),
-    })
-    .await
-    .expect("StartContainer");
-    id
+    let container = v1::ContainerConfig {
+        image: Some(cri::image_spec(image)),
+        log_path: String::new(),
+        ..cri::container_config(name, cmd)
+    };
+    cri::create_and_start(&bed.remora, pod, config, container).await
 }
 
 #[tokio::test]
@@ -350,8 +311,11 @@ async fn pods_talk_over_the_bridge_and_a_host_port_reaches_a_pod() {
     const NGINX: &str = "registry.k8s.io/e2e-test-images/nginx:1.14-2";
     const HOST_PORT: i32 = 12890;
     let bed = BedRemora::start_with_network();
-    pull(&bed, NGINX).await;
-    pull(&bed, "busybox").await;
+    for image in [NGINX, "busybox"] {
+        cri::pull(&bed.remora, image)
+            .await
+            .unwrap_or_else(|e| panic!("pull {image}: {e:?}"));
+    }
 
     let mut server_cfg = pod_config("server", "uid-server");
     server_cfg.port_mappings = vec![v1::PortMapping {

@@ -5,117 +5,55 @@ use std::time::Duration;
 
 use k8s_cri::v1;
 
+use crate::cri;
 use crate::harness::{scratch, wait_until, BedRemora};
 
 #[tokio::test]
 async fn pods_and_containers_survive_a_remora_crash() {
     let mut bed = BedRemora::start_with_network();
     let logs = scratch();
-    let mut img = bed.remora.images();
-    img.pull_image(v1::PullImageRequest {
-        image: Some(v1::ImageSpec {
-            image: "busybox".into(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-    .await
-    .expect("pull");
-    let pod_config = v1::PodSandboxConfig {
-        metadata: Some(v1::PodSandboxMetadata {
-            name: "survivor".into(),
-            uid: "uid-survivor".into(),
-            namespace: "remora-it".into(),
-            attempt: 0,
-        }),
-        log_directory: logs.path().display().to_string(),
-        linux: Some(v1::LinuxPodSandboxConfig::default()),
-        ..Default::default()
-    };
-    let mut rt = bed.remora.runtime();
-    let pod = rt
-        .run_pod_sandbox(v1::RunPodSandboxRequest {
-            config: Some(pod_config.clone()),
-            runtime_handler: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_sandbox_id;
-    let mk = |name: &str, cmd: &[&str]| v1::CreateContainerRequest {
-        pod_sandbox_id: pod.clone(),
-        config: Some(v1::ContainerConfig {
-            metadata: Some(v1::ContainerMetadata {
-                name: name.into(),
-                attempt: 0,
-            }),
-            image: Some(v1::ImageSpec {
-                image: "busybox".into(),
-                ..Default::default()
-            }),
-            command: cmd.iter().map(|s| s.to_string()).collect(),
-            log_path: format!("{name}.log"),
-            linux: Some(v1::LinuxContainerConfig::default()),
-            ..Default::default()
-        }),
-        sandbox_config: Some(pod_config.clone()),
-    };
-    let long = rt
-        .create_container(mk(
-            "long",
-            &["sh", "-c", "while true; do echo alive; sleep 0.2; done"],
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .container_id;
-    let short = rt
-        .create_container(mk("short", &["sh", "-c", "sleep 2; exit 5"]))
-        .await
-        .unwrap()
-        .into_inner()
-        .container_id;
-    for id in [&long, &short] {
-        rt.start_container(v1::StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .unwrap();
-    }
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let pod_config = cri::pod_config("survivor", logs.path(), false);
+    let pod = cri::run_pod(&bed.remora, &pod_config).await.unwrap();
+    let long = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &pod_config,
+        cri::shell_container("long", "while true; do echo alive; sleep 0.2; done"),
+    )
+    .await;
+    let short = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &pod_config,
+        cri::shell_container("short", "sleep 2; exit 5"),
+    )
+    .await;
 
     bed.crash();
     // "short" exits while remora is down.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let log_before = std::fs::read_to_string(logs.path().join("long.log")).unwrap_or_default();
     bed.restart();
-    let mut rt = bed.remora.runtime();
 
-    let status = |id: String| {
-        let mut rt = rt.clone();
-        async move {
-            rt.container_status(v1::ContainerStatusRequest {
-                container_id: id,
-                verbose: false,
-            })
-            .await
-            .map(|r| r.into_inner().status.expect("status"))
-        }
-    };
-    wait_until("the index to be rebuilt", Duration::from_secs(15), || {
-        let short = short.clone();
-        async move { status(short).await.is_ok() }
-    })
+    wait_until(
+        "the index to be rebuilt",
+        Duration::from_secs(15),
+        || async { cri::status(&bed.remora, &short).await.is_ok() },
+    )
     .await;
-    let s = status(short.clone()).await.unwrap();
+    let s = cri::status(&bed.remora, &short).await.unwrap();
     assert_eq!(s.state, v1::ContainerState::ContainerExited as i32);
     assert_eq!(
         (s.exit_code, s.reason.as_str()),
         (5, "Error"),
         "the real exit, recorded after the restart"
     );
-    let s = status(long.clone()).await.unwrap();
+    let s = cri::status(&bed.remora, &long).await.unwrap();
     assert_eq!(s.state, v1::ContainerState::ContainerRunning as i32);
-    let pods = rt
+    let pods = bed
+        .remora
+        .runtime()
         .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
         .await
         .unwrap()
@@ -136,24 +74,11 @@ async fn pods_and_containers_survive_a_remora_crash() {
     .await;
 
     // The name stays reserved, and everything can be stopped and removed.
-    let err = rt
-        .run_pod_sandbox(v1::RunPodSandboxRequest {
-            config: Some(pod_config.clone()),
-            runtime_handler: String::new(),
-        })
+    let err = cri::run_pod(&bed.remora, &pod_config)
         .await
         .expect_err("name still taken");
     assert_eq!(err.code(), tonic::Code::AlreadyExists);
-    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
-        pod_sandbox_id: pod.clone(),
-    })
-    .await
-    .unwrap();
-    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
-        pod_sandbox_id: pod.clone(),
-    })
-    .await
-    .unwrap();
+    cri::remove_pod(&bed.remora, &pod).await;
     assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
 }
 
@@ -167,9 +92,7 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
         crate::harness::TESTBED_CERTS
     ));
     let logs = scratch();
-    crate::cri::pull(&bed.remora, "busybox")
-        .await
-        .expect("pull");
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
     let mut events = bed
         .remora
         .runtime()
@@ -182,8 +105,8 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
     let mut pods = Vec::new();
     let mut ids = Vec::new();
     for i in 0..10 {
-        let config = crate::cri::pod_config(&format!("outage-{i}"), logs.path(), true);
-        let pod = crate::cri::run_pod(&bed.remora, &config)
+        let config = cri::pod_config(&format!("outage-{i}"), logs.path(), true);
+        let pod = cri::run_pod(&bed.remora, &config)
             .await
             .expect("RunPodSandbox");
         let script = if i < 3 {
@@ -194,11 +117,11 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
         } else {
             "sleep 3600".to_string()
         };
-        let id = crate::cri::create_and_start(
+        let id = cri::create_and_start(
             &bed.remora,
             &pod,
             &config,
-            crate::cri::shell_container(&format!("c{i}"), &script),
+            cri::shell_container(&format!("c{i}"), &script),
         )
         .await;
         pods.push(pod);
@@ -222,7 +145,7 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
     let back = std::time::Instant::now();
     bed.containerd.restart();
     for (i, id) in ids[..3].iter().enumerate() {
-        let s = crate::cri::wait_exited(&bed.remora, id, Duration::from_secs(60)).await;
+        let s = cri::wait_exited(&bed.remora, id, Duration::from_secs(60)).await;
         assert_eq!(
             (s.exit_code, s.reason.as_str()),
             (11 + i as i32, "Error"),
@@ -243,7 +166,7 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
     );
     // The seven others still run and are watched.
     for id in &ids[3..] {
-        let s = crate::cri::status(&bed.remora, id).await.expect("status");
+        let s = cri::status(&bed.remora, id).await.expect("status");
         assert_eq!(
             s.state,
             v1::ContainerState::ContainerRunning as i32,
@@ -258,10 +181,7 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
     .await
     .expect("stop");
     assert_eq!(
-        crate::cri::status(&bed.remora, &ids[3])
-            .await
-            .unwrap()
-            .state,
+        cri::status(&bed.remora, &ids[3]).await.unwrap().state,
         v1::ContainerState::ContainerExited as i32
     );
 
@@ -282,7 +202,7 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
         );
     }
     for pod in &pods {
-        crate::cri::remove_pod(&bed.remora, pod).await;
+        cri::remove_pod(&bed.remora, pod).await;
     }
 }
 
@@ -295,12 +215,12 @@ async fn recovery_reads_more_records_than_fit_in_a_default_grpc_message() {
     let logs = scratch();
     let mut pods = Vec::new();
     for i in 0..6 {
-        let mut config = crate::cri::pod_config(&format!("big-{i}"), logs.path(), true);
+        let mut config = cri::pod_config(&format!("big-{i}"), logs.path(), true);
         config
             .annotations
             .insert("example.com/big".into(), "x".repeat(400 * 1024));
         pods.push(
-            crate::cri::run_pod(&bed.remora, &config)
+            cri::run_pod(&bed.remora, &config)
                 .await
                 .expect("RunPodSandbox"),
         );
@@ -320,7 +240,7 @@ async fn recovery_reads_more_records_than_fit_in_a_default_grpc_message() {
         .iter()
         .all(|p| p.annotations.get("example.com/big").map(String::len) == Some(400 * 1024)));
     for pod in &pods {
-        crate::cri::remove_pod(&bed.remora, pod).await;
+        cri::remove_pod(&bed.remora, pod).await;
     }
     assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
 }
@@ -330,9 +250,7 @@ async fn records_whose_metadata_cannot_be_read_are_unknown_and_removable() {
     // Records in remora's namespace with remora's labels but no readable metadata (made
     // here with ctr; in life: a newer remora's format, a damaged record).
     let mut bed = BedRemora::start();
-    crate::cri::pull(&bed.remora, "busybox")
-        .await
-        .expect("pull");
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
     let image = bed
         .ctr_ids(&["images", "ls", "-q"])
         .into_iter()
@@ -367,23 +285,16 @@ async fn records_whose_metadata_cannot_be_read_are_unknown_and_removable() {
     bed.crash();
     bed.restart();
     let mut rt = bed.remora.runtime();
-    let c = crate::cri::status(&bed.remora, &ctr).await.expect("status");
+    let c = cri::status(&bed.remora, &ctr).await.expect("status");
     assert_eq!(
         c.state,
         v1::ContainerState::ContainerUnknown as i32,
         "{c:?}"
     );
     assert_eq!(c.metadata.map(|m| m.name).as_deref(), Some("mystery"));
-    let p = rt
-        .pod_sandbox_status(v1::PodSandboxStatusRequest {
-            pod_sandbox_id: pod.clone(),
-            verbose: false,
-        })
+    let p = cri::pod_status(&bed.remora, &pod)
         .await
-        .expect("pod status")
-        .into_inner()
-        .status
-        .expect("status");
+        .expect("pod status");
     assert_eq!(p.state, v1::PodSandboxState::SandboxNotready as i32);
     assert_eq!(p.metadata.map(|m| m.name).as_deref(), Some("ghost"));
 
@@ -398,7 +309,7 @@ async fn records_whose_metadata_cannot_be_read_are_unknown_and_removable() {
     })
     .await
     .expect("remove an UNKNOWN container");
-    crate::cri::remove_pod(&bed.remora, &pod).await;
+    cri::remove_pod(&bed.remora, &pod).await;
     assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
     let snapshots = bed.ctr(&["snapshots", "ls"]);
     assert!(

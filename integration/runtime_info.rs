@@ -5,6 +5,7 @@ use std::time::Duration;
 use k8s_cri::v1;
 use tonic::Code;
 
+use crate::cri;
 use crate::harness::{wait_until, Bed};
 
 fn condition(resp: &v1::StatusResponse, kind: &str) -> v1::RuntimeCondition {
@@ -68,22 +69,13 @@ async fn runtime_config_reports_the_configured_cgroup_driver() {
 #[tokio::test]
 async fn runtime_ready_flips_when_containerd_stops_and_returns() {
     let mut bed = Bed::start("");
-    let mut rt = bed.remora.runtime();
-    let status = rt
-        .status(v1::StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = cri::runtime_status(&bed.remora, false).await;
     let ready = condition(&status, "RuntimeReady");
     assert!(ready.status, "{ready:?}");
     assert!(status.info.is_empty(), "info is only for verbose requests");
 
     bed.containerd.stop();
-    let status = rt
-        .status(v1::StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = cri::runtime_status(&bed.remora, false).await;
     let ready = condition(&status, "RuntimeReady");
     assert!(!ready.status, "containerd is stopped: {ready:?}");
     assert_eq!(ready.reason, "ContainerdUnreachable");
@@ -99,16 +91,12 @@ async fn runtime_ready_flips_when_containerd_stops_and_returns() {
     wait_until(
         "RuntimeReady after containerd restart",
         Duration::from_secs(20),
-        || {
-            let mut rt = rt.clone();
-            async move {
-                let s = rt
-                    .status(v1::StatusRequest { verbose: false })
-                    .await
-                    .unwrap()
-                    .into_inner();
-                condition(&s, "RuntimeReady").status
-            }
+        || async {
+            condition(
+                &cri::runtime_status(&bed.remora, false).await,
+                "RuntimeReady",
+            )
+            .status
         },
     )
     .await;
@@ -128,36 +116,22 @@ async fn containerd_down_at_start_is_reported_then_picked_up() {
     let config =
         crate::harness::remora_config(&socket, &containerd.socket(), &dir.path().join("net.d"), "");
     let remora = crate::harness::Remora::start(dir.path(), &config, &socket);
-    let mut rt = remora.runtime();
     // remora serves even though containerd is absent.
-    let v = rt
+    let v = remora
+        .runtime()
         .version(v1::VersionRequest::default())
         .await
         .unwrap()
         .into_inner();
     assert_eq!(v.runtime_name, "remora");
-    let s = rt
-        .status(v1::StatusRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let s = cri::runtime_status(&remora, false).await;
     assert!(!condition(&s, "RuntimeReady").status);
 
     containerd.restart();
     wait_until(
         "RuntimeReady once containerd starts",
         Duration::from_secs(20),
-        || {
-            let mut rt = rt.clone();
-            async move {
-                let s = rt
-                    .status(v1::StatusRequest::default())
-                    .await
-                    .unwrap()
-                    .into_inner();
-                condition(&s, "RuntimeReady").status
-            }
-        },
+        || async { condition(&cri::runtime_status(&remora, false).await, "RuntimeReady").status },
     )
     .await;
     drop(remora);
@@ -167,12 +141,7 @@ async fn containerd_down_at_start_is_reported_then_picked_up() {
 #[tokio::test]
 async fn network_ready_follows_the_cni_conf_dir() {
     let bed = Bed::start("");
-    let mut rt = bed.remora.runtime();
-    let s = rt
-        .status(v1::StatusRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let s = cri::runtime_status(&bed.remora, false).await;
     let net = condition(&s, "NetworkReady");
     assert!(!net.status);
     assert_eq!(net.reason, "NetworkPluginNotReady");
@@ -184,11 +153,7 @@ async fn network_ready_follows_the_cni_conf_dir() {
         r#"{"cniVersion":"1.0.0","name":"test","plugins":[{"type":"bridge","bridge":"t0"},{"type":"portmap","capabilities":{"portMappings":true}}]}"#,
     )
     .unwrap();
-    let s = rt
-        .status(v1::StatusRequest { verbose: true })
-        .await
-        .unwrap()
-        .into_inner();
+    let s = cri::runtime_status(&bed.remora, true).await;
     let net = condition(&s, "NetworkReady");
     assert!(net.status, "{net:?}");
     let info: serde_json::Value = serde_json::from_str(&s.info["network"]).unwrap();
@@ -201,11 +166,7 @@ async fn network_ready_follows_the_cni_conf_dir() {
     );
 
     std::fs::remove_file(conf_dir.join("10-test.conflist")).unwrap();
-    let s = rt
-        .status(v1::StatusRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let s = cri::runtime_status(&bed.remora, false).await;
     assert!(!condition(&s, "NetworkReady").status);
 }
 

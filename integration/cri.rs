@@ -189,3 +189,20 @@ pub async fn runtime_status(remora: &Remora, verbose: bool) -> v1::StatusRespons
         .expect("Status")
         .into_inner()
 }
+
+/// STOPPED events per container id on `events`, read until none arrives for `quiet`.
+pub async fn count_stopped(
+    events: &mut tonic::Streaming<v1::ContainerEventResponse>,
+    quiet: Duration,
+) -> std::collections::HashMap<String, usize> {
+    let mut stopped = std::collections::HashMap::new();
+    while let Ok(Some(Ok(e))) = tokio::time::timeout(quiet, events.message())
+        .await
+        .map(|r| r.transpose())
+    {
+        if e.container_event_type == v1::ContainerEventType::ContainerStoppedEvent as i32 {
+            *stopped.entry(e.container_id).or_default() += 1;
+        }
+    }
+    stopped
+}

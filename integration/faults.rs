@@ -1,7 +1,6 @@
 //! remora dies at the worst moment (failpoints: `REMORA_FAILPOINTS`), or handling an exit
 //! keeps failing: after a restart nothing is half made, and every exit is recorded once.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1;
@@ -356,12 +355,7 @@ async fn exits_while_remora_is_down_are_recorded_once_with_real_codes_and_oom() 
         assert!(s.finished_at >= s.started_at, "{s:?}");
     }
     // A subscriber after the restart sees each exit once.
-    let mut stopped = HashMap::<String, usize>::new();
-    while let Ok(Some(Ok(e))) = tokio::time::timeout(Duration::from_secs(2), events.next()).await {
-        if e.container_event_type == v1::ContainerEventType::ContainerStoppedEvent as i32 {
-            *stopped.entry(e.container_id).or_default() += 1;
-        }
-    }
+    let stopped = cri::count_stopped(&mut events, Duration::from_secs(2)).await;
     for id in &ids {
         assert_eq!(
             stopped.get(id),
@@ -490,12 +484,7 @@ async fn a_failing_exit_is_retried_in_order_without_delaying_others() {
         .filter(|l| l.contains("event handling failed; retrying") && l.contains(&victim))
         .count();
     assert_eq!(retries, 3, "three failed attempts logged");
-    let mut stopped = HashMap::<String, usize>::new();
-    while let Ok(Some(Ok(e))) = tokio::time::timeout(Duration::from_secs(1), events.next()).await {
-        if e.container_event_type == v1::ContainerEventType::ContainerStoppedEvent as i32 {
-            *stopped.entry(e.container_id).or_default() += 1;
-        }
-    }
+    let stopped = cri::count_stopped(&mut events, Duration::from_secs(1)).await;
     assert_eq!(stopped.get(&victim), Some(&1), "{stopped:?}");
     assert_eq!(stopped.get(&bystander), Some(&1), "{stopped:?}");
     assert_eq!(

@@ -395,20 +395,26 @@ impl Bed {
 
     /// Runs `ctr` against this bed's containerd in remora's namespace; returns stdout.
     pub fn ctr(&self, args: &[&str]) -> String {
-        let out = Command::new(tool("ctr"))
-            .arg("--address")
-            .arg(self.containerd.socket())
-            .args(["-n", "remora"])
-            .args(args)
-            .output()
-            .expect("run ctr");
-        assert!(
-            out.status.success(),
-            "ctr {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        ctr_in(&self.containerd.socket(), "remora", args)
     }
+}
+
+/// Runs `ctr` against the containerd at `address` in `namespace`; returns stdout (panics on
+/// failure).
+pub fn ctr_in(address: &Path, namespace: &str, args: &[&str]) -> String {
+    let out = Command::new(tool("ctr"))
+        .arg("--address")
+        .arg(address)
+        .args(["-n", namespace])
+        .args(args)
+        .output()
+        .expect("run ctr");
+    assert!(
+        out.status.success(),
+        "ctr {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The shared test bed (`scripts/testbed.sh up`): its containerd socket.
@@ -527,17 +533,7 @@ bin_dirs = ["/usr/lib/cni"]
 
     /// Runs `ctr` in this remora's namespace; returns stdout (panics on failure).
     pub fn ctr(&self, args: &[&str]) -> String {
-        let out = Command::new(tool("ctr"))
-            .args(["--address", TESTBED_CONTAINERD, "-n", &self.namespace])
-            .args(args)
-            .output()
-            .expect("run ctr");
-        assert!(
-            out.status.success(),
-            "ctr {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        ctr_in(Path::new(TESTBED_CONTAINERD), &self.namespace, args)
     }
 
     /// Lines of `ctr <args> -q` (ids only).

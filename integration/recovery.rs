@@ -84,7 +84,6 @@ async fn pods_and_containers_survive_a_remora_crash() {
 
 #[tokio::test]
 async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
-    use tokio_stream::StreamExt;
     // A private containerd we can stop; images through the test bed's mirrors; host-network
     // pods, so no CNI is needed.
     let mut bed = crate::harness::Bed::start(&format!(
@@ -186,14 +185,7 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
     );
 
     // Each exit was reported once.
-    let mut stopped = std::collections::HashMap::<String, usize>::new();
-    while let Ok(Some(Ok(e))) =
-        tokio::time::timeout(Duration::from_millis(500), events.next()).await
-    {
-        if e.container_event_type == v1::ContainerEventType::ContainerStoppedEvent as i32 {
-            *stopped.entry(e.container_id).or_default() += 1;
-        }
-    }
+    let stopped = crate::cri::count_stopped(&mut events, Duration::from_millis(500)).await;
     for id in &ids[..4] {
         assert_eq!(
             stopped.get(id),

@@ -5,12 +5,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::diff_client::DiffClient;
-use containerd_client::services::v1::images_client::ImagesClient;
 use containerd_client::services::v1::introspection_client::IntrospectionClient;
-use containerd_client::services::v1::leases_client::LeasesClient;
-use containerd_client::services::v1::snapshots::snapshots_client::SnapshotsClient;
 use containerd_client::services::v1::snapshots::{
     CommitSnapshotRequest, ListSnapshotsRequest, MountsRequest, PrepareSnapshotRequest,
     RemoveSnapshotRequest, StatSnapshotRequest, UsageRequest,
@@ -82,28 +78,23 @@ fn is_code(e: &ContainerdError, code: Code) -> bool {
 #[tonic::async_trait]
 impl Content for Client {
     async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, ContainerdError> {
-        let mut c =
-            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.content_client();
         let req = self.request(
             InfoRequest {
                 digest: digest.to_string(),
             },
             None,
         );
-        match c.info(req).await {
-            Ok(r) => Ok(r.into_inner().info.map(|i| ContentInfo {
-                digest: i.digest,
-                size: i.size,
-                labels: i.labels,
-            })),
-            Err(s) if s.code() == Code::NotFound => Ok(None),
-            Err(s) => Err(self.call_error("Content.Info", s)),
-        }
+        let info = self.found("Content.Info", c.info(req).await)?;
+        Ok(info.and_then(|r| r.info).map(|i| ContentInfo {
+            digest: i.digest,
+            size: i.size,
+            labels: i.labels,
+        }))
     }
 
     async fn read(&self, digest: &str) -> Result<Bytes, ContainerdError> {
-        let mut c =
-            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.content_client();
         let req = self.request(
             ReadContentRequest {
                 digest: digest.to_string(),
@@ -131,8 +122,7 @@ impl Content for Client {
         write_ref: &str,
         blob: &Blob,
     ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
-        let mut c =
-            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.content_client();
         let (tx, rx) = mpsc::channel::<WriteContentRequest>(1);
         let stat = WriteContentRequest {
             action: WriteAction::Stat as i32,
@@ -170,19 +160,15 @@ impl Content for Client {
     }
 
     async fn abort(&self, write_ref: &str) -> Result<(), ContainerdError> {
-        let mut c =
-            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.content_client();
         let req = self.request(
             AbortRequest {
                 r#ref: write_ref.to_string(),
             },
             None,
         );
-        match c.abort(req).await {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
-            Err(s) => Err(self.call_error("Content.Abort", s)),
-        }
+        self.found("Content.Abort", c.abort(req).await)?;
+        Ok(())
     }
 
     async fn set_labels(
@@ -190,8 +176,7 @@ impl Content for Client {
         digest: &str,
         labels: HashMap<String, String>,
     ) -> Result<(), ContainerdError> {
-        let mut c =
-            ContentClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.content_client();
         let paths = labels.keys().map(|k| format!("labels.{k}")).collect();
         let req = self.request(
             UpdateRequest {
@@ -297,24 +282,19 @@ impl ContentWriter for Writer {
 #[tonic::async_trait]
 impl Images for Client {
     async fn get(&self, name: &str) -> Result<Option<ImageRecord>, ContainerdError> {
-        let mut c =
-            ImagesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.images_client();
         let req = self.request(
             GetImageRequest {
                 name: name.to_string(),
             },
             None,
         );
-        match c.get(req).await {
-            Ok(r) => Ok(r.into_inner().image.map(record_from_pb)),
-            Err(s) if s.code() == Code::NotFound => Ok(None),
-            Err(s) => Err(self.call_error("Images.Get", s)),
-        }
+        let r = self.found("Images.Get", c.get(req).await)?;
+        Ok(r.and_then(|r| r.image).map(record_from_pb))
     }
 
     async fn list(&self) -> Result<Vec<ImageRecord>, ContainerdError> {
-        let mut c =
-            ImagesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.images_client();
         let req = self.request(ListImagesRequest { filters: vec![] }, None);
         let r = c
             .list(req)
@@ -328,8 +308,7 @@ impl Images for Client {
     }
 
     async fn put(&self, record: ImageRecord) -> Result<(), ContainerdError> {
-        let mut c =
-            ImagesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.images_client();
         let image = Image {
             name: record.name.clone(),
             labels: record.labels.clone(),
@@ -367,8 +346,7 @@ impl Images for Client {
     }
 
     async fn delete(&self, name: &str) -> Result<(), ContainerdError> {
-        let mut c =
-            ImagesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.images_client();
         let req = self.request(
             DeleteImageRequest {
                 name: name.to_string(),
@@ -377,19 +355,15 @@ impl Images for Client {
             },
             None,
         );
-        match c.delete(req).await {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
-            Err(s) => Err(self.call_error("Images.Delete", s)),
-        }
+        self.found("Images.Delete", c.delete(req).await)?;
+        Ok(())
     }
 }
 
 #[tonic::async_trait]
 impl Leases for Client {
     async fn create(&self, id: &str, expire_secs: u64) -> Result<(), ContainerdError> {
-        let mut c =
-            LeasesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.leases_client();
         let expire = std::time::SystemTime::now() + std::time::Duration::from_secs(expire_secs);
         let expire = humantime::format_rfc3339_seconds(expire).to_string();
         let labels = HashMap::from([("containerd.io/gc.expire".to_string(), expire)]);
@@ -407,8 +381,7 @@ impl Leases for Client {
     }
 
     async fn delete(&self, id: &str, sync: bool) -> Result<(), ContainerdError> {
-        let mut c =
-            LeasesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.leases_client();
         let req = self.request(
             DeleteLeaseRequest {
                 id: id.to_string(),
@@ -416,16 +389,12 @@ impl Leases for Client {
             },
             None,
         );
-        match c.delete(req).await {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
-            Err(s) => Err(self.call_error("Leases.Delete", s)),
-        }
+        self.found("Leases.Delete", c.delete(req).await)?;
+        Ok(())
     }
 
     async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError> {
-        let mut c =
-            LeasesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.leases_client();
         let req = self.request(
             containerd_client::services::v1::ListRequest {
                 filters: Vec::new(),
@@ -453,8 +422,7 @@ impl Leases for Client {
     }
 
     async fn add_content(&self, id: &str, digest: &str) -> Result<(), ContainerdError> {
-        let mut c =
-            LeasesClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.leases_client();
         let req = self.request(
             AddResourceRequest {
                 id: id.to_string(),
@@ -475,8 +443,7 @@ impl Leases for Client {
 #[tonic::async_trait]
 impl Snapshots for Client {
     async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.snapshots_client();
         let req = self.request(
             StatSnapshotRequest {
                 snapshotter: snapshotter.to_string(),
@@ -484,11 +451,7 @@ impl Snapshots for Client {
             },
             None,
         );
-        match c.stat(req).await {
-            Ok(_) => Ok(true),
-            Err(s) if s.code() == Code::NotFound => Ok(false),
-            Err(s) => Err(self.call_error("Snapshots.Stat", s)),
-        }
+        Ok(self.found("Snapshots.Stat", c.stat(req).await)?.is_some())
     }
 
     async fn prepare(
@@ -498,8 +461,7 @@ impl Snapshots for Client {
         key: &str,
         parent: &str,
     ) -> Result<Vec<Mount>, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.snapshots_client();
         let req = self.request(
             PrepareSnapshotRequest {
                 snapshotter: snapshotter.to_string(),
@@ -517,8 +479,7 @@ impl Snapshots for Client {
     }
 
     async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.snapshots_client();
         let req = self.request(
             MountsRequest {
                 snapshotter: snapshotter.to_string(),
@@ -541,8 +502,7 @@ impl Snapshots for Client {
         key: &str,
         labels: HashMap<String, String>,
     ) -> Result<(), ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.snapshots_client();
         let req = self.request(
             CommitSnapshotRequest {
                 snapshotter: snapshotter.to_string(),
@@ -559,8 +519,7 @@ impl Snapshots for Client {
     }
 
     async fn remove(&self, snapshotter: &str, key: &str) -> Result<(), ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.snapshots_client();
         let req = self.request(
             RemoveSnapshotRequest {
                 snapshotter: snapshotter.to_string(),
@@ -568,16 +527,12 @@ impl Snapshots for Client {
             },
             None,
         );
-        match c.remove(req).await {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
-            Err(s) => Err(self.call_error("Snapshots.Remove", s)),
-        }
+        self.found("Snapshots.Remove", c.remove(req).await)?;
+        Ok(())
     }
 
     async fn list(&self, snapshotter: &str) -> Result<Vec<String>, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.snapshots_client();
         let req = self.request(
             ListSnapshotsRequest {
                 snapshotter: snapshotter.to_string(),
@@ -599,8 +554,7 @@ impl Snapshots for Client {
     }
 
     async fn usage(&self, snapshotter: &str, key: &str) -> Result<Usage, ContainerdError> {
-        let mut c = SnapshotsClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.snapshots_client();
         let req = self.request(
             UsageRequest {
                 snapshotter: snapshotter.to_string(),

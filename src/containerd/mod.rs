@@ -12,6 +12,13 @@ pub mod runtime;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use containerd_client::services::v1::containers_client::ContainersClient;
+use containerd_client::services::v1::content_client::ContentClient;
+use containerd_client::services::v1::images_client::ImagesClient;
+use containerd_client::services::v1::leases_client::LeasesClient;
+use containerd_client::services::v1::sandbox::store_client::StoreClient;
+use containerd_client::services::v1::snapshots::snapshots_client::SnapshotsClient;
+use containerd_client::services::v1::tasks_client::TasksClient;
 use containerd_client::services::v1::version_client::VersionClient;
 use tonic::transport::Channel;
 
@@ -92,6 +99,55 @@ impl Client {
     /// The channel, for service clients.
     pub(crate) fn channel(&self) -> Channel {
         self.channel.clone()
+    }
+
+    /// Client of containerd's containers service.
+    pub(crate) fn containers_client(&self) -> ContainersClient<Channel> {
+        ContainersClient::new(self.channel()).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    /// Client of containerd's tasks service.
+    pub(crate) fn tasks_client(&self) -> TasksClient<Channel> {
+        TasksClient::new(self.channel()).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    /// Client of containerd's sandbox store (exit keepers).
+    pub(crate) fn sandbox_store_client(&self) -> StoreClient<Channel> {
+        StoreClient::new(self.channel()).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    /// Client of containerd's content store.
+    pub(crate) fn content_client(&self) -> ContentClient<Channel> {
+        ContentClient::new(self.channel()).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    /// Client of containerd's image records.
+    pub(crate) fn images_client(&self) -> ImagesClient<Channel> {
+        ImagesClient::new(self.channel()).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    /// Client of containerd's leases.
+    pub(crate) fn leases_client(&self) -> LeasesClient<Channel> {
+        LeasesClient::new(self.channel()).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    /// Client of containerd's snapshotters.
+    pub(crate) fn snapshots_client(&self) -> SnapshotsClient<Channel> {
+        SnapshotsClient::new(self.channel()).max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    /// `result` with containerd's NotFound as `None`: for calls where absent is an answer
+    /// (a get of something gone, a delete of something already deleted).
+    pub(crate) fn found<T>(
+        &self,
+        op: &'static str,
+        result: Result<tonic::Response<T>, tonic::Status>,
+    ) -> Result<Option<T>, ContainerdError> {
+        match result {
+            Ok(r) => Ok(Some(r.into_inner())),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+            Err(s) => Err(self.call_error(op, s)),
+        }
     }
 
     pub(crate) fn call_error(&self, op: &'static str, status: tonic::Status) -> ContainerdError {

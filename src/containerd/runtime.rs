@@ -5,12 +5,9 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use containerd_client::services::v1::container::Runtime as PbRuntime;
-use containerd_client::services::v1::containers_client::ContainersClient;
-use containerd_client::services::v1::sandbox::store_client::StoreClient;
 use containerd_client::services::v1::sandbox::{
     StoreCreateRequest, StoreDeleteRequest, StoreListRequest,
 };
-use containerd_client::services::v1::tasks_client::TasksClient;
 use containerd_client::services::v1::{
     Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
     DeleteProcessRequest, DeleteTaskRequest, ExecProcessRequest, GetContainerRequest, GetRequest,
@@ -60,7 +57,7 @@ impl Client {
     /// The record starts nothing; it goes with the task ([`Tasks::delete`]) or the container
     /// record ([`Containers::delete`]).
     async fn keep_exit(&self, id: &str) -> Result<(), ContainerdError> {
-        let mut c = StoreClient::new(self.channel());
+        let mut c = self.sandbox_store_client();
         let req = self.request(
             StoreCreateRequest {
                 sandbox: Some(containerd_client::types::Sandbox {
@@ -85,18 +82,15 @@ impl Client {
 
     /// Drops task `id`'s exit-keeper record; absent is not an error.
     async fn release_exit(&self, id: &str) -> Result<(), ContainerdError> {
-        let mut c = StoreClient::new(self.channel());
+        let mut c = self.sandbox_store_client();
         let req = self.request(
             StoreDeleteRequest {
                 sandbox_id: id.to_string(),
             },
             None,
         );
-        match c.delete(req).await {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
-            Err(s) => Err(self.call_error("Sandbox.Store.Delete", s)),
-        }
+        self.found("Sandbox.Store.Delete", c.delete(req).await)?;
+        Ok(())
     }
 }
 
@@ -154,8 +148,7 @@ fn record_to_pb(r: ContainerRecord) -> Container {
 #[tonic::async_trait]
 impl Containers for Client {
     async fn create(&self, record: ContainerRecord) -> Result<(), ContainerdError> {
-        let mut c = ContainersClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.containers_client();
         let req = self.request(
             CreateContainerRequest {
                 container: Some(record_to_pb(record)),
@@ -169,19 +162,14 @@ impl Containers for Client {
     }
 
     async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, ContainerdError> {
-        let mut c = ContainersClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.containers_client();
         let req = self.request(GetContainerRequest { id: id.to_string() }, None);
-        match c.get(req).await {
-            Ok(r) => Ok(r.into_inner().container.map(record_from_pb)),
-            Err(s) if s.code() == Code::NotFound => Ok(None),
-            Err(s) => Err(self.call_error("Containers.Get", s)),
-        }
+        let r = self.found("Containers.Get", c.get(req).await)?;
+        Ok(r.and_then(|r| r.container).map(record_from_pb))
     }
 
     async fn list(&self) -> Result<Vec<ContainerRecord>, ContainerdError> {
-        let mut c = ContainersClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.containers_client();
         let req = self.request(ListContainersRequest { filters: vec![] }, None);
         let r = c
             .list(req)
@@ -200,8 +188,7 @@ impl Containers for Client {
         key: &str,
         value: Vec<u8>,
     ) -> Result<(), ContainerdError> {
-        let mut c = ContainersClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.containers_client();
         let container = Container {
             id: id.to_string(),
             extensions: HashMap::from([(
@@ -229,22 +216,16 @@ impl Containers for Client {
     }
 
     async fn delete(&self, id: &str) -> Result<(), ContainerdError> {
-        let mut c = ContainersClient::new(self.channel())
-            .max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.containers_client();
         let req = self.request(DeleteContainerRequest { id: id.to_string() }, None);
-        match c.delete(req).await {
-            Ok(_) => {}
-            Err(s) if s.code() == Code::NotFound => {}
-            Err(s) => return Err(self.call_error("Containers.Delete", s)),
-        }
+        self.found("Containers.Delete", c.delete(req).await)?;
         // The task is gone with the record (containerd refuses to delete a record with a
         // task), so its exit keeper has nothing left to keep.
         self.release_exit(id).await
     }
 
     async fn sweep_orphans(&self) -> Result<usize, ContainerdError> {
-        let mut c =
-            StoreClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.sandbox_store_client();
         let req = self.request(
             StoreListRequest {
                 filters: vec![format!("labels.\"{EXIT_KEEPER_LABEL}\"")],
@@ -278,8 +259,7 @@ impl Tasks for Client {
     async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError> {
         let id = spec.container_id.clone();
         self.keep_exit(&id).await?;
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             CreateTaskRequest {
                 container_id: spec.container_id,
@@ -315,8 +295,7 @@ impl Tasks for Client {
     }
 
     async fn start(&self, container_id: &str) -> Result<u32, ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             StartRequest {
                 container_id: container_id.to_string(),
@@ -337,8 +316,7 @@ impl Tasks for Client {
         signal: u32,
         all: bool,
     ) -> Result<(), ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             KillRequest {
                 container_id: container_id.to_string(),
@@ -355,8 +333,7 @@ impl Tasks for Client {
     }
 
     async fn wait(&self, container_id: &str) -> Result<Exit, ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             WaitRequest {
                 container_id: container_id.to_string(),
@@ -376,8 +353,7 @@ impl Tasks for Client {
     }
 
     async fn state(&self, container_id: &str) -> Result<Option<TaskState>, ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             GetRequest {
                 container_id: container_id.to_string(),
@@ -385,13 +361,11 @@ impl Tasks for Client {
             },
             None,
         );
-        let p = match c.get(req).await {
-            Ok(r) => match r.into_inner().process {
-                Some(p) => p,
-                None => return Ok(None),
-            },
-            Err(s) if s.code() == Code::NotFound => return Ok(None),
-            Err(s) => return Err(self.call_error("Tasks.Get", s)),
+        let Some(p) = self
+            .found("Tasks.Get", c.get(req).await)?
+            .and_then(|r| r.process)
+        else {
+            return Ok(None);
         };
         let status = match PbStatus::try_from(p.status).unwrap_or(PbStatus::Unknown) {
             PbStatus::Created => TaskStatus::Created,
@@ -415,8 +389,7 @@ impl Tasks for Client {
         process: Vec<u8>,
         stdio: ExecStdio,
     ) -> Result<(), ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             ExecProcessRequest {
                 container_id: container_id.to_string(),
@@ -439,8 +412,7 @@ impl Tasks for Client {
     }
 
     async fn start_exec(&self, container_id: &str, exec_id: &str) -> Result<u32, ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             StartRequest {
                 container_id: container_id.to_string(),
@@ -456,8 +428,7 @@ impl Tasks for Client {
     }
 
     async fn wait_exec(&self, container_id: &str, exec_id: &str) -> Result<Exit, ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             WaitRequest {
                 container_id: container_id.to_string(),
@@ -482,8 +453,7 @@ impl Tasks for Client {
         exec_id: &str,
         signal: u32,
     ) -> Result<(), ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             KillRequest {
                 container_id: container_id.to_string(),
@@ -504,8 +474,7 @@ impl Tasks for Client {
         container_id: &str,
         resources: Vec<u8>,
     ) -> Result<(), ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             UpdateTaskRequest {
                 container_id: container_id.to_string(),
@@ -524,8 +493,7 @@ impl Tasks for Client {
     }
 
     async fn delete_exec(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             DeleteProcessRequest {
                 container_id: container_id.to_string(),
@@ -533,33 +501,24 @@ impl Tasks for Client {
             },
             None,
         );
-        match c.delete_process(req).await {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
-            Err(s) => Err(self.call_error("Tasks.DeleteProcess", s)),
-        }
+        self.found("Tasks.DeleteProcess", c.delete_process(req).await)?;
+        Ok(())
     }
 
     async fn delete(&self, container_id: &str) -> Result<Option<Exit>, ContainerdError> {
-        let mut c =
-            TasksClient::new(self.channel()).max_decoding_message_size(super::MAX_RESPONSE_BYTES);
+        let mut c = self.tasks_client();
         let req = self.request(
             DeleteTaskRequest {
                 container_id: container_id.to_string(),
             },
             None,
         );
-        let exit = match c.delete(req).await {
-            Ok(r) => {
-                let r = r.into_inner();
-                Some(Exit {
-                    status: r.exit_status,
-                    at: time(r.exited_at),
-                })
-            }
-            Err(s) if s.code() == Code::NotFound => None,
-            Err(s) => return Err(self.call_error("Tasks.Delete", s)),
-        };
+        let exit = self
+            .found("Tasks.Delete", c.delete(req).await)?
+            .map(|r| Exit {
+                status: r.exit_status,
+                at: time(r.exited_at),
+            });
         self.release_exit(container_id).await?;
         Ok(exit)
     }

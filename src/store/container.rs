@@ -7,11 +7,11 @@
 //! (`starting`, `removing`) — not a held lock — keep racing Start/Remove apart.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use super::index::PrefixIndex;
+use super::index::SharedIndex;
 use super::name::container_name_key;
 use super::sandbox::SandboxStore;
 use super::status::{ContainerState, ContainerStatus, ExitOutcome, OomOutcome, TransitionError};
@@ -255,7 +255,7 @@ pub struct ContainerFilter {
 /// The container index.
 #[derive(Debug, Default)]
 pub struct ContainerStore {
-    containers: RwLock<PrefixIndex<Container>>,
+    containers: SharedIndex<Container>,
 }
 
 impl ContainerStore {
@@ -264,42 +264,27 @@ impl ContainerStore {
         Self::default()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, PrefixIndex<Container>> {
-        // Index operations cannot panic half-way (BTreeMap insert/remove), so a poisoned lock
-        // still guards a consistent map.
-        self.containers
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, PrefixIndex<Container>> {
-        // As in `read`.
-        self.containers
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Adds a container; `AlreadyExists` if its id is taken.
     pub fn add(&self, container: Container) -> Result<(), StoreError> {
         let id = container.id().to_string();
-        self.write().insert(&id, container)
+        self.containers.insert(&id, container)
     }
 
     /// The container with this full id or unique id prefix.
     pub fn get(&self, id_or_prefix: &str) -> Result<Container, StoreError> {
-        self.read().get(id_or_prefix).cloned()
+        self.containers.get(id_or_prefix)
     }
 
     /// The full id for a full id or unique prefix.
     pub fn resolve(&self, id_or_prefix: &str) -> Result<String, StoreError> {
-        self.read().resolve(id_or_prefix).map(str::to_string)
+        self.containers.resolve(id_or_prefix)
     }
 
     /// Removes the container (full id or unique prefix) and returns it. Refused while it is
     /// RUNNING or being started: the check and the removal happen under the store's write
     /// lock and the container's lock together, so a start cannot slip in between.
     pub fn delete(&self, id_or_prefix: &str) -> Result<Container, StoreError> {
-        let mut index = self.write();
+        let mut index = self.containers.write();
         let id = index.resolve(id_or_prefix)?.to_string();
         let container = index.get(&id)?;
         {
@@ -315,7 +300,7 @@ impl ContainerStore {
 
     /// Number of containers.
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.containers.len()
     }
 
     /// Whether the store is empty.
@@ -336,13 +321,8 @@ impl ContainerStore {
             .as_deref()
             .filter(|id| !id.is_empty())
             .map(|id| sandboxes.resolve(id).unwrap_or_else(|_| id.to_string()));
-        let index = self.read();
-        let id = filter.id.as_deref().filter(|id| !id.is_empty()).map(|id| {
-            index
-                .resolve(id)
-                .map(str::to_string)
-                .unwrap_or_else(|_| id.to_string())
-        });
+        let index = self.containers.read();
+        let id = index.filter_id(filter.id.as_deref());
         index
             .values()
             .filter(|c| id.as_deref().is_none_or(|id| c.id() == id))
@@ -359,7 +339,8 @@ impl ContainerStore {
 
     /// The containers of a sandbox (full id), e.g. to stop them with it.
     pub fn by_sandbox(&self, sandbox_id: &str) -> Vec<Container> {
-        self.read()
+        self.containers
+            .read()
             .values()
             .filter(|c| c.metadata().sandbox_id == sandbox_id)
             .cloned()

@@ -5,6 +5,7 @@
 //! so the cost is O(log n + 2) whatever the store size.
 
 use std::collections::BTreeMap;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::StoreError;
 
@@ -76,6 +77,59 @@ impl<T> PrefixIndex<T> {
 
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// An id filter of a List call: the full id of a unique prefix, else the filter verbatim
+    /// (an ambiguous or unknown prefix then matches nothing, as in containerd); `None` for an
+    /// absent or empty filter.
+    pub(crate) fn filter_id(&self, id: Option<&str>) -> Option<String> {
+        id.filter(|id| !id.is_empty()).map(|id| {
+            self.resolve(id)
+                .map(str::to_string)
+                .unwrap_or_else(|_| id.to_string())
+        })
+    }
+}
+
+/// A [`PrefixIndex`] behind a read-write lock: what the sandbox and container stores share.
+#[derive(Debug)]
+pub(crate) struct SharedIndex<T>(RwLock<PrefixIndex<T>>);
+
+impl<T> Default for SharedIndex<T> {
+    fn default() -> Self {
+        SharedIndex(RwLock::new(PrefixIndex::default()))
+    }
+}
+
+impl<T: Clone> SharedIndex<T> {
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, PrefixIndex<T>> {
+        // Index operations cannot panic half-way (BTreeMap insert/remove), so a poisoned lock
+        // still guards a consistent map.
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, PrefixIndex<T>> {
+        // As in `read`.
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds `entry`; `AlreadyExists` if `id` is taken.
+    pub(crate) fn insert(&self, id: &str, entry: T) -> Result<(), StoreError> {
+        self.write().insert(id, entry)
+    }
+
+    /// The entry with this full id or unique id prefix.
+    pub(crate) fn get(&self, id_or_prefix: &str) -> Result<T, StoreError> {
+        self.read().get(id_or_prefix).cloned()
+    }
+
+    /// The full id for a full id or unique prefix.
+    pub(crate) fn resolve(&self, id_or_prefix: &str) -> Result<String, StoreError> {
+        self.read().resolve(id_or_prefix).map(str::to_string)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.read().len()
     }
 }
 

@@ -15,11 +15,11 @@
 //! neither `set_ready` nor `mark_unknown` leave it; the first recorded pause exit wins.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
-use super::index::PrefixIndex;
+use super::index::SharedIndex;
 use super::name::sandbox_name_key;
 use super::status::ExitOutcome;
 use super::{labels_match, StoreError};
@@ -243,7 +243,7 @@ pub struct SandboxFilter {
 /// The sandbox index.
 #[derive(Debug, Default)]
 pub struct SandboxStore {
-    sandboxes: RwLock<PrefixIndex<Sandbox>>,
+    sandboxes: SharedIndex<Sandbox>,
 }
 
 impl SandboxStore {
@@ -252,47 +252,32 @@ impl SandboxStore {
         Self::default()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, PrefixIndex<Sandbox>> {
-        // Index operations cannot panic half-way (BTreeMap insert/remove), so a poisoned lock
-        // still guards a consistent map.
-        self.sandboxes
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, PrefixIndex<Sandbox>> {
-        // As in `read`.
-        self.sandboxes
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Adds a sandbox; `AlreadyExists` if its id is taken.
     pub fn add(&self, sandbox: Sandbox) -> Result<(), StoreError> {
         let id = sandbox.id().to_string();
-        self.write().insert(&id, sandbox)
+        self.sandboxes.insert(&id, sandbox)
     }
 
     /// The sandbox with this full id or unique id prefix.
     pub fn get(&self, id_or_prefix: &str) -> Result<Sandbox, StoreError> {
-        self.read().get(id_or_prefix).cloned()
+        self.sandboxes.get(id_or_prefix)
     }
 
     /// The full id for a full id or unique prefix.
     pub fn resolve(&self, id_or_prefix: &str) -> Result<String, StoreError> {
-        self.read().resolve(id_or_prefix).map(str::to_string)
+        self.sandboxes.resolve(id_or_prefix)
     }
 
     /// Removes the sandbox with this full id or unique prefix and returns it.
     pub fn delete(&self, id_or_prefix: &str) -> Result<Sandbox, StoreError> {
-        let mut index = self.write();
+        let mut index = self.sandboxes.write();
         let id = index.resolve(id_or_prefix)?.to_string();
         index.remove(&id).ok_or(StoreError::NotFound { id })
     }
 
     /// Number of sandboxes.
     pub fn len(&self) -> usize {
-        self.read().len()
+        self.sandboxes.len()
     }
 
     /// Whether the store is empty.
@@ -302,14 +287,9 @@ impl SandboxStore {
 
     /// Snapshots of the sandboxes passing `filter`, sorted by id (`ListPodSandbox`).
     pub fn list(&self, filter: &SandboxFilter) -> Vec<SandboxSnapshot> {
-        let index = self.read();
+        let index = self.sandboxes.read();
         // containerd normalises a unique prefix to the full id, then compares exactly.
-        let id = filter.id.as_deref().filter(|id| !id.is_empty()).map(|id| {
-            index
-                .resolve(id)
-                .map(str::to_string)
-                .unwrap_or_else(|_| id.to_string())
-        });
+        let id = index.filter_id(filter.id.as_deref());
         index
             .values()
             .filter(|sb| id.as_deref().is_none_or(|id| sb.id() == id))

@@ -178,7 +178,7 @@ fn host_device(path: &Path) -> std::io::Result<HostDevice> {
 }
 
 impl Pods {
-    fn io_dir(&self, id: &str) -> PathBuf {
+    pub(crate) fn io_dir(&self, id: &str) -> PathBuf {
         self.state_dir().join("io").join(id)
     }
 
@@ -194,7 +194,7 @@ impl Pods {
             me.journal()
                 .begin(&intent)
                 .map_err(|e| ContainerError::Journal {
-                    path: me.state_dir().join("pending"),
+                    path: me.journal().dir().to_path_buf(),
                     reason: e.to_string(),
                 })?;
             let mut undo: Vec<super::sandbox::UndoStep> = Vec::new();

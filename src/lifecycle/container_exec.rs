@@ -112,7 +112,7 @@ impl Pods {
         timeout: Duration,
     ) -> Result<ExecOutput, ContainerError> {
         let exec = exec_id();
-        let dir = self.state_dir().join("io").join(cid).join("exec");
+        let dir = self.io_dir(cid).join("exec");
         let host_err = |action: &'static str, e: String| ContainerError::Host {
             action,
             path: dir.clone(),

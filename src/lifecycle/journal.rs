@@ -83,6 +83,11 @@ impl Journal {
         }
     }
 
+    /// The intents directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn path(&self, id: &str) -> PathBuf {
         self.dir.join(format!("{id}.json"))
     }

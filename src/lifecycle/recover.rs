@@ -9,18 +9,15 @@
 //! Objects already indexed are only reconciled, so running this again is harmless.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use slog::{info, warn};
 
 use super::backend::TaskStatus;
 use super::events::EventKind;
 use super::journal::Intent;
-use super::sandbox::{exit_ns, now_ns, Pods};
+use super::sandbox::{creation_lease_id, exit_ns, kill_and_delete, now_ns, Pods};
 use crate::error::ContainerdError;
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
-use crate::net::netns;
-use crate::net::PodNetInfo;
 use crate::store::persist::{
     CONTAINER_EXTENSION, KIND_CONTAINER, KIND_SANDBOX, LABEL_CONTAINER_NAME, LABEL_KIND,
     LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, LABEL_SANDBOX_ID, SANDBOX_EXTENSION,
@@ -184,9 +181,9 @@ impl Pods {
         let id = intent.id();
         let tasks = self.tasks();
         if tasks.state(id).await.map_err(|e| e.to_string())?.is_some() {
-            let _ = tasks.kill(id, libc::SIGKILL as u32, true).await;
-            let _ = tokio::time::timeout(Duration::from_secs(10), tasks.wait(id)).await;
-            tasks.delete(id).await.map_err(|e| e.to_string())?;
+            kill_and_delete(tasks.as_ref(), id)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         self.containers()
             .delete(id)
@@ -197,7 +194,7 @@ impl Pods {
             .await
             .map_err(|e| e.to_string())?;
         self.leases()
-            .delete(&format!("remora-create-{id}"), false)
+            .delete(&creation_lease_id(id), false)
             .await
             .map_err(|e| e.to_string())?;
         match intent {
@@ -214,25 +211,13 @@ impl Pods {
                     .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())?;
                 if let Some(path) = netns_path {
-                    let info = PodNetInfo {
-                        id: id.to_string(),
-                        name: name.clone(),
-                        namespace: namespace.clone(),
-                        uid: uid.clone(),
-                        port_mappings: Vec::new(),
-                        netns_path: path.clone(),
-                        bandwidth: None,
-                        dns: None,
-                    };
-                    self.network()
-                        .teardown(&info)
+                    self.teardown_network(id, name, namespace, uid, path)
                         .await
                         .map_err(|e| e.to_string())?;
-                    netns::remove(path).await.map_err(|e| e.to_string())?;
                 }
             }
             Intent::Container { .. } => {
-                let dir = self.state_dir().join("io").join(id);
+                let dir = self.io_dir(id);
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -401,9 +386,8 @@ impl Pods {
                     // Created (or paused) but never recorded as started: StartContainer died
                     // half way. Drop the task and its FIFOs; the container stays CREATED and
                     // can be started again (or removed).
-                    let _ = self.tasks().kill(&r.id, libc::SIGKILL as u32, true).await;
-                    let _ = self.tasks().delete(&r.id).await;
-                    let _ = std::fs::remove_dir_all(self.state_dir().join("io").join(&r.id));
+                    let _ = kill_and_delete(self.tasks().as_ref(), &r.id).await;
+                    let _ = std::fs::remove_dir_all(self.io_dir(&r.id));
                     container.abort_start();
                 }
                 None if container.state() == ContainerState::Running => {
@@ -456,7 +440,7 @@ impl Pods {
         container: &Container,
     ) -> Vec<tokio::task::JoinHandle<crate::io::CopySummary>> {
         let meta = container.metadata();
-        let dir = self.state_dir().join("io").join(container.id());
+        let dir = self.io_dir(container.id());
         let spec = FifoSpec {
             stdin: meta.stdin,
             tty: meta.tty,

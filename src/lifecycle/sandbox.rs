@@ -158,6 +158,19 @@ pub(crate) async fn wait_through_outages(
     }
 }
 
+/// The lease that protects object `id`'s rootfs snapshot while it is being created.
+pub(crate) fn creation_lease_id(id: &str) -> String {
+    format!("remora-create-{id}")
+}
+
+/// SIGKILLs every process of task `id`, waits (at most [`KILL_WAIT`]) for it to exit and
+/// deletes it: the teardown of a task nobody will use (a rollback, a half-made object).
+pub(crate) async fn kill_and_delete(tasks: &dyn Tasks, id: &str) -> Result<(), ContainerdError> {
+    let _ = tasks.kill(id, libc::SIGKILL as u32, true).await;
+    let _ = tokio::time::timeout(KILL_WAIT, tasks.wait(id)).await;
+    tasks.delete(id).await.map(|_| ())
+}
+
 /// An undo action registered by a step that made something.
 pub(crate) type UndoFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 /// A named undo action.
@@ -313,11 +326,6 @@ impl Pods {
         self.started_at
     }
 
-    /// The network of pods.
-    pub(crate) fn network(&self) -> &PodNetwork {
-        &self.network
-    }
-
     pub(crate) fn sandbox_dir(&self, id: &str) -> PathBuf {
         self.state_dir.join("sandboxes").join(id)
     }
@@ -371,7 +379,7 @@ impl Pods {
         id: &str,
         undo: &mut Vec<UndoStep>,
     ) -> Result<String, ContainerdError> {
-        let lease = format!("remora-create-{id}");
+        let lease = creation_lease_id(id);
         let leases = self.images.backend.leases.clone();
         leases.create(&lease, 3600).await?;
         let l = lease.clone();
@@ -446,7 +454,7 @@ impl Pods {
             me.journal
                 .begin(&intent)
                 .map_err(|e| SandboxError::Journal {
-                    path: me.state_dir.join("pending"),
+                    path: me.journal.dir().to_path_buf(),
                     reason: e.to_string(),
                 })?;
             let mut undo: Vec<UndoStep> = Vec::new();
@@ -659,12 +667,8 @@ impl Pods {
             undo.push((
                 "delete task",
                 Box::pin(async move {
-                    let _ = tasks.kill(&key, libc::SIGKILL as u32, true).await;
-                    let _ = tokio::time::timeout(KILL_WAIT, tasks.wait(&key)).await;
-                    tasks
-                        .delete(&key)
+                    kill_and_delete(tasks.as_ref(), &key)
                         .await
-                        .map(|_| ())
                         .map_err(|e| e.to_string())
                 }),
             ));
@@ -758,22 +762,14 @@ impl Pods {
         }
         let meta = sandbox.metadata();
         if !meta.netns_path.is_empty() {
-            let path = PathBuf::from(&meta.netns_path);
-            let info = PodNetInfo {
-                id: id.to_string(),
-                name: meta.name.clone(),
-                namespace: meta.namespace.clone(),
-                uid: meta.uid.clone(),
-                port_mappings: Vec::new(),
-                netns_path: path.clone(),
-                bandwidth: None,
-                dns: None,
-            };
-            self.network
-                .teardown(&info)
-                .await
-                .map_err(|e| SandboxError::Network(Box::new(e)))?;
-            netns::remove(&path).await?;
+            self.teardown_network(
+                id,
+                &meta.name,
+                &meta.namespace,
+                &meta.uid,
+                std::path::Path::new(&meta.netns_path),
+            )
+            .await?;
         }
         let dir = self.sandbox_dir(id);
         tokio::task::spawn_blocking(move || sandbox_files::unmount_shm(&dir))
@@ -782,6 +778,33 @@ impl Pods {
         sandbox.set_not_ready();
         self.events.emit(id, id, EventKind::Stopped, now_ns());
         info!(log, "pod sandbox stopped");
+        Ok(())
+    }
+
+    /// CNI DEL for pod `id`, then its netns removed. Both are idempotent.
+    pub(crate) async fn teardown_network(
+        &self,
+        id: &str,
+        name: &str,
+        namespace: &str,
+        uid: &str,
+        netns_path: &std::path::Path,
+    ) -> Result<(), SandboxError> {
+        let info = PodNetInfo {
+            id: id.to_string(),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            uid: uid.to_string(),
+            port_mappings: Vec::new(),
+            netns_path: netns_path.to_path_buf(),
+            bandwidth: None,
+            dns: None,
+        };
+        self.network
+            .teardown(&info)
+            .await
+            .map_err(|e| SandboxError::Network(Box::new(e)))?;
+        netns::remove(netns_path).await?;
         Ok(())
     }
 

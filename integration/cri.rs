@@ -206,3 +206,14 @@ pub async fn count_stopped(
     }
     stopped
 }
+
+/// ListPodSandbox without a filter.
+pub async fn list_pods(remora: &Remora) -> Vec<v1::PodSandbox> {
+    remora
+        .runtime()
+        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
+        .await
+        .expect("ListPodSandbox")
+        .into_inner()
+        .items
+}

@@ -58,6 +58,16 @@ fn ipam_holds(id: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Restarts remora without failpoints and waits until its sweep consumed every intent.
+async fn restart_and_sweep(bed: &mut BedRemora, what: &str) {
+    bed.restart();
+    let bed = &*bed;
+    wait_until(what, Duration::from_secs(30), || async {
+        pending_ids(bed).is_empty()
+    })
+    .await;
+}
+
 /// Restarts remora with `failpoint=kill` armed.
 fn arm(bed: &mut BedRemora, failpoint: &str) {
     bed.crash();
@@ -123,13 +133,7 @@ async fn remora_killed_mid_run_pod_sandbox_leaves_nothing_after_restart() {
             );
         }
 
-        bed.restart();
-        wait_until(
-            "the sweep of the half-made pod",
-            Duration::from_secs(30),
-            || async { pending_ids(&bed).is_empty() },
-        )
-        .await;
+        restart_and_sweep(&mut bed, "the sweep of the half-made pod").await;
         assert!(!netns.exists(), "{point}: netns removed");
         assert!(!ipam_holds(&id), "{point}: CNI DEL released the address");
         assert!(!active_snapshots(&bed).contains(&id), "{point}: snapshot");
@@ -140,14 +144,7 @@ async fn remora_killed_mid_run_pod_sandbox_leaves_nothing_after_restart() {
         assert!(!bed.ctr(&["tasks", "ls"]).contains(&id), "{point}: task");
         assert_eq!(remora_leases(&bed), Vec::<String>::new(), "{point}: leases");
         assert!(!bed.state_dir().join("sandboxes").join(&id).exists());
-        let pods = bed
-            .remora
-            .runtime()
-            .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
-            .await
-            .expect("list")
-            .into_inner()
-            .items;
+        let pods = cri::list_pods(&bed.remora).await;
         assert!(pods.is_empty(), "{point}: kubelet never sees it: {pods:?}");
 
         // The name was never taken for good: the pod can be made now.
@@ -184,13 +181,7 @@ async fn remora_killed_mid_create_container_leaves_nothing_after_restart() {
             "{point}: record"
         );
 
-        bed.restart();
-        wait_until(
-            "the sweep of the half-made container",
-            Duration::from_secs(30),
-            || async { pending_ids(&bed).is_empty() },
-        )
-        .await;
+        restart_and_sweep(&mut bed, "the sweep of the half-made container").await;
         assert!(!active_snapshots(&bed).contains(&id), "{point}: snapshot");
         assert_eq!(
             bed.ctr_ids(&["containers", "ls", "-q"]),
@@ -572,14 +563,7 @@ async fn a_rollback_cut_short_by_a_containerd_outage_is_finished_when_it_is_back
     .await;
     assert_eq!(bed.ctr(&["containers", "ls", "-q"]).trim(), "");
     assert_eq!(bed.ctr(&["tasks", "ls", "-q"]).trim(), "");
-    let pods = bed
-        .remora
-        .runtime()
-        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
-        .await
-        .expect("list")
-        .into_inner()
-        .items;
+    let pods = cri::list_pods(&bed.remora).await;
     assert!(pods.is_empty(), "{pods:?}");
     // And the name is free (the failpoint has fired its one failure).
     let pod = cri::run_pod(&bed.remora, &config)

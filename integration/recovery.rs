@@ -51,14 +51,7 @@ async fn pods_and_containers_survive_a_remora_crash() {
     );
     let s = cri::status(&bed.remora, &long).await.unwrap();
     assert_eq!(s.state, v1::ContainerState::ContainerRunning as i32);
-    let pods = bed
-        .remora
-        .runtime()
-        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let pods = crate::cri::list_pods(&bed.remora).await;
     assert_eq!(pods.len(), 1);
     assert_eq!(pods[0].state, v1::PodSandboxState::SandboxReady as i32);
 
@@ -219,14 +212,7 @@ async fn recovery_reads_more_records_than_fit_in_a_default_grpc_message() {
     }
     bed.crash();
     bed.restart();
-    let listed = bed
-        .remora
-        .runtime()
-        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
-        .await
-        .expect("list")
-        .into_inner()
-        .items;
+    let listed = crate::cri::list_pods(&bed.remora).await;
     assert_eq!(listed.len(), 6, "every pod recovered");
     assert!(listed
         .iter()

@@ -2030,13 +2030,7 @@ mod tests {
         );
         // Through the container config, the field has its full CRI path.
         let mut c = kubelet_container();
-        c.linux
-            .as_mut()
-            .unwrap()
-            .resources
-            .as_mut()
-            .unwrap()
-            .oom_score_adj = 1001;
+        resources_mut(&mut c).oom_score_adj = 1001;
         assert!(matches!(
             container_config(&c, &kubelet_pod()).unwrap_err(),
             ConvertError::Invalid { field, .. } if field == "config.linux.resources.oom_score_adj"
@@ -2411,6 +2405,11 @@ mod tests {
         assert_eq!(f, "config.metadata.uid", "only the uid is wrong");
     }
 
+    /// The container's Linux resources (the kubelet-like test configs have them).
+    fn resources_mut(c: &mut v1::ContainerConfig) -> &mut v1::LinuxContainerResources {
+        c.linux.as_mut().unwrap().resources.as_mut().unwrap()
+    }
+
     #[test]
     fn bad_container_values_are_refused_naming_the_field() {
         fn mounts(c: &mut v1::ContainerConfig) -> &mut v1::Mount {
@@ -2460,51 +2459,19 @@ mod tests {
                 "config.annotations",
             ),
             (
-                Box::new(|c| {
-                    c.linux
-                        .as_mut()
-                        .unwrap()
-                        .resources
-                        .as_mut()
-                        .unwrap()
-                        .cpu_quota = -1
-                }),
+                Box::new(|c| resources_mut(c).cpu_quota = -1),
                 "config.linux.resources.cpu_quota",
             ),
             (
-                Box::new(|c| {
-                    c.linux
-                        .as_mut()
-                        .unwrap()
-                        .resources
-                        .as_mut()
-                        .unwrap()
-                        .cpu_period = -1
-                }),
+                Box::new(|c| resources_mut(c).cpu_period = -1),
                 "config.linux.resources.cpu_period",
             ),
             (
-                Box::new(|c| {
-                    c.linux
-                        .as_mut()
-                        .unwrap()
-                        .resources
-                        .as_mut()
-                        .unwrap()
-                        .memory_limit_in_bytes = -1
-                }),
+                Box::new(|c| resources_mut(c).memory_limit_in_bytes = -1),
                 "config.linux.resources.memory_limit_in_bytes",
             ),
             (
-                Box::new(|c| {
-                    c.linux
-                        .as_mut()
-                        .unwrap()
-                        .resources
-                        .as_mut()
-                        .unwrap()
-                        .oom_score_adj = -1001
-                }),
+                Box::new(|c| resources_mut(c).oom_score_adj = -1001),
                 "config.linux.resources.oom_score_adj",
             ),
         ];

@@ -32,18 +32,7 @@ use crate::lifecycle::container::ContainerError;
 use crate::lifecycle::sandbox::SandboxError;
 use crate::spec::{self, HostDevice, NamespaceMode, SandboxFiles, SandboxInfo, SpecError};
 
-/// Cases per property: enough to hit every check many times (the strategies are biased
-/// towards the interesting values), few enough to keep `cargo test --lib` quick.
-const CASES: u32 = 256;
-
-fn config() -> Config {
-    Config {
-        cases: CASES,
-        // No persistence file: the suite runs from the library's tests, not a crate dir.
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
+use crate::spec::props::{config, on_big_stack, CASES};
 
 fn strings(values: &'static [&'static str]) -> impl Strategy<Value = String> {
     prop::sample::select(values).prop_map(String::from)
@@ -805,19 +794,6 @@ fn rootfs() -> tempfile::TempDir {
     .expect("passwd");
     std::fs::write(dir.path().join("etc/group"), "root:x:0:\napp:x:1000:\n").expect("group");
     dir
-}
-
-/// Runs `f` on a thread with a large stack: the request strategies nest deeply, and their
-/// value trees overflow the default 2 MiB test thread stack in debug builds.
-fn on_big_stack(f: impl FnOnce() + Send) {
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .stack_size(64 << 20)
-            .spawn_scoped(scope, f)
-            .expect("spawn test thread")
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    });
 }
 
 #[test]

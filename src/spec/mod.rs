@@ -669,6 +669,6 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
 }
 
 #[cfg(test)]
-mod props;
+pub(crate) mod props;
 #[cfg(test)]
 mod tests;

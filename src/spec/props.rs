@@ -17,17 +17,23 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use super::*;
 
-const CASES: u32 = 256;
+/// Cases per property: enough to hit every check many times (the strategies are biased
+/// towards the interesting values), few enough to keep `cargo test --lib` quick.
+pub(crate) const CASES: u32 = 256;
 
-fn config() -> Config {
+/// The runner config of remora's property suites (here and in `cri::convert_props`).
+pub(crate) fn config() -> Config {
     Config {
         cases: CASES,
+        // No persistence file: the suites run from the library's tests, not a crate dir.
         failure_persistence: None,
         ..Config::default()
     }
 }
 
-fn on_big_stack(f: impl FnOnce() + Send) {
+/// Runs `f` on a thread with a large stack: the request strategies nest deeply, and their
+/// value trees overflow the default 2 MiB test thread stack in debug builds.
+pub(crate) fn on_big_stack(f: impl FnOnce() + Send) {
     std::thread::scope(|scope| {
         std::thread::Builder::new()
             .stack_size(64 << 20)

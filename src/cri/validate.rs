@@ -265,27 +265,25 @@ pub fn process(
 
 /// Container resources (CRI's zero means "not set").
 pub fn resources(prefix: &str, r: &crate::spec::Resources) -> Result<(), ConvertError> {
-    for (field, value) in [
-        ("cpu_period", r.cpu_period),
-        ("cpu_quota", r.cpu_quota),
-        ("cpu_shares", r.cpu_shares),
-        ("memory_limit_in_bytes", r.memory_limit_in_bytes),
-        ("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes),
-    ] {
-        if value < 0 {
+    // The spec generator's own rules, applied before anything is made.
+    match crate::spec::resources::check(r) {
+        Ok(()) => {}
+        Err(crate::spec::SpecError::NegativeResource { field, value }) => {
             return Err(invalid(
                 format!("{prefix}.{field}"),
                 &value.to_string(),
                 "must not be negative",
-            ));
+            ))
         }
-    }
-    if !(-1000..=1000).contains(&r.oom_score_adj) {
-        return Err(invalid(
-            format!("{prefix}.oom_score_adj"),
-            &r.oom_score_adj.to_string(),
-            "must be between -1000 and 1000",
-        ));
+        Err(crate::spec::SpecError::InvalidOomScoreAdj { value }) => {
+            return Err(invalid(
+                format!("{prefix}.oom_score_adj"),
+                &value.to_string(),
+                "must be between -1000 and 1000",
+            ))
+        }
+        // `check` returns only the two errors above.
+        Err(_) => return Err(invalid(prefix.to_string(), "", "is not valid")),
     }
     for (field, value) in [
         ("cpuset_cpus", &r.cpuset_cpus),

@@ -33,13 +33,24 @@ pub fn oom_score_adj(requested: i64, min: i32) -> Result<i32, SpecError> {
     Ok((requested as i32).max(min))
 }
 
+/// The value rules of [`Resources`]: no negative CPU or memory value, an `oom_score_adj`
+/// within -1000..=1000. The CRI adapter applies them before anything is made; the spec
+/// generator applies them again for any other caller.
+pub fn check(r: &Resources) -> Result<(), SpecError> {
+    non_negative("cpu_period", r.cpu_period)?;
+    non_negative("cpu_quota", r.cpu_quota)?;
+    non_negative("cpu_shares", r.cpu_shares)?;
+    non_negative("memory_limit_in_bytes", r.memory_limit_in_bytes)?;
+    non_negative("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes)?;
+    oom_score_adj(r.oom_score_adj, i32::MIN).map(|_| ())
+}
+
 /// The cgroup resources of a container (without device rules, see [`super::devices`]).
 pub fn linux_resources(r: &Resources, host: &HostFacts) -> Result<LinuxResources, SpecError> {
-    let period = non_negative("cpu_period", r.cpu_period)?;
-    let quota = non_negative("cpu_quota", r.cpu_quota)?;
-    let shares = non_negative("cpu_shares", r.cpu_shares)?;
-    let limit = non_negative("memory_limit_in_bytes", r.memory_limit_in_bytes)?;
-    let swap = non_negative("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes)?;
+    check(r)?;
+    // All non-negative, checked above.
+    let (period, quota, shares) = (r.cpu_period, r.cpu_quota, r.cpu_shares);
+    let (limit, swap) = (r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes);
 
     let mut cpu = LinuxCpuBuilder::default();
     if period != 0 {

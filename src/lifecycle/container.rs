@@ -324,8 +324,8 @@ impl Pods {
         .map_err(|e| ContainerError::Aborted(e.to_string()))?
         .map_err(ContainerError::Rootfs)??;
         for dir in &generated.host_dirs_to_create {
-            std::fs::create_dir_all(dir).map_err(|e| ContainerError::Host {
-                action: "create bind mount source",
+            crate::lifecycle::host::ensure_bind_source(dir).map_err(|e| ContainerError::Host {
+                action: "prepare bind mount source",
                 path: dir.clone(),
                 reason: e.to_string(),
             })?;

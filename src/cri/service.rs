@@ -204,10 +204,15 @@ impl RuntimeService for CriService {
                     });
                     info.insert("info".to_string(), verbose.to_string());
                 }
+                // kubelet's evented PLEG takes the pod's container statuses from this response
+                // when `timestamp` is set, instead of listing them ("Runtime does not set pod
+                // status timestamp" otherwise): so both are filled, as CRI-O does.
+                let containers_statuses = container_statuses(&self.rt, &id);
                 Ok(v1::PodSandboxStatusResponse {
                     status: Some(convert::pod_sandbox_status(&snapshot)),
                     info,
-                    ..Default::default()
+                    containers_statuses,
+                    timestamp: unix_now_ns(),
                 })
             },
         )
@@ -632,6 +637,24 @@ fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<std::time::Duration
     })
 }
 
+/// Now, in ns since the epoch (0 for a clock before 1970).
+fn unix_now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The statuses of every container of a pod sandbox, as they are now.
+fn container_statuses(rt: &Runtime, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
+    rt.pods
+        .containers_store()
+        .by_sandbox(sandbox_id)
+        .iter()
+        .map(|c| convert::container_status(&c.snapshot()))
+        .collect()
+}
+
 /// A CRI container event with the pod's status and its containers' statuses as they are now.
 fn container_event(
     rt: &Runtime,
@@ -649,14 +672,10 @@ fn container_event(
         .sandboxes
         .get(&e.sandbox_id)
         .ok()
-        .map(|s| convert::pod_sandbox_status(&s.snapshot()));
-    let containers_statuses = rt
-        .pods
-        .containers_store()
-        .by_sandbox(&e.sandbox_id)
-        .iter()
-        .map(|c| convert::container_status(&c.snapshot()))
-        .collect();
+        .map(|s| s.snapshot())
+        .or_else(|| e.removed_sandbox.map(|s| *s))
+        .map(|s| convert::pod_sandbox_status(&s));
+    let containers_statuses = container_statuses(rt, &e.sandbox_id);
     v1::ContainerEventResponse {
         container_id: e.id,
         container_event_type: kind as i32,

@@ -12,6 +12,8 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+use crate::store::sandbox::SandboxSnapshot;
+
 /// Events buffered per subscriber.
 pub const CAPACITY: usize = 1024;
 /// How long recovered events are replayed to new subscribers (kubelet reconnects within
@@ -42,6 +44,10 @@ pub struct LifecycleEvent {
     pub kind: EventKind,
     /// When (ns since the epoch).
     pub at_ns: i64,
+    /// For a removed sandbox's Deleted event: the sandbox as it was last, since it can no
+    /// longer be looked up when the event is delivered. kubelet's evented PLEG drops an event
+    /// without a pod status, and needs this one to forget the pod.
+    pub removed_sandbox: Option<Box<SandboxSnapshot>>,
 }
 
 /// The event bus.
@@ -70,6 +76,19 @@ impl EventBus {
             sandbox_id: sandbox_id.to_string(),
             kind,
             at_ns,
+            removed_sandbox: None,
+        });
+    }
+
+    /// Publishes the Deleted event of a sandbox that was just removed, carrying its last state.
+    pub fn emit_sandbox_removed(&self, last: SandboxSnapshot, at_ns: i64) {
+        let id = last.metadata.id.clone();
+        let _ = self.tx.send(LifecycleEvent {
+            sandbox_id: id.clone(),
+            id,
+            kind: EventKind::Deleted,
+            at_ns,
+            removed_sandbox: Some(Box::new(last)),
         });
     }
 
@@ -81,6 +100,7 @@ impl EventBus {
             sandbox_id: sandbox_id.to_string(),
             kind,
             at_ns,
+            removed_sandbox: None,
         };
         let mut backlog = self.backlog.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
@@ -138,5 +158,29 @@ mod tests {
         tokio::time::advance(BACKLOG_TTL).await;
         let (replay, _) = bus.subscribe();
         assert!(replay.is_empty(), "aged out");
+    }
+
+    #[tokio::test]
+    async fn a_removed_sandbox_event_carries_its_last_state() {
+        use crate::store::sandbox::{Sandbox, SandboxMetadata, SandboxStatus};
+        let bus = EventBus::default();
+        let (_, mut rx) = bus.subscribe();
+        let sandbox = Sandbox::new(
+            SandboxMetadata {
+                id: "pod1".into(),
+                ..Default::default()
+            },
+            SandboxStatus::default(),
+        );
+        bus.emit_sandbox_removed(sandbox.snapshot(), 9);
+        let e = rx.recv().await.unwrap();
+        assert_eq!(
+            (e.id.as_str(), e.sandbox_id.as_str(), e.kind, e.at_ns),
+            ("pod1", "pod1", EventKind::Deleted, 9)
+        );
+        assert_eq!(
+            e.removed_sandbox.map(|s| s.metadata.id.clone()),
+            Some("pod1".into())
+        );
     }
 }

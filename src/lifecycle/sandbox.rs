@@ -840,7 +840,7 @@ impl Pods {
                 Ok(_) | Err(StoreError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-            me.events.emit(&id, &id, EventKind::Deleted, now_ns());
+            me.events.emit_sandbox_removed(sandbox.snapshot(), now_ns());
             info!(me.log, "pod sandbox removed"; "pod_id" => &id);
             Ok(())
         })

@@ -453,6 +453,12 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     }
     let _ = monitor.await;
     let _ = events.await;
+    let netns_dir = config.server.state_dir.join("netns");
+    match crate::net::netns::release_dir(&netns_dir) {
+        Ok(true) => info!(log, "netns directory unmounted"; "path" => %netns_dir.display()),
+        Ok(false) => {}
+        Err(e) => warn!(log, "cannot unmount the netns directory"; "error" => %e),
+    }
     drop(guard);
     info!(log, "stopped");
     Ok(())

@@ -125,6 +125,45 @@ impl NetnsDir {
     }
 }
 
+/// Undoes [`NetnsDir::prepare`] at a clean shutdown: unmounts the directory's self-bind mount,
+/// but only while it holds no namespace. Pods that keep running across a restart keep their
+/// namespaces mounted in it, so then it stays (the next start finds it shared already).
+/// Returns whether a mount was removed; a directory that is absent or not a mount point is
+/// not an error.
+pub fn release_dir(dir: &Path) -> Result<bool, NetnsError> {
+    let mut entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => {
+            return Err(NetnsError::Io {
+                action: "read directory",
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    if entries.next().is_some() {
+        return Ok(false);
+    }
+    let mut removed = false;
+    // A directory prepared by two processes racing could hold two stacked self-binds.
+    // Lazily (`MNT_DETACH`): the self-bind shares the peer group of the mount it was made
+    // from, and a plain umount of it answers EBUSY; it holds nothing, so nothing is lost.
+    loop {
+        match umount2(dir, MntFlags::MNT_DETACH) {
+            Ok(()) => removed = true,
+            Err(Errno::EINVAL) => return Ok(removed),
+            Err(errno) => {
+                return Err(NetnsError::Mount {
+                    action: "unmount",
+                    path: dir.to_path_buf(),
+                    errno,
+                })
+            }
+        }
+    }
+}
+
 /// Unmounts (lazily, `MNT_DETACH`) and deletes the namespace file at `path`. Idempotent: an
 /// absent file or one that is no longer mounted is fine.
 pub async fn remove(path: &Path) -> Result<(), NetnsError> {
@@ -462,5 +501,27 @@ pub(crate) mod tests {
         assert!(!is_netns(&path).unwrap());
         remove(&path).await.unwrap();
         assert!(!path.exists());
+    }
+
+    #[tokio::test]
+    async fn release_dir_unmounts_only_an_empty_prepared_dir() {
+        require_root();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("netns");
+        let nsdir = NetnsDir::prepare(&dir).await.unwrap();
+        let _guard = DirMount(dir.clone());
+        let path = nsdir.create("pod-a").await.unwrap();
+
+        // A live namespace keeps the directory mounted (its pod outlives the restart).
+        assert!(!release_dir(&dir).unwrap());
+        assert!(is_netns(&path).unwrap());
+        assert_eq!(mounts_under(&dir).len(), 2, "{:?}", mounts_under(&dir));
+
+        remove(&path).await.unwrap();
+        assert!(release_dir(&dir).unwrap());
+        assert!(mounts_under(&dir).is_empty(), "{:?}", mounts_under(&dir));
+        // Idempotent, and an absent directory is fine.
+        assert!(!release_dir(&dir).unwrap());
+        assert!(!release_dir(&tmp.path().join("absent")).unwrap());
     }
 }

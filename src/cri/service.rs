@@ -193,6 +193,9 @@ impl RuntimeService for CriService {
             pod_ids(&id),
             |_log| async move {
                 required_id(&id)?;
+                // Taken before the state is read: the state is at least as new as the stamp,
+                // so an event published after a change the state missed is stamped later.
+                let timestamp = unix_now_ns();
                 let snapshot = self.rt.pods.sandboxes.get(&id)?.snapshot();
                 let mut info = std::collections::HashMap::new();
                 if req.verbose {
@@ -212,7 +215,7 @@ impl RuntimeService for CriService {
                     status: Some(convert::pod_sandbox_status(&snapshot)),
                     info,
                     containers_statuses,
-                    timestamp: unix_now_ns(),
+                    timestamp,
                 })
             },
         )

@@ -541,11 +541,14 @@ impl Pods {
         self.tasks().delete(id).await.map_err(|e| e.to_string())?;
         if container.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
             info!(self.log(), "container exited"; "container_id" => id, "exit_code" => status);
+            // Stamped when published, not with the exit time (which the status carries):
+            // kubelet's evented PLEG drops an event older than the pod status it last read,
+            // and a status read between the exit and this point still showed it running.
             self.events.emit(
                 id,
                 &container.metadata().sandbox_id,
                 EventKind::Stopped,
-                exit_ns(at),
+                now_ns(),
             );
         }
         if let Some(io) = self.io().get(id) {

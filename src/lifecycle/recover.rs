@@ -352,7 +352,7 @@ impl Pods {
                     &r.id,
                 );
             }
-            let mut recovered_stop = None;
+            let mut recovered_stop = false;
             match state {
                 Some(s) if s.status == TaskStatus::Running => {
                     if container.state() != ContainerState::Running {
@@ -378,7 +378,7 @@ impl Pods {
                         == ExitOutcome::Recorded
                     {
                         done.exits += 1;
-                        recovered_stop = Some(exit_ns(s.exited_at));
+                        recovered_stop = true;
                     }
                     let _ = self.tasks().delete(&r.id).await;
                 }
@@ -393,7 +393,7 @@ impl Pods {
                 None if container.state() == ContainerState::Running => {
                     // The task is gone and its exit with it: say so rather than invent one.
                     let _ = container.mark_unknown();
-                    recovered_stop = Some(now_ns());
+                    recovered_stop = true;
                 }
                 None => container.abort_start(),
             }
@@ -402,7 +402,9 @@ impl Pods {
                 continue;
             }
             self.persist(&container).await;
-            if let Some(at) = recovered_stop {
+            // Stamped when published (see `handle_exit`); the exit time is in the status.
+            if recovered_stop {
+                let at = now_ns();
                 self.events
                     .emit_recovered(&r.id, &meta.sandbox_id, EventKind::Stopped, at);
             }

@@ -505,7 +505,49 @@ async fn get_container_events_streams_the_lifecycle() {
             T::ContainerDeletedEvent as i32
         ]
     );
+
+    // PodSandboxStatus carries a timestamp and every container's status (kubelet's evented
+    // PLEG reads the pod's containers from it instead of listing them).
+    let kept = pod
+        .create(container("kept", &["sleep", "3600"]))
+        .await
+        .expect("create");
+    let status = bed
+        .remora
+        .runtime()
+        .pod_sandbox_status(v1::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.id.clone(),
+            verbose: false,
+        })
+        .await
+        .expect("PodSandboxStatus")
+        .into_inner();
+    assert!(status.timestamp > 0, "timestamp set");
+    let ids: Vec<&str> = status
+        .containers_statuses
+        .iter()
+        .map(|c| c.id.as_str())
+        .collect();
+    assert_eq!(ids, vec![kept.as_str()], "the pod's containers");
+
+    // The pod's own Deleted event still carries the pod's (last) status.
     pod.remove_pod().await;
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("the pod's Deleted event within 10 s")
+            .expect("stream open")
+            .expect("event");
+        if e.container_id == pod.id && e.container_event_type == T::ContainerDeletedEvent as i32 {
+            let s = e.pod_sandbox_status.expect("a removed pod's status");
+            assert_eq!(s.id, pod.id);
+            assert_eq!(
+                s.metadata.map(|m| m.name),
+                Some(pod.config.metadata.as_ref().unwrap().name.clone())
+            );
+            break;
+        }
+    }
 }
 
 #[tokio::test]
@@ -607,5 +649,111 @@ async fn oom_users_readonly_rootfs_and_capabilities() {
         String::from_utf8_lossy(&r.stdout).trim(),
         "CapEff:\t0000000000000000"
     );
+    pod.remove_pod().await;
+}
+
+/// kubelet bind-mounts regular files into every container (`/etc/hosts`,
+/// `/dev/termination-log`): an existing file, a symlink to one and a missing source (created
+/// as a directory, containerd's rule) all work, and `readonly` is honoured on a file.
+#[tokio::test]
+async fn bind_mount_sources_files_symlinks_and_missing_ones() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let host = crate::harness::scratch();
+    let pod = start_pod(&bed, "mounts", logs.path()).await;
+    let mut rt = bed.remora.runtime();
+    let exec = |id: &str, cmd: &str| v1::ExecSyncRequest {
+        container_id: id.to_string(),
+        cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+        timeout: 10,
+    };
+
+    let rw_file = host.path().join("termination-log");
+    std::fs::write(&rw_file, "").unwrap();
+    let ro_file = host.path().join("etc-hosts");
+    std::fs::write(&ro_file, "10.1.2.3 from-the-host\n").unwrap();
+    let target = host.path().join("target.txt");
+    std::fs::write(&target, "through a symlink\n").unwrap();
+    let link = host.path().join("link.txt");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let missing = host.path().join("not/yet/there");
+    let mount = |host_path: &std::path::Path, container_path: &str, readonly: bool| v1::Mount {
+        host_path: host_path.display().to_string(),
+        container_path: container_path.into(),
+        readonly,
+        ..Default::default()
+    };
+    let mut c = container("mounts", &["sleep", "3600"]);
+    c.mounts = vec![
+        mount(&rw_file, "/dev/termination-log", false),
+        mount(&ro_file, "/etc/hosts", true),
+        mount(&link, "/data/linked.txt", true),
+        mount(&missing, "/made", false),
+    ];
+    let id = pod
+        .create(c)
+        .await
+        .expect("CreateContainer with file mounts");
+    pod.start(&id).await;
+
+    // A writable file: what the container writes reaches the host file.
+    let r = rt
+        .exec_sync(exec(&id, "echo bye > /dev/termination-log"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.exit_code, 0, "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(std::fs::read_to_string(&rw_file).unwrap(), "bye\n");
+
+    // A read-only file: readable, not writable.
+    let r = rt
+        .exec_sync(exec(&id, "cat /etc/hosts"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        "10.1.2.3 from-the-host\n"
+    );
+    let r = rt
+        .exec_sync(exec(&id, "echo x >> /etc/hosts"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(r.exit_code, 0, "a readonly file mount must refuse writes");
+    assert_eq!(
+        std::fs::read_to_string(&ro_file).unwrap(),
+        "10.1.2.3 from-the-host\n"
+    );
+
+    // A symlinked source mounts its target.
+    let r = rt
+        .exec_sync(exec(&id, "cat /data/linked.txt"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "through a symlink\n");
+
+    // A missing source was created as a directory and is shared with the host.
+    assert!(missing.is_dir(), "missing source created as a directory");
+    let r = rt
+        .exec_sync(exec(&id, "echo hi > /made/f"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.exit_code, 0, "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(std::fs::read_to_string(missing.join("f")).unwrap(), "hi\n");
+
+    // A symlink to nothing is refused with the path named, and nothing is left behind.
+    let dangling = host.path().join("dangling");
+    std::os::unix::fs::symlink(host.path().join("nowhere"), &dangling).unwrap();
+    let mut bad = container("dangling", &["sleep", "3600"]);
+    bad.mounts = vec![mount(&dangling, "/x", false)];
+    let err = pod.create(bad).await.expect_err("dangling symlink source");
+    assert!(
+        err.message().contains(&dangling.display().to_string()),
+        "{err:?}"
+    );
+    assert!(!host.path().join("nowhere").exists());
     pod.remove_pod().await;
 }

@@ -10,6 +10,7 @@ set -euo pipefail
 # ---- pinned versions (bump here, nowhere else) ------------------------------
 CONTAINERD_VERSION=v2.3.4 # github.com/containerd/containerd/v2
 CRI_TOOLS_VERSION=v1.36.0 # sigs.k8s.io/cri-tools (crictl, critest)
+KUBELET_VERSION=v1.35.4   # k8s.io/kubernetes (kubelet, for the kubelet suite)
 RUST_VERSION=1.95.0       # must match rust-toolchain.toml; only checked
 GO_MIN_VERSION=1.26.3     # containerd v2.3.4's go.mod asks for this
 # Debian bookworm packages unpacked (not installed) into test images. Debian
@@ -115,6 +116,43 @@ build_cri_tools() {
 	echo "$CRI_TOOLS_VERSION" >"$stamp"
 }
 
+# kubelet is built from k8s.io/kubernetes as the Go module proxy serves it. Its
+# go.mod replaces every k8s.io/X staging module with ./staging/src/k8s.io/X, a
+# directory the proxy's zip lacks; each replace is pointed at the published
+# k8s.io/X v0.<minor>.<patch> module instead (about 2.5 min on 2 cores).
+build_kubelet() {
+	local stamp="$STAMPS/kubelet"
+	if [[ -x "$TOOLS_BIN/kubelet" && -f "$stamp" && "$(<"$stamp")" == "$KUBELET_VERSION" ]]; then
+		return 0
+	fi
+	check_go
+	local log="$LOGS/kubelet-build.log" dir src staging
+	staging="v0.${KUBELET_VERSION#v1.}"
+	info "building kubelet $KUBELET_VERSION (about 2.5 min; log: $log)"
+	rm -f "$stamp"
+	dir=$(cd "$TOOLS" && go mod download -json "k8s.io/kubernetes@$KUBELET_VERSION" | jq -r .Dir)
+	[[ -d "$dir" ]] || die "go mod download of k8s.io/kubernetes@$KUBELET_VERSION gave no directory"
+	src="$TOOLS/src/kubernetes"
+	rm -rf "$src"
+	mkdir -p "$TOOLS/src"
+	cp -r "$dir" "$src"
+	chmod -R u+w "$src"
+	sed -i -E "s#^(\s*)(k8s\.io/[A-Za-z0-9._/-]+) => \./staging/src/k8s\.io/[A-Za-z0-9._/-]+#\1\2 => \2 $staging#" "$src/go.mod"
+	if grep -q '=> ./staging' "$src/go.mod"; then
+		die "kubelet: go.mod still replaces modules with ./staging after the rewrite"
+	fi
+	local ldflags="-X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION"
+	ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
+	ldflags+=" -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$KUBELET_VERSION")"
+	(
+		cd "$src"
+		run_logged "$log" env GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 \
+			go build -ldflags "$ldflags" -o "$TOOLS_BIN/kubelet" ./cmd/kubelet
+	)
+	rm -rf "$src"
+	echo "$KUBELET_VERSION" >"$stamp"
+}
+
 # deb_available PACKAGE VERSION: true when apt can fetch that exact version
 # (`apt-cache show pkg=ver` exits 0 even when the version is unknown).
 deb_available() {
@@ -167,10 +205,11 @@ main() {
 	install_apt_packages
 	build_containerd
 	build_cri_tools
+	build_kubelet
 	fetch_deb busybox "$DEB_BUSYBOX_VERSION"
 	fetch_deb nginx "$DEB_NGINX_VERSION"
 	check_rust
-	info "tools ready in $TOOLS_BIN (containerd $CONTAINERD_VERSION, cri-tools $CRI_TOOLS_VERSION)"
+	info "tools ready in $TOOLS_BIN (containerd $CONTAINERD_VERSION, cri-tools $CRI_TOOLS_VERSION, kubelet $KUBELET_VERSION)"
 }
 
 main "$@"

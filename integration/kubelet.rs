@@ -1,0 +1,1082 @@
+//! The kubelet suite: a real kubelet (built by `scripts/setup.sh` at the version it pins) in
+//! standalone mode — static pods from a manifest directory, no API server — drives a remora of
+//! its own on the test bed's containerd, registry and pod network. Every scenario is checked
+//! through kubelet's own view (its `/pods` endpoint: phase, readiness, restart counts, exit
+//! codes and reasons; `/containerLogs`) and through CRI.
+//!
+//! It is its own test binary, so cargo never runs it beside the other integration tests: a
+//! kubelet changes host-wide state (sysctls, iptables chains, `/var/lib/kubelet`), which
+//! [`HostState`] records before and restores after, pass or fail. Its two runs (kubelet's
+//! default settings, then the `EventedPLEG` feature gate) take turns on one lock.
+//!
+//! The kubelet settings are the ones `docs/kubelet.md` documents for running kubelet against
+//! remora on a cgroup v1 host without systemd.
+
+#[allow(dead_code)]
+mod cri;
+#[allow(dead_code)]
+mod harness;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1;
+use serde_json::{json, Value};
+
+use harness::{scratch, tool, wait_until, BedRemora, TESTBED_REGISTRY};
+
+/// kubelet's HTTPS port (loopback only; anonymous, read-only use by the test).
+const KUBELET_PORT: u16 = 10350;
+/// kubelet's healthz port (loopback only).
+const HEALTHZ_PORT: u16 = 10348;
+/// The host port the web pod publishes on 127.0.0.1.
+const HOST_PORT: u16 = 12893;
+/// The node name kubelet uses; static pods are named `<name>-<node>`.
+const NODE: &str = "remora-kubelet-it";
+/// Images, by the public names kubelet asks for (the test bed maps them to its registry).
+const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.29-2";
+const NGINX: &str = "registry.k8s.io/e2e-test-images/nginx:1.14-2";
+/// The test bed's IPAM directory (host-local) for its pod network.
+const IPAM_DIR: &str = "/run/remora-testbed/cni/networks";
+/// Host sysctls kubelet sets at start.
+const SYSCTLS: &[&str] = &[
+    "vm/overcommit_memory",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+];
+/// Where kubelet's device manager puts its socket whatever `--root-dir` says.
+const DEVICE_PLUGINS: &str = "/var/lib/kubelet/device-plugins";
+
+/// One run at a time: kubelet binds fixed ports and changes host-wide state.
+static ONE_KUBELET: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_runs_pods_on_remora() {
+    let _turn = ONE_KUBELET.lock().await;
+    run_suite(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_with_evented_pleg_runs_pods_on_remora() {
+    let _turn = ONE_KUBELET.lock().await;
+    run_suite(&["EventedPLEG"]).await;
+}
+
+/// Host-wide state kubelet changes, recorded before it starts and put back on drop.
+struct HostState {
+    sysctls: Vec<(String, String)>,
+    /// `(binary, table, chain)` that existed before.
+    chains: BTreeSet<(String, String, String)>,
+    device_plugins_existed: bool,
+    var_lib_kubelet_existed: bool,
+}
+
+const IPTABLES: &[&str] = &["iptables", "ip6tables"];
+const TABLES: &[&str] = &["filter", "nat", "mangle"];
+
+/// `iptables -t table -S` lines (empty when the binary or table is unusable here).
+fn iptables_rules(bin: &str, table: &str) -> Vec<String> {
+    Command::new(bin)
+        .args(["-w", "-t", table, "-S"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn chains() -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for bin in IPTABLES {
+        for table in TABLES {
+            for line in iptables_rules(bin, table) {
+                if let Some(chain) = line.strip_prefix("-N ") {
+                    out.insert((bin.to_string(), table.to_string(), chain.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+impl HostState {
+    fn record() -> Self {
+        let sysctls = SYSCTLS
+            .iter()
+            .filter_map(|k| {
+                std::fs::read_to_string(format!("/proc/sys/{k}"))
+                    .ok()
+                    .map(|v| (k.to_string(), v.trim().to_string()))
+            })
+            .collect();
+        HostState {
+            sysctls,
+            chains: chains(),
+            device_plugins_existed: Path::new(DEVICE_PLUGINS).exists(),
+            var_lib_kubelet_existed: Path::new("/var/lib/kubelet").exists(),
+        }
+    }
+
+    /// The `KUBE-*` chains kubelet added that are still there.
+    fn added_chains(&self) -> Vec<(String, String, String)> {
+        chains()
+            .into_iter()
+            .filter(|c| c.2.starts_with("KUBE-") && !self.chains.contains(c))
+            .collect()
+    }
+
+    /// Removes the rules that jump to chains kubelet added, then the chains; puts the
+    /// sysctls back; removes the directories kubelet made outside its root dir.
+    fn restore(&self) {
+        let added = self.added_chains();
+        for bin in IPTABLES {
+            for table in TABLES {
+                let ours: Vec<&str> = added
+                    .iter()
+                    .filter(|(b, t, _)| b == bin && t == table)
+                    .map(|(_, _, c)| c.as_str())
+                    .collect();
+                if ours.is_empty() {
+                    continue;
+                }
+                // Rules jumping to (or living in) an added chain: delete them by their spec.
+                for line in iptables_rules(bin, table) {
+                    let Some(rule) = line.strip_prefix("-A ") else {
+                        continue;
+                    };
+                    let jumps = ours.iter().any(|c| {
+                        rule.ends_with(&format!("-j {c}")) || rule.contains(&format!("-j {c} "))
+                    });
+                    let inside = ours.iter().any(|c| rule.starts_with(&format!("{c} ")));
+                    if jumps && !inside {
+                        // `iptables -S` quotes like a shell would; let one parse it.
+                        let _ = Command::new("sh")
+                            .arg("-c")
+                            .arg(format!("{bin} -w -t {table} -D {rule}"))
+                            .status();
+                    }
+                }
+                for c in &ours {
+                    let _ = Command::new(bin)
+                        .args(["-w", "-t", table, "-F", c])
+                        .status();
+                }
+                for c in &ours {
+                    let _ = Command::new(bin)
+                        .args(["-w", "-t", table, "-X", c])
+                        .status();
+                }
+            }
+        }
+        for (k, v) in &self.sysctls {
+            let _ = std::fs::write(format!("/proc/sys/{k}"), v);
+        }
+        if !self.device_plugins_existed {
+            let _ = std::fs::remove_dir_all(DEVICE_PLUGINS);
+        }
+        if !self.var_lib_kubelet_existed {
+            let _ = std::fs::remove_dir_all("/var/lib/kubelet");
+        }
+    }
+
+    /// What differs from the recorded state (empty when restored).
+    fn differences(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .added_chains()
+            .into_iter()
+            .map(|(b, t, c)| format!("{b} -t {t}: chain {c} left"))
+            .collect();
+        for (k, v) in &self.sysctls {
+            let now = std::fs::read_to_string(format!("/proc/sys/{k}")).unwrap_or_default();
+            if now.trim() != v {
+                out.push(format!("{k} = {} (was {v})", now.trim()));
+            }
+        }
+        if !self.device_plugins_existed && Path::new(DEVICE_PLUGINS).exists() {
+            out.push(format!("{DEVICE_PLUGINS} left"));
+        }
+        out
+    }
+}
+
+/// A kubelet process with its config and dirs.
+struct Kubelet {
+    dir: PathBuf,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Kubelet {
+    fn manifests(dir: &Path) -> PathBuf {
+        dir.join("manifests")
+    }
+
+    fn pod_logs(dir: &Path) -> PathBuf {
+        dir.join("pod-logs")
+    }
+
+    fn root(dir: &Path) -> PathBuf {
+        dir.join("root")
+    }
+
+    /// Writes kubelet's config (see `docs/kubelet.md`) and starts it.
+    fn start(dir: &Path, remora_socket: &Path, gates: &[&str]) -> Self {
+        for d in [Self::manifests(dir), Self::pod_logs(dir), Self::root(dir)] {
+            std::fs::create_dir_all(&d).expect("kubelet dirs");
+        }
+        let endpoint = format!("unix://{}", remora_socket.display());
+        let gates: serde_json::Map<String, Value> =
+            gates.iter().map(|g| (g.to_string(), json!(true))).collect();
+        let config = json!({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "containerRuntimeEndpoint": endpoint,
+            "imageServiceEndpoint": endpoint,
+            "staticPodPath": Self::manifests(dir),
+            "fileCheckFrequency": "1s",
+            "podLogsDir": Self::pod_logs(dir),
+            "volumePluginDir": dir.join("volume-plugins"),
+            "address": "127.0.0.1",
+            "port": KUBELET_PORT,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": HEALTHZ_PORT,
+            "authentication": {"anonymous": {"enabled": true}, "webhook": {"enabled": false}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "cgroupDriver": "cgroupfs",
+            "failCgroupV1": false,
+            "cgroupsPerQOS": false,
+            "enforceNodeAllocatable": [],
+            "failSwapOn": false,
+            "containerLogMaxSize": "16Ki",
+            "containerLogMaxFiles": 3,
+            "containerLogMonitorInterval": "3s",
+            "serializeImagePulls": false,
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "evictionHard": {
+                "memory.available": "1Mi",
+                "nodefs.available": "1%",
+                "nodefs.inodesFree": "1%",
+                "imagefs.available": "1%"
+            },
+            "featureGates": gates,
+        });
+        let config_path = dir.join("kubelet.json");
+        std::fs::write(&config_path, config.to_string()).expect("write kubelet config");
+        let mut k = Kubelet {
+            dir: dir.to_path_buf(),
+            child: None,
+            log: dir.join("kubelet.log"),
+        };
+        k.spawn();
+        k
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("kubelet log");
+        let child = Command::new(tool("kubelet"))
+            .arg(format!(
+                "--config={}",
+                self.dir.join("kubelet.json").display()
+            ))
+            .arg(format!("--root-dir={}", Self::root(&self.dir).display()))
+            // Its default is /var/lib/kubelet/pki, whatever the root dir.
+            .arg(format!("--cert-dir={}", self.dir.join("pki").display()))
+            .arg(format!("--hostname-override={NODE}"))
+            // Keep every dead attempt of a container for the crash-loop checks (the default
+            // keeps one per container once garbage collection runs, every minute).
+            .arg("--maximum-dead-containers-per-container=10")
+            .arg("--v=2")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .spawn()
+            .expect("start kubelet");
+        self.child = Some(child);
+    }
+
+    /// Stops kubelet (SIGTERM, SIGKILL after 10 s); its pods keep running.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let start = Instant::now();
+            while child.try_wait().ok().flatten().is_none() {
+                if start.elapsed() > Duration::from_secs(10) {
+                    let _ = child.kill();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    fn write_manifest(&self, name: &str, pod: &Value) {
+        let path = Self::manifests(&self.dir).join(format!("{name}.json"));
+        let tmp = Self::manifests(&self.dir).join(format!(".{name}.json.tmp"));
+        std::fs::write(&tmp, pod.to_string()).expect("write manifest");
+        std::fs::rename(&tmp, &path).expect("move manifest into place");
+    }
+
+    fn remove_manifests(&self) {
+        for e in std::fs::read_dir(Self::manifests(&self.dir)).expect("manifest dir") {
+            let _ = std::fs::remove_file(e.expect("entry").path());
+        }
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.stop();
+        // Its root dir's self-bind (and whatever a failed run left below it).
+        harness::unmount_below(&self.dir);
+        if std::thread::panicking() {
+            eprintln!(
+                "--- last 80 lines of kubelet's log ({}) ---\n{}",
+                self.log.display(),
+                self.log_tail(80)
+            );
+        }
+    }
+}
+
+/// kubelet's HTTPS API on loopback (its own self-signed certificate).
+struct KubeletApi {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl KubeletApi {
+    fn new() -> Self {
+        let http = reqwest::Client::builder()
+            // kubelet serves a self-signed certificate it made at start; loopback only.
+            .danger_accept_invalid_certs(true)
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("http client");
+        KubeletApi {
+            http,
+            base: format!("https://127.0.0.1:{KUBELET_PORT}"),
+        }
+    }
+
+    async fn get(&self, path: &str) -> Option<String> {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .ok()?;
+        if !r.status().is_success() {
+            return None;
+        }
+        r.text().await.ok()
+    }
+
+    /// kubelet's pods (its `/pods`), by pod name without the node suffix.
+    async fn pods(&self) -> Option<Vec<Value>> {
+        let text = self.get("/pods").await?;
+        let v: Value = serde_json::from_str(&text).ok()?;
+        // An empty list comes as `"items": null`.
+        match &v["items"] {
+            Value::Null => Some(Vec::new()),
+            items => items.as_array().cloned(),
+        }
+    }
+
+    async fn pod(&self, name: &str) -> Option<Value> {
+        let full = format!("{name}-{NODE}");
+        self.pods()
+            .await?
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == full.as_str())
+    }
+
+    /// Waits until `check` holds for the pod's status; returns that status.
+    async fn wait_pod<F>(&self, name: &str, what: &str, limit: Duration, check: F) -> Value
+    where
+        F: Fn(&Value) -> bool,
+    {
+        let start = Instant::now();
+        let mut last = Value::Null;
+        loop {
+            if let Some(p) = self.pod(name).await {
+                if check(&p["status"]) {
+                    return p["status"].clone();
+                }
+                last = p["status"].clone();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "timed out after {limit:?} waiting for pod {name}: {what}; last status: {last:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn logs(&self, pod: &str, container: &str, query: &str) -> Option<String> {
+        self.get(&format!(
+            "/containerLogs/default/{pod}-{NODE}/{container}{query}"
+        ))
+        .await
+    }
+}
+
+/// A container's status in a pod status, by name.
+fn container<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["containerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+fn running(c: &Value) -> bool {
+    c["state"]["running"].is_object()
+}
+
+fn restarts(c: &Value) -> u64 {
+    c["restartCount"].as_u64().unwrap_or(0)
+}
+
+/// The CRI id inside kubelet's `containerID` (`remora://<id>`).
+fn cri_id(c: &Value) -> String {
+    let id = c["containerID"].as_str().unwrap_or_default();
+    assert!(
+        id.starts_with("remora://"),
+        "kubelet names containers by the runtime's name: {id:?}"
+    );
+    id.trim_start_matches("remora://").to_string()
+}
+
+/// A static pod manifest with sensible test defaults.
+fn pod(name: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    let s = spec.as_object_mut().expect("spec object");
+    s.entry("terminationGracePeriodSeconds").or_insert(json!(2));
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+        "spec": spec,
+    })
+}
+
+fn sh(name: &str, script: &str) -> Value {
+    json!({
+        "name": name,
+        "image": BUSYBOX,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", script],
+    })
+}
+
+/// The pod manifests of the suite; `hooks` is a host dir the hooks pod writes into.
+fn manifests(hooks: &Path) -> Vec<(&'static str, Value)> {
+    let web = json!({
+        "name": "nginx",
+        "image": NGINX,
+        "imagePullPolicy": "IfNotPresent",
+        "ports": [{"containerPort": 80, "hostPort": HOST_PORT, "hostIP": "127.0.0.1"}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": 80}, "periodSeconds": 1},
+        "livenessProbe": {"tcpSocket": {"port": 80}, "periodSeconds": 2},
+    });
+    let mut liveness = sh(
+        "app",
+        "trap 'exit 42' TERM; touch /tmp/alive; (sleep 3; rm -f /tmp/alive) & \
+         while true; do sleep 1; done",
+    );
+    liveness["livenessProbe"] = json!({
+        "exec": {"command": ["cat", "/tmp/alive"]},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+    });
+    let mut secure = sh("app", "sleep 3600");
+    secure["securityContext"] = json!({
+        "runAsUser": 1234,
+        "runAsGroup": 5678,
+        "readOnlyRootFilesystem": true,
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+    });
+    secure["resources"] = json!({
+        "limits": {"memory": "64Mi", "cpu": "250m"},
+        "requests": {"memory": "64Mi", "cpu": "250m"},
+    });
+    let mut hooked = sh("app", "sleep 3600");
+    hooked["volumeMounts"] = json!([{"name": "hooks", "mountPath": "/hooks"}]);
+    hooked["lifecycle"] = json!({
+        "postStart": {"exec": {"command": ["sh", "-c", "echo started > /hooks/poststart"]}},
+        "preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /hooks/prestop"]}},
+    });
+    let with_work = |mut c: Value| {
+        c["volumeMounts"] = json!([{"name": "work", "mountPath": "/work"}]);
+        c
+    };
+    vec![
+        ("web", pod("web", json!({"containers": [web]}))),
+        (
+            "liveness",
+            pod("liveness", json!({"containers": [liveness]})),
+        ),
+        (
+            "init",
+            pod(
+                "init",
+                json!({
+                    "initContainers": [
+                        with_work(sh("first", "echo one >> /work/order")),
+                        with_work(sh("second", "echo two >> /work/order")),
+                    ],
+                    "containers": [with_work(sh("main", "cat /work/order; sleep 3600"))],
+                    "volumes": [{"name": "work", "emptyDir": {}}],
+                }),
+            ),
+        ),
+        (
+            "crash",
+            pod(
+                "crash",
+                json!({"containers": [sh("app", "echo crashing; exit 3")]}),
+            ),
+        ),
+        (
+            "shared",
+            pod(
+                "shared",
+                json!({
+                    "containers": [
+                        with_work(sh("writer", "echo hello > /work/msg; sleep 3600")),
+                        with_work(sh(
+                            "reader",
+                            "while [ ! -f /work/msg ]; do sleep 0.2; done; \
+                             echo got $(cat /work/msg); sleep 3600",
+                        )),
+                    ],
+                    "volumes": [{"name": "work", "emptyDir": {}}],
+                }),
+            ),
+        ),
+        ("secure", pod("secure", json!({"containers": [secure]}))),
+        (
+            "hooks",
+            pod(
+                "hooks",
+                json!({
+                    "containers": [hooked],
+                    "volumes": [{
+                        "name": "hooks",
+                        "hostPath": {"path": hooks, "type": "DirectoryOrCreate"},
+                    }],
+                }),
+            ),
+        ),
+        (
+            "logs",
+            pod(
+                "logs",
+                json!({"containers": [sh(
+                    "app",
+                    "i=0; while true; do for j in $(seq 100); do \
+                     echo \"line $i-$j xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"; \
+                     done; i=$((i+1)); sleep 1; done",
+                )]}),
+            ),
+        ),
+    ]
+}
+
+/// Runs `sh -c cmd` in a container through CRI ExecSync; returns (exit code, stdout).
+async fn exec(bed: &BedRemora, id: &str, cmd: &str) -> (i32, String) {
+    let r = bed
+        .remora
+        .runtime()
+        .exec_sync(v1::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    (r.exit_code, String::from_utf8_lossy(&r.stdout).into_owned())
+}
+
+/// The CRI pod sandboxes of this remora whose kubelet pod name is `name` (any state).
+async fn sandboxes_of(bed: &BedRemora, name: &str) -> Vec<v1::PodSandbox> {
+    let full = format!("{name}-{NODE}");
+    cri::list_pods(&bed.remora)
+        .await
+        .into_iter()
+        .filter(|p| p.metadata.as_ref().is_some_and(|m| m.name == full))
+        .collect()
+}
+
+async fn list_containers(bed: &BedRemora) -> Vec<v1::Container> {
+    bed.remora
+        .runtime()
+        .list_containers(v1::ListContainersRequest { filter: None })
+        .await
+        .expect("ListContainers")
+        .into_inner()
+        .containers
+}
+
+/// Lines of /proc/self/mountinfo whose mount point is under `dir`.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.display().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&prefix)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Files in the test bed's IPAM dirs named after one of `ips`.
+fn ipam_reservations(ips: &BTreeSet<String>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for net in std::fs::read_dir(IPAM_DIR).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(net.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if ips.contains(&f.file_name().to_string_lossy().to_string()) {
+                out.push(f.path());
+            }
+        }
+    }
+    out
+}
+
+/// nat rules (portmap's DNAT) that mention the host port or one of the pod IPs.
+fn nat_rules_for(ips: &BTreeSet<String>) -> Vec<String> {
+    iptables_rules("iptables", "nat")
+        .into_iter()
+        .filter(|r| {
+            r.contains(&format!("--dport {HOST_PORT}"))
+                || ips.iter().any(|ip| r.contains(&format!("{ip}/32")))
+        })
+        .collect()
+}
+
+/// Everything the suite leaves on the host goes, pass or fail: kubelet stopped, then the
+/// pods removed through CRI (CNI DEL), then the host state put back.
+struct Cleanup<'a> {
+    host: &'a HostState,
+    remora_socket: PathBuf,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new(tool("crictl"))
+            .arg("--runtime-endpoint")
+            .arg(format!("unix://{}", self.remora_socket.display()))
+            .args(["--timeout", "30s", "rmp", "--all", "--force"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        self.host.restore();
+    }
+}
+
+async fn run_suite(gates: &[&str]) {
+    assert!(
+        Path::new(harness::TESTBED_CONTAINERD).exists(),
+        "the test bed is not up: run scripts/testbed.sh up (registry {TESTBED_REGISTRY})"
+    );
+    let host = HostState::record();
+    let mut bed = BedRemora::start_with_network();
+    let dir = scratch();
+    let hooks = dir.path().join("hooks");
+    let cleanup = Cleanup {
+        host: &host,
+        remora_socket: bed.remora.socket.clone(),
+    };
+    // Pre-pull so that the scenarios' timing does not include the first pulls.
+    for image in [BUSYBOX, NGINX] {
+        cri::pull(&bed.remora, image).await.expect("pull");
+    }
+    let mut kubelet = Kubelet::start(dir.path(), &bed.remora.socket, gates);
+    let api = KubeletApi::new();
+    wait_until(
+        "kubelet's API to answer",
+        Duration::from_secs(60),
+        || async { api.pods().await.is_some() },
+    )
+    .await;
+    for (name, manifest) in manifests(&hooks) {
+        kubelet.write_manifest(name, &manifest);
+    }
+    let long = Duration::from_secs(90);
+
+    // --- a long-running pod: HTTP readiness, TCP liveness, a host port on 127.0.0.1 ---
+    let web = api
+        .wait_pod("web", "Running and ready", long, |s| {
+            s["phase"] == "Running" && container(s, "nginx")["ready"] == true
+        })
+        .await;
+    let web_id = cri_id(container(&web, "nginx"));
+    assert!(
+        web["podIP"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("10.88.")),
+        "{web:#}"
+    );
+    let page = reqwest::get(format!("http://127.0.0.1:{HOST_PORT}/"))
+        .await
+        .expect("GET the host port")
+        .text()
+        .await
+        .expect("body");
+    assert!(
+        page.contains("nginx"),
+        "nginx answers on the host port: {page}"
+    );
+
+    // --- init containers run in order, to completion, before the main one ---
+    let init = api
+        .wait_pod("init", "main running", long, |s| {
+            running(container(s, "main"))
+        })
+        .await;
+    for ic in init["initContainerStatuses"]
+        .as_array()
+        .expect("init statuses")
+    {
+        let t = &ic["state"]["terminated"];
+        assert_eq!(
+            (t["exitCode"].as_i64(), t["reason"].as_str()),
+            (Some(0), Some("Completed")),
+            "{ic:#}"
+        );
+    }
+    let main_log = wait_for_log(&api, "init", "main", "two").await;
+    assert_eq!(main_log, "one\ntwo\n", "init containers ran in order");
+
+    // --- emptyDir shared by two containers ---
+    api.wait_pod("shared", "both running", long, |s| {
+        running(container(s, "writer")) && running(container(s, "reader"))
+    })
+    .await;
+    assert_eq!(
+        wait_for_log(&api, "shared", "reader", "got").await,
+        "got hello\n"
+    );
+
+    // --- securityContext and resource limits, seen from inside ---
+    let secure = api
+        .wait_pod("secure", "running", long, |s| running(container(s, "app")))
+        .await;
+    let secure_id = cri_id(container(&secure, "app"));
+    assert_eq!(
+        exec(&bed, &secure_id, "id -u; id -g").await,
+        (0, "1234\n5678\n".into())
+    );
+    assert_ne!(
+        exec(&bed, &secure_id, "touch /newfile").await.0,
+        0,
+        "read-only rootfs"
+    );
+    assert_eq!(
+        exec(&bed, &secure_id, "grep CapEff /proc/self/status")
+            .await
+            .1
+            .trim(),
+        "CapEff:\t0000000000000000"
+    );
+    assert_eq!(
+        exec(
+            &bed,
+            &secure_id,
+            "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+        )
+        .await
+        .1
+        .trim(),
+        (64 * 1024 * 1024).to_string()
+    );
+    assert_eq!(
+        exec(&bed, &secure_id, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+            .await
+            .1
+            .trim(),
+        "25000"
+    );
+
+    // --- postStart hook ---
+    api.wait_pod("hooks", "running", long, |s| running(container(s, "app")))
+        .await;
+    wait_until("the postStart hook's file", long, || async {
+        std::fs::read_to_string(hooks.join("poststart")).is_ok_and(|s| s == "started\n")
+    })
+    .await;
+
+    // --- a failing exec liveness probe restarts the container; its exit code is kept ---
+    let liveness = api
+        .wait_pod("liveness", "restarted by its liveness probe", long, |s| {
+            restarts(container(s, "app")) >= 1
+                && container(s, "app")["lastState"]["terminated"].is_object()
+        })
+        .await;
+    let last = &container(&liveness, "app")["lastState"]["terminated"];
+    assert_eq!(
+        (last["exitCode"].as_i64(), last["reason"].as_str()),
+        (Some(42), Some("Error")),
+        "the TERM trap's exit code: {liveness:#}"
+    );
+
+    // --- a crash loop: restart count grows, back-off grows, exit code and reason right ---
+    let crash = api
+        .wait_pod("crash", "3 restarts", Duration::from_secs(120), |s| {
+            restarts(container(s, "app")) >= 3
+                && container(s, "app")["lastState"]["terminated"].is_object()
+        })
+        .await;
+    let app = container(&crash, "app");
+    let last = &app["lastState"]["terminated"];
+    assert_eq!(
+        (last["exitCode"].as_i64(), last["reason"].as_str()),
+        (Some(3), Some("Error")),
+        "{app:#}"
+    );
+    // Every attempt, from CRI (kubelet keeps the dead ones: see the flags in `Kubelet`):
+    // the pause before each restart grows (kubelet's back-off doubles from 10 s).
+    let mut attempts: Vec<(u32, i64, i64, i32)> = Vec::new();
+    let crash_pod = format!("crash-{NODE}");
+    for c in list_containers(&bed).await {
+        if c.labels.get("io.kubernetes.pod.name") != Some(&crash_pod) {
+            continue;
+        }
+        let s = cri::status(&bed.remora, &c.id)
+            .await
+            .expect("ContainerStatus");
+        let attempt = s.metadata.as_ref().map(|m| m.attempt).unwrap_or_default();
+        attempts.push((attempt, s.started_at, s.finished_at, s.exit_code));
+    }
+    attempts.sort();
+    assert!(attempts.len() >= 3, "{attempts:?}");
+    assert!(
+        attempts.iter().all(|a| a.3 == 3 || a.2 == 0),
+        "exit code 3: {attempts:?}"
+    );
+    let pauses: Vec<i64> = attempts
+        .windows(2)
+        .filter(|w| w[1].1 > 0 && w[0].2 > 0)
+        .map(|w| w[1].1 - w[0].2)
+        .collect();
+    assert!(
+        pauses.len() >= 2 && pauses.windows(2).all(|p| p[1] > p[0]),
+        "back-off grows between restarts (ns): {pauses:?}, attempts {attempts:?}"
+    );
+    api.wait_pod("crash", "in CrashLoopBackOff", long, |s| {
+        container(s, "app")["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    })
+    .await;
+
+    // --- log rotation: kubelet rotates, remora reopens, /containerLogs reads ---
+    let logs = api
+        .wait_pod("logs", "running", long, |s| running(container(s, "app")))
+        .await;
+    assert!(!cri_id(container(&logs, "app")).is_empty());
+    let log_dir = Kubelet::pod_logs(dir.path()).join("default_logs-remora-kubelet-it_uid-logs/app");
+    wait_until("a rotated log file", long, || async {
+        std::fs::read_dir(&log_dir)
+            .map(|d| {
+                d.flatten()
+                    .any(|f| f.file_name().to_string_lossy().starts_with("0.log."))
+            })
+            .unwrap_or(false)
+    })
+    .await;
+    // After a rotation the current file gets new lines: remora reopened it.
+    let size_after_rotation = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let current = log_dir.join("0.log");
+    let first = size_after_rotation(&current);
+    wait_until("the reopened log file to grow", long, || async {
+        size_after_rotation(&current) > first + 1024
+    })
+    .await;
+    let tail = api
+        .logs("logs", "app", "?tailLines=3")
+        .await
+        .expect("/containerLogs");
+    let tail_lines: Vec<&str> = tail.lines().collect();
+    assert_eq!(tail_lines.len(), 3, "{tail}");
+    assert!(tail_lines.iter().all(|l| l.starts_with("line ")), "{tail}");
+
+    // Pod IPs, for the leak checks at the end.
+    let mut ips = BTreeSet::new();
+    for p in api.pods().await.expect("pods") {
+        if let Some(ip) = p["status"]["podIP"].as_str() {
+            ips.insert(ip.to_string());
+        }
+    }
+    assert!(ips.len() >= 7, "every pod has an IP: {ips:?}");
+
+    // --- kubelet restarted while pods run: same containers, counts kept ---
+    let crash_restarts = restarts(container(
+        &api.pod("crash").await.expect("crash")["status"],
+        "app",
+    ));
+    kubelet.stop();
+    kubelet.spawn();
+    let web = api
+        .wait_pod("web", "ready again after kubelet's restart", long, |s| {
+            container(s, "nginx")["ready"] == true
+        })
+        .await;
+    assert_eq!(cri_id(container(&web, "nginx")), web_id, "same container");
+    assert_eq!(restarts(container(&web, "nginx")), 0);
+    let secure = api
+        .wait_pod("secure", "running after kubelet's restart", long, |s| {
+            running(container(s, "app"))
+        })
+        .await;
+    assert_eq!(cri_id(container(&secure, "app")), secure_id);
+    let crash = api
+        .wait_pod("crash", "its restart count", long, |s| {
+            restarts(container(s, "app")) >= crash_restarts
+        })
+        .await;
+    assert!(restarts(container(&crash, "app")) >= crash_restarts);
+    assert_eq!(
+        sandboxes_of(&bed, "web").await.len(),
+        1,
+        "kubelet adopted the pod's sandbox instead of making another"
+    );
+
+    // --- remora restarted while pods run: kubelet carries on, nothing restarts ---
+    let status = bed.remora.stop_with(nix::sys::signal::Signal::SIGTERM);
+    assert!(status.success(), "remora exits cleanly: {status}");
+    bed.restart();
+    let web = api
+        .wait_pod("web", "ready after remora's restart", long, |s| {
+            container(s, "nginx")["ready"] == true && s["phase"] == "Running"
+        })
+        .await;
+    assert_eq!(cri_id(container(&web, "nginx")), web_id, "same container");
+    assert_eq!(restarts(container(&web, "nginx")), 0);
+    assert_eq!(exec(&bed, &secure_id, "id -u").await, (0, "1234\n".into()));
+    // The log of a running container keeps flowing into the same file after the restart.
+    let size = size_after_rotation(&current);
+    wait_until("logs to flow after remora's restart", long, || async {
+        size_after_rotation(&current) != size
+    })
+    .await;
+
+    // --- all manifests removed: nothing is left ---
+    kubelet.remove_manifests();
+    wait_until("the preStop hook's file", long, || async {
+        std::fs::read_to_string(hooks.join("prestop")).is_ok_and(|s| s == "stopping\n")
+    })
+    .await;
+    wait_until(
+        "kubelet to remove every pod and container",
+        Duration::from_secs(180),
+        || async {
+            cri::list_pods(&bed.remora).await.is_empty() && list_containers(&bed).await.is_empty()
+        },
+    )
+    .await;
+    wait_until("kubelet to forget the pods", long, || async {
+        api.pods().await.is_some_and(|p| p.is_empty())
+    })
+    .await;
+    let netns: Vec<_> = std::fs::read_dir(bed.state_dir().join("netns"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert_eq!(netns, Vec::<PathBuf>::new(), "no netns left");
+    assert_eq!(ipam_reservations(&ips), Vec::<PathBuf>::new(), "no IP left");
+    assert_eq!(
+        nat_rules_for(&ips),
+        Vec::<String>::new(),
+        "no host-port rule left"
+    );
+    // kubelet makes its root dir a shared mount point of its own (and keeps it).
+    let root = Kubelet::root(dir.path()).display().to_string();
+    let kubelet_mounts: Vec<String> = mounts_under(&Kubelet::root(dir.path()))
+        .into_iter()
+        .filter(|l| l.split(' ').nth(4) != Some(root.as_str()))
+        .collect();
+    assert_eq!(
+        kubelet_mounts,
+        Vec::<String>::new(),
+        "no mount left in kubelet's dirs"
+    );
+    let pod_netns_mounts: Vec<String> = mounts_under(&bed.state_dir().join("netns"))
+        .into_iter()
+        .filter(|l| {
+            l.split(' ').nth(4) != Some(&bed.state_dir().join("netns").display().to_string())
+        })
+        .collect();
+    assert_eq!(
+        pod_netns_mounts,
+        Vec::<String>::new(),
+        "no pod netns mount left"
+    );
+    wait_until(
+        "kubelet to remove the pods' log dirs",
+        Duration::from_secs(180),
+        || async {
+            std::fs::read_dir(Kubelet::pod_logs(dir.path()))
+                .map(|d| d.count() == 0)
+                .unwrap_or(true)
+        },
+    )
+    .await;
+
+    // kubelet's evented PLEG drops (and logs) events that carry no pod status.
+    let log = std::fs::read_to_string(&kubelet.log).unwrap_or_default();
+    assert!(
+        !log.contains("nil PodSandboxStatus"),
+        "kubelet dropped events without a pod status"
+    );
+
+    // Host state back as it was.
+    kubelet.stop();
+    drop(cleanup);
+    assert_eq!(
+        host.differences(),
+        Vec::<String>::new(),
+        "host state restored"
+    );
+}
+
+/// Waits until the container's log (through kubelet) contains `needle`; returns it.
+async fn wait_for_log(api: &KubeletApi, pod: &str, container: &str, needle: &str) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some(text) = api.logs(pod, container, "").await {
+            if text.contains(needle) {
+                return text;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {needle:?} in the log of {pod}/{container}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

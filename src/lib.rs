@@ -9,7 +9,6 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
-pub mod cni;
 pub mod config;
 pub mod containerd;
 pub mod cri;

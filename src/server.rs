@@ -31,7 +31,7 @@ use crate::events;
 use crate::events::monitor::{ImageEvents, Resync, RuntimeEvents, Subscription};
 use crate::events::queue::{OrderedQueue, QueueConfig};
 use crate::images::pull::{Backend, PullConfig, Puller};
-use crate::images::registry::client::{RegistryClient, RegistryConfig};
+use crate::images::registry::{RegistryClient, RegistryConfig};
 use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
 use crate::lifecycle::host::host_facts;

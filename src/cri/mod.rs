@@ -9,8 +9,6 @@
 //!   Status, RuntimeConfig; `image_*`: the image service).
 
 pub mod convert;
-#[cfg(test)]
-mod convert_props;
 pub mod image_fs_info;
 pub mod image_pull;
 pub mod image_remove;

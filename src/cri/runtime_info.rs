@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::cni;
 use crate::config::{CgroupDriver, Config};
 use crate::containerd::health::HealthMonitor;
 use crate::error::CriError;
+use crate::net::cni;
 
 /// The runtime name reported by `Version`.
 pub const RUNTIME_NAME: &str = "remora";

@@ -5,6 +5,17 @@
 //! manifest has `config` and `layers`), so one struct serves each pair and the media type
 //! tells them apart. Docker schema1 (signed, no config blob) is refused: containerd's CRI
 //! refuses it too, and registries convert on request when asked for schema2.
+//!
+//! Why not `oci-spec`'s `image` types (checked against oci-spec 0.10): they would change what
+//! is accepted and how it fails. Its `ImageIndex` requires `manifests` and its
+//! `ImageConfiguration` requires `architecture`, `os` and a `rootfs.diff_ids` list, where Docker
+//! writes `null` for empty lists and maps (every collection here takes `null`, see
+//! `null_default`); its `Digest` accepts any algorithm (sha384, sha512, `multihash+base58`)
+//! where remora takes only sha256 and names the problem ([`DigestError`]); its `MediaType`
+//! knows only the OCI types, so Docker schema2 and schema1 would be `Other(..)` strings anyway;
+//! and it has no platform normalisation ([`select_platform`]). What is kept here is that
+//! lenient reading, the digest rules and containerd's platform matching; the types mirror the
+//! OCI image-spec field names, so moving to oci-spec's later is a mechanical change.
 
 use std::collections::BTreeMap;
 use std::fmt;

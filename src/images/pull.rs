@@ -46,7 +46,7 @@ use super::manifest::{
 };
 use super::reference::{Reference, ReferenceError};
 use super::registry::auth::Credentials;
-use super::registry::client::{RegistryClient, RegistryError};
+use super::registry::{RegistryClient, RegistryError};
 use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
 use super::store::{ImageIndex, ImageInfo};
 use super::unpack::{chain_ids, unpack, UnpackError};

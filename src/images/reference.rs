@@ -17,6 +17,13 @@
 //!
 //! A bare `sha256:<hex>` (or 64 hex digits) is an image ID, not a reference; parsing it
 //! yields [`ReferenceError::ImageId`] so the caller can look it up by ID instead.
+//!
+//! Why not `oci-spec`'s `distribution::Reference` (checked against oci-spec 0.10): it
+//! normalises `docker.io/library/...` the same way, but its errors are bare variants ("invalid
+//! reference format") that name neither the input nor the faulty part, which the CRI error
+//! messages (and their tests) rely on; it does not tell an image ID from a name, so
+//! `RemoveImage`/`ImageStatus` by ID would need a check of their own before it anyway; and it
+//! accepts digests of any registered algorithm where remora takes only sha256 ([`Digest`]).
 
 use std::fmt;
 

@@ -91,11 +91,18 @@ impl Pods {
             .get(&cid)
             .await?
             .ok_or_else(|| ContainerError::NotRunning(cid.clone()))?;
-        let spec: serde_json::Value = serde_json::from_slice(&record.spec)
+        /// The one part of the container's OCI spec an exec needs; the rest is not parsed.
+        #[derive(serde::Deserialize)]
+        struct SpecProcess {
+            process: Option<oci_spec::runtime::Process>,
+        }
+        // The exec process is the container's own (user, env, cwd, capabilities, rlimits...)
+        // with the command's arguments and no terminal, as containerd's ExecSync does.
+        let spec: SpecProcess = serde_json::from_slice(&record.spec)
             .map_err(|e| ContainerError::Encode(e.to_string()))?;
-        let mut process = spec.get("process").cloned().unwrap_or_default();
-        process["args"] = serde_json::json!(cmd);
-        process["terminal"] = serde_json::json!(false);
+        let mut process = spec.process.unwrap_or_default();
+        process.set_args(Some(cmd));
+        process.set_terminal(Some(false));
         let process =
             serde_json::to_vec(&process).map_err(|e| ContainerError::Encode(e.to_string()))?;
 

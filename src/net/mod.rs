@@ -1,7 +1,7 @@
 //! Pod networking: a network namespace per pod ([`netns`]), CNI plugins run against it
-//! ([`cni_exec`]), and the facade the sandbox code calls ([`PodNetwork`]).
+//! ([`cni`]), and the facade the sandbox code calls ([`PodNetwork`]).
 
-pub mod cni_exec;
+pub mod cni;
 #[cfg(target_os = "linux")]
 #[path = "netns_linux.rs"]
 pub mod netns;

@@ -18,10 +18,11 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use thiserror::Error;
 
-use super::cni_exec::{Attachment, CniExec, CniExecError, CniResult, Interface};
+use super::cni::{
+    self, Attachment, CniError, CniExec, CniExecError, CniResult, Interface, Network,
+};
 #[cfg(target_os = "linux")]
 use super::netns::{self, NetnsError};
-use crate::cni::{self, CniError, Network};
 
 /// The interface name inside the pod, as kubelet and containerd use.
 pub const POD_IFNAME: &str = "eth0";
@@ -348,7 +349,7 @@ pub fn attachment(pod: &PodNetInfo, netns: Option<PathBuf>) -> Result<Attachment
         ("IgnoreUnknown".to_string(), "1".to_string()),
     ];
     // Fail here rather than in the middle of a plugin chain.
-    super::cni_exec::cni_args(&args)?;
+    super::cni::cni_args(&args)?;
     let mut caps = Map::new();
     // Always present (possibly empty), as containerd passes it.
     let ports: Vec<Value> = pod
@@ -451,7 +452,7 @@ mod tests {
         assert_eq!(a.container_id, "sb1");
         assert_eq!(a.ifname, "eth0");
         assert_eq!(
-            super::super::cni_exec::cni_args(&a.args).unwrap(),
+            super::super::cni::cni_args(&a.args).unwrap(),
             "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web;K8S_POD_INFRA_CONTAINER_ID=sb1;\
              K8S_POD_UID=0f1e2d3c-0000-4000-8000-000000000001;IgnoreUnknown=1"
         );
@@ -849,7 +850,7 @@ mod tests {
                     } => {
                         assert_eq!(plugin, "bridge");
                         assert!(msg.contains("10.250.1.0/33"), "{msg}");
-                        assert_eq!(*command, crate::net::cni_exec::CniCommand::Del);
+                        assert_eq!(*command, crate::net::cni::CniCommand::Del);
                     }
                     other => panic!("unexpected: {other}"),
                 }

@@ -406,7 +406,7 @@ async fn fetch_token(
         .timeout(timeout)
         .send()
         .await
-        .map_err(|e| unavailable(super::client::error_chain(&e)))?;
+        .map_err(|e| unavailable(super::error::error_chain(&e)))?;
     let status = resp.status();
     if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
         return Err(AuthError::Refused {
@@ -420,7 +420,7 @@ async fn fetch_token(
     let body = resp
         .bytes()
         .await
-        .map_err(|e| unavailable(super::client::error_chain(&e)))?;
+        .map_err(|e| unavailable(super::error::error_chain(&e)))?;
     let t: TokenResponse =
         serde_json::from_slice(&body).map_err(|e| invalid(format!("not a token response: {e}")))?;
     let token = if t.access_token.is_empty() {

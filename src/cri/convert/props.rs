@@ -1,4 +1,4 @@
-//! Property tests: CRI requests, arbitrary but shaped like real ones, through [`super::convert`]
+//! Property tests: CRI requests, arbitrary but shaped like real ones, through [`super`]
 //! and on into spec generation ([`crate::spec`]).
 //!
 //! Properties:
@@ -25,8 +25,8 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use prost::Message;
 use tonic::Code;
 
-use super::convert::*;
-use super::validate;
+use super::*;
+use crate::cri::validate;
 use crate::error::CriError;
 use crate::lifecycle::container::ContainerError;
 use crate::lifecycle::sandbox::SandboxError;
@@ -849,7 +849,7 @@ fn update_resources_convert_or_are_invalid_argument() {
     on_big_stack(|| {
         TestRunner::new(config())
             .run(&resources(), |r| {
-                if let Some(res) = check_convert_error(super::convert::resources(&r, "linux"))? {
+                if let Some(res) = check_convert_error(super::resources(&r, "linux"))? {
                     // What converts, the spec accepts: no second, later refusal.
                     let built = spec::resources::linux_resources(&res, &spec::HostFacts::default());
                     prop_assert!(built.is_ok(), "{:?}", built.err());
@@ -880,7 +880,7 @@ fn convert_all(bytes: &[u8]) {
     }
     if let Ok(r) = v1::UpdateContainerResourcesRequest::decode(bytes) {
         if let Some(l) = r.linux {
-            let _ = super::convert::resources(&l, "linux");
+            let _ = super::resources(&l, "linux");
         }
     }
     if let Ok(r) = v1::ListPodSandboxRequest::decode(bytes) {

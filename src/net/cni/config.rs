@@ -8,7 +8,7 @@
 //!
 //! The loaded [`Network`] also carries the plugin configs as raw JSON ([`NetworkConfigList`]):
 //! plugins own their config schema, so remora passes every key through untouched and only adds
-//! the keys the CNI spec makes the runtime's job (see [`crate::net::cni_exec`]).
+//! the keys the CNI spec makes the runtime's job (see [`super`]).
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,347 @@
+//! Containers, request side: `ContainerConfig` → the container's spec inputs, store metadata,
+//! log path, mounts, devices and resources.
+
+use std::path::{Path, PathBuf};
+
+use k8s_cri::v1;
+
+use super::sandbox::sandbox_metadata_of;
+use super::security::{
+    apparmor_profile, namespace_options, seccomp_profile, supplemental_groups_policy,
+};
+use super::{missing, non_empty, unknown_enum, unsupported, ConvertError};
+use crate::cri::validate;
+use crate::spec::{
+    CapabilityChanges, ContainerConfig, DeviceRequest, HugepageLimit, MountPropagation,
+    MountRequest, NamespaceOptions, Resources, SecurityContext,
+};
+use crate::store::{ContainerMetadata, ImageRefs, MountSummary, PodRef};
+
+fn container_name(config: &v1::ContainerConfig) -> Result<&v1::ContainerMetadata, ConvertError> {
+    let m = config
+        .metadata
+        .as_ref()
+        .ok_or_else(|| missing("config.metadata"))?;
+    if m.name.is_empty() {
+        return Err(missing("config.metadata.name"));
+    }
+    validate::name("config.metadata.name", &m.name)?;
+    Ok(m)
+}
+
+fn container_image(config: &v1::ContainerConfig) -> Result<&str, ConvertError> {
+    let image = config
+        .image
+        .as_ref()
+        .ok_or_else(|| missing("config.image"))?;
+    if image.image.is_empty() {
+        return Err(missing("config.image.image"));
+    }
+    Ok(&image.image)
+}
+
+/// `ContainerConfig` (of a container in the pod `sandbox`) → the container's spec inputs.
+///
+/// `metadata.name` and `image.image` are required. When the container's security context
+/// (or its `namespace_options`) is absent, the namespace modes are the pod's: a container
+/// always shares the pod's network and IPC namespaces, so the pod's modes describe it, and
+/// kubelet sends the pod's PID mode for containers anyway. CDI devices are refused
+/// (unsupported); labels, log path and `stdin_once` are not spec inputs (see
+/// [`container_metadata`]).
+pub fn container_config(
+    config: &v1::ContainerConfig,
+    sandbox: &v1::PodSandboxConfig,
+) -> Result<ContainerConfig, ConvertError> {
+    let m = container_name(config)?;
+    let image = container_image(config)?;
+    if !config.cdi_devices.is_empty() {
+        return Err(unsupported("config.cdi_devices"));
+    }
+    let linux = config.linux.as_ref();
+    let pod_namespaces = match sandbox
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|sc| sc.namespace_options.as_ref())
+    {
+        Some(ns) => namespace_options(
+            ns,
+            "sandbox_config.linux.security_context.namespace_options",
+        )?,
+        None => NamespaceOptions::default(),
+    };
+    let mut security = match linux.and_then(|l| l.security_context.as_ref()) {
+        Some(sc) => container_security(sc, "config.linux.security_context")?,
+        None => SecurityContext::default(),
+    };
+    if linux
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|sc| sc.namespace_options.as_ref())
+        .is_none()
+    {
+        security.namespaces = pod_namespaces;
+    }
+    let envs: Vec<(String, String)> = config
+        .envs
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect();
+    validate::process(
+        "config",
+        &config.command,
+        &config.args,
+        &envs,
+        &config.working_dir,
+    )?;
+    validate::annotations("config.annotations", &config.annotations)?;
+    Ok(ContainerConfig {
+        name: m.name.clone(),
+        image_name: image.to_string(),
+        command: config.command.clone(),
+        args: config.args.clone(),
+        working_dir: config.working_dir.clone(),
+        envs,
+        mounts: config
+            .mounts
+            .iter()
+            .enumerate()
+            .map(|(i, mount)| mount_request(mount, &format!("config.mounts[{i}]")))
+            .collect::<Result<_, _>>()?,
+        devices: config.devices.iter().map(device_request).collect(),
+        annotations: config.annotations.clone(),
+        tty: config.tty,
+        stdin: config.stdin,
+        resources: linux
+            .and_then(|l| l.resources.as_ref())
+            .map(|r| resources(r, "config.linux.resources"))
+            .transpose()?,
+        security,
+    })
+}
+
+/// The id of the container whose PID namespace a `TARGET` PID mode joins, if the config
+/// asks for one (`linux.security_context.namespace_options.target_id`). The caller resolves
+/// it to [`crate::spec::ContainerInputs::target_pid`].
+pub fn container_target_id(config: &v1::ContainerConfig) -> Option<String> {
+    config
+        .linux
+        .as_ref()?
+        .security_context
+        .as_ref()?
+        .namespace_options
+        .as_ref()
+        .and_then(|ns| non_empty(&ns.target_id))
+}
+
+/// The container's CRI log file: the pod's `log_directory` joined with the container's
+/// `log_path`; empty (no log file) unless both are set, as in containerd. The directory must
+/// be absolute and the path relative, neither with `..`: the file stays in the directory.
+pub fn container_log_path(
+    config: &v1::ContainerConfig,
+    sandbox: &v1::PodSandboxConfig,
+) -> Result<String, ConvertError> {
+    if !config.log_path.is_empty() {
+        validate::log_path("config.log_path", &config.log_path)?;
+    }
+    if !sandbox.log_directory.is_empty() {
+        validate::absolute_path("sandbox_config.log_directory", &sandbox.log_directory)?;
+    }
+    if sandbox.log_directory.is_empty() || config.log_path.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(Path::new(&sandbox.log_directory)
+        .join(&config.log_path)
+        .to_string_lossy()
+        .into_owned())
+}
+
+/// The store metadata of a new container. Fills what the request says (pod, name, attempt,
+/// labels, annotations, requested image, log path, mounts, tty/stdin flags); the caller
+/// fills the resolved image (`image.id`, `image.reference`) and `resources_json`.
+pub fn container_metadata(
+    id: &str,
+    sandbox_id: &str,
+    config: &v1::ContainerConfig,
+    sandbox: &v1::PodSandboxConfig,
+) -> Result<ContainerMetadata, ConvertError> {
+    let m = container_name(config)?;
+    let image = container_image(config)?;
+    let pod = sandbox_metadata_of(sandbox).map_err(|e| match e {
+        ConvertError::Missing { field } => missing(format!("sandbox_{field}")),
+        ConvertError::Invalid {
+            field,
+            value,
+            reason,
+        } => ConvertError::Invalid {
+            field: format!("sandbox_{field}"),
+            value,
+            reason,
+        },
+        other => other,
+    })?;
+    validate::labels("config.labels", &config.labels)?;
+    let mounts = config
+        .mounts
+        .iter()
+        .enumerate()
+        .map(|(i, mount)| {
+            mount_request(mount, &format!("config.mounts[{i}]")).map(|r| MountSummary {
+                container_path: r.container_path,
+                host_path: r.host_path.to_string_lossy().into_owned(),
+                readonly: r.readonly,
+                selinux_relabel: r.selinux_relabel,
+                propagation: r.propagation,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(ContainerMetadata {
+        id: id.to_string(),
+        sandbox_id: sandbox_id.to_string(),
+        pod: PodRef {
+            name: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            uid: pod.uid.clone(),
+        },
+        name: m.name.clone(),
+        attempt: m.attempt,
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        image: ImageRefs {
+            requested: image.to_string(),
+            ..Default::default()
+        },
+        log_path: container_log_path(config, sandbox)?,
+        mounts,
+        resources_json: Vec::new(),
+        tty: config.tty,
+        stdin: config.stdin,
+        stdin_once: config.stdin_once,
+    })
+}
+
+/// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. Image volumes, ID
+/// mapped mounts and recursive read-only mounts are refused: remora does not implement
+/// them, and quietly mounting a writable or unmapped host path instead would be worse than
+/// failing. Both paths must be absolute without `..`, and the mount not at the container's
+/// root.
+pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, ConvertError> {
+    validate::mount_destination(&format!("{prefix}.container_path"), &m.container_path)?;
+    validate::absolute_path(&format!("{prefix}.host_path"), &m.host_path)?;
+    if m.image.is_some() {
+        return Err(unsupported(format!("{prefix}.image")));
+    }
+    if !m.uid_mappings.is_empty() {
+        return Err(unsupported(format!("{prefix}.uid_mappings")));
+    }
+    if !m.gid_mappings.is_empty() {
+        return Err(unsupported(format!("{prefix}.gid_mappings")));
+    }
+    if m.recursive_read_only {
+        return Err(unsupported(format!("{prefix}.recursive_read_only")));
+    }
+    let propagation = match v1::MountPropagation::try_from(m.propagation) {
+        Ok(v1::MountPropagation::PropagationPrivate) => MountPropagation::Private,
+        Ok(v1::MountPropagation::PropagationHostToContainer) => MountPropagation::HostToContainer,
+        Ok(v1::MountPropagation::PropagationBidirectional) => MountPropagation::Bidirectional,
+        Err(_) => return Err(unknown_enum(format!("{prefix}.propagation"), m.propagation)),
+    };
+    Ok(MountRequest {
+        container_path: m.container_path.clone(),
+        host_path: PathBuf::from(&m.host_path),
+        readonly: m.readonly,
+        selinux_relabel: m.selinux_relabel,
+        propagation,
+    })
+}
+
+/// `Device` → [`DeviceRequest`], verbatim (the spec checks paths and permissions).
+pub fn device_request(d: &v1::Device) -> DeviceRequest {
+    DeviceRequest {
+        container_path: d.container_path.clone(),
+        host_path: PathBuf::from(&d.host_path),
+        permissions: d.permissions.clone(),
+    }
+}
+
+/// `LinuxContainerResources` (at CRI path `prefix`) → [`Resources`]: zero means "not set" as
+/// in CRI; negative values, an `oom_score_adj` outside -1000..=1000 and malformed cpusets or
+/// unified keys are refused ([`validate::resources`]).
+pub fn resources(r: &v1::LinuxContainerResources, prefix: &str) -> Result<Resources, ConvertError> {
+    let out = Resources {
+        cpu_period: r.cpu_period,
+        cpu_quota: r.cpu_quota,
+        cpu_shares: r.cpu_shares,
+        memory_limit_in_bytes: r.memory_limit_in_bytes,
+        memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
+        oom_score_adj: r.oom_score_adj,
+        cpuset_cpus: r.cpuset_cpus.clone(),
+        cpuset_mems: r.cpuset_mems.clone(),
+        hugepage_limits: r
+            .hugepage_limits
+            .iter()
+            .map(|h| HugepageLimit {
+                page_size: h.page_size.clone(),
+                limit: h.limit,
+            })
+            .collect(),
+        pids_limit: None,
+        unified: r.unified.clone(),
+    };
+    validate::resources(prefix, &out)?;
+    Ok(out)
+}
+
+/// `LinuxContainerSecurityContext` → [`SecurityContext`]. `prefix` is the CRI path of the
+/// message.
+///
+/// Seccomp and AppArmor: the typed field wins over the deprecated string (module docs).
+/// Ambient capabilities are refused (unsupported). Empty `masked_paths` / `readonly_paths`
+/// keep the runtime's defaults: protobuf cannot tell an empty list from an absent one, and
+/// containerd (which sees `nil` for both) keeps its defaults too.
+pub fn container_security(
+    sc: &v1::LinuxContainerSecurityContext,
+    prefix: &str,
+) -> Result<SecurityContext, ConvertError> {
+    #[allow(deprecated)] // The deprecated strings are honoured when the typed fields are unset.
+    let (seccomp_path, apparmor_name) = (
+        sc.seccomp_profile_path.as_str(),
+        sc.apparmor_profile.as_str(),
+    );
+    let capabilities = match &sc.capabilities {
+        None => None,
+        Some(c) => {
+            if !c.add_ambient_capabilities.is_empty() {
+                return Err(unsupported(format!(
+                    "{prefix}.capabilities.add_ambient_capabilities"
+                )));
+            }
+            Some(CapabilityChanges {
+                add: c.add_capabilities.clone(),
+                drop: c.drop_capabilities.clone(),
+            })
+        }
+    };
+    let paths = |p: &Vec<String>| (!p.is_empty()).then(|| p.clone());
+    Ok(SecurityContext {
+        capabilities,
+        privileged: sc.privileged,
+        namespaces: match &sc.namespace_options {
+            Some(ns) => namespace_options(ns, &format!("{prefix}.namespace_options"))?,
+            None => NamespaceOptions::default(),
+        },
+        run_as_user: sc.run_as_user.as_ref().map(|v| v.value),
+        run_as_username: sc.run_as_username.clone(),
+        run_as_group: sc.run_as_group.as_ref().map(|v| v.value),
+        supplemental_groups: sc.supplemental_groups.clone(),
+        supplemental_groups_policy: supplemental_groups_policy(
+            sc.supplemental_groups_policy,
+            format!("{prefix}.supplemental_groups_policy"),
+        )?,
+        readonly_rootfs: sc.readonly_rootfs,
+        no_new_privs: sc.no_new_privs,
+        seccomp: seccomp_profile(sc.seccomp.as_ref(), seccomp_path, prefix)?,
+        apparmor: apparmor_profile(sc.apparmor.as_ref(), apparmor_name, prefix)?,
+        masked_paths: paths(&sc.masked_paths),
+        readonly_paths: paths(&sc.readonly_paths),
+    })
+}

@@ -1,0 +1,239 @@
+//! The read side: store snapshots → CRI list items and statuses, and the List filters.
+
+use k8s_cri::v1;
+
+use super::{non_empty, unknown_enum, ConvertError};
+use crate::spec::{MountPropagation, NamespaceMode};
+use crate::store::{
+    ContainerFilter, ContainerMetadata, ContainerSnapshot, ContainerState, SandboxFilter,
+    SandboxMetadata, SandboxSnapshot, SandboxState,
+};
+
+fn sandbox_state(state: SandboxState) -> v1::PodSandboxState {
+    match state.cri_visible() {
+        SandboxState::Ready => v1::PodSandboxState::SandboxReady,
+        SandboxState::NotReady | SandboxState::Unknown => v1::PodSandboxState::SandboxNotready,
+    }
+}
+
+fn pod_sandbox_metadata(m: &SandboxMetadata) -> v1::PodSandboxMetadata {
+    v1::PodSandboxMetadata {
+        name: m.name.clone(),
+        uid: m.uid.clone(),
+        namespace: m.namespace.clone(),
+        attempt: m.attempt,
+    }
+}
+
+fn namespace_mode_to_cri(mode: NamespaceMode) -> v1::NamespaceMode {
+    match mode {
+        NamespaceMode::Pod => v1::NamespaceMode::Pod,
+        NamespaceMode::Container => v1::NamespaceMode::Container,
+        NamespaceMode::Node => v1::NamespaceMode::Node,
+        NamespaceMode::Target => v1::NamespaceMode::Target,
+    }
+}
+
+/// A sandbox as `ListPodSandbox` reports it. UNKNOWN is reported as NOTREADY.
+pub fn pod_sandbox(s: &SandboxSnapshot) -> v1::PodSandbox {
+    let m = &s.metadata;
+    v1::PodSandbox {
+        id: m.id.clone(),
+        metadata: Some(pod_sandbox_metadata(m)),
+        state: sandbox_state(s.status.state) as i32,
+        created_at: m.created_at,
+        labels: m.labels.clone(),
+        annotations: m.annotations.clone(),
+        runtime_handler: m.runtime_handler.clone(),
+    }
+}
+
+/// A sandbox as `PodSandboxStatus` reports it: UNKNOWN as NOTREADY, `network` always present
+/// (empty ip for host-network pods, as containerd), and the namespace modes under
+/// `linux.namespaces.options`.
+pub fn pod_sandbox_status(s: &SandboxSnapshot) -> v1::PodSandboxStatus {
+    let m = &s.metadata;
+    let ns = &m.namespace_options;
+    v1::PodSandboxStatus {
+        id: m.id.clone(),
+        metadata: Some(pod_sandbox_metadata(m)),
+        state: sandbox_state(s.status.state) as i32,
+        created_at: m.created_at,
+        network: Some(v1::PodSandboxNetworkStatus {
+            ip: m.ip.clone(),
+            additional_ips: m
+                .additional_ips
+                .iter()
+                .map(|ip| v1::PodIp { ip: ip.clone() })
+                .collect(),
+        }),
+        linux: Some(v1::LinuxPodSandboxStatus {
+            namespaces: Some(v1::Namespace {
+                options: Some(v1::NamespaceOption {
+                    network: namespace_mode_to_cri(ns.network) as i32,
+                    pid: namespace_mode_to_cri(ns.pid) as i32,
+                    ipc: namespace_mode_to_cri(ns.ipc) as i32,
+                    target_id: String::new(),
+                    userns_options: None,
+                }),
+            }),
+        }),
+        labels: m.labels.clone(),
+        annotations: m.annotations.clone(),
+        runtime_handler: m.runtime_handler.clone(),
+    }
+}
+
+/// `ListPodSandboxRequest.filter` → [`SandboxFilter`]. No filter, or empty fields, filter
+/// nothing.
+pub fn sandbox_filter(f: Option<&v1::PodSandboxFilter>) -> Result<SandboxFilter, ConvertError> {
+    let Some(f) = f else {
+        return Ok(SandboxFilter::default());
+    };
+    let state = match &f.state {
+        None => None,
+        Some(s) => Some(match v1::PodSandboxState::try_from(s.state) {
+            Ok(v1::PodSandboxState::SandboxReady) => SandboxState::Ready,
+            Ok(v1::PodSandboxState::SandboxNotready) => SandboxState::NotReady,
+            Err(_) => return Err(unknown_enum("filter.state.state", s.state)),
+        }),
+    };
+    Ok(SandboxFilter {
+        id: non_empty(&f.id),
+        state,
+        label_selector: f.label_selector.clone(),
+    })
+}
+
+pub(super) fn container_state_to_cri(state: ContainerState) -> v1::ContainerState {
+    match state {
+        ContainerState::Created => v1::ContainerState::ContainerCreated,
+        ContainerState::Running => v1::ContainerState::ContainerRunning,
+        ContainerState::Exited => v1::ContainerState::ContainerExited,
+        ContainerState::Unknown => v1::ContainerState::ContainerUnknown,
+    }
+}
+
+pub(super) fn propagation_to_cri(p: MountPropagation) -> v1::MountPropagation {
+    match p {
+        MountPropagation::Private => v1::MountPropagation::PropagationPrivate,
+        MountPropagation::HostToContainer => v1::MountPropagation::PropagationHostToContainer,
+        MountPropagation::Bidirectional => v1::MountPropagation::PropagationBidirectional,
+    }
+}
+
+fn container_cri_metadata(m: &ContainerMetadata) -> v1::ContainerMetadata {
+    v1::ContainerMetadata {
+        name: m.name.clone(),
+        attempt: m.attempt,
+    }
+}
+
+fn image_spec(m: &ContainerMetadata) -> v1::ImageSpec {
+    v1::ImageSpec {
+        image: m.image.requested.clone(),
+        ..Default::default()
+    }
+}
+
+/// A container as `ListContainers` reports it.
+pub fn container(c: &ContainerSnapshot) -> v1::Container {
+    let m = &c.metadata;
+    v1::Container {
+        id: m.id.clone(),
+        pod_sandbox_id: m.sandbox_id.clone(),
+        metadata: Some(container_cri_metadata(m)),
+        image: Some(image_spec(m)),
+        image_ref: m.image.reference.clone(),
+        state: container_state_to_cri(c.status.state) as i32,
+        created_at: c.status.created_at,
+        labels: m.labels.clone(),
+        annotations: m.annotations.clone(),
+        image_id: m.image.id.clone(),
+    }
+}
+
+/// Reason of an exited container whose status has none (containerd's `completeExitReason`
+/// / `errorExitReason`); the store normally sets one when it records the exit.
+fn exit_reason(exit_code: i32) -> &'static str {
+    if exit_code == 0 {
+        "Completed"
+    } else {
+        "Error"
+    }
+}
+
+/// A container as `ContainerStatus` reports it, following containerd's
+/// `toCRIContainerStatus`: `started_at` only once started (RUNNING, EXITED, UNKNOWN),
+/// `finished_at` only once exited (EXITED, UNKNOWN), and an exited container always has a
+/// reason. `resources` and `user` are left for the caller (the resources are stored as
+/// opaque JSON).
+pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
+    let m = &c.metadata;
+    let s = &c.status;
+    let (started_at, finished_at) = match s.state {
+        ContainerState::Created => (0, 0),
+        ContainerState::Running => (s.started_at, 0),
+        ContainerState::Exited | ContainerState::Unknown => (s.started_at, s.finished_at),
+    };
+    let reason = if s.state == ContainerState::Exited && s.reason.is_empty() {
+        exit_reason(s.exit_code).to_string()
+    } else {
+        s.reason.clone()
+    };
+    v1::ContainerStatus {
+        id: m.id.clone(),
+        metadata: Some(container_cri_metadata(m)),
+        state: container_state_to_cri(s.state) as i32,
+        created_at: s.created_at,
+        started_at,
+        finished_at,
+        exit_code: s.exit_code,
+        image: Some(image_spec(m)),
+        image_ref: m.image.reference.clone(),
+        reason,
+        message: s.message.clone(),
+        labels: m.labels.clone(),
+        annotations: m.annotations.clone(),
+        mounts: m
+            .mounts
+            .iter()
+            .map(|mt| v1::Mount {
+                container_path: mt.container_path.clone(),
+                host_path: mt.host_path.clone(),
+                readonly: mt.readonly,
+                selinux_relabel: mt.selinux_relabel,
+                propagation: propagation_to_cri(mt.propagation) as i32,
+                ..Default::default()
+            })
+            .collect(),
+        log_path: m.log_path.clone(),
+        resources: None,
+        image_id: m.image.id.clone(),
+        user: None,
+    }
+}
+
+/// `ListContainersRequest.filter` → [`ContainerFilter`]. No filter, or empty fields, filter
+/// nothing.
+pub fn container_filter(f: Option<&v1::ContainerFilter>) -> Result<ContainerFilter, ConvertError> {
+    let Some(f) = f else {
+        return Ok(ContainerFilter::default());
+    };
+    let state = match &f.state {
+        None => None,
+        Some(s) => Some(match v1::ContainerState::try_from(s.state) {
+            Ok(v1::ContainerState::ContainerCreated) => ContainerState::Created,
+            Ok(v1::ContainerState::ContainerRunning) => ContainerState::Running,
+            Ok(v1::ContainerState::ContainerExited) => ContainerState::Exited,
+            Ok(v1::ContainerState::ContainerUnknown) => ContainerState::Unknown,
+            Err(_) => return Err(unknown_enum("filter.state.state", s.state)),
+        }),
+    };
+    Ok(ContainerFilter {
+        id: non_empty(&f.id),
+        pod_sandbox_id: non_empty(&f.pod_sandbox_id),
+        state,
+        label_selector: f.label_selector.clone(),
+    })
+}

@@ -1,0 +1,552 @@
+use super::*;
+
+#[test]
+fn container_config_maps_every_field() {
+    let c = container_config(&kubelet_container(), &kubelet_pod()).unwrap();
+    assert_eq!(
+        c,
+        ContainerConfig {
+            name: "nginx".into(),
+            image_name: "docker.io/library/nginx:1.27".into(),
+            command: vec!["/docker-entrypoint.sh".into()],
+            args: vec!["nginx".into(), "-g".into(), "daemon off;".into()],
+            working_dir: "/usr/share/nginx".into(),
+            envs: vec![
+                ("KUBERNETES_SERVICE_HOST".into(), "10.96.0.1".into()),
+                ("A".into(), "x=y".into()),
+            ],
+            mounts: vec![
+                MountRequest {
+                    container_path: "/etc/nginx/conf.d".into(),
+                    host_path: "/var/lib/kubelet/pods/0a1f/volumes/kubernetes.io~configmap/conf"
+                        .into(),
+                    readonly: true,
+                    selinux_relabel: false,
+                    propagation: MountPropagation::Private,
+                },
+                MountRequest {
+                    container_path: "/dev/termination-log".into(),
+                    host_path: "/var/lib/kubelet/pods/0a1f/containers/nginx/5c1e".into(),
+                    readonly: false,
+                    selinux_relabel: false,
+                    propagation: MountPropagation::HostToContainer,
+                },
+            ],
+            devices: vec![DeviceRequest {
+                container_path: "/dev/fuse".into(),
+                host_path: "/dev/fuse".into(),
+                permissions: "rw".into(),
+            }],
+            annotations: map(&[("io.kubernetes.container.hash", "8f2c1a")]),
+            tty: false,
+            stdin: true,
+            resources: Some(Resources {
+                cpu_period: 100_000,
+                cpu_quota: 50_000,
+                cpu_shares: 512,
+                memory_limit_in_bytes: 128 << 20,
+                memory_swap_limit_in_bytes: 128 << 20,
+                oom_score_adj: 1000,
+                cpuset_cpus: "0-1".into(),
+                cpuset_mems: "0".into(),
+                hugepage_limits: vec![HugepageLimit {
+                    page_size: "2MB".into(),
+                    limit: 0,
+                }],
+                pids_limit: None,
+                unified: map(&[("memory.oom.group", "1")]),
+            }),
+            security: SecurityContext {
+                capabilities: Some(CapabilityChanges {
+                    add: vec!["NET_BIND_SERVICE".into()],
+                    drop: vec!["ALL".into()],
+                }),
+                privileged: false,
+                namespaces: NamespaceOptions {
+                    network: NamespaceMode::Pod,
+                    pid: NamespaceMode::Container,
+                    ipc: NamespaceMode::Pod,
+                },
+                run_as_user: Some(101),
+                run_as_username: String::new(),
+                run_as_group: Some(101),
+                supplemental_groups: vec![2000, 3000],
+                supplemental_groups_policy: SupplementalGroupsPolicy::Merge,
+                readonly_rootfs: true,
+                no_new_privs: true,
+                seccomp: SeccompProfile::RuntimeDefault,
+                apparmor: Some(AppArmorProfile::RuntimeDefault),
+                masked_paths: Some(vec!["/proc/kcore".into()]),
+                readonly_paths: Some(vec!["/proc/sys".into()]),
+            },
+        }
+    );
+}
+
+/// critest's minimal container: name, image, command; no linux section.
+#[test]
+fn container_config_defaults() {
+    let config = v1::ContainerConfig {
+        metadata: Some(v1::ContainerMetadata {
+            name: "container-for-create-test".into(),
+            attempt: 0,
+        }),
+        image: Some(v1::ImageSpec {
+            image: "registry.k8s.io/e2e-test-images/busybox:1.36.1-1".into(),
+            ..Default::default()
+        }),
+        command: vec!["top".into()],
+        ..Default::default()
+    };
+    let mut pod = kubelet_pod();
+    pod.linux = None;
+    let c = container_config(&config, &pod).unwrap();
+    assert_eq!(c.resources, None);
+    assert_eq!(c.security, SecurityContext::default());
+    assert_eq!(c.security.capabilities, None);
+    assert_eq!(c.security.seccomp, SeccompProfile::Unconfined);
+    assert_eq!(c.security.apparmor, None);
+    assert_eq!(c.security.masked_paths, None);
+    assert!(c.mounts.is_empty() && c.devices.is_empty() && c.envs.is_empty());
+    assert_eq!(container_target_id(&config), None);
+    // Empty path lists keep the defaults (protobuf cannot tell empty from absent).
+    let mut config = kubelet_container();
+    let sc = config
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap();
+    sc.masked_paths.clear();
+    sc.readonly_paths.clear();
+    let s = container_config(&config, &kubelet_pod()).unwrap().security;
+    assert_eq!((s.masked_paths, s.readonly_paths), (None, None));
+}
+
+#[test]
+fn container_namespaces_fall_back_to_the_pod() {
+    let mut pod = kubelet_pod();
+    let sc = pod
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap();
+    sc.namespace_options = Some(v1::NamespaceOption {
+        network: v1::NamespaceMode::Node as i32,
+        pid: v1::NamespaceMode::Pod as i32,
+        ipc: v1::NamespaceMode::Node as i32,
+        ..Default::default()
+    });
+    let host = NamespaceOptions {
+        network: NamespaceMode::Node,
+        pid: NamespaceMode::Pod,
+        ipc: NamespaceMode::Node,
+    };
+    let mut config = kubelet_container();
+    let csc = config
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap();
+    csc.namespace_options = None;
+    assert_eq!(
+        container_config(&config, &pod).unwrap().security.namespaces,
+        host
+    );
+    config.linux.as_mut().unwrap().security_context = None;
+    assert_eq!(
+        container_config(&config, &pod).unwrap().security.namespaces,
+        host
+    );
+    // The container's own options win when present.
+    assert_eq!(
+        container_config(&kubelet_container(), &pod)
+            .unwrap()
+            .security
+            .namespaces
+            .pid,
+        NamespaceMode::Container
+    );
+}
+
+#[test]
+fn container_target_pid_namespace() {
+    let mut config = kubelet_container();
+    let ns = config
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .namespace_options
+        .as_mut()
+        .unwrap();
+    ns.pid = v1::NamespaceMode::Target as i32;
+    ns.target_id = "f00d".into();
+    assert_eq!(container_target_id(&config).as_deref(), Some("f00d"));
+    assert_eq!(
+        container_config(&config, &kubelet_pod())
+            .unwrap()
+            .security
+            .namespaces
+            .pid,
+        NamespaceMode::Target
+    );
+}
+
+#[test]
+fn container_required_fields() {
+    let pod = kubelet_pod();
+    let err = |f: &dyn Fn(&mut v1::ContainerConfig)| {
+        let mut c = kubelet_container();
+        f(&mut c);
+        container_config(&c, &pod).unwrap_err().to_string()
+    };
+    assert_eq!(err(&|c| c.metadata = None), "config.metadata is required");
+    assert_eq!(
+        err(&|c| c.metadata.as_mut().unwrap().name.clear()),
+        "config.metadata.name is required"
+    );
+    assert_eq!(err(&|c| c.image = None), "config.image is required");
+    assert_eq!(
+        err(&|c| c.image.as_mut().unwrap().image.clear()),
+        "config.image.image is required"
+    );
+    assert_eq!(
+        err(&|c| c.cdi_devices = vec![v1::CdiDevice {
+            name: "vendor.com/gpu=0".into()
+        }]),
+        "config.cdi_devices is not supported by remora"
+    );
+}
+
+#[test]
+fn container_unsupported_and_unknown_fields_are_named() {
+    let pod = kubelet_pod();
+    let err = |f: &dyn Fn(&mut v1::ContainerConfig)| {
+        let mut c = kubelet_container();
+        f(&mut c);
+        container_config(&c, &pod).unwrap_err()
+    };
+    fn sc(c: &mut v1::ContainerConfig) -> &mut v1::LinuxContainerSecurityContext {
+        c.linux.as_mut().unwrap().security_context.as_mut().unwrap()
+    }
+    assert_eq!(
+        err(&|c| c.mounts[1].propagation = 3),
+        ConvertError::UnknownEnum {
+            field: "config.mounts[1].propagation".into(),
+            value: 3
+        }
+    );
+    assert_eq!(
+        err(&|c| c.mounts[0].recursive_read_only = true),
+        unsupported("config.mounts[0].recursive_read_only")
+    );
+    assert_eq!(
+        err(&|c| c.mounts[0].image = Some(v1::ImageSpec::default())),
+        unsupported("config.mounts[0].image")
+    );
+    assert_eq!(
+        err(&|c| c.mounts[1].uid_mappings = vec![v1::IdMapping::default()]),
+        unsupported("config.mounts[1].uid_mappings")
+    );
+    assert_eq!(
+        err(&|c| c.mounts[1].gid_mappings = vec![v1::IdMapping::default()]),
+        unsupported("config.mounts[1].gid_mappings")
+    );
+    assert_eq!(
+        err(&|c| {
+            sc(c)
+                .capabilities
+                .as_mut()
+                .unwrap()
+                .add_ambient_capabilities = vec!["NET_RAW".into()];
+        }),
+        unsupported("config.linux.security_context.capabilities.add_ambient_capabilities")
+    );
+    assert_eq!(
+        err(&|c| {
+            sc(c).namespace_options.as_mut().unwrap().ipc = -1;
+        }),
+        ConvertError::UnknownEnum {
+            field: "config.linux.security_context.namespace_options.ipc".into(),
+            value: -1
+        }
+    );
+}
+
+#[test]
+fn container_resources_refuse_negatives_naming_the_field() {
+    let err = resources(
+        &v1::LinuxContainerResources {
+            cpu_shares: -2,
+            ..Default::default()
+        },
+        "linux",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid linux.cpu_shares \"-2\": must not be negative"
+    );
+    let r = resources(
+        &v1::LinuxContainerResources {
+            oom_score_adj: -1000,
+            ..Default::default()
+        },
+        "linux",
+    )
+    .unwrap();
+    assert_eq!(r.oom_score_adj, -1000);
+    assert_eq!(
+        resources(&v1::LinuxContainerResources::default(), "linux").unwrap(),
+        Resources::default()
+    );
+    // Through the container config, the field has its full CRI path.
+    let mut c = kubelet_container();
+    resources_mut(&mut c).oom_score_adj = 1001;
+    assert!(matches!(
+        container_config(&c, &kubelet_pod()).unwrap_err(),
+        ConvertError::Invalid { field, .. } if field == "config.linux.resources.oom_score_adj"
+    ));
+}
+
+#[test]
+fn mount_propagation_modes() {
+    for (cri, domain) in [
+        (
+            v1::MountPropagation::PropagationPrivate,
+            MountPropagation::Private,
+        ),
+        (
+            v1::MountPropagation::PropagationHostToContainer,
+            MountPropagation::HostToContainer,
+        ),
+        (
+            v1::MountPropagation::PropagationBidirectional,
+            MountPropagation::Bidirectional,
+        ),
+    ] {
+        let m = v1::Mount {
+            container_path: "/data".into(),
+            host_path: "/mnt/data".into(),
+            propagation: cri as i32,
+            selinux_relabel: true,
+            ..Default::default()
+        };
+        let r = mount_request(&m, "config.mounts[0]").unwrap();
+        assert_eq!(r.propagation, domain);
+        assert!(r.selinux_relabel);
+        assert_eq!(propagation_to_cri(domain), cri);
+    }
+}
+
+#[test]
+#[allow(deprecated)]
+fn container_seccomp_and_apparmor_precedence() {
+    use v1::security_profile::ProfileType;
+    let with = |seccomp: Option<v1::SecurityProfile>,
+                seccomp_path: &str,
+                apparmor: Option<v1::SecurityProfile>,
+                apparmor_name: &str| {
+        let mut c = kubelet_container();
+        let sc = c.linux.as_mut().unwrap().security_context.as_mut().unwrap();
+        sc.seccomp = seccomp;
+        sc.seccomp_profile_path = seccomp_path.into();
+        sc.apparmor = apparmor;
+        sc.apparmor_profile = apparmor_name.into();
+        container_config(&c, &kubelet_pod()).map(|c| (c.security.seccomp, c.security.apparmor))
+    };
+    // Typed fields win over the strings.
+    assert_eq!(
+        with(
+            profile(ProfileType::RuntimeDefault, ""),
+            "unconfined",
+            profile(ProfileType::Localhost, "k8s-nginx"),
+            "unconfined"
+        ),
+        Ok((
+            SeccompProfile::RuntimeDefault,
+            Some(AppArmorProfile::Localhost("k8s-nginx".into()))
+        ))
+    );
+    assert_eq!(
+        with(
+            profile(ProfileType::Unconfined, ""),
+            "localhost//p.json",
+            profile(ProfileType::Unconfined, ""),
+            "runtime/default"
+        ),
+        Ok((
+            SeccompProfile::Unconfined,
+            Some(AppArmorProfile::Unconfined)
+        ))
+    );
+    // Strings when the typed fields are unset.
+    assert_eq!(
+        with(None, "docker/default", None, "runtime/default"),
+        Ok((
+            SeccompProfile::RuntimeDefault,
+            Some(AppArmorProfile::RuntimeDefault)
+        ))
+    );
+    assert_eq!(
+        with(None, "unconfined", None, "unconfined"),
+        Ok((
+            SeccompProfile::Unconfined,
+            Some(AppArmorProfile::Unconfined)
+        ))
+    );
+    assert_eq!(
+        with(
+            None,
+            "localhost//opt/seccomp/audit.json",
+            None,
+            "localhost/k8s-nginx"
+        ),
+        Ok((
+            SeccompProfile::Localhost("/opt/seccomp/audit.json".into()),
+            Some(AppArmorProfile::Localhost("k8s-nginx".into()))
+        ))
+    );
+    // Nothing asked for: seccomp unconfined, AppArmor left to the spec's default.
+    assert_eq!(
+        with(None, "", None, ""),
+        Ok((SeccompProfile::Unconfined, None))
+    );
+    // A localhost/ prefix in the typed ref is trimmed, as containerd does.
+    assert_eq!(
+        with(
+            profile(ProfileType::Localhost, "localhost//opt/p.json"),
+            "",
+            None,
+            ""
+        )
+        .map(|p| p.0),
+        Ok(SeccompProfile::Localhost("/opt/p.json".into()))
+    );
+}
+
+#[test]
+#[allow(deprecated)]
+fn security_profile_errors_name_the_field() {
+    use v1::security_profile::ProfileType;
+    let err = |f: &dyn Fn(&mut v1::LinuxContainerSecurityContext)| {
+        let mut sc = v1::LinuxContainerSecurityContext::default();
+        f(&mut sc);
+        container_security(&sc, "config.linux.security_context")
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        err(&|sc| sc.seccomp = profile(ProfileType::Localhost, "")),
+        "config.linux.security_context.seccomp.localhost_ref is required"
+    );
+    assert_eq!(
+        err(&|sc| sc.seccomp = profile(ProfileType::Localhost, "relative.json")),
+        "invalid config.linux.security_context.seccomp.localhost_ref \"relative.json\": \
+         a localhost seccomp profile must be an absolute path"
+    );
+    assert_eq!(
+        err(&|sc| sc.apparmor = profile(ProfileType::Localhost, "")),
+        "config.linux.security_context.apparmor.localhost_ref is required"
+    );
+    assert_eq!(
+        err(&|sc| sc.apparmor = Some(v1::SecurityProfile {
+            profile_type: 3,
+            localhost_ref: String::new()
+        })),
+        "config.linux.security_context.apparmor.profile_type has unknown value 3"
+    );
+    assert!(err(&|sc| sc.seccomp_profile_path = "bogus".into())
+        .starts_with("invalid config.linux.security_context.seccomp_profile_path \"bogus\""));
+    assert!(err(&|sc| sc.apparmor_profile = "localhost/".into())
+        .starts_with("invalid config.linux.security_context.apparmor_profile"));
+}
+
+#[test]
+fn container_log_path_needs_both_parts() {
+    let pod = kubelet_pod();
+    let c = kubelet_container();
+    assert_eq!(
+        container_log_path(&c, &pod).unwrap(),
+        "/var/log/pods/default_nginx-7c5ddbdf54-x2x4q_0a1f63d6/nginx/2.log"
+    );
+    let mut no_dir = kubelet_pod();
+    no_dir.log_directory.clear();
+    assert_eq!(container_log_path(&c, &no_dir).unwrap(), "");
+    let mut no_path = kubelet_container();
+    no_path.log_path.clear();
+    assert_eq!(container_log_path(&no_path, &pod).unwrap(), "");
+}
+
+#[test]
+fn container_log_path_stays_in_the_log_directory() {
+    let pod = kubelet_pod();
+    let field_of = |log_path: &str, log_dir: &str| {
+        let mut c = kubelet_container();
+        c.log_path = log_path.into();
+        let mut p = pod.clone();
+        p.log_directory = log_dir.into();
+        match container_metadata("c1", "abc", &c, &p).unwrap_err() {
+            ConvertError::Invalid { field, .. } => field,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        field_of("../../etc/cron.d/x", "/var/log/pods/p"),
+        "config.log_path"
+    );
+    assert_eq!(
+        field_of("/etc/passwd", "/var/log/pods/p"),
+        "config.log_path"
+    );
+    assert_eq!(field_of("a/../../x", "/var/log/pods/p"), "config.log_path");
+    assert_eq!(
+        field_of("0.log", "relative/dir"),
+        "sandbox_config.log_directory"
+    );
+    assert_eq!(
+        field_of("0.log", "/var/log/../../etc"),
+        "sandbox_config.log_directory"
+    );
+}
+
+#[test]
+fn container_metadata_from_request() {
+    let m = container_metadata("c1", "abc", &kubelet_container(), &kubelet_pod()).unwrap();
+    assert_eq!((m.id.as_str(), m.sandbox_id.as_str()), ("c1", "abc"));
+    assert_eq!(
+        m.pod,
+        PodRef {
+            name: "nginx-7c5ddbdf54-x2x4q".into(),
+            namespace: "default".into(),
+            uid: "0a1f63d6-8d2b-4e4e-9f5e-1d2b3c4d5e6f".into(),
+        }
+    );
+    assert_eq!((m.name.as_str(), m.attempt), ("nginx", 2));
+    assert_eq!(m.image.requested, "docker.io/library/nginx:1.27");
+    assert_eq!(m.labels["io.kubernetes.container.name"], "nginx");
+    assert_eq!(
+        m.log_path,
+        "/var/log/pods/default_nginx-7c5ddbdf54-x2x4q_0a1f63d6/nginx/2.log"
+    );
+    assert_eq!(m.mounts.len(), 2);
+    assert_eq!(m.mounts[1].propagation, MountPropagation::HostToContainer);
+    assert!(m.stdin && m.stdin_once && !m.tty);
+
+    let mut pod = kubelet_pod();
+    pod.metadata.as_mut().unwrap().uid.clear();
+    assert_eq!(
+        container_metadata("c1", "abc", &kubelet_container(), &pod)
+            .unwrap_err()
+            .to_string(),
+        "sandbox_config.metadata.uid is required"
+    );
+}

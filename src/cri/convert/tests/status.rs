@@ -1,0 +1,294 @@
+use super::*;
+
+fn snapshot(state: SandboxState) -> SandboxSnapshot {
+    let mut m = sandbox_metadata("abc", &kubelet_pod(), "runc").unwrap();
+    m.created_at = 1_700_000_000_000_000_000;
+    m.ip = "10.244.1.7".into();
+    m.additional_ips = vec!["fd00:10:244:1::7".into()];
+    SandboxSnapshot {
+        metadata: Arc::new(m),
+        status: SandboxStatus {
+            state,
+            ..Default::default()
+        },
+    }
+}
+
+#[test]
+fn pod_sandbox_status_round_trip() {
+    let s = pod_sandbox_status(&snapshot(SandboxState::Ready));
+    let pod = kubelet_pod();
+    assert_eq!(s.id, "abc");
+    assert_eq!(s.metadata, pod.metadata);
+    assert_eq!(s.state, v1::PodSandboxState::SandboxReady as i32);
+    assert_eq!(s.created_at, 1_700_000_000_000_000_000);
+    assert_eq!(
+        s.network,
+        Some(v1::PodSandboxNetworkStatus {
+            ip: "10.244.1.7".into(),
+            additional_ips: vec![v1::PodIp {
+                ip: "fd00:10:244:1::7".into()
+            }],
+        })
+    );
+    let ns = s.linux.unwrap().namespaces.unwrap().options.unwrap();
+    assert_eq!(
+        (ns.network, ns.pid, ns.ipc),
+        (
+            v1::NamespaceMode::Pod as i32,
+            v1::NamespaceMode::Container as i32,
+            v1::NamespaceMode::Pod as i32
+        )
+    );
+    // Labels and annotations come back unaltered (CRI MUST).
+    assert_eq!(s.labels, pod.labels);
+    assert_eq!(s.annotations, pod.annotations);
+    assert_eq!(s.runtime_handler, "runc");
+}
+
+#[test]
+fn pod_sandbox_list_item() {
+    let p = pod_sandbox(&snapshot(SandboxState::NotReady));
+    let pod = kubelet_pod();
+    assert_eq!(
+        p,
+        v1::PodSandbox {
+            id: "abc".into(),
+            metadata: pod.metadata,
+            state: v1::PodSandboxState::SandboxNotready as i32,
+            created_at: 1_700_000_000_000_000_000,
+            labels: pod.labels,
+            annotations: pod.annotations,
+            runtime_handler: "runc".into(),
+        }
+    );
+}
+
+#[test]
+fn unknown_sandbox_state_is_reported_not_ready() {
+    let s = snapshot(SandboxState::Unknown);
+    assert_eq!(
+        pod_sandbox(&s).state,
+        v1::PodSandboxState::SandboxNotready as i32
+    );
+    assert_eq!(
+        pod_sandbox_status(&s).state,
+        v1::PodSandboxState::SandboxNotready as i32
+    );
+}
+
+#[test]
+fn host_network_status_has_an_empty_ip() {
+    let mut m = (*snapshot(SandboxState::Ready).metadata).clone();
+    m.ip.clear();
+    m.additional_ips.clear();
+    m.namespace_options.network = NamespaceMode::Node;
+    let s = pod_sandbox_status(&SandboxSnapshot {
+        metadata: Arc::new(m),
+        status: SandboxStatus::ready(42),
+    });
+    assert_eq!(s.network, Some(v1::PodSandboxNetworkStatus::default()));
+    let ns = s.linux.unwrap().namespaces.unwrap().options.unwrap();
+    assert_eq!(ns.network, v1::NamespaceMode::Node as i32);
+}
+
+#[test]
+fn sandbox_filter_mapping() {
+    assert_eq!(sandbox_filter(None).unwrap(), SandboxFilter::default());
+    assert_eq!(
+        sandbox_filter(Some(&v1::PodSandboxFilter::default())).unwrap(),
+        SandboxFilter::default()
+    );
+    let f = v1::PodSandboxFilter {
+        id: "abc".into(),
+        state: Some(v1::PodSandboxStateValue {
+            state: v1::PodSandboxState::SandboxNotready as i32,
+        }),
+        label_selector: map(&[("app", "nginx")]),
+    };
+    assert_eq!(
+        sandbox_filter(Some(&f)).unwrap(),
+        SandboxFilter {
+            id: Some("abc".into()),
+            state: Some(SandboxState::NotReady),
+            label_selector: map(&[("app", "nginx")]),
+        }
+    );
+    let ready = v1::PodSandboxFilter {
+        state: Some(v1::PodSandboxStateValue {
+            state: v1::PodSandboxState::SandboxReady as i32,
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        sandbox_filter(Some(&ready)).unwrap().state,
+        Some(SandboxState::Ready)
+    );
+    let bad = v1::PodSandboxFilter {
+        state: Some(v1::PodSandboxStateValue { state: 4 }),
+        ..Default::default()
+    };
+    assert_eq!(
+        sandbox_filter(Some(&bad)).unwrap_err().to_string(),
+        "filter.state.state has unknown value 4"
+    );
+}
+
+fn container_snapshot(status: ContainerStatus) -> ContainerSnapshot {
+    let mut m = container_metadata("c1", "abc", &kubelet_container(), &kubelet_pod()).unwrap();
+    m.image.id = "sha256:5ef79149e0ec".into();
+    m.image.reference = "docker.io/library/nginx@sha256:0d17b565".into();
+    ContainerSnapshot {
+        metadata: Arc::new(m),
+        status,
+    }
+}
+
+#[test]
+fn container_status_round_trip() {
+    let request = kubelet_container();
+    let s = container_status(&container_snapshot(ContainerStatus {
+        state: ContainerState::Exited,
+        pid: 0,
+        created_at: 10,
+        started_at: 20,
+        finished_at: 30,
+        exit_code: 137,
+        reason: "OOMKilled".into(),
+        message: "memory limit".into(),
+        oom_killed: true,
+        ..Default::default()
+    }));
+    assert_eq!(s.id, "c1");
+    assert_eq!(s.metadata, request.metadata);
+    assert_eq!(s.state, v1::ContainerState::ContainerExited as i32);
+    assert_eq!((s.created_at, s.started_at, s.finished_at), (10, 20, 30));
+    assert_eq!(s.exit_code, 137);
+    assert_eq!(
+        (s.reason.as_str(), s.message.as_str()),
+        ("OOMKilled", "memory limit")
+    );
+    assert_eq!(s.image.unwrap().image, "docker.io/library/nginx:1.27");
+    assert_eq!(s.image_ref, "docker.io/library/nginx@sha256:0d17b565");
+    assert_eq!(s.image_id, "sha256:5ef79149e0ec");
+    assert_eq!(s.labels, request.labels);
+    assert_eq!(s.annotations, request.annotations);
+    assert_eq!(
+        s.log_path,
+        "/var/log/pods/default_nginx-7c5ddbdf54-x2x4q_0a1f63d6/nginx/2.log"
+    );
+    // The mounts come back as they were requested.
+    assert_eq!(s.mounts, request.mounts);
+}
+
+#[test]
+fn container_status_times_follow_the_state() {
+    let status = |state, reason: &str, exit_code| {
+        container_status(&container_snapshot(ContainerStatus {
+            state,
+            created_at: 10,
+            started_at: 20,
+            finished_at: 30,
+            exit_code,
+            reason: reason.into(),
+            ..Default::default()
+        }))
+    };
+    let s = status(ContainerState::Created, "", 0);
+    assert_eq!((s.started_at, s.finished_at), (0, 0));
+    assert_eq!(s.state, v1::ContainerState::ContainerCreated as i32);
+    let s = status(ContainerState::Running, "", 0);
+    assert_eq!((s.started_at, s.finished_at), (20, 0));
+    assert_eq!(s.state, v1::ContainerState::ContainerRunning as i32);
+    let s = status(ContainerState::Unknown, "", 0);
+    assert_eq!((s.started_at, s.finished_at), (20, 30));
+    assert_eq!(s.state, v1::ContainerState::ContainerUnknown as i32);
+    // An exited container always has a reason.
+    assert_eq!(status(ContainerState::Exited, "", 0).reason, "Completed");
+    assert_eq!(status(ContainerState::Exited, "", 1).reason, "Error");
+    assert_eq!(
+        status(ContainerState::Exited, "StartError", 128).reason,
+        "StartError"
+    );
+}
+
+#[test]
+fn container_list_item() {
+    let request = kubelet_container();
+    let c = container(&container_snapshot(ContainerStatus {
+        state: ContainerState::Running,
+        created_at: 10,
+        started_at: 20,
+        ..Default::default()
+    }));
+    assert_eq!(
+        c,
+        v1::Container {
+            id: "c1".into(),
+            pod_sandbox_id: "abc".into(),
+            metadata: request.metadata,
+            image: Some(v1::ImageSpec {
+                image: "docker.io/library/nginx:1.27".into(),
+                ..Default::default()
+            }),
+            image_ref: "docker.io/library/nginx@sha256:0d17b565".into(),
+            state: v1::ContainerState::ContainerRunning as i32,
+            created_at: 10,
+            labels: request.labels,
+            annotations: request.annotations,
+            image_id: "sha256:5ef79149e0ec".into(),
+        }
+    );
+}
+
+#[test]
+fn container_filter_mapping() {
+    assert_eq!(container_filter(None).unwrap(), ContainerFilter::default());
+    assert_eq!(
+        container_filter(Some(&v1::ContainerFilter::default())).unwrap(),
+        ContainerFilter::default()
+    );
+    for (cri, domain) in [
+        (
+            v1::ContainerState::ContainerCreated,
+            ContainerState::Created,
+        ),
+        (
+            v1::ContainerState::ContainerRunning,
+            ContainerState::Running,
+        ),
+        (v1::ContainerState::ContainerExited, ContainerState::Exited),
+        (
+            v1::ContainerState::ContainerUnknown,
+            ContainerState::Unknown,
+        ),
+    ] {
+        let f = v1::ContainerFilter {
+            id: "c1".into(),
+            pod_sandbox_id: "abc".into(),
+            state: Some(v1::ContainerStateValue { state: cri as i32 }),
+            label_selector: map(&[("io.kubernetes.container.name", "nginx")]),
+        };
+        assert_eq!(
+            container_filter(Some(&f)).unwrap(),
+            ContainerFilter {
+                id: Some("c1".into()),
+                pod_sandbox_id: Some("abc".into()),
+                state: Some(domain),
+                label_selector: map(&[("io.kubernetes.container.name", "nginx")]),
+            }
+        );
+        assert_eq!(container_state_to_cri(domain), cri);
+    }
+    let bad = v1::ContainerFilter {
+        state: Some(v1::ContainerStateValue { state: 9 }),
+        ..Default::default()
+    };
+    assert_eq!(
+        container_filter(Some(&bad)).unwrap_err(),
+        ConvertError::UnknownEnum {
+            field: "filter.state.state".into(),
+            value: 9
+        }
+    );
+}

@@ -169,7 +169,10 @@ impl Drop for Containerd {
     }
 }
 
-/// A remora config for tests, rendered as TOML.
+/// A remora config for tests on a private containerd ([`Bed`]), rendered as TOML. Not the test
+/// bed's template (`scripts/remora-testbed.toml`, see [`testbed_remora_config`]): there is no
+/// registry mirror here, and the fault tests stop and restart this containerd, so remora probes
+/// and reconnects faster than the defaults.
 pub fn remora_config(socket: &Path, containerd: &Path, cni_conf_dir: &Path, extra: &str) -> String {
     format!(
         r#"[server]
@@ -452,6 +455,24 @@ pub const TESTBED_REGISTRY: &str = "127.0.0.1:5000";
 /// The registry's access log.
 pub const TESTBED_REGISTRY_LOG: &str = "/var/lib/remora-testbed/logs/registry.log";
 
+/// remora's config on the test bed, the template `scripts/testbed.sh` fills in for the test
+/// bed's own remora too, so the two cannot drift apart.
+const TESTBED_REMORA_TEMPLATE: &str = include_str!("../scripts/remora-testbed.toml");
+
+/// [`TESTBED_REMORA_TEMPLATE`] with each `@NAME@` replaced by its value in `vars`.
+pub fn testbed_remora_config(vars: &[(&str, &str)]) -> String {
+    let mut config = TESTBED_REMORA_TEMPLATE.to_string();
+    for (name, value) in vars {
+        config = config.replace(&format!("@{name}@"), value);
+    }
+    let unfilled = regex::Regex::new("@[A-Z_]+@").expect("a valid regex");
+    assert!(
+        !unfilled.is_match(&config),
+        "scripts/remora-testbed.toml has a placeholder the harness does not fill in:\n{config}"
+    );
+    config
+}
+
 /// A unique-enough suffix for names made by one test.
 pub fn unique(prefix: &str) -> String {
     static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -503,29 +524,22 @@ impl BedRemora {
         let dir = scratch();
         let namespace = unique("it");
         let socket = dir.path().join("remora.sock");
-        let config = format!(
-            r#"[server]
-socket = "{}"
-root_dir = "{root}/root"
-state_dir = "{root}/state"
-[log]
-level = "debug"
-[containerd]
-address = "{TESTBED_CONTAINERD}"
-namespace = "{namespace}"
-[images]
-config_path = "{}"
-[cni]
-conf_dir = "{}"
-bin_dirs = ["/usr/lib/cni"]
-"#,
-            socket.display(),
-            certs.display(),
-            cni.map(Path::to_path_buf)
-                .unwrap_or_else(|| dir.path().join("net.d"))
-                .display(),
-            root = dir.path().display(),
-        );
+        let cni_conf_dir = cni
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.path().join("net.d"));
+        let path = |p: &Path| p.display().to_string();
+        let mut config = testbed_remora_config(&[
+            ("SOCKET", &path(&socket)),
+            ("ROOT_DIR", &path(&dir.path().join("root"))),
+            ("STATE_DIR", &path(&dir.path().join("state"))),
+            ("CONTAINERD_SOCK", TESTBED_CONTAINERD),
+            ("NAMESPACE", &namespace),
+            ("CERTS_DIR", &path(certs)),
+            ("CNI_CONF_DIR", &path(&cni_conf_dir)),
+            ("CNI_BIN_DIR", "/usr/lib/cni"),
+        ]);
+        // Tests read remora's log; the test bed's own remora logs at the default level.
+        config.push_str("\n[log]\nlevel = \"debug\"\n");
         let remora = Remora::start(dir.path(), &config, &socket);
         BedRemora {
             remora,
@@ -833,4 +847,26 @@ pub fn registry_gets(path_part: &str) -> usize {
                 && (l.contains("\" 200 ") || l.contains("\" 206 "))
         })
         .count()
+}
+
+#[test]
+fn the_test_bed_template_renders_to_a_valid_config() {
+    let config = testbed_remora_config(&[
+        ("SOCKET", "/tmp/rmr/remora.sock"),
+        ("ROOT_DIR", "/tmp/rmr/root"),
+        ("STATE_DIR", "/tmp/rmr/state"),
+        ("CONTAINERD_SOCK", TESTBED_CONTAINERD),
+        ("NAMESPACE", "it-1-2-3"),
+        ("CERTS_DIR", TESTBED_CERTS),
+        ("CNI_CONF_DIR", TESTBED_CNI),
+        ("CNI_BIN_DIR", "/usr/lib/cni"),
+    ]);
+    let parsed = remora::config::Config::from_toml(&config, "remora-testbed.toml")
+        .unwrap_or_else(|e| panic!("{e}\n{config}"));
+    assert_eq!(parsed.containerd.namespace, "it-1-2-3");
+    assert_eq!(parsed.containerd.address, Path::new(TESTBED_CONTAINERD));
+    assert_eq!(parsed.images.config_path, Path::new(TESTBED_CERTS));
+    assert_eq!(parsed.cni.conf_dir, Path::new(TESTBED_CNI));
+    assert_eq!(parsed.cni.bin_dirs, vec![PathBuf::from("/usr/lib/cni")]);
+    assert_eq!(parsed.server.state_dir, Path::new("/tmp/rmr/state"));
 }

@@ -227,26 +227,21 @@ EOF
 
 }
 
-# write_remora_config: remora's config for the test bed. Pulls go through the
-# hosts.toml mirror directory to the local registry.
+# write_remora_config: remora's config for the test bed, from the template the
+# integration tests' remoras use too (scripts/remora-testbed.toml).
 write_remora_config() {
-	write_if_changed "$REMORA_CONFIG" <<EOF
-[server]
-socket = "$REMORA_SOCK"
-root_dir = "$TB_ROOT/remora"
-state_dir = "$TB_RUN/remora"
-
-[containerd]
-address = "$CONTAINERD_SOCK"
-namespace = "remora"
-
-[images]
-config_path = "$CERTS_DIR"
-
-[cni]
-conf_dir = "$CNI_CONF_DIR"
-bin_dirs = ["$CNI_BIN_DIR"]
-EOF
+	local t
+	t=$(<"$SCRIPTS_DIR/remora-testbed.toml")
+	t=${t//@SOCKET@/$REMORA_SOCK}
+	t=${t//@ROOT_DIR@/$TB_ROOT/remora}
+	t=${t//@STATE_DIR@/$TB_RUN/remora}
+	t=${t//@CONTAINERD_SOCK@/$CONTAINERD_SOCK}
+	t=${t//@NAMESPACE@/remora}
+	t=${t//@CERTS_DIR@/$CERTS_DIR}
+	t=${t//@CNI_CONF_DIR@/$CNI_CONF_DIR}
+	t=${t//@CNI_BIN_DIR@/$CNI_BIN_DIR}
+	[[ $t != *@[A-Z_]*@* ]] || die "a placeholder of remora-testbed.toml is not filled in: $t"
+	printf '%s\n' "$t" | write_if_changed "$REMORA_CONFIG"
 }
 
 # ---- starting and stopping ----------------------------------------------------

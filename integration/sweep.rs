@@ -287,9 +287,9 @@ fn unmount_scratch_netns(id: &str) {
     }
 }
 
-/// The sweep; what it removed, or why it stopped (it stops at the first thing it cannot see).
+/// The sweep; what it did, or why it stopped (it stops when it cannot see what is live).
 fn sweep() -> Result<Vec<String>, String> {
-    let mut removed = Vec::new();
+    let mut done = Vec::new();
     let namespaces = lines(&ctr(None, &["namespaces", "ls", "-q"])?);
     for ns in &namespaces {
         let Some(pid) = test_namespace_pid(ns) else {
@@ -299,8 +299,10 @@ fn sweep() -> Result<Vec<String>, String> {
             continue;
         }
         match purge_namespace(ns) {
-            Ok(()) => removed.push(format!("namespace {ns} (test process {pid} is gone)")),
-            Err(e) => removed.push(format!("namespace {ns}, partly: {e}")),
+            Ok(()) => done.push(format!(
+                "removed namespace {ns} (test process {pid} is gone)"
+            )),
+            Err(e) => done.push(format!("removed namespace {ns} in part: {e}")),
         }
     }
 
@@ -312,7 +314,7 @@ fn sweep() -> Result<Vec<String>, String> {
     let network = testbed_network()?;
     let dir = reservation_dir(&network).ok_or("the test bed network has no host-local IPAM")?;
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Ok(removed); // no reservation made yet
+        return Ok(done); // no reservation made yet
     };
     let now = SystemTime::now();
     for entry in entries.flatten() {
@@ -331,23 +333,31 @@ fn sweep() -> Result<Vec<String>, String> {
         if live.contains(&r.container_id) || age.is_none_or(|a| a < GRACE) {
             continue;
         }
-        cni_del(&network, &r)?;
-        unmount_scratch_netns(&r.container_id);
-        removed.push(format!(
-            "pod network of {} ({}: port mappings, firewall rules, IP)",
-            r.container_id, r.ip
-        ));
+        // One reservation that cannot be released does not keep the others.
+        match cni_del(&network, &r) {
+            Ok(()) => {
+                unmount_scratch_netns(&r.container_id);
+                done.push(format!(
+                    "removed the pod network of {} ({}: port mappings, firewall rules, IP)",
+                    r.container_id, r.ip
+                ));
+            }
+            Err(e) => done.push(format!(
+                "could not release {} ({}): {e}",
+                r.container_id, r.ip
+            )),
+        }
     }
-    Ok(removed)
+    Ok(done)
 }
 
 /// Runs the sweep once per test process; reports on stderr (shown with a failing test's output).
 pub fn sweep_once() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| match sweep() {
-        Ok(removed) => {
-            for what in removed {
-                eprintln!("test bed sweep removed {what}");
+        Ok(done) => {
+            for what in done {
+                eprintln!("test bed sweep: {what}");
             }
         }
         Err(e) => eprintln!("test bed sweep stopped: {e}"),

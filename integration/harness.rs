@@ -683,9 +683,16 @@ impl Drop for BedRemora {
             self.remora.stop_with(Signal::SIGKILL);
         }
         unmount_below(self._dir.path());
-        // Whatever CRI could not remove (tasks, containers), then images, leases, namespace.
-        if let Err(e) = crate::sweep::purge_namespace(&self.namespace) {
-            eprintln!("teardown of test namespace {}: {e}", self.namespace);
+        // Whatever CRI could not remove (tasks, containers), then images, leases, namespace;
+        // and the network of a pod CRI could not remove.
+        match crate::sweep::purge_namespace(&self.namespace) {
+            Ok(ids) if !ids.is_empty() => {
+                for line in crate::sweep::release_networks_of(&ids) {
+                    eprintln!("teardown of test namespace {}: {line}", self.namespace);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("teardown of test namespace {}: {e}", self.namespace),
         }
     }
 }

@@ -10,16 +10,19 @@
 //! and in other test processes. So the sweep never flushes a chain or a directory: it removes
 //! only what provably has no live owner.
 //! - A containerd namespace `it-<pid>-…` (made by `BedRemora`) whose test process `<pid>` is
-//!   gone: its tasks are killed and its objects removed. Killing a pod's pause task frees its
+//!   gone: the remoras that test started (they outlive a killed test) are killed, the
+//!   namespace's tasks killed and its objects removed. Killing a pod's pause task frees its
 //!   network namespace, and with it the pod's veth on the bridge.
 //! - Then an IPAM reservation of the test bed network whose container id names no container in
-//!   any namespace of the test bed containerd, made more than [`GRACE`] ago. Every runtime on
+//!   any namespace of the test bed containerd, and either named a pod of such a dead test or
+//!   was made more than [`GRACE`] ago. Every runtime on
 //!   this containerd gives CNI the sandbox id as container id and creates the pod's pause
 //!   container under that id; the grace period covers a RunPodSandbox in flight, which reserves
 //!   the IP before it creates its pause container. For such a reservation the network's plugins
 //!   are run with DEL, last plugin first, as a runtime would: that removes the pod's port-mapping
-//!   chains (`CNI-DN-*`), its firewall rules and the reservation. A netns bind mount of the same
-//!   sandbox id left in a test's scratch dir (`/tmp/rmr*`) is unmounted, which frees its veth.
+//!   chains (`CNI-DN-*`), its firewall rules and the reservation. What a test's remora mounted
+//!   for that sandbox id in the test's scratch dir (`/tmp/rmr*`: netns, `/dev/shm`) is
+//!   unmounted, which frees the pod's veth.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -33,7 +36,7 @@ use std::time::{Duration, SystemTime};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::harness::{tools_bin, TESTBED_CNI, TESTBED_CONTAINERD};
+use crate::harness::{tools_bin, unmount_below, TESTBED_CNI, TESTBED_CONTAINERD};
 
 /// How old an IPAM reservation without a pause container must be before it counts as left over.
 pub const GRACE: Duration = Duration::from_secs(120);
@@ -109,15 +112,17 @@ fn lines(text: &str) -> Vec<String> {
 }
 
 /// Kills the tasks of `namespace` and removes its containers, images and leases, then the
-/// namespace itself. Best effort (what fails stays for the next sweep); never panics.
-pub fn purge_namespace(namespace: &str) -> Result<(), String> {
+/// namespace itself; the ids of the containers it found (a pod's is its sandbox id). Best
+/// effort (what fails stays for the next sweep); never panics.
+pub fn purge_namespace(namespace: &str) -> Result<Vec<String>, String> {
     let ns = Some(namespace);
     for id in lines(&ctr(ns, &["tasks", "ls", "-q"])?) {
         let _ = ctr(ns, &["tasks", "kill", "--signal", "SIGKILL", &id]);
         let _ = ctr(ns, &["tasks", "rm", "--force", &id]);
     }
-    for id in lines(&ctr(ns, &["containers", "ls", "-q"])?) {
-        let _ = ctr(ns, &["containers", "rm", &id]);
+    let containers = lines(&ctr(ns, &["containers", "ls", "-q"])?);
+    for id in &containers {
+        let _ = ctr(ns, &["containers", "rm", id]);
     }
     for name in lines(&ctr(ns, &["images", "ls", "-q"])?) {
         let _ = ctr(ns, &["images", "rm", "--sync", &name]);
@@ -125,7 +130,54 @@ pub fn purge_namespace(namespace: &str) -> Result<(), String> {
     for id in lines(&ctr(ns, &["leases", "ls", "-q"])?) {
         let _ = ctr(ns, &["leases", "rm", &id]);
     }
-    ctr(None, &["namespaces", "rm", namespace]).map(drop)
+    ctr(None, &["namespaces", "rm", namespace])?;
+    Ok(containers)
+}
+
+/// Kills the remora processes a test started on the test bed (`--config /tmp/rmr…`) whose
+/// config names one of `namespaces`; what it killed.
+fn kill_remoras_of(namespaces: &HashSet<String>) -> Vec<String> {
+    let mut killed = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return killed;
+    };
+    for p in procs.flatten() {
+        let Ok(pid) = p.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let [bin, flag, config, ..] = args.as_slice() else {
+            continue;
+        };
+        if !bin.ends_with("/remora") || flag != "--config" || !config.starts_with("/tmp/rmr") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(config) else {
+            continue;
+        };
+        let named = text.lines().find_map(|l| {
+            let (key, value) = l.split_once('=')?;
+            (key.trim() == "namespace").then(|| value.trim().trim_matches('"').to_string())
+        });
+        if named.is_some_and(|ns| namespaces.contains(&ns)) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            killed.push(format!(
+                "killed remora {pid} of a test that is gone ({config})"
+            ));
+            // Its scratch dir is the dead test's, which never dropped it.
+            if let Some(dir) = Path::new(config).parent() {
+                unmount_below(dir);
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+    killed
 }
 
 /// The test process id in a test namespace's name (`it-<pid>-…`).
@@ -264,59 +316,35 @@ fn cni_del(network: &serde_json::Value, r: &Reservation) -> Result<(), String> {
     Ok(())
 }
 
-/// Lazily unmounts netns bind mounts named `id` in tests' scratch dirs (`/tmp/rmr*/…/<id>`).
-fn unmount_scratch_netns(id: &str) {
+/// Lazily unmounts what a test's remora mounted for pod `id` in the test's scratch dir
+/// (`/tmp/rmr*/…/<id>[/…]`: the netns bind mount, the `/dev/shm` tmpfs).
+fn unmount_scratch_mounts_of(id: &str) {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return;
     };
-    for line in info.lines() {
-        let mut fields = line.split(' ');
-        let Some(mount_point) = fields.nth(4) else {
-            continue;
-        };
-        let is_nsfs = line
-            .split(" - ")
-            .nth(1)
-            .is_some_and(|t| t.starts_with("nsfs "));
-        if is_nsfs
-            && mount_point.starts_with("/tmp/rmr")
-            && Path::new(mount_point).file_name().is_some_and(|n| n == id)
-        {
-            let _ = nix::mount::umount2(mount_point, nix::mount::MntFlags::MNT_DETACH);
-        }
+    let mut points: Vec<&str> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|mp| {
+            mp.starts_with("/tmp/rmr") && Path::new(mp).components().any(|c| c.as_os_str() == id)
+        })
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH);
     }
 }
 
-/// The sweep; what it did, or why it stopped (it stops when it cannot see what is live).
-fn sweep() -> Result<Vec<String>, String> {
-    let mut done = Vec::new();
-    let namespaces = lines(&ctr(None, &["namespaces", "ls", "-q"])?);
-    for ns in &namespaces {
-        let Some(pid) = test_namespace_pid(ns) else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        match purge_namespace(ns) {
-            Ok(()) => done.push(format!(
-                "removed namespace {ns} (test process {pid} is gone)"
-            )),
-            Err(e) => done.push(format!("removed namespace {ns} in part: {e}")),
-        }
-    }
-
-    // Every container of every namespace, read after the purge: a pod whose id is here is live.
-    let mut live = HashSet::new();
-    for ns in lines(&ctr(None, &["namespaces", "ls", "-q"])?) {
-        live.extend(lines(&ctr(Some(&ns), &["containers", "ls", "-q"])?));
-    }
-    let network = testbed_network()?;
-    let dir = reservation_dir(&network).ok_or("the test bed network has no host-local IPAM")?;
+/// The reservations of the test bed network, with their age.
+fn reservations(
+    network: &serde_json::Value,
+) -> Result<Vec<(Reservation, Option<Duration>)>, String> {
+    let dir = reservation_dir(network).ok_or("the test bed network has no host-local IPAM")?;
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Ok(done); // no reservation made yet
+        return Ok(Vec::new()); // no reservation made yet
     };
     let now = SystemTime::now();
+    let mut found = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Ok(content) = std::fs::read_to_string(entry.path()) else {
@@ -330,23 +358,79 @@ fn sweep() -> Result<Vec<String>, String> {
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| now.duration_since(t).ok());
-        if live.contains(&r.container_id) || age.is_none_or(|a| a < GRACE) {
+        found.push((r, age));
+    }
+    Ok(found)
+}
+
+/// CNI DEL for `r`, then its netns mount in a test's scratch dir unmounted; a report line.
+fn release(network: &serde_json::Value, r: &Reservation) -> String {
+    match cni_del(network, r) {
+        Ok(()) => {
+            unmount_scratch_mounts_of(&r.container_id);
+            format!(
+                "removed the pod network of {} ({}: port mappings, firewall rules, IP)",
+                r.container_id, r.ip
+            )
+        }
+        Err(e) => format!("could not release {} ({}): {e}", r.container_id, r.ip),
+    }
+}
+
+/// Releases the test bed network of the pods `ids` (their containers are gone: the caller
+/// removed them); report lines. For a fixture whose pods CRI could not remove.
+pub fn release_networks_of(ids: &[String]) -> Vec<String> {
+    let network = match testbed_network() {
+        Ok(n) => n,
+        Err(e) => return vec![e],
+    };
+    match reservations(&network) {
+        Ok(found) => found
+            .iter()
+            .filter(|(r, _)| ids.contains(&r.container_id))
+            .map(|(r, _)| release(&network, r))
+            .collect(),
+        Err(e) => vec![e],
+    }
+}
+
+/// The sweep; what it did, or why it stopped (it stops when it cannot see what is live).
+fn sweep() -> Result<Vec<String>, String> {
+    let mut done = Vec::new();
+    let dead_namespaces: HashSet<String> = lines(&ctr(None, &["namespaces", "ls", "-q"])?)
+        .into_iter()
+        .filter(|ns| {
+            test_namespace_pid(ns).is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect();
+    // A killed test's remoras outlive it; they go first, so they do not act on the purge.
+    done.extend(kill_remoras_of(&dead_namespaces));
+    // The containers of a dead test's namespace, pods included, are provably nobody's.
+    let mut dead_ids = HashSet::new();
+    for ns in &dead_namespaces {
+        match purge_namespace(ns) {
+            Ok(ids) => {
+                dead_ids.extend(ids);
+                done.push(format!("removed namespace {ns} (its test process is gone)"));
+            }
+            Err(e) => done.push(format!("removed namespace {ns} in part: {e}")),
+        }
+    }
+
+    // Every container of every namespace, read after the purge: a pod whose id is here is live.
+    let mut live = HashSet::new();
+    for ns in lines(&ctr(None, &["namespaces", "ls", "-q"])?) {
+        live.extend(lines(&ctr(Some(&ns), &["containers", "ls", "-q"])?));
+    }
+    let network = testbed_network()?;
+    for (r, age) in reservations(&network)? {
+        let dead = dead_ids.contains(&r.container_id);
+        let old = age.is_some_and(|a| a >= GRACE);
+        if live.contains(&r.container_id) || !(dead || old) {
             continue;
         }
         // One reservation that cannot be released does not keep the others.
-        match cni_del(&network, &r) {
-            Ok(()) => {
-                unmount_scratch_netns(&r.container_id);
-                done.push(format!(
-                    "removed the pod network of {} ({}: port mappings, firewall rules, IP)",
-                    r.container_id, r.ip
-                ));
-            }
-            Err(e) => done.push(format!(
-                "could not release {} ({}): {e}",
-                r.container_id, r.ip
-            )),
-        }
+        done.push(release(&network, &r));
     }
     Ok(done)
 }

@@ -169,7 +169,10 @@ impl Drop for Containerd {
     }
 }
 
-/// A remora config for tests, rendered as TOML.
+/// A remora config for tests on a private containerd ([`Bed`]), rendered as TOML. Not the test
+/// bed's template (`scripts/remora-testbed.toml`, see [`testbed_remora_config`]): there is no
+/// registry mirror here, and the fault tests stop and restart this containerd, so remora probes
+/// and reconnects faster than the defaults.
 pub fn remora_config(socket: &Path, containerd: &Path, cni_conf_dir: &Path, extra: &str) -> String {
     format!(
         r#"[server]
@@ -217,23 +220,41 @@ impl Remora {
 
     /// As [`Remora::start`], with extra environment variables (e.g. `REMORA_FAILPOINTS`).
     pub fn start_env(dir: &Path, config: &str, socket: &Path, env: &[(&str, &str)]) -> Self {
+        Self::try_start_env(dir, config, socket, env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`Remora::start_env`], but a failure is returned instead of panicking (for teardown
+    /// code, which may run while a test panics).
+    pub fn try_start_env(
+        dir: &Path,
+        config: &str,
+        socket: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<Self, String> {
         let config_path = dir.join("remora.toml");
-        std::fs::write(&config_path, config).expect("write remora config");
+        std::fs::write(&config_path, config).map_err(|e| format!("write remora config: {e}"))?;
         let log = dir.join("remora.log");
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
-            .expect("open remora log");
-        let mut child = Command::new(remora_bin())
+            .map_err(|e| format!("open remora log: {e}"))?;
+        let err_out = out.try_clone().map_err(|e| format!("dup log: {e}"))?;
+        let child = Command::new(remora_bin())
             .arg("--config")
             .arg(&config_path)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("dup log"))
-            .stderr(out)
+            .stdout(out)
+            .stderr(err_out)
             .spawn()
-            .expect("spawn remora");
+            .map_err(|e| format!("spawn remora: {e}"))?;
+        // Held from here on, so an early return below kills the child.
+        let mut remora = Remora {
+            socket: socket.to_path_buf(),
+            log: log.clone(),
+            child: Some(child),
+        };
         let start = Instant::now();
         // The socket accepts connections (into its backlog) as soon as it is bound; remora
         // answers once its first recovery is done and it logs "serving CRI v1".
@@ -246,23 +267,29 @@ impl Remora {
         while std::os::unix::net::UnixStream::connect(socket).is_err()
             || serving(&log) == served_before
         {
-            if let Some(status) = child.try_wait().expect("wait remora") {
-                panic!(
+            let exited = match remora.child.as_mut().map(Child::try_wait) {
+                Some(Ok(status)) => status,
+                Some(Err(e)) => return Err(format!("wait remora: {e}")),
+                None => None,
+            };
+            if let Some(status) = exited {
+                remora.child = None;
+                return Err(format!(
                     "remora exited ({status}) before serving: {}",
                     std::fs::read_to_string(&log).unwrap_or_default()
-                );
+                ));
             }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "remora did not serve"
-            );
+            if start.elapsed() >= Duration::from_secs(20) {
+                return Err("remora did not serve".to_string());
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Remora {
-            socket: socket.to_path_buf(),
-            log,
-            child: Some(child),
-        }
+        Ok(remora)
+    }
+
+    /// Whether its process is running (not crashed or stopped by the test).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
     }
 
     /// A CRI RuntimeService client on its socket.
@@ -428,6 +455,24 @@ pub const TESTBED_REGISTRY: &str = "127.0.0.1:5000";
 /// The registry's access log.
 pub const TESTBED_REGISTRY_LOG: &str = "/var/lib/remora-testbed/logs/registry.log";
 
+/// remora's config on the test bed, the template `scripts/testbed.sh` fills in for the test
+/// bed's own remora too, so the two cannot drift apart.
+const TESTBED_REMORA_TEMPLATE: &str = include_str!("../scripts/remora-testbed.toml");
+
+/// [`TESTBED_REMORA_TEMPLATE`] with each `@NAME@` replaced by its value in `vars`.
+pub fn testbed_remora_config(vars: &[(&str, &str)]) -> String {
+    let mut config = TESTBED_REMORA_TEMPLATE.to_string();
+    for (name, value) in vars {
+        config = config.replace(&format!("@{name}@"), value);
+    }
+    let unfilled = regex::Regex::new("@[A-Z_]+@").expect("a valid regex");
+    assert!(
+        !unfilled.is_match(&config),
+        "scripts/remora-testbed.toml has a placeholder the harness does not fill in:\n{config}"
+    );
+    config
+}
+
 /// A unique-enough suffix for names made by one test.
 pub fn unique(prefix: &str) -> String {
     static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -475,32 +520,26 @@ impl BedRemora {
             Path::new(TESTBED_CONTAINERD).exists(),
             "the test bed is not up: run scripts/testbed.sh up"
         );
+        crate::sweep::sweep_once();
         let dir = scratch();
         let namespace = unique("it");
         let socket = dir.path().join("remora.sock");
-        let config = format!(
-            r#"[server]
-socket = "{}"
-root_dir = "{root}/root"
-state_dir = "{root}/state"
-[log]
-level = "debug"
-[containerd]
-address = "{TESTBED_CONTAINERD}"
-namespace = "{namespace}"
-[images]
-config_path = "{}"
-[cni]
-conf_dir = "{}"
-bin_dirs = ["/usr/lib/cni"]
-"#,
-            socket.display(),
-            certs.display(),
-            cni.map(Path::to_path_buf)
-                .unwrap_or_else(|| dir.path().join("net.d"))
-                .display(),
-            root = dir.path().display(),
-        );
+        let cni_conf_dir = cni
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.path().join("net.d"));
+        let path = |p: &Path| p.display().to_string();
+        let mut config = testbed_remora_config(&[
+            ("SOCKET", &path(&socket)),
+            ("ROOT_DIR", &path(&dir.path().join("root"))),
+            ("STATE_DIR", &path(&dir.path().join("state"))),
+            ("CONTAINERD_SOCK", TESTBED_CONTAINERD),
+            ("NAMESPACE", &namespace),
+            ("CERTS_DIR", &path(certs)),
+            ("CNI_CONF_DIR", &path(&cni_conf_dir)),
+            ("CNI_BIN_DIR", "/usr/lib/cni"),
+        ]);
+        // Tests read remora's log; the test bed's own remora logs at the default level.
+        config.push_str("\n[log]\nlevel = \"debug\"\n");
         let remora = Remora::start(dir.path(), &config, &socket);
         BedRemora {
             remora,
@@ -547,29 +586,114 @@ bin_dirs = ["/usr/lib/cni"]
     }
 }
 
-impl Drop for BedRemora {
-    fn drop(&mut self) {
-        unmount_below(self._dir.path());
-        let ctr = |args: &[&str]| {
-            Command::new(tool("ctr"))
-                .args(["--address", TESTBED_CONTAINERD, "-n", &self.namespace])
-                .args(args)
-                .output()
-        };
-        if let Ok(out) = ctr(&["images", "ls", "-q"]) {
-            for name in String::from_utf8_lossy(&out.stdout).lines() {
-                let _ = ctr(&["images", "rm", "--sync", name]);
+/// How long a [`BedRemora`]'s teardown of its pods may take, in all.
+const POD_TEARDOWN_LIMIT: Duration = Duration::from_secs(120);
+
+impl BedRemora {
+    /// Stops and removes every pod of this remora through CRI, so that remora runs CNI DEL
+    /// (which drops the pod's IP reservation, port mappings and firewall rules) and removes
+    /// the pod's netns. A remora the test crashed is started again for it. Bounded by
+    /// [`POD_TEARDOWN_LIMIT`]; never panics (it runs in `Drop`, maybe while a test panics).
+    fn remove_pods(&mut self) -> Result<usize, String> {
+        if !self.remora.is_running() {
+            let socket = self.remora.socket.clone();
+            self.remora = Remora::try_start_env(self._dir.path(), &self.config, &socket, &[])?;
+        }
+        let socket = self.remora.socket.clone();
+        // A thread with a runtime of its own: Drop may run inside the test's runtime, which
+        // cannot block on another.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(remove_all_pods(&socket));
+        });
+        rx.recv_timeout(POD_TEARDOWN_LIMIT)
+            .map_err(|_| format!("pod teardown took more than {POD_TEARDOWN_LIMIT:?}"))?
+    }
+}
+
+/// Stops and removes every pod sandbox remora at `socket` lists; how many it removed.
+fn remove_all_pods(socket: &Path) -> Result<usize, String> {
+    use k8s_cri::v1 as cri;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    rt.block_on(async {
+        let call = Duration::from_secs(30);
+        let mut client =
+            RuntimeServiceClient::new(remora::grpc::unix_channel(socket, Duration::from_secs(5)));
+        let pods = tokio::time::timeout(
+            call,
+            client.list_pod_sandbox(cri::ListPodSandboxRequest::default()),
+        )
+        .await
+        .map_err(|_| "ListPodSandbox timed out".to_string())?
+        .map_err(|e| format!("ListPodSandbox: {e}"))?
+        .into_inner()
+        .items;
+        let mut failed = Vec::new();
+        for pod in &pods {
+            let id = pod.id.clone();
+            let stop = tokio::time::timeout(
+                call,
+                client.stop_pod_sandbox(cri::StopPodSandboxRequest {
+                    pod_sandbox_id: id.clone(),
+                }),
+            );
+            if let Err(e) = stop
+                .await
+                .map_err(|_| "timed out".to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                failed.push(format!("StopPodSandbox {id}: {e}"));
+            }
+            let remove = tokio::time::timeout(
+                call,
+                client.remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                    pod_sandbox_id: id.clone(),
+                }),
+            );
+            if let Err(e) = remove
+                .await
+                .map_err(|_| "timed out".to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+            {
+                failed.push(format!("RemovePodSandbox {id}: {e}"));
             }
         }
-        let _ = Command::new(tool("ctr"))
-            .args([
-                "--address",
-                TESTBED_CONTAINERD,
-                "namespaces",
-                "rm",
-                &self.namespace,
-            ])
-            .output();
+        if failed.is_empty() {
+            Ok(pods.len())
+        } else {
+            Err(failed.join("; "))
+        }
+    })
+}
+
+impl Drop for BedRemora {
+    fn drop(&mut self) {
+        // Pods first, through remora, so that nothing of their network outlives the test
+        // (a leftover port mapping would send the next run's traffic to a dead pod).
+        if let Err(e) = self.remove_pods() {
+            eprintln!(
+                "teardown of test namespace {}: {e} (the next run's sweep removes what is left)",
+                self.namespace
+            );
+        }
+        if self.remora.is_running() {
+            self.remora.stop_with(Signal::SIGKILL);
+        }
+        unmount_below(self._dir.path());
+        // Whatever CRI could not remove (tasks, containers), then images, leases, namespace;
+        // and the network of a pod CRI could not remove.
+        match crate::sweep::purge_namespace(&self.namespace) {
+            Ok(ids) if !ids.is_empty() => {
+                for line in crate::sweep::release_networks_of(&ids) {
+                    eprintln!("teardown of test namespace {}: {line}", self.namespace);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("teardown of test namespace {}: {e}", self.namespace),
+        }
     }
 }
 
@@ -730,4 +854,26 @@ pub fn registry_gets(path_part: &str) -> usize {
                 && (l.contains("\" 200 ") || l.contains("\" 206 "))
         })
         .count()
+}
+
+#[test]
+fn the_test_bed_template_renders_to_a_valid_config() {
+    let config = testbed_remora_config(&[
+        ("SOCKET", "/tmp/rmr/remora.sock"),
+        ("ROOT_DIR", "/tmp/rmr/root"),
+        ("STATE_DIR", "/tmp/rmr/state"),
+        ("CONTAINERD_SOCK", TESTBED_CONTAINERD),
+        ("NAMESPACE", "it-1-2-3"),
+        ("CERTS_DIR", TESTBED_CERTS),
+        ("CNI_CONF_DIR", TESTBED_CNI),
+        ("CNI_BIN_DIR", "/usr/lib/cni"),
+    ]);
+    let parsed = remora::config::Config::from_toml(&config, "remora-testbed.toml")
+        .unwrap_or_else(|e| panic!("{e}\n{config}"));
+    assert_eq!(parsed.containerd.namespace, "it-1-2-3");
+    assert_eq!(parsed.containerd.address, Path::new(TESTBED_CONTAINERD));
+    assert_eq!(parsed.images.config_path, Path::new(TESTBED_CERTS));
+    assert_eq!(parsed.cni.conf_dir, Path::new(TESTBED_CNI));
+    assert_eq!(parsed.cni.bin_dirs, vec![PathBuf::from("/usr/lib/cni")]);
+    assert_eq!(parsed.server.state_dir, Path::new("/tmp/rmr/state"));
 }

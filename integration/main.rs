@@ -5,6 +5,7 @@
 
 mod cri;
 mod harness;
+mod sweep;
 
 mod bad_input;
 mod churn;

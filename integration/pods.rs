@@ -416,3 +416,71 @@ async fn a_clean_shutdown_leaves_no_netns_mount() {
     assert!(status.success(), "clean exit, got {status}");
     assert_eq!(mounts_under(&state), Vec::<String>::new());
 }
+
+/// A test that panics with a pod running must not leave the pod's network behind: the next
+/// run would find its port mapping pointing at a dead pod ("No route to host").
+#[test]
+fn a_panicking_test_leaves_nothing_of_its_pod_behind() {
+    const HOST_PORT: i32 = 12891;
+    let (tx, rx) = std::sync::mpsc::channel();
+    // The test body runs as a test does (in a runtime) and panics with its pod running.
+    let outcome = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        rt.block_on(async {
+            let bed = BedRemora::start_with_network();
+            let mut cfg = pod_config("doomed", "uid-doomed");
+            cfg.port_mappings = vec![v1::PortMapping {
+                protocol: v1::Protocol::Tcp as i32,
+                container_port: 80,
+                host_port: HOST_PORT,
+                host_ip: String::new(),
+            }];
+            let id = run(&bed, cfg, "").await.expect("RunPodSandbox");
+            let nat = iptables_nat();
+            tx.send((id.clone(), bed.namespace.clone(), nat.contains(&id)))
+                .expect("send");
+            panic!("this test body fails on purpose with pod {id} running");
+        })
+    })
+    .join();
+    assert!(outcome.is_err(), "the test body was to panic");
+    let (id, namespace, mapped) = rx.recv().expect("the pod was made");
+    assert!(
+        mapped,
+        "the pod's host port was not mapped, nothing to check"
+    );
+
+    assert!(
+        !iptables_nat().contains(&id),
+        "port-mapping rules of pod {id} are left"
+    );
+    let reservations = std::fs::read_dir("/run/remora-testbed/cni/networks/remora-testbed")
+        .expect("read the test bed's IPAM dir");
+    for entry in reservations.flatten() {
+        let content = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        assert!(
+            !content.contains(&id),
+            "IP {:?} is still reserved for pod {id}",
+            entry.file_name()
+        );
+    }
+    assert_eq!(mounts_containing(&id), 0, "a mount of pod {id} is left");
+    let namespaces = crate::sweep::ctr(None, &["namespaces", "ls", "-q"]).expect("ctr");
+    assert!(
+        !namespaces.lines().any(|l| l.trim() == namespace),
+        "namespace {namespace} is left"
+    );
+}
+
+/// `iptables -t nat -S`.
+fn iptables_nat() -> String {
+    let out = std::process::Command::new("iptables")
+        .args(["-t", "nat", "-S"])
+        .output()
+        .expect("run iptables");
+    assert!(out.status.success(), "iptables -t nat -S failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

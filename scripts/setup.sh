@@ -22,7 +22,7 @@ DEB_NGINX_VERSION=1.22.1-9+deb12u11       # nginx for the web server images
 APT_PACKAGES=(
 	containerd runc containernetworking-plugins docker-registry busybox-static
 	protobuf-compiler iproute2 iptables jq curl python3 libc6-dev gcc
-	procps util-linux ca-certificates
+	procps util-linux ca-certificates shellcheck
 )
 # ------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 # and what CI runs.
 #
 #   scripts/test.sh            everything
-#   scripts/test.sh --no-lint  skip cargo fmt / clippy (quicker local loop)
+#   scripts/test.sh --no-lint  skip cargo fmt / clippy / shellcheck (quicker local loop)
 set -euo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
@@ -21,6 +21,9 @@ if [[ $lint == 1 ]]; then
 	cargo fmt --all -- --check
 	info "cargo clippy -- -D warnings"
 	cargo clippy --locked --all-targets -- -D warnings
+	info "shellcheck scripts/*.sh .ci/run"
+	# -x follows the `source` lines (common.sh); the scripts carry their own directives.
+	shellcheck -x scripts/*.sh .ci/run
 fi
 
 # The test bed (and remora on it, rebuilt if its source changed) must be up for the

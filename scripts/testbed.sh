@@ -25,6 +25,9 @@ CERTS_DIR="$TB_ROOT/certs.d"
 CNI_CONF_DIR="$TB_ROOT/cni/net.d"
 CNI_BIN_DIR=/usr/lib/cni
 SANDBOX_IMAGE=registry.k8s.io/pause:3.10
+# The pod network: a bridge and the subnet its pods get their IPs from.
+POD_BRIDGE=remora0
+POD_SUBNET=10.88.0.0/16
 CONTAINERD_CONFIG="$TB_ROOT/containerd.toml"
 REGISTRY_CONFIG="$TB_ROOT/registry.yml"
 REMORA_CONFIG="$TB_ROOT/remora.toml"
@@ -180,14 +183,14 @@ EOF
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "remora0",
+      "bridge": "$POD_BRIDGE",
       "isGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
         "dataDir": "$TB_RUN/cni/networks",
-        "ranges": [[{ "subnet": "10.88.0.0/16" }]],
+        "ranges": [[{ "subnet": "$POD_SUBNET" }]],
         "routes": [{ "dst": "0.0.0.0/0" }]
       }
     },
@@ -224,29 +227,39 @@ EOF
 
 }
 
-# write_remora_config: remora's config for the test bed. Pulls go through the
-# hosts.toml mirror directory to the local registry.
+# write_remora_config: remora's config for the test bed, from the template the
+# integration tests' remoras use too (scripts/remora-testbed.toml).
 write_remora_config() {
-	write_if_changed "$REMORA_CONFIG" <<EOF
-[server]
-socket = "$REMORA_SOCK"
-root_dir = "$TB_ROOT/remora"
-state_dir = "$TB_RUN/remora"
-
-[containerd]
-address = "$CONTAINERD_SOCK"
-namespace = "remora"
-
-[images]
-config_path = "$CERTS_DIR"
-
-[cni]
-conf_dir = "$CNI_CONF_DIR"
-bin_dirs = ["$CNI_BIN_DIR"]
-EOF
+	local t
+	t=$(<"$SCRIPTS_DIR/remora-testbed.toml")
+	t=${t//@SOCKET@/$REMORA_SOCK}
+	t=${t//@ROOT_DIR@/$TB_ROOT/remora}
+	t=${t//@STATE_DIR@/$TB_RUN/remora}
+	t=${t//@CONTAINERD_SOCK@/$CONTAINERD_SOCK}
+	t=${t//@NAMESPACE@/remora}
+	t=${t//@CERTS_DIR@/$CERTS_DIR}
+	t=${t//@CNI_CONF_DIR@/$CNI_CONF_DIR}
+	t=${t//@CNI_BIN_DIR@/$CNI_BIN_DIR}
+	[[ $t != *@[A-Z_]*@* ]] || die "a placeholder of remora-testbed.toml is not filled in: $t"
+	printf '%s\n' "$t" | write_if_changed "$REMORA_CONFIG"
 }
 
 # ---- starting and stopping ----------------------------------------------------
+
+# check_pod_subnet: refuses to go on when the pod subnet (or a part of it) is
+# already routed through another interface than the test bed bridge: with two
+# bridges on one subnet, host-port traffic to pods fails with "No route to host".
+check_pod_subnet() {
+	local conflicts
+	conflicts=$(ip -4 -o route show root "$POD_SUBNET" |
+		awk -v br="$POD_BRIDGE" '{
+			for (i = 1; i < NF; i++) if ($i == "dev" && $(i + 1) != br) { print; next }
+		}') || die "cannot read the routing table (ip -4 route show root $POD_SUBNET)"
+	[[ -z "$conflicts" ]] && return 0
+	die "the pod subnet $POD_SUBNET is already routed through another interface than the test bed bridge $POD_BRIDGE:
+$conflicts
+Two bridges on one subnet break host-port traffic to pods (\"No route to host\"). Remove that network first (e.g. another test bed, or a runtime's own bridge such as cni0)."
+}
 
 # start_daemon NAME LOGFILE CMD...: runs CMD in its own session (it outlives
 # this script and has no terminal), output appended to LOGFILE, pid in
@@ -390,6 +403,7 @@ up_remora() {
 
 cmd_up() {
 	"$SCRIPTS_DIR/setup.sh"
+	check_pod_subnet
 	write_configs
 	up_registry
 	push_images

@@ -16,6 +16,8 @@
 mod cri;
 #[allow(dead_code)]
 mod harness;
+#[allow(dead_code)]
+mod sweep;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

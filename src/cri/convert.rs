@@ -2383,7 +2383,7 @@ mod tests {
                 matches!(&err, ConvertError::Invalid { field, .. } if field == want),
                 "{want}: {err}"
             );
-            let status: tonic::Status = crate::error::CriError::from(err).into();
+            let status: tonic::Status = crate::cri::error::CriError::from(err).into();
             assert_eq!(status.code(), tonic::Code::InvalidArgument);
             assert!(status.message().contains(want), "{}", status.message());
         }

@@ -27,7 +27,7 @@ use tonic::Code;
 
 use super::convert::*;
 use super::validate;
-use crate::error::CriError;
+use crate::cri::error::CriError;
 use crate::lifecycle::container::ContainerError;
 use crate::lifecycle::sandbox::SandboxError;
 use crate::spec::{self, HostDevice, NamespaceMode, SandboxFiles, SandboxInfo, SpecError};

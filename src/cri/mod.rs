@@ -11,6 +11,7 @@
 pub mod convert;
 #[cfg(test)]
 mod convert_props;
+pub mod error;
 pub mod image_fs_info;
 pub mod image_pull;
 pub mod image_remove;

@@ -14,9 +14,9 @@ use tonic::{Request, Response, Status};
 
 use crate::config::CgroupDriver;
 use crate::cri::convert;
+use crate::cri::error::CriError;
 use crate::cri::instrument::{self, Ids};
 use crate::cri::{image_fs_info, image_pull, image_remove, image_status, runtime_info, Runtime};
-use crate::error::CriError;
 use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
 use crate::lifecycle::container::CreateRequest;

@@ -13,8 +13,8 @@ use tokio_stream::StreamExt;
 
 use super::queue::{Handler, OrderedQueue};
 use crate::backoff::Backoff;
+use crate::containerd::error::ContainerdError;
 use crate::containerd::events::{Event, EventStream};
-use crate::error::ContainerdError;
 use crate::images::backend::{Content, Images};
 use crate::images::pull::load_image;
 use crate::images::store::ImageIndex;

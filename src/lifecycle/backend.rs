@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 use crate::images::backend::Mount;
 
 /// A containerd container record: metadata only, no process.

@@ -17,7 +17,7 @@ use super::backend::{ContainerRecord, TaskSpec, TaskStatus};
 use super::events::EventKind;
 use super::mount::with_temp_mount;
 use super::sandbox::{exit_ns, image_config, now_ns, Pods};
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 use crate::images::store::ImageInfo;
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::spec::{self, ContainerConfig, HostDevice, SandboxFiles, SandboxInfo};

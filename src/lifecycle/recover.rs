@@ -16,7 +16,7 @@ use super::backend::TaskStatus;
 use super::events::EventKind;
 use super::journal::Intent;
 use super::sandbox::{creation_lease_id, exit_ns, kill_and_delete, now_ns, Pods};
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::store::persist::{
     CONTAINER_EXTENSION, KIND_CONTAINER, KIND_SANDBOX, LABEL_CONTAINER_NAME, LABEL_KIND,

@@ -1,114 +1,19 @@
-//! remora's typed errors, and the one place where they become gRPC statuses.
+//! The error of a CRI operation, and the one place where it becomes a gRPC status
+//! (`From<CriError> for tonic::Status`).
 //!
-//! Each failure has a named variant (no catch-all string variant). Library code returns these;
-//! only `main` uses `anyhow`. [`CriError`] is what CRI operations return; its
-//! `From<CriError> for tonic::Status` impl below is the single mapping to gRPC codes.
-
-use std::path::PathBuf;
-use std::time::Duration;
+//! Each failure has a named variant (no catch-all string variant). The layers below return
+//! their own errors (`ContainerdError`, `PullError`, `SandboxError`, `ContainerError`,
+//! `StoreError`); this module maps them to gRPC codes.
 
 use thiserror::Error;
 use tonic::Code;
 
+use crate::containerd::error::ContainerdError;
 use crate::images::pull::PullError;
 use crate::images::registry::client::RegistryError;
 use crate::lifecycle::container::ContainerError;
 use crate::lifecycle::sandbox::SandboxError;
 use crate::store::StoreError;
-
-/// A config file that cannot be used.
-#[derive(Debug, Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config file {}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML, has an unknown key, or a value of the wrong type.
-    #[error("invalid config in {origin}: {message}")]
-    Parse {
-        /// The file (or "built-in defaults").
-        origin: String,
-        /// The parser's message, which names the key and line.
-        message: String,
-    },
-    /// A value that parses but cannot work.
-    #[error("invalid config: `{key}` {reason}")]
-    Invalid {
-        /// Dotted key name, e.g. `containerd.namespace`.
-        key: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
-
-/// Failures setting up or running the CRI socket server.
-#[derive(Debug, Error)]
-pub enum ServerError {
-    /// Another live remora holds the socket's lock.
-    #[error("another remora (pid {pid}) is already serving on {}; refusing to start", socket.display())]
-    AlreadyRunning {
-        /// The contested socket.
-        socket: PathBuf,
-        /// The holder's pid as written in the lock file ("unknown" if unreadable).
-        pid: String,
-    },
-    /// A file-system step of the socket setup failed.
-    #[error("cannot {action} {}: {source}", path.display())]
-    Socket {
-        /// What was being done ("create directory", "lock", "bind", ...).
-        action: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Installing a signal handler failed.
-    #[error("cannot install {signal} handler: {source}")]
-    Signal {
-        /// The signal.
-        signal: &'static str,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The registry client could not be set up (TLS backend).
-    #[error("cannot set up the registry client: {0}")]
-    Registry(Box<RegistryError>),
-    /// The digest resolver's settings are unusable.
-    #[error("invalid [images] resolver settings: {0}")]
-    Resolver(#[from] crate::images::resolver::ConfigError),
-    /// The gRPC server stopped with an error.
-    #[error("CRI gRPC server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
-}
-
-/// A failed call to containerd.
-#[derive(Debug, Error, Clone)]
-pub enum ContainerdError {
-    /// containerd did not answer within the deadline.
-    #[error("containerd at {} did not answer within {after:?}", address.display())]
-    Timeout {
-        /// containerd's socket.
-        address: PathBuf,
-        /// The deadline.
-        after: Duration,
-    },
-    /// The call failed (connection refused, socket missing, or an error status).
-    #[error("containerd at {} failed {op}: {message}", address.display())]
-    Call {
-        /// containerd's socket.
-        address: PathBuf,
-        /// The containerd RPC, e.g. `Version.Version`.
-        op: &'static str,
-        /// The gRPC code containerd (or the transport) returned.
-        code: Code,
-        /// Its message, including the transport's cause when the connection failed.
-        message: String,
-    },
-}
 
 /// The error of a CRI operation. Converted to a gRPC status only by `From<CriError>`.
 #[derive(Debug, Error)]
@@ -143,7 +48,7 @@ pub enum CriError {
     Pull(Box<PullError>),
     /// The request could not be converted (a missing or malformed field).
     #[error("invalid request: {0}")]
-    Convert(#[from] crate::cri::convert::ConvertError),
+    Convert(#[from] super::convert::ConvertError),
     /// A pod sandbox operation failed.
     #[error(transparent)]
     Sandbox(Box<SandboxError>),

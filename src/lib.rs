@@ -18,6 +18,8 @@ pub mod failpoint;
 pub mod grpc;
 pub mod images;
 pub mod io;
+#[cfg(test)]
+mod layering;
 pub mod lifecycle;
 pub mod logging;
 pub mod net;

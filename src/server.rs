@@ -35,7 +35,8 @@ use crate::images::registry::client::{RegistryClient, RegistryConfig};
 use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
 use crate::lifecycle::host::host_facts;
-use crate::lifecycle::sandbox::{Pods, PodsConfig};
+use crate::lifecycle::host_network::HostNetwork;
+use crate::lifecycle::sandbox::{Backends, Pods, PodsConfig};
 use crate::net::{PodNetwork, PodNetworkConfig};
 
 /// Failures setting up or running the CRI socket server.
@@ -262,12 +263,13 @@ fn image_runtime(
 /// Builds the pod side: network namespaces, CNI, host facts, over containerd's containers and
 /// tasks.
 fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logger) -> Pods {
-    let network = PodNetwork::new(PodNetworkConfig {
+    let cni = PodNetwork::new(PodNetworkConfig {
         conf_dir: config.cni.conf_dir.clone(),
         bin_dirs: config.cni.bin_dirs.clone(),
         cache_dir: config.server.root_dir.join("cni-cache"),
         plugin_timeout: config.cni.plugin_timeout,
     });
+    let netns_dir = config.server.state_dir.join("netns");
     let shared = Arc::new(client.clone());
     Pods::new(
         PodsConfig {
@@ -276,10 +278,14 @@ fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logg
             snapshotter: config.images.snapshotter.clone(),
             runtime_type: config.runtime.runtime_type.clone(),
         },
-        shared.clone(),
-        shared,
-        images.clone(),
-        network,
+        Backends {
+            containers: shared.clone(),
+            tasks: shared,
+            snapshots: images.backend.snapshots.clone(),
+            leases: images.backend.leases.clone(),
+            images: images.clone(),
+            network: Arc::new(HostNetwork::new(cni, netns_dir)),
+        },
         host_facts(),
         log.new(slog::o!("component" => "pods")),
     )

@@ -54,3 +54,26 @@ pub struct Runtime {
     /// Root logger; requests derive their own from it.
     pub log: Logger,
 }
+
+#[tonic::async_trait]
+impl crate::lifecycle::backend::LocalImages for ImageRuntime {
+    fn find(&self, image: &str) -> Option<crate::images::store::ImageInfo> {
+        self.index.find(image)
+    }
+
+    fn get(&self, reference: &str) -> Option<crate::images::store::ImageInfo> {
+        self.index.get(reference)
+    }
+
+    async fn pull(
+        &self,
+        reference: &str,
+    ) -> Result<crate::images::store::ImageInfo, crate::images::pull::PullError> {
+        self.puller
+            .pull(
+                reference,
+                crate::images::registry::auth::Credentials::anonymous(),
+            )
+            .await
+    }
+}

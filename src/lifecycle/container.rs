@@ -119,6 +119,9 @@ pub struct CreateRequest {
     pub image: String,
     /// PID namespace target container id (for `NamespaceMode::Target`).
     pub target_id: Option<String>,
+    /// The pod's config as the request carries it (converted by the adapter); `None` → what
+    /// the sandbox's record says.
+    pub sandbox_config: Option<spec::SandboxConfig>,
 }
 
 /// The IO of a started container: its FIFOs and log writer.
@@ -149,6 +152,20 @@ impl IoTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ContainerIo>>> {
         // Only map operations run under this lock.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The pod's config from what its record keeps, for a request that carries none.
+fn fallback_sandbox_config(meta: &crate::store::SandboxMetadata) -> spec::SandboxConfig {
+    spec::SandboxConfig {
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        hostname: meta.hostname.clone(),
+        log_directory: meta.log_directory.clone(),
+        cgroup_parent: meta.cgroup_parent.clone(),
+        annotations: meta.annotations.clone(),
+        ..Default::default()
     }
 }
 
@@ -290,7 +307,10 @@ impl Pods {
             pid: sb.status.pid,
             netns_path: (!sb.metadata.netns_path.is_empty())
                 .then(|| PathBuf::from(&sb.metadata.netns_path)),
-            config: self.sandbox_spec_config(&sb.metadata),
+            config: req
+                .sandbox_config
+                .clone()
+                .unwrap_or_else(|| fallback_sandbox_config(&sb.metadata)),
             files: SandboxFiles {
                 hosts: Some(sandbox_dir.join("hosts")),
                 resolv_conf: Some(sandbox_dir.join("resolv.conf")),

@@ -17,6 +17,9 @@ pub mod events;
 #[path = "host_linux.rs"]
 pub mod host;
 #[cfg(target_os = "linux")]
+#[path = "host_network_linux.rs"]
+pub mod host_network;
+#[cfg(target_os = "linux")]
 pub mod journal;
 #[cfg(target_os = "linux")]
 #[path = "mount_linux.rs"]

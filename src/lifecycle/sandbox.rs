@@ -21,18 +21,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use slog::{info, warn, Logger};
 use thiserror::Error;
 
-use super::backend::{ContainerRecord, Containers, TaskSpec, TaskStatus, Tasks};
+use super::backend::{
+    ContainerRecord, Containers, LocalImages, PodNetwork, TaskSpec, TaskStatus, Tasks,
+};
 use super::container::IoTable;
 use super::events::EventKind;
 use super::sandbox_files::{self, Dns, FilesError, FilesRequest};
 use crate::containerd::error::ContainerdError;
-use crate::cri::ImageRuntime;
+use crate::images::backend::{Leases, Snapshots};
 use crate::images::manifest::ImageConfig as OciImageConfig;
 use crate::images::pull::PullError;
-use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
-use crate::net::netns::{self, NetnsDir, NetnsError};
-use crate::net::{NetError, PodNetInfo, PodNetwork, PortMapping};
+use crate::net::netns::NetnsError;
+use crate::net::{NetError, PodNetInfo, PortMapping};
 use crate::spec::{self, HostFacts, ImageConfig, NamespaceMode, SandboxConfig, SpecError};
 use crate::store::persist::SANDBOX_EXTENSION;
 use crate::store::{
@@ -210,10 +211,11 @@ pub struct Pods {
     pub names: Arc<NameIndex>,
     containers: Arc<dyn Containers>,
     tasks: Arc<dyn Tasks>,
-    images: Arc<ImageRuntime>,
-    network: PodNetwork,
-    /// Prepared on first use, so a remora that never runs a pod mounts nothing.
-    netns: tokio::sync::OnceCell<NetnsDir>,
+    snapshots: Arc<dyn Snapshots>,
+    leases: Arc<dyn Leases>,
+    images: Arc<dyn LocalImages>,
+    network: Arc<dyn PodNetwork>,
+    /// Where pods' network namespaces are (the network makes them there).
     netns_dir: PathBuf,
     /// Where exit monitors queue the exits they see (set once the event monitor runs).
     pub(crate) exit_queue:
@@ -230,6 +232,22 @@ pub struct Pods {
     snapshotter: String,
     runtime_type: String,
     log: Logger,
+}
+
+/// What pods are made of: containerd's services, the local images and the pod network.
+pub struct Backends {
+    /// containerd's container records.
+    pub containers: Arc<dyn Containers>,
+    /// containerd's tasks.
+    pub tasks: Arc<dyn Tasks>,
+    /// containerd's snapshots.
+    pub snapshots: Arc<dyn Snapshots>,
+    /// containerd's leases.
+    pub leases: Arc<dyn Leases>,
+    /// The local images (and the pause image's pull).
+    pub images: Arc<dyn LocalImages>,
+    /// Network namespaces and CNI.
+    pub network: Arc<dyn PodNetwork>,
 }
 
 /// What [`Pods::new`] needs.
@@ -259,17 +277,8 @@ pub(crate) fn now_ns() -> i64 {
 }
 
 impl Pods {
-    /// Pods over containerd's services.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        config: PodsConfig,
-        containers: Arc<dyn Containers>,
-        tasks: Arc<dyn Tasks>,
-        images: Arc<ImageRuntime>,
-        network: PodNetwork,
-        host: HostFacts,
-        log: Logger,
-    ) -> Self {
+    /// Pods over `backends`. Pod network namespaces are expected in `<state_dir>/netns`.
+    pub fn new(config: PodsConfig, backends: Backends, host: HostFacts, log: Logger) -> Self {
         // No CreateContainer runs yet: a temp mount there is a killed one's.
         let cleared = super::journal::clear_temp_mounts(&config.state_dir.join("tmpmounts"));
         if cleared > 0 {
@@ -281,11 +290,12 @@ impl Pods {
             io: IoTable::default(),
             events: super::events::EventBus::default(),
             names: Arc::new(NameIndex::new()),
-            containers,
-            tasks,
-            images,
-            network,
-            netns: tokio::sync::OnceCell::new(),
+            containers: backends.containers,
+            tasks: backends.tasks,
+            snapshots: backends.snapshots,
+            leases: backends.leases,
+            images: backends.images,
+            network: backends.network,
             netns_dir: config.state_dir.join("netns"),
             exit_queue: std::sync::OnceLock::new(),
             monitored: Default::default(),
@@ -348,7 +358,7 @@ impl Pods {
     }
 
     pub(crate) fn snapshots(&self) -> Arc<dyn crate::images::backend::Snapshots> {
-        self.images.backend.snapshots.clone()
+        self.snapshots.clone()
     }
 
     pub(crate) fn snapshotter(&self) -> &str {
@@ -380,7 +390,7 @@ impl Pods {
         undo: &mut Vec<UndoStep>,
     ) -> Result<String, ContainerdError> {
         let lease = creation_lease_id(id);
-        let leases = self.images.backend.leases.clone();
+        let leases = self.leases.clone();
         leases.create(&lease, 3600).await?;
         let l = lease.clone();
         undo.push((
@@ -392,29 +402,12 @@ impl Pods {
 
     /// The containerd leases service.
     pub(crate) fn leases(&self) -> Arc<dyn crate::images::backend::Leases> {
-        self.images.backend.leases.clone()
+        self.leases.clone()
     }
 
     /// A local image by any reference form or id.
     pub(crate) fn find_image(&self, image: &str) -> Option<ImageInfo> {
-        self.images.index.find(image)
-    }
-
-    /// The pod's config as the spec generator takes it, from the request kept on the record.
-    pub(crate) fn sandbox_spec_config(&self, meta: &SandboxMetadata) -> SandboxConfig {
-        serde_json::from_slice::<k8s_cri::v1::PodSandboxConfig>(&meta.config_json)
-            .ok()
-            .and_then(|c| crate::cri::convert::sandbox_config(&c).ok())
-            .unwrap_or_else(|| SandboxConfig {
-                name: meta.name.clone(),
-                namespace: meta.namespace.clone(),
-                uid: meta.uid.clone(),
-                hostname: meta.hostname.clone(),
-                log_directory: meta.log_directory.clone(),
-                cgroup_parent: meta.cgroup_parent.clone(),
-                annotations: meta.annotations.clone(),
-                ..Default::default()
-            })
+        self.images.find(image)
     }
 
     fn runtime_for(&self, handler: &str) -> Result<String, SandboxError> {
@@ -425,12 +418,11 @@ impl Pods {
     }
 
     async fn sandbox_image(&self) -> Result<ImageInfo, SandboxError> {
-        if let Some(info) = self.images.index.get(&self.sandbox_image) {
+        if let Some(info) = self.images.get(&self.sandbox_image) {
             return Ok(info);
         }
         self.images
-            .puller
-            .pull(&self.sandbox_image, Credentials::anonymous())
+            .pull(&self.sandbox_image)
             .await
             .map_err(|e| SandboxError::Image(Box::new(e)))
     }
@@ -497,15 +489,11 @@ impl Pods {
         let mut netns_path = None;
         let mut ips = Vec::new();
         if !host_network {
-            let netns_dir = self
-                .netns
-                .get_or_try_init(|| NetnsDir::prepare(self.netns_dir.clone()))
-                .await?;
-            let path = netns_dir.create(id).await?;
-            let p = path.clone();
+            let path = self.network.create_netns(id).await?;
+            let (network, p) = (self.network.clone(), path.clone());
             undo.push((
                 "remove network namespace",
-                Box::pin(async move { netns::remove(&p).await.map_err(|e| e.to_string()) }),
+                Box::pin(async move { network.remove_netns(&p).await.map_err(|e| e.to_string()) }),
             ));
             let info = PodNetInfo {
                 id: id.to_string(),
@@ -523,7 +511,7 @@ impl Pods {
                 .setup(&info)
                 .await
                 .map_err(|e| SandboxError::Network(Box::new(e)))?;
-            ips = result.ips;
+            ips = result;
             let me = self.clone();
             undo.push((
                 "CNI DEL",
@@ -566,7 +554,7 @@ impl Pods {
         ));
 
         let lease = self.creation_lease(id, undo).await?;
-        let snapshots = self.images.backend.snapshots.clone();
+        let snapshots = self.snapshots.clone();
         let mounts = snapshots
             .prepare(&lease, &self.snapshotter, id, &image.chain_id)
             .await?;
@@ -678,7 +666,7 @@ impl Pods {
             .map_err(SandboxError::Failpoint)?;
         let pid = self.tasks.start(id).await?;
         // The container record now holds the snapshot; the creation lease can go.
-        self.images.backend.leases.delete(&lease, false).await?;
+        self.leases.delete(&lease, false).await?;
 
         let sandbox = Sandbox::new(metadata, SandboxStatus::ready(pid));
         self.sandboxes.add(sandbox.clone())?;
@@ -804,7 +792,7 @@ impl Pods {
             .teardown(&info)
             .await
             .map_err(|e| SandboxError::Network(Box::new(e)))?;
-        netns::remove(netns_path).await?;
+        self.network.remove_netns(netns_path).await?;
         Ok(())
     }
 
@@ -826,11 +814,7 @@ impl Pods {
                     .map_err(|e| SandboxError::Container(e.to_string()))?;
             }
             me.containers.delete(&id).await?;
-            me.images
-                .backend
-                .snapshots
-                .remove(&me.snapshotter, &id)
-                .await?;
+            me.snapshots.remove(&me.snapshotter, &id).await?;
             let dir = me.sandbox_dir(&id);
             tokio::task::spawn_blocking(move || sandbox_files::remove(&dir))
                 .await

@@ -36,7 +36,7 @@ use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
 use crate::lifecycle::host::host_facts;
 use crate::lifecycle::host_network::HostNetwork;
-use crate::lifecycle::sandbox::{Backends, Pods, PodsConfig};
+use crate::lifecycle::{Backends, Pods, PodsConfig};
 use crate::net::{PodNetwork, PodNetworkConfig};
 
 /// Failures setting up or running the CRI socket server.

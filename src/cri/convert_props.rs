@@ -28,8 +28,8 @@ use tonic::Code;
 use super::convert::*;
 use super::validate;
 use crate::cri::error::CriError;
-use crate::lifecycle::container::ContainerError;
-use crate::lifecycle::sandbox::SandboxError;
+use crate::lifecycle::ContainerError;
+use crate::lifecycle::SandboxError;
 use crate::spec::{self, HostDevice, NamespaceMode, SandboxFiles, SandboxInfo, SpecError};
 
 use crate::spec::props::{config, on_big_stack, CASES};

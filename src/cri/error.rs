@@ -11,8 +11,8 @@ use tonic::Code;
 use crate::containerd::error::ContainerdError;
 use crate::images::pull::PullError;
 use crate::images::registry::client::RegistryError;
-use crate::lifecycle::container::ContainerError;
-use crate::lifecycle::sandbox::SandboxError;
+use crate::lifecycle::ContainerError;
+use crate::lifecycle::SandboxError;
 use crate::store::StoreError;
 
 /// The error of a CRI operation. Converted to a gRPC status only by `From<CriError>`.
@@ -105,47 +105,59 @@ impl CriError {
             CriError::Pull(e) => pull_code(e),
             CriError::Convert(_) => Code::InvalidArgument,
             CriError::Store(e) => store_code(e),
-            CriError::Container(e) => match e.as_ref() {
-                ContainerError::SandboxNotFound(_) | ContainerError::ImageNotFound(_) => {
-                    Code::NotFound
-                }
-                ContainerError::SandboxNotReady(_) | ContainerError::NotRunning(_) => {
-                    Code::FailedPrecondition
-                }
-                ContainerError::EmptyCommand => Code::InvalidArgument,
-                ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
-                ContainerError::Name(_) => Code::AlreadyExists,
-                ContainerError::Spec(_) => Code::InvalidArgument,
-                ContainerError::Containerd(c) => containerd_error_code(c),
-                ContainerError::Store(st) => store_code(st),
-                ContainerError::Transition(_) => Code::FailedPrecondition,
-                ContainerError::ImageConfig { .. }
-                | ContainerError::Rootfs(_)
-                | ContainerError::Host { .. }
-                | ContainerError::Encode(_)
-                | ContainerError::Aborted(_)
-                | ContainerError::Journal { .. } => Code::Internal,
-                ContainerError::Failpoint(_) => Code::Unavailable,
-            },
-            CriError::Sandbox(e) => match e.as_ref() {
-                SandboxError::UnknownRuntimeHandler(_) => Code::InvalidArgument,
-                SandboxError::Name(_) => Code::AlreadyExists,
-                SandboxError::Image(p) => pull_code(p),
-                SandboxError::Spec(_) => Code::InvalidArgument,
-                SandboxError::Containerd(c) => containerd_error_code(c),
-                SandboxError::Store(st) => store_code(st),
-                SandboxError::Id(_)
-                | SandboxError::ImageConfig { .. }
-                | SandboxError::Netns(_)
-                | SandboxError::Network(_)
-                | SandboxError::Files(_)
-                | SandboxError::Encode(_)
-                | SandboxError::Aborted(_)
-                | SandboxError::Container(_)
-                | SandboxError::Journal { .. } => Code::Internal,
-                SandboxError::Failpoint(_) => Code::Unavailable,
-            },
+            CriError::Container(e) => container_code(e),
+            CriError::Sandbox(e) => sandbox_code(e),
         }
+    }
+}
+
+fn container_code(e: &ContainerError) -> Code {
+    match e {
+        ContainerError::SandboxNotFound(_) | ContainerError::ImageNotFound(_) => Code::NotFound,
+        ContainerError::SandboxNotReady(_) | ContainerError::NotRunning(_) => {
+            Code::FailedPrecondition
+        }
+        ContainerError::EmptyCommand => Code::InvalidArgument,
+        ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
+        ContainerError::Name(_) => Code::AlreadyExists,
+        ContainerError::Spec(_) => Code::InvalidArgument,
+        ContainerError::Containerd(c) => containerd_error_code(c),
+        ContainerError::Store(st) => store_code(st),
+        ContainerError::Transition(_) => Code::FailedPrecondition,
+        // A failed rollback does not change what the caller did wrong (or not).
+        ContainerError::RolledBackPartly { source, .. } => container_code(source),
+        ContainerError::Id(_)
+        | ContainerError::ImageConfig { .. }
+        | ContainerError::Rootfs(_)
+        | ContainerError::Host { .. }
+        | ContainerError::Fifo { .. }
+        | ContainerError::Log { .. }
+        | ContainerError::Encode(_)
+        | ContainerError::Aborted(_)
+        | ContainerError::Journal { .. } => Code::Internal,
+        ContainerError::Failpoint(_) => Code::Unavailable,
+    }
+}
+
+fn sandbox_code(e: &SandboxError) -> Code {
+    match e {
+        SandboxError::UnknownRuntimeHandler(_) => Code::InvalidArgument,
+        SandboxError::Name(_) => Code::AlreadyExists,
+        SandboxError::Image(p) => pull_code(p),
+        SandboxError::Spec(_) => Code::InvalidArgument,
+        SandboxError::Containerd(c) => containerd_error_code(c),
+        SandboxError::Store(st) => store_code(st),
+        SandboxError::RolledBackPartly { source, .. } => sandbox_code(source),
+        SandboxError::Id(_)
+        | SandboxError::ImageConfig { .. }
+        | SandboxError::Netns(_)
+        | SandboxError::Network(_)
+        | SandboxError::Files(_)
+        | SandboxError::Encode(_)
+        | SandboxError::Aborted(_)
+        | SandboxError::Container(_)
+        | SandboxError::Journal { .. } => Code::Internal,
+        SandboxError::Failpoint(_) => Code::Unavailable,
     }
 }
 

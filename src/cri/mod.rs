@@ -50,7 +50,7 @@ pub struct Runtime {
     /// Image index, puller and the containerd services images live in.
     pub images: Arc<ImageRuntime>,
     /// Pod sandboxes.
-    pub pods: Arc<crate::lifecycle::sandbox::Pods>,
+    pub pods: Arc<crate::lifecycle::Pods>,
     /// Root logger; requests derive their own from it.
     pub log: Logger,
 }

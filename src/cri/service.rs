@@ -19,8 +19,8 @@ use crate::cri::instrument::{self, Ids};
 use crate::cri::{image_fs_info, image_pull, image_remove, image_status, runtime_info, Runtime};
 use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
-use crate::lifecycle::container::CreateRequest;
-use crate::lifecycle::sandbox::RunSandbox;
+use crate::lifecycle::CreateRequest;
+use crate::lifecycle::RunSandbox;
 
 const RUNTIME: &str = "RuntimeService";
 

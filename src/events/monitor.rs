@@ -231,7 +231,7 @@ pub struct RuntimeEvents {
     /// Image index upkeep.
     pub images: Arc<ImageEvents>,
     /// Pods and containers.
-    pub pods: Arc<crate::lifecycle::sandbox::Pods>,
+    pub pods: Arc<crate::lifecycle::Pods>,
     /// Where OOM marks are logged.
     pub log: Logger,
 }
@@ -260,17 +260,21 @@ impl Handler<Event> for RuntimeEvents {
                     // A hint that arrives sooner than the exit monitor's Task.Wait (which stays
                     // the truth): confirm with the task's state, then record. First exit wins,
                     // so the monitor's later record is a no-op.
-                    self.pods.reconcile_exit(container_id).await
+                    // The queue keeps the message of a failure it retries.
+                    self.pods
+                        .reconcile_exit(container_id)
+                        .await
+                        .map_err(|e| e.to_string())
                 }
                 Event::ContainerExited {
                     container_id,
                     exit_status,
                     exited_at,
-                } => {
-                    self.pods
-                        .handle_exit(container_id, *exit_status, *exited_at)
-                        .await
-                }
+                } => self
+                    .pods
+                    .handle_exit(container_id, *exit_status, *exited_at)
+                    .await
+                    .map_err(|e| e.to_string()),
                 Event::TaskExit { .. } => Ok(()),
                 _ => self.images.handle(id, event).await,
             }

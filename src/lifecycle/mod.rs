@@ -60,6 +60,8 @@ pub mod sandbox_files;
 mod sandbox_remove;
 mod sandbox_run;
 mod sandbox_stop;
+#[cfg(test)]
+mod tests;
 mod tx;
 
 use std::collections::{HashMap, HashSet};

@@ -58,14 +58,21 @@ impl Tx {
     }
 
     /// Runs the undo steps in reverse order, each bounded by [`UNDO_TIMEOUT`]; returns the
-    /// failed ones.
-    async fn rollback(&mut self) -> Vec<FailedUndo> {
+    /// failed ones. Each failure is logged as it happens (the operator's view of a rollback in
+    /// progress), and reported again, all together, in the operation's error.
+    async fn rollback(&mut self, log: &Logger) -> Vec<FailedUndo> {
         let mut failed = Vec::new();
         for (step, undo) in self.undo.drain(..).rev() {
             let error = match tokio::time::timeout(UNDO_TIMEOUT, undo).await {
                 Ok(Ok(())) => continue,
-                Ok(Err(e)) => e,
-                Err(_) => UndoError::TimedOut(UNDO_TIMEOUT),
+                Ok(Err(e)) => {
+                    warn!(log, "rollback step failed"; "step" => step, "error" => %e);
+                    e
+                }
+                Err(_) => {
+                    warn!(log, "rollback step timed out"; "step" => step);
+                    UndoError::TimedOut(UNDO_TIMEOUT)
+                }
             };
             failed.push(FailedUndo { step, error });
         }
@@ -98,7 +105,7 @@ impl Pods {
                 if !tx.undo.is_empty() {
                     warn!(log, "operation failed; rolling back"; "steps" => tx.undo.len());
                 }
-                let failed = tx.rollback().await;
+                let failed = tx.rollback(log).await;
                 if !failed.is_empty() {
                     // e.g. containerd went away mid-call: the sweep after it is back finishes.
                     self.journal.defer(tx.intent);

@@ -212,6 +212,14 @@ pub enum UndoError {
     /// The pod's files could not be removed.
     #[error(transparent)]
     Files(#[from] FilesError),
+    /// A file-system step failed.
+    #[error("cannot remove {}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The step's blocking task panicked.
     #[error("the step did not complete: {0}")]
     Aborted(#[from] tokio::task::JoinError),

@@ -15,7 +15,7 @@ use slog::{info, warn};
 use super::backend::TaskStatus;
 use super::events::EventKind;
 use super::journal::Intent;
-use super::{creation_lease_id, exit_ns, kill_and_delete, now_ns, ContainerError, Pods};
+use super::{creation_lease_id, exit_ns, kill_and_delete, now_ns, ContainerError, Pods, UndoError};
 use crate::containerd::error::ContainerdError;
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::store::persist::{
@@ -145,7 +145,7 @@ impl Pods {
                     done.intents += 1;
                 }
                 Err(e) => {
-                    warn!(log, "cannot undo an operation interrupted by a crash; retrying at the next resync"; "error" => e);
+                    warn!(log, "cannot undo an operation interrupted by a crash; retrying at the next resync"; "error" => %e);
                     done.failed += 1;
                 }
             }
@@ -177,26 +177,14 @@ impl Pods {
         done
     }
 
-    async fn undo_intent(self: &Arc<Self>, intent: &Intent) -> Result<(), String> {
+    async fn undo_intent(self: &Arc<Self>, intent: &Intent) -> Result<(), UndoError> {
         let id = intent.id();
-        let tasks = self.tasks.clone();
-        if tasks.state(id).await.map_err(|e| e.to_string())?.is_some() {
-            kill_and_delete(tasks.as_ref(), id)
-                .await
-                .map_err(|e| e.to_string())?;
+        if self.tasks.state(id).await?.is_some() {
+            kill_and_delete(self.tasks.as_ref(), id).await?;
         }
-        self.containers
-            .delete(id)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.snapshots
-            .remove(&self.snapshotter, id)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.leases
-            .delete(&creation_lease_id(id), false)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.containers.delete(id).await?;
+        self.snapshots.remove(&self.snapshotter, id).await?;
+        self.leases.delete(&creation_lease_id(id), false).await?;
         match intent {
             Intent::Sandbox {
                 name,
@@ -206,14 +194,11 @@ impl Pods {
                 ..
             } => {
                 let dir = self.sandbox_dir(id);
-                tokio::task::spawn_blocking(move || super::sandbox_files::remove(&dir))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?;
+                super::blocking(move || super::sandbox_files::remove(&dir)).await??;
                 if let Some(path) = netns_path {
-                    self.teardown_network(id, name, namespace, uid, path)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    let info = super::sandbox_stop::pod_net_info(id, name, namespace, uid, path);
+                    self.network.teardown(&info).await?;
+                    self.network.remove_netns(path).await?;
                 }
             }
             Intent::Container { .. } => {
@@ -221,7 +206,7 @@ impl Pods {
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(format!("remove {}: {e}", dir.display())),
+                    Err(source) => return Err(UndoError::Io { path: dir, source }),
                 }
             }
         }

@@ -82,18 +82,29 @@ impl Pods {
         uid: &str,
         netns_path: &Path,
     ) -> Result<(), SandboxError> {
-        let info = PodNetInfo {
-            id: id.to_string(),
-            name: name.to_string(),
-            namespace: namespace.to_string(),
-            uid: uid.to_string(),
-            port_mappings: Vec::new(),
-            netns_path: netns_path.to_path_buf(),
-            bandwidth: None,
-            dns: None,
-        };
+        let info = pod_net_info(id, name, namespace, uid, netns_path);
         self.network.teardown(&info).await?;
         self.network.remove_netns(netns_path).await?;
         Ok(())
+    }
+}
+
+/// What CNI DEL needs to know about pod `id`.
+pub(super) fn pod_net_info(
+    id: &str,
+    name: &str,
+    namespace: &str,
+    uid: &str,
+    netns_path: &Path,
+) -> PodNetInfo {
+    PodNetInfo {
+        id: id.to_string(),
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        uid: uid.to_string(),
+        port_mappings: Vec::new(),
+        netns_path: netns_path.to_path_buf(),
+        bandwidth: None,
+        dns: None,
     }
 }

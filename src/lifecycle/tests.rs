@@ -641,3 +641,38 @@ async fn remove_sandbox_fails_when_a_container_cannot_be_removed() {
     assert!(b.containerd.has_record(&pod));
     assert!(b.pods.containers_store.get(&id).is_ok());
 }
+
+#[tokio::test]
+async fn the_sweep_finishes_a_rollback_that_failed() {
+    let b = bed();
+    b.log.fail("tasks.create", 1);
+    b.log.fail("snapshots.remove", 1);
+    b.pods
+        .run_sandbox(pod_request())
+        .await
+        .expect_err("the scripted failure");
+    let id = first_id(&b.log);
+    assert!(b.pods.journal.is_stale(&id));
+    let before = b.log.calls().len();
+    let swept = b.pods.sweep_half_made().await;
+    assert_eq!((swept.intents, swept.failed), (1, 0));
+    let netns = b.state_dir.join("netns").join(&id);
+    // Every step again (each idempotent): the snapshot the rollback could not remove goes.
+    assert_eq!(
+        b.log.calls()[before..],
+        [
+            Call::TaskState(id.clone()),
+            Call::RecordDelete(id.clone()),
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(creation_lease_id(&id)),
+            Call::CniDel(id.clone()),
+            Call::NetnsRemove(netns),
+        ]
+    );
+    assert!(!b.pods.journal.is_stale(&id));
+    assert!(!b
+        .state_dir
+        .join("pending")
+        .join(format!("{id}.json"))
+        .exists());
+}

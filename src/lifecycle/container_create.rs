@@ -124,9 +124,7 @@ impl Pods {
         tx.on_undo("remove rootfs snapshot", async move {
             snaps.remove(&sn, &key).await
         });
-        crate::failpoint::hit("container.after_snapshot", &metadata.name)
-            .await
-            .map_err(ContainerError::Failpoint)?;
+        crate::failpoint::hit("container.after_snapshot", &metadata.name).await?;
 
         let target_pid = match &req.target_id {
             Some(t) => Some(self.containers_store.get(t)?.snapshot().status.pid),
@@ -204,9 +202,7 @@ impl Pods {
         tx.on_undo("delete container record", async move {
             containers.delete(&key).await
         });
-        crate::failpoint::hit("container.after_record", &metadata.name)
-            .await
-            .map_err(ContainerError::Failpoint)?;
+        crate::failpoint::hit("container.after_record", &metadata.name).await?;
         self.containers_store.add(container)?;
         // The container record now holds the snapshot; the creation lease can go. Best effort:
         // containerd expires it anyway, and the container exists now.

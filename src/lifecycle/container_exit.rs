@@ -44,9 +44,7 @@ impl Pods {
         let Ok(container) = self.containers_store.get(id) else {
             return Ok(()); // removed meanwhile
         };
-        crate::failpoint::hit("exit.handle", &container.metadata().name)
-            .await
-            .map_err(ContainerError::Failpoint)?;
+        crate::failpoint::hit("exit.handle", &container.metadata().name).await?;
         // Durable first: the record says EXITED before the task (the shim holding the exit
         // status) goes, so a crash in between loses nothing. Then the task is deleted, and only
         // then the exit becomes visible: Stop/RemoveContainer wait for it, so their own

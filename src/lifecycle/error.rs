@@ -10,6 +10,7 @@ use thiserror::Error;
 use super::mount::MountError;
 use super::sandbox_files::FilesError;
 use crate::containerd::error::ContainerdError;
+use crate::failpoint::Fired;
 use crate::images::pull::PullError;
 use crate::io::{FifoError, LogError};
 use crate::net::netns::NetnsError;
@@ -76,8 +77,8 @@ pub enum SandboxError {
         source: std::io::Error,
     },
     /// A test failpoint fired.
-    #[error("{0}")]
-    Failpoint(String),
+    #[error(transparent)]
+    Failpoint(#[from] Fired),
     /// The operation failed and undoing what it had made failed too (the intent stays, for
     /// the sweep): both are reported.
     #[error("{source}; {rollback}")]
@@ -169,8 +170,8 @@ pub enum ContainerError {
         source: std::io::Error,
     },
     /// A test failpoint fired.
-    #[error("{0}")]
-    Failpoint(String),
+    #[error(transparent)]
+    Failpoint(#[from] Fired),
     /// The container is in the wrong state for the operation.
     #[error(transparent)]
     Transition(#[from] TransitionError),

@@ -119,9 +119,7 @@ impl Pods {
             tx.on_undo("CNI DEL", async move { network.teardown(&info).await });
             netns_path = Some(path);
         }
-        crate::failpoint::hit("sandbox.after_network", &cfg.name)
-            .await
-            .map_err(SandboxError::Failpoint)?;
+        crate::failpoint::hit("sandbox.after_network", &cfg.name).await?;
 
         // No hostname asked for: the node's, as containerd does (pod names can be longer than
         // a hostname may be).
@@ -159,9 +157,7 @@ impl Pods {
         tx.on_undo("remove rootfs snapshot", async move {
             snaps.remove(&snapshotter, &key).await
         });
-        crate::failpoint::hit("sandbox.after_snapshot", &cfg.name)
-            .await
-            .map_err(SandboxError::Failpoint)?;
+        crate::failpoint::hit("sandbox.after_snapshot", &cfg.name).await?;
 
         let mut sandbox_cfg = cfg.clone();
         sandbox_cfg.hostname = hostname.clone();
@@ -238,9 +234,7 @@ impl Pods {
         tx.on_undo("delete task", async move {
             kill_and_delete(tasks.as_ref(), &key).await
         });
-        crate::failpoint::hit("sandbox.after_task", &cfg.name)
-            .await
-            .map_err(SandboxError::Failpoint)?;
+        crate::failpoint::hit("sandbox.after_task", &cfg.name).await?;
         let pid = self.tasks.start(id).await?;
         // The container record now holds the snapshot; the creation lease can go.
         self.leases.delete(&lease, false).await?;

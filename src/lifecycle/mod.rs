@@ -90,40 +90,41 @@ use crate::containerd::error::ContainerdError;
 const KILL_WAIT: Duration = Duration::from_secs(10);
 
 /// Pods: the sandbox and container indexes, and what sandboxes and containers are made of.
+///
+/// Its fields are private to [`crate::lifecycle`], whose files (one per RPC) all see them.
 pub struct Pods {
     /// The sandbox index.
     pub sandboxes: SandboxStore,
     /// The container index.
-    pub(crate) containers_store: ContainerStore,
+    containers_store: ContainerStore,
     /// IO of started containers.
-    pub(crate) io: IoTable,
+    io: IoTable,
     /// Lifecycle events for GetContainerEvents.
     pub events: events::EventBus,
     /// Pod and container name reservations.
     pub names: Arc<NameIndex>,
-    pub(crate) containers: Arc<dyn Containers>,
-    pub(crate) tasks: Arc<dyn Tasks>,
-    pub(crate) snapshots: Arc<dyn Snapshots>,
-    pub(crate) leases: Arc<dyn Leases>,
-    pub(crate) images: Arc<dyn LocalImages>,
-    pub(crate) network: Arc<dyn PodNetwork>,
+    containers: Arc<dyn Containers>,
+    tasks: Arc<dyn Tasks>,
+    snapshots: Arc<dyn Snapshots>,
+    leases: Arc<dyn Leases>,
+    images: Arc<dyn LocalImages>,
+    network: Arc<dyn PodNetwork>,
     /// Where pods' network namespaces are (the network makes them there).
-    pub(crate) netns_dir: PathBuf,
+    netns_dir: PathBuf,
     /// Where exit monitors queue the exits they see (set once the event monitor runs).
-    pub(crate) exit_queue:
-        OnceLock<crate::events::queue::OrderedQueue<crate::containerd::events::Event>>,
+    exit_queue: OnceLock<crate::events::queue::OrderedQueue<crate::containerd::events::Event>>,
     /// Containers whose exit monitor is attached (their exits reach the queue from it).
-    pub(crate) monitored: Mutex<HashSet<String>>,
+    monitored: Mutex<HashSet<String>>,
     /// Intents of operations in flight, and stale ones from before a crash.
-    pub(crate) journal: journal::Journal,
+    journal: journal::Journal,
     /// When this remora started (older leases of its own are orphans).
-    pub(crate) started_at: SystemTime,
-    pub(crate) host: HostFacts,
-    pub(crate) state_dir: PathBuf,
-    pub(crate) sandbox_image: String,
-    pub(crate) snapshotter: String,
-    pub(crate) runtime_type: String,
-    pub(crate) log: Logger,
+    started_at: SystemTime,
+    host: HostFacts,
+    state_dir: PathBuf,
+    sandbox_image: String,
+    snapshotter: String,
+    runtime_type: String,
+    log: Logger,
 }
 
 /// What pods are made of: containerd's services, the local images and the pod network.

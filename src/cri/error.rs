@@ -155,7 +155,7 @@ fn sandbox_code(e: &SandboxError) -> Code {
         | SandboxError::Files(_)
         | SandboxError::Encode(_)
         | SandboxError::Aborted(_)
-        | SandboxError::Container(_)
+        | SandboxError::Container { .. }
         | SandboxError::Journal { .. } => Code::Internal,
         SandboxError::Failpoint(_) => Code::Unavailable,
     }

@@ -66,8 +66,13 @@ pub enum SandboxError {
     #[error("pod sandbox operation did not complete: {0}")]
     Aborted(#[source] tokio::task::JoinError),
     /// A container of the pod could not be stopped or removed.
-    #[error("container of the pod: {0}")]
-    Container(#[source] Box<ContainerError>),
+    #[error("container {id} of the pod: {source}")]
+    Container {
+        /// The container.
+        id: String,
+        /// Why.
+        source: Box<ContainerError>,
+    },
     /// The intent could not be recorded (see [`super::journal`]).
     #[error("cannot record the pod sandbox operation in {}: {source}", path.display())]
     Journal {
@@ -289,11 +294,5 @@ impl From<PullError> for SandboxError {
 impl From<NetError> for SandboxError {
     fn from(e: NetError) -> Self {
         SandboxError::Network(Box::new(e))
-    }
-}
-
-impl From<ContainerError> for SandboxError {
-    fn from(e: ContainerError) -> Self {
-        SandboxError::Container(Box::new(e))
     }
 }

@@ -23,7 +23,12 @@ impl Pods {
             me.stop_sandbox_inner(&sandbox).await?;
             let id = sandbox.id().to_string();
             for c in me.containers_store.by_sandbox(&id) {
-                me.remove_container_inner(&c).await?;
+                me.remove_container_inner(&c)
+                    .await
+                    .map_err(|e| SandboxError::Container {
+                        id: c.id().to_string(),
+                        source: Box::new(e),
+                    })?;
             }
             me.containers.delete(&id).await?;
             me.snapshots.remove(&me.snapshotter, &id).await?;

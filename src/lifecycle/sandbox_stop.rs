@@ -34,7 +34,12 @@ impl Pods {
         let log = self.log.new(slog::o!("pod_id" => id.to_string()));
         // The pod's containers go first (kubelet has stopped them gracefully already).
         for c in self.containers_store.by_sandbox(id) {
-            self.stop_container_inner(&c, Duration::ZERO).await?;
+            self.stop_container_inner(&c, Duration::ZERO)
+                .await
+                .map_err(|e| SandboxError::Container {
+                    id: c.id().to_string(),
+                    source: Box::new(e),
+                })?;
         }
         if let Some(state) = self.tasks.state(id).await? {
             if state.status != TaskStatus::Stopped {

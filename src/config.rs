@@ -13,10 +13,39 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ConfigError;
+use thiserror::Error;
 
 /// Where remora looks for its config file when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/remora/config.toml";
+
+/// A config file that cannot be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, has an unknown key, or a value of the wrong type.
+    #[error("invalid config in {origin}: {message}")]
+    Parse {
+        /// The file (or "built-in defaults").
+        origin: String,
+        /// The parser's message, which names the key and line.
+        message: String,
+    },
+    /// A value that parses but cannot work.
+    #[error("invalid config: `{key}` {reason}")]
+    Invalid {
+        /// Dotted key name, e.g. `containerd.namespace`.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
 
 /// The full default configuration, every key documented. Printed by `remora config default`.
 pub const DEFAULT_TOML: &str = r#"# remora configuration. Every key is optional; the values shown are the defaults.

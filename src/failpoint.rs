@@ -123,13 +123,18 @@ fn points() -> &'static [Point] {
     POINTS_SET.get_or_init(|| std::env::var(ENV).map(|s| parse(&s)).unwrap_or_default())
 }
 
+/// A failpoint set to fail fired (named, so a fault test can tell which).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("failpoint {0} fired")]
+pub struct Fired(pub String);
+
 /// Evaluates failpoint `name` for a call with context `context`: `Err` if it is set to fail
 /// now; does not return if it is set to kill. A no-op unless [`ENV`] was set.
-pub async fn hit(name: &str, context: &str) -> Result<(), String> {
+pub async fn hit(name: &str, context: &str) -> Result<(), Fired> {
     eval(points(), name, context).await
 }
 
-async fn eval(points: &[Point], name: &str, context: &str) -> Result<(), String> {
+async fn eval(points: &[Point], name: &str, context: &str) -> Result<(), Fired> {
     for p in points.iter().filter(|p| p.name == name) {
         if p.filter.as_deref().is_some_and(|f| !context.contains(f)) {
             continue;
@@ -153,7 +158,7 @@ async fn eval(points: &[Point], name: &str, context: &str) -> Result<(), String>
                     })
                     .is_ok();
                 if fire {
-                    return Err(format!("failpoint {name} fired"));
+                    return Err(Fired(name.to_string()));
                 }
             }
         }

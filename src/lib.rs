@@ -4,7 +4,7 @@
 //! remora drives containerd through containerd's own gRPC API ([`containerd`], the only code
 //! that talks to containerd). The CRI methods are thin adapters ([`cri::service`]) over plain
 //! operations, with one instrumentation layer ([`cri::instrument`]) and one mapping from typed
-//! errors to gRPC statuses ([`error`]).
+//! errors to gRPC statuses ([`cri::error`]).
 
 #![warn(missing_docs)]
 
@@ -12,12 +12,13 @@ pub mod backoff;
 pub mod config;
 pub mod containerd;
 pub mod cri;
-pub mod error;
 pub mod events;
 pub mod failpoint;
 pub mod grpc;
 pub mod images;
 pub mod io;
+#[cfg(test)]
+mod layering;
 pub mod lifecycle;
 pub mod logging;
 pub mod net;

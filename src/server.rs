@@ -17,6 +17,7 @@ use k8s_cri::v1::image_service_server::ImageServiceServer;
 use k8s_cri::v1::runtime_service_server::RuntimeServiceServer;
 use nix::fcntl::{Flock, FlockArg};
 use slog::{info, warn, Logger};
+use thiserror::Error;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -26,7 +27,6 @@ use crate::containerd::health::{HealthMonitor, ProbeSchedule};
 use crate::containerd::Client;
 use crate::cri::service::CriService;
 use crate::cri::{ImageRuntime, Runtime};
-use crate::error::ServerError;
 use crate::events;
 use crate::events::monitor::{ImageEvents, Resync, RuntimeEvents, Subscription};
 use crate::events::queue::{OrderedQueue, QueueConfig};
@@ -35,8 +35,49 @@ use crate::images::registry::{RegistryClient, RegistryConfig};
 use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
 use crate::lifecycle::host::host_facts;
-use crate::lifecycle::sandbox::{Pods, PodsConfig};
+use crate::lifecycle::host_network::HostNetwork;
+use crate::lifecycle::{Backends, Pods, PodsConfig};
 use crate::net::{PodNetwork, PodNetworkConfig};
+
+/// Failures setting up or running the CRI socket server.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    /// Another live remora holds the socket's lock.
+    #[error("another remora (pid {pid}) is already serving on {}; refusing to start", socket.display())]
+    AlreadyRunning {
+        /// The contested socket.
+        socket: PathBuf,
+        /// The holder's pid as written in the lock file ("unknown" if unreadable).
+        pid: String,
+    },
+    /// A file-system step of the socket setup failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Socket {
+        /// What was being done ("create directory", "lock", "bind", ...).
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Installing a signal handler failed.
+    #[error("cannot install {signal} handler: {source}")]
+    Signal {
+        /// The signal.
+        signal: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The registry client could not be set up (TLS backend).
+    #[error("cannot set up the registry client: {0}")]
+    Registry(#[source] Box<crate::images::registry::client::RegistryError>),
+    /// The digest resolver's settings are unusable.
+    #[error("invalid [images] resolver settings: {0}")]
+    Resolver(#[from] crate::images::resolver::ConfigError),
+    /// The gRPC server stopped with an error.
+    #[error("CRI gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
 
 /// Largest CRI message accepted or sent, as kubelet's own client allows.
 const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -222,12 +263,13 @@ fn image_runtime(
 /// Builds the pod side: network namespaces, CNI, host facts, over containerd's containers and
 /// tasks.
 fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logger) -> Pods {
-    let network = PodNetwork::new(PodNetworkConfig {
+    let cni = PodNetwork::new(PodNetworkConfig {
         conf_dir: config.cni.conf_dir.clone(),
         bin_dirs: config.cni.bin_dirs.clone(),
         cache_dir: config.server.root_dir.join("cni-cache"),
         plugin_timeout: config.cni.plugin_timeout,
     });
+    let netns_dir = config.server.state_dir.join("netns");
     let shared = Arc::new(client.clone());
     Pods::new(
         PodsConfig {
@@ -236,10 +278,14 @@ fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logg
             snapshotter: config.images.snapshotter.clone(),
             runtime_type: config.runtime.runtime_type.clone(),
         },
-        shared.clone(),
-        shared,
-        images.clone(),
-        network,
+        Backends {
+            containers: shared.clone(),
+            tasks: shared,
+            snapshots: images.backend.snapshots.clone(),
+            leases: images.backend.leases.clone(),
+            images: images.clone(),
+            network: Arc::new(HostNetwork::new(cni, netns_dir)),
+        },
         host_facts(),
         log.new(slog::o!("component" => "pods")),
     )

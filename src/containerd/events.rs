@@ -12,7 +12,7 @@ use prost::Message;
 use tokio_stream::{Stream, StreamExt};
 
 use super::Client;
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 
 /// An event remora handles.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::{ContainerdVersion, VersionApi};
 use crate::backoff::Backoff;
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 
 /// What the last probe found.
 #[derive(Debug, Clone)]

@@ -25,7 +25,7 @@ use tokio_stream::StreamExt;
 use tonic::Code;
 
 use super::Client;
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 use crate::images::backend::{
     Blob, Content, ContentInfo, ContentWriter, Differ, ImageRecord, Images, Leases, Mount,
     Snapshots, Usage,

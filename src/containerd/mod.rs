@@ -4,6 +4,7 @@
 //! implementation over `containerd-client` (tonic) lives in this module. Logic behind the traits
 //! is unit-tested with fakes; integration tests use a real containerd.
 
+pub mod error;
 pub mod events;
 pub mod health;
 pub mod images;
@@ -22,7 +23,7 @@ use containerd_client::services::v1::tasks_client::TasksClient;
 use containerd_client::services::v1::version_client::VersionClient;
 use tonic::transport::Channel;
 
-use crate::error::ContainerdError;
+pub use error::ContainerdError;
 
 /// containerd's answer to `Version`.
 #[derive(Debug, Clone, PartialEq, Eq)]

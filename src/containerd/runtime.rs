@@ -19,7 +19,7 @@ use containerd_client::types::Mount as PbMount;
 use tonic::Code;
 
 use super::Client;
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 use crate::lifecycle::backend::{
     ContainerRecord, Containers, ExecStdio, Exit, TaskSpec, TaskState, TaskStatus, Tasks,
 };

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::cri::error::CriError;
 use crate::cri::Runtime;
-use crate::error::CriError;
 
 /// One filesystem's usage.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub async fn image_fs_info(rt: &Runtime) -> Result<FsUsage, CriError> {
                 inodes_used += u.inodes.max(0) as u64;
             }
             // Removed between list and usage: it uses nothing now.
-            Err(crate::error::ContainerdError::Call {
+            Err(crate::containerd::error::ContainerdError::Call {
                 code: tonic::Code::NotFound,
                 ..
             }) => {}

@@ -1,7 +1,7 @@
 //! PullImage.
 
+use crate::cri::error::CriError;
 use crate::cri::Runtime;
-use crate::error::CriError;
 use crate::images::registry::auth::Credentials;
 
 /// Pulls `image` with `creds`; returns the image id (the config digest), which CRI calls the

@@ -2,9 +2,9 @@
 
 use slog::{info, Logger};
 
+use crate::cri::error::CriError;
 use crate::cri::image_status::find_image;
 use crate::cri::Runtime;
-use crate::error::CriError;
 
 /// Removes the image `image` names — every reference of it (all tags and digests), as CRI
 /// requires for removal by id, and as containerd's CRI does for removal by tag. Absent is

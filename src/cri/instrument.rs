@@ -11,7 +11,7 @@ use std::time::Instant;
 use slog::{debug, error, info, o, Logger};
 use tonic::Code;
 
-use crate::error::CriError;
+use crate::cri::error::CriError;
 
 /// The ids a request is about, as structured log fields.
 #[derive(Debug, Default, Clone)]

@@ -9,6 +9,7 @@
 //!   Status, RuntimeConfig; `image_*`: the image service).
 
 pub mod convert;
+pub mod error;
 pub mod image_fs_info;
 pub mod image_pull;
 pub mod image_remove;
@@ -47,7 +48,30 @@ pub struct Runtime {
     /// Image index, puller and the containerd services images live in.
     pub images: Arc<ImageRuntime>,
     /// Pod sandboxes.
-    pub pods: Arc<crate::lifecycle::sandbox::Pods>,
+    pub pods: Arc<crate::lifecycle::Pods>,
     /// Root logger; requests derive their own from it.
     pub log: Logger,
+}
+
+#[tonic::async_trait]
+impl crate::lifecycle::backend::LocalImages for ImageRuntime {
+    fn find(&self, image: &str) -> Option<crate::images::store::ImageInfo> {
+        self.index.find(image)
+    }
+
+    fn get(&self, reference: &str) -> Option<crate::images::store::ImageInfo> {
+        self.index.get(reference)
+    }
+
+    async fn pull(
+        &self,
+        reference: &str,
+    ) -> Result<crate::images::store::ImageInfo, crate::images::pull::PullError> {
+        self.puller
+            .pull(
+                reference,
+                crate::images::registry::auth::Credentials::anonymous(),
+            )
+            .await
+    }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::config::{CgroupDriver, Config};
 use crate::containerd::health::HealthMonitor;
-use crate::error::CriError;
+use crate::cri::error::CriError;
 use crate::net::cni;
 
 /// The runtime name reported by `Version`.
@@ -148,9 +148,9 @@ fn ready(kind: &'static str) -> Condition {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::containerd::error::ContainerdError;
     use crate::containerd::health::ProbeSchedule;
     use crate::containerd::{ContainerdVersion, VersionApi};
-    use crate::error::ContainerdError;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::Duration;

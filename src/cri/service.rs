@@ -14,13 +14,13 @@ use tonic::{Request, Response, Status};
 
 use crate::config::CgroupDriver;
 use crate::cri::convert;
+use crate::cri::error::CriError;
 use crate::cri::instrument::{self, Ids};
 use crate::cri::{image_fs_info, image_pull, image_remove, image_status, runtime_info, Runtime};
-use crate::error::CriError;
 use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
-use crate::lifecycle::container::CreateRequest;
-use crate::lifecycle::sandbox::RunSandbox;
+use crate::lifecycle::CreateRequest;
+use crate::lifecycle::RunSandbox;
 
 const RUNTIME: &str = "RuntimeService";
 
@@ -34,6 +34,32 @@ impl CriService {
     /// Wraps the runtime.
     pub fn new(rt: Runtime) -> Self {
         Self { rt }
+    }
+
+    /// The pod's config CreateContainer's spec is made with, converted here so lifecycle never
+    /// parses kubelet's messages: the request's (as containerd reads `r.GetSandboxConfig()`),
+    /// else the one kept on the sandbox's record; `None` if neither converts (lifecycle then
+    /// uses what the record's metadata says).
+    fn pod_config_for_create(
+        &self,
+        requested: Option<&v1::PodSandboxConfig>,
+        sandbox_id: &str,
+    ) -> Option<crate::spec::SandboxConfig> {
+        if let Some(c) = requested.and_then(|c| convert::sandbox_config(c).ok()) {
+            return Some(c);
+        }
+        let kept = self
+            .rt
+            .pods
+            .sandboxes
+            .get(sandbox_id)
+            .ok()?
+            .metadata()
+            .config_json
+            .clone();
+        serde_json::from_slice::<v1::PodSandboxConfig>(&kept)
+            .ok()
+            .and_then(|c| convert::sandbox_config(&c).ok())
     }
 
     async fn unimplemented<T>(
@@ -259,6 +285,8 @@ impl RuntimeService for CriService {
                 what: "config",
                 reason: "a container config is required".into(),
             })?;
+            let pod_config =
+                self.pod_config_for_create(req.sandbox_config.as_ref(), &req.pod_sandbox_id);
             let sandbox_config = req.sandbox_config.unwrap_or_default();
             let create = CreateRequest {
                 sandbox_id: req.pod_sandbox_id.clone(),
@@ -275,6 +303,7 @@ impl RuntimeService for CriService {
                     .map(|i| i.image.clone())
                     .unwrap_or_default(),
                 target_id: convert::container_target_id(&config),
+                sandbox_config: pod_config,
             };
             let container_id = self.rt.pods.create_container(create).await?;
             Ok(v1::CreateContainerResponse { container_id })

@@ -11,10 +11,10 @@ use slog::{info, warn, Logger};
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
 
-use super::queue::{Handler, OrderedQueue};
+use super::queue::{HandleError, Handler, OrderedQueue};
 use crate::backoff::Backoff;
+use crate::containerd::error::ContainerdError;
 use crate::containerd::events::{Event, EventStream};
-use crate::error::ContainerdError;
 use crate::images::backend::{Content, Images};
 use crate::images::pull::load_image;
 use crate::images::store::ImageIndex;
@@ -154,10 +154,26 @@ pub struct ImageEvents {
     pub architecture: String,
 }
 
+/// Why an image record could not be re-read into the index.
+#[derive(Debug, thiserror::Error)]
+pub enum RefreshError {
+    /// containerd failed.
+    #[error(transparent)]
+    Containerd(#[from] ContainerdError),
+    /// The image's manifest or config could not be loaded.
+    #[error("indexing image {name}: {source}")]
+    Index {
+        /// The record's name.
+        name: String,
+        /// Why.
+        source: crate::images::pull::LoadError,
+    },
+}
+
 impl ImageEvents {
     /// Re-reads record `name` and updates the index (absent → reference dropped).
-    pub async fn refresh(&self, name: &str) -> Result<(), String> {
-        match self.images.get(name).await.map_err(|e| e.to_string())? {
+    pub async fn refresh(&self, name: &str) -> Result<(), RefreshError> {
+        match self.images.get(name).await? {
             None => {
                 self.index.remove_ref(name);
                 Ok(())
@@ -165,7 +181,10 @@ impl ImageEvents {
             Some(record) => {
                 let info = load_image(self.content.as_ref(), &record, &self.os, &self.architecture)
                     .await
-                    .map_err(|e| format!("indexing image {name}: {e}"))?;
+                    .map_err(|source| RefreshError::Index {
+                        name: name.to_string(),
+                        source,
+                    })?;
                 self.index.add_ref(name, info);
                 Ok(())
             }
@@ -210,10 +229,12 @@ impl Handler<Event> for ImageEvents {
         &'a self,
         id: &'a str,
         event: &'a Event,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<(), HandleError>> + Send + 'a>> {
         Box::pin(async move {
             match event {
-                Event::ImageCreate { .. } | Event::ImageUpdate { .. } => self.refresh(id).await,
+                Event::ImageCreate { .. } | Event::ImageUpdate { .. } => {
+                    Ok(self.refresh(id).await?)
+                }
                 Event::ImageDelete { .. } => {
                     self.index.remove_ref(id);
                     Ok(())
@@ -231,7 +252,7 @@ pub struct RuntimeEvents {
     /// Image index upkeep.
     pub images: Arc<ImageEvents>,
     /// Pods and containers.
-    pub pods: Arc<crate::lifecycle::sandbox::Pods>,
+    pub pods: Arc<crate::lifecycle::Pods>,
     /// Where OOM marks are logged.
     pub log: Logger,
 }
@@ -241,7 +262,7 @@ impl Handler<Event> for RuntimeEvents {
         &'a self,
         id: &'a str,
         event: &'a Event,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+    ) -> Pin<Box<dyn Future<Output = Result<(), HandleError>> + Send + 'a>> {
         Box::pin(async move {
             match event {
                 Event::TaskOom { container_id } => {
@@ -260,17 +281,16 @@ impl Handler<Event> for RuntimeEvents {
                     // A hint that arrives sooner than the exit monitor's Task.Wait (which stays
                     // the truth): confirm with the task's state, then record. First exit wins,
                     // so the monitor's later record is a no-op.
-                    self.pods.reconcile_exit(container_id).await
+                    Ok(self.pods.reconcile_exit(container_id).await?)
                 }
                 Event::ContainerExited {
                     container_id,
                     exit_status,
                     exited_at,
-                } => {
-                    self.pods
-                        .handle_exit(container_id, *exit_status, *exited_at)
-                        .await
-                }
+                } => Ok(self
+                    .pods
+                    .handle_exit(container_id, *exit_status, *exited_at)
+                    .await?),
                 Event::TaskExit { .. } => Ok(()),
                 _ => self.images.handle(id, event).await,
             }
@@ -315,7 +335,7 @@ mod tests {
             &'a self,
             id: &'a str,
             event: &'a Event,
-        ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        ) -> Pin<Box<dyn Future<Output = Result<(), HandleError>> + Send + 'a>> {
             Box::pin(async move {
                 self.0.lock().unwrap().push((id.to_string(), event.clone()));
                 Ok(())

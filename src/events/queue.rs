@@ -26,6 +26,15 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 
+/// Why handling an event failed: the handler's own typed error, boxed so that one queue can
+/// carry the errors of any handler (with their `source` chains).
+pub type HandleError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A handling that did not finish within [`QueueConfig::timeout`].
+#[derive(Debug, thiserror::Error)]
+#[error("handling timed out after {0:?}")]
+pub struct TimedOut(pub Duration);
+
 /// Handles one event. Must be idempotent: after a timeout the same event is handled again.
 pub trait Handler<E>: Send + Sync + 'static {
     /// Handles `event` for `id`; an error (or exceeding the timeout) schedules a retry.
@@ -33,7 +42,7 @@ pub trait Handler<E>: Send + Sync + 'static {
         &'a self,
         id: &'a str,
         event: &'a E,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+    ) -> Pin<Box<dyn Future<Output = Result<(), HandleError>> + Send + 'a>>;
 }
 
 /// Retry and timeout settings.
@@ -142,10 +151,7 @@ impl<E: Clone + Send + Sync + 'static> OrderedQueue<E> {
             let error = match outcome {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(e),
-                Err(_) => Some(format!(
-                    "handling timed out after {:?}",
-                    self.config.timeout
-                )),
+                Err(_) => Some(HandleError::from(TimedOut(self.config.timeout))),
             };
             match error {
                 None => {
@@ -168,7 +174,7 @@ impl<E: Clone + Send + Sync + 'static> OrderedQueue<E> {
                     attempt += 1;
                     let delay = backoff.next_delay();
                     if let Some(hook) = &self.on_failure {
-                        hook(&id, attempt, &err, delay);
+                        hook(&id, attempt, &err.to_string(), delay);
                     }
                     tokio::time::sleep(delay).await;
                 }
@@ -205,7 +211,7 @@ mod tests {
             &'a self,
             id: &'a str,
             event: &'a u32,
-        ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        ) -> Pin<Box<dyn Future<Output = Result<(), HandleError>> + Send + 'a>> {
             Box::pin(async move {
                 let t0 = *self.start.lock().unwrap().get_or_insert_with(Instant::now);
                 self.attempts
@@ -219,7 +225,7 @@ mod tests {
                 if let Some(n) = fail.get_mut(event) {
                     if *n > 0 {
                         *n -= 1;
-                        return Err(format!("event {event} fails"));
+                        return Err(format!("event {event} fails").into());
                     }
                 }
                 self.handled.lock().unwrap().push((id.into(), *event));

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 
 /// A content-addressed blob reference (OCI descriptor without platform details).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

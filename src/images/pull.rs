@@ -51,7 +51,7 @@ use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
 use super::store::{ImageIndex, ImageInfo};
 use super::unpack::{chain_ids, unpack, UnpackError};
 use crate::backoff::Backoff;
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 
 /// Label containerd's CRI puts on images it manages; kept for tool compatibility.
 pub const LABEL_MANAGED: &str = "io.cri-containerd.image";

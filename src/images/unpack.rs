@@ -17,7 +17,7 @@ use thiserror::Error;
 use tonic::Code;
 
 use super::backend::{Blob, Differ, Snapshots};
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 
 /// Why an unpack failed.
 #[derive(Debug, Error)]

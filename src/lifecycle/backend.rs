@@ -1,12 +1,20 @@
-//! What pod and container lifecycle needs from containerd: container records and tasks, as
-//! narrow traits defined here by their user. One implementation over containerd's gRPC API
-//! (`crate::containerd::runtime`); fakes in unit tests.
+//! What pod and container lifecycle needs from below, as narrow traits defined here by their
+//! user: containerd's container records and tasks (one implementation over containerd's gRPC
+//! API, `crate::containerd::runtime`), the local images, and the pod network. Snapshots and
+//! leases come through the image side's traits (`crate::images::backend`). Recording fakes
+//! of all of them drive the rollback unit tests.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::error::ContainerdError;
+use crate::containerd::error::ContainerdError;
 use crate::images::backend::Mount;
+use crate::images::pull::PullError;
+use crate::images::store::ImageInfo;
+use crate::net::netns::NetnsError;
+use crate::net::{NetError, PodNetInfo};
 
 /// A containerd container record: metadata only, no process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -167,4 +175,31 @@ pub struct ExecStdio {
     pub stderr: String,
     /// Allocate a terminal.
     pub terminal: bool,
+}
+
+/// The local images lifecycle reads (image configs, snapshot parents), and the pull of the
+/// pause image. Implemented by the image side (`crate::cri::ImageRuntime`).
+#[tonic::async_trait]
+pub trait LocalImages: Send + Sync + 'static {
+    /// A local image by any reference form or id.
+    fn find(&self, image: &str) -> Option<ImageInfo>;
+    /// A local image by its exact reference.
+    fn get(&self, reference: &str) -> Option<ImageInfo>;
+    /// Pulls `reference` anonymously (the pause image).
+    async fn pull(&self, reference: &str) -> Result<ImageInfo, PullError>;
+}
+
+/// The pod network as sandboxes use it: a network namespace per pod and CNI ADD/DEL in it.
+/// Implemented over the host by [`super::host_network::HostNetwork`].
+#[tonic::async_trait]
+pub trait PodNetwork: Send + Sync + 'static {
+    /// Creates pod `id`'s network namespace; returns its path.
+    async fn create_netns(&self, id: &str) -> Result<PathBuf, NetnsError>;
+    /// Removes a network namespace; absent is not an error.
+    async fn remove_netns(&self, path: &Path) -> Result<(), NetnsError>;
+    /// CNI ADD (undoing its own partial ADD on failure); returns the pod's addresses, primary
+    /// first.
+    async fn setup(&self, pod: &PodNetInfo) -> Result<Vec<IpAddr>, NetError>;
+    /// CNI DEL; idempotent.
+    async fn teardown(&self, pod: &PodNetInfo) -> Result<(), NetError>;
 }

@@ -11,8 +11,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 use super::backend::ExecStdio;
-use super::container::ContainerError;
-use super::sandbox::Pods;
+use super::{ContainerError, Pods};
 use crate::io::{FifoSet, FifoSpec};
 use crate::store::ContainerState;
 
@@ -78,7 +77,7 @@ impl Pods {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> Result<ExecOutput, ContainerError> {
-        let container = self.containers_store().get(id)?;
+        let container = self.containers_store.get(id)?;
         if container.state() != ContainerState::Running {
             return Err(ContainerError::NotRunning(container.id().to_string()));
         }
@@ -87,7 +86,7 @@ impl Pods {
         }
         let cid = container.id().to_string();
         let record = self
-            .containers()
+            .containers
             .get(&cid)
             .await?
             .ok_or_else(|| ContainerError::NotRunning(cid.clone()))?;
@@ -98,18 +97,17 @@ impl Pods {
         }
         // The exec process is the container's own (user, env, cwd, capabilities, rlimits...)
         // with the command's arguments and no terminal, as containerd's ExecSync does.
-        let spec: SpecProcess = serde_json::from_slice(&record.spec)
-            .map_err(|e| ContainerError::Encode(e.to_string()))?;
+        let spec: SpecProcess =
+            serde_json::from_slice(&record.spec).map_err(ContainerError::Encode)?;
         let mut process = spec.process.unwrap_or_default();
         process.set_args(Some(cmd));
         process.set_terminal(Some(false));
-        let process =
-            serde_json::to_vec(&process).map_err(|e| ContainerError::Encode(e.to_string()))?;
+        let process = serde_json::to_vec(&process).map_err(ContainerError::Encode)?;
 
         let me = self.clone();
         tokio::spawn(async move { me.exec_inner(&cid, process, timeout).await })
             .await
-            .map_err(|e| ContainerError::Aborted(e.to_string()))?
+            .map_err(ContainerError::Aborted)?
     }
 
     async fn exec_inner(
@@ -120,10 +118,10 @@ impl Pods {
     ) -> Result<ExecOutput, ContainerError> {
         let exec = exec_id();
         let dir = self.io_dir(cid).join("exec");
-        let host_err = |action: &'static str, e: String| ContainerError::Host {
+        let host_err = |action: &'static str, source: crate::io::FifoError| ContainerError::Fifo {
             action,
             path: dir.clone(),
-            reason: e,
+            source,
         };
         let fifos = FifoSet::create(
             &dir,
@@ -133,18 +131,18 @@ impl Pods {
                 tty: false,
             },
         )
-        .map_err(|e| host_err("create exec FIFOs in", e.to_string()))?;
+        .map_err(|e| host_err("create exec FIFOs in", e))?;
         let result = async {
             let out = fifos
                 .open_stdout()
-                .map_err(|e| host_err("open exec FIFO in", e.to_string()))?;
+                .map_err(|e| host_err("open exec FIFO in", e))?;
             let err = fifos
                 .open_stderr()
-                .map_err(|e| host_err("open exec FIFO in", e.to_string()))?;
+                .map_err(|e| host_err("open exec FIFO in", e))?;
             let out = tokio::spawn(read_capped(out));
             let err = tokio::spawn(read_capped(err));
             let stdio = fifos.task_stdio();
-            let tasks = self.tasks();
+            let tasks = self.tasks.clone();
             tasks
                 .exec(
                     cid,

@@ -4,8 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::container::ContainerError;
-use super::sandbox::{now_ns, Pods};
+use super::{now_ns, ContainerError, Pods};
 use crate::store::{ContainerSnapshot, ContainerState};
 
 /// Memory figures of a cgroup (bytes, except the fault counters).
@@ -97,8 +96,8 @@ impl Pods {
             } else {
                 (None, None)
             };
-        let snapshotter = self.snapshotter().to_string();
-        let snaps = self.snapshots();
+        let snapshotter = self.snapshotter.clone();
+        let snaps = self.snapshots.clone();
         let writable = match snaps.usage(&snapshotter, &container.metadata.id).await {
             Ok(u) => {
                 let root = snaps
@@ -122,14 +121,14 @@ impl Pods {
 
     /// ContainerStats.
     pub async fn container_stats(&self, id: &str) -> Result<Stats, ContainerError> {
-        let c = self.containers_store().get(id)?;
+        let c = self.containers_store.get(id)?;
         Ok(self.stats_of(c.snapshot()).await)
     }
 
     /// ListContainerStats over the containers passing `filter`.
     pub async fn list_container_stats(&self, filter: &crate::store::ContainerFilter) -> Vec<Stats> {
         let mut out = Vec::new();
-        for c in self.containers_store().list(filter, &self.sandboxes) {
+        for c in self.containers_store.list(filter, &self.sandboxes) {
             out.push(self.stats_of(c).await);
         }
         out

@@ -1,21 +1,52 @@
-//! Pod sandbox and container lifecycle.
+//! Pod sandbox and container lifecycle: [`Pods`], and its operations in files named for the
+//! CRI RPC they serve.
 //!
-//! - [`backend`]: what lifecycle needs from containerd (container records, tasks).
-//! - [`sandbox`] and [`container`]: the CRI lifecycle operations; [`mount`]: temporary mounts.
-//! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares.
-//! - [`host`]: facts about this host that specs depend on.
+//! | RPC | file |
+//! |---|---|
+//! | RunPodSandbox | `sandbox_run.rs` |
+//! | StopPodSandbox | `sandbox_stop.rs` |
+//! | RemovePodSandbox | `sandbox_remove.rs` |
+//! | CreateContainer | `container_create.rs` |
+//! | StartContainer | `container_start.rs` |
+//! | StopContainer | `container_stop.rs` |
+//! | RemoveContainer | `container_remove.rs` |
+//! | UpdateContainerResources, ReopenContainerLog | `container_update.rs` |
+//! | (a container's exit) | `container_exit.rs` |
+//! | ExecSync | `container_exec.rs` |
+//! | ContainerStats, ListContainerStats | `container_stats_linux.rs` |
+//! | (restart: sweep and recovery) | `recover.rs` |
+//!
+//! - [`backend`]: what lifecycle needs from below, as narrow traits (containerd's records and
+//!   tasks, the local images, the pod network); [`host_network`] implements the pod network.
+//! - [`tx`]: a mutating operation's intent ([`journal`]) and undo list; [`error`]: why an
+//!   operation failed, with a failed rollback reported beside the failure.
+//! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares;
+//!   [`mount`]: temporary mounts; [`host`]: facts about this host that specs depend on.
+//!
+//! Every mutating operation runs in a task of its own, so a kubelet that gives up (cancelling
+//! the RPC) cannot interrupt it half way and skip the rollback: the caller's cancellation is
+//! never the cleanup's.
 
 pub mod backend;
-pub mod container;
+mod container_create;
 #[cfg(target_os = "linux")]
 pub mod container_exec;
+mod container_exit;
+mod container_remove;
+mod container_start;
 #[cfg(target_os = "linux")]
 #[path = "container_stats_linux.rs"]
 pub mod container_stats;
+mod container_stop;
+mod container_update;
+pub mod error;
 pub mod events;
 #[cfg(target_os = "linux")]
 #[path = "host_linux.rs"]
 pub mod host;
+#[cfg(target_os = "linux")]
+#[path = "host_network_linux.rs"]
+pub mod host_network;
 #[cfg(target_os = "linux")]
 pub mod journal;
 #[cfg(target_os = "linux")]
@@ -23,7 +54,309 @@ pub mod journal;
 pub mod mount;
 #[cfg(target_os = "linux")]
 pub mod recover;
-pub mod sandbox;
 #[cfg(target_os = "linux")]
 #[path = "sandbox_files_linux.rs"]
 pub mod sandbox_files;
+mod sandbox_remove;
+mod sandbox_run;
+mod sandbox_stop;
+#[cfg(test)]
+mod tests;
+mod tx;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use slog::{info, Logger};
+
+use crate::images::backend::{Leases, Snapshots};
+use crate::images::store::ImageInfo;
+use crate::io::{FifoSet, LogWriter};
+use crate::spec::{HostFacts, ImageConfig};
+use crate::store::{ContainerStore, NameIndex, SandboxStore};
+
+use backend::Exit;
+pub use backend::{Containers, LocalImages, PodNetwork, Tasks};
+pub use container_create::CreateRequest;
+pub use container_stop::parse_signal;
+pub use error::{ContainerError, RollbackError, SandboxError, UndoError};
+pub use sandbox_run::RunSandbox;
+
+use crate::containerd::error::ContainerdError;
+
+/// How long a SIGKILLed task gets to exit.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// Pods: the sandbox and container indexes, and what sandboxes and containers are made of.
+///
+/// Its fields are private to [`crate::lifecycle`], whose files (one per RPC) all see them.
+pub struct Pods {
+    /// The sandbox index.
+    pub sandboxes: SandboxStore,
+    /// The container index.
+    containers_store: ContainerStore,
+    /// IO of started containers.
+    io: IoTable,
+    /// Lifecycle events for GetContainerEvents.
+    pub events: events::EventBus,
+    /// Pod and container name reservations.
+    pub names: Arc<NameIndex>,
+    containers: Arc<dyn Containers>,
+    tasks: Arc<dyn Tasks>,
+    snapshots: Arc<dyn Snapshots>,
+    leases: Arc<dyn Leases>,
+    images: Arc<dyn LocalImages>,
+    network: Arc<dyn PodNetwork>,
+    /// Where pods' network namespaces are (the network makes them there).
+    netns_dir: PathBuf,
+    /// Where exit monitors queue the exits they see (set once the event monitor runs).
+    exit_queue: OnceLock<crate::events::queue::OrderedQueue<crate::containerd::events::Event>>,
+    /// Containers whose exit monitor is attached (their exits reach the queue from it).
+    monitored: Mutex<HashSet<String>>,
+    /// Intents of operations in flight, and stale ones from before a crash.
+    journal: journal::Journal,
+    /// When this remora started (older leases of its own are orphans).
+    started_at: SystemTime,
+    host: HostFacts,
+    state_dir: PathBuf,
+    sandbox_image: String,
+    snapshotter: String,
+    runtime_type: String,
+    log: Logger,
+}
+
+/// What pods are made of: containerd's services, the local images and the pod network.
+pub struct Backends {
+    /// containerd's container records.
+    pub containers: Arc<dyn Containers>,
+    /// containerd's tasks.
+    pub tasks: Arc<dyn Tasks>,
+    /// containerd's snapshots.
+    pub snapshots: Arc<dyn Snapshots>,
+    /// containerd's leases.
+    pub leases: Arc<dyn Leases>,
+    /// The local images (and the pause image's pull).
+    pub images: Arc<dyn LocalImages>,
+    /// Network namespaces and CNI.
+    pub network: Arc<dyn PodNetwork>,
+}
+
+/// What [`Pods::new`] needs.
+pub struct PodsConfig {
+    /// Volatile state dir (`<state_dir>/sandboxes/<id>` holds pod files).
+    pub state_dir: PathBuf,
+    /// The pause image.
+    pub sandbox_image: String,
+    /// Snapshotter.
+    pub snapshotter: String,
+    /// containerd runtime for the default handler.
+    pub runtime_type: String,
+}
+
+/// The IO of a started container: its FIFOs and log writer.
+pub struct ContainerIo {
+    fifos: FifoSet,
+    log: Option<Arc<LogWriter>>,
+}
+
+/// Live IO of started containers, by id.
+#[derive(Default)]
+pub struct IoTable {
+    inner: Mutex<HashMap<String, Arc<ContainerIo>>>,
+}
+
+impl IoTable {
+    fn insert(&self, id: &str, io: Arc<ContainerIo>) {
+        self.lock().insert(id.to_string(), io);
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<ContainerIo>> {
+        self.lock().get(id).cloned()
+    }
+
+    fn remove(&self, id: &str) -> Option<Arc<ContainerIo>> {
+        self.lock().remove(id)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<ContainerIo>>> {
+        // Only map operations run under this lock.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Pods {
+    /// Pods over `backends`. Pod network namespaces are expected in `<state_dir>/netns`.
+    pub fn new(config: PodsConfig, backends: Backends, host: HostFacts, log: Logger) -> Self {
+        // No CreateContainer runs yet: a temp mount there is a killed one's.
+        let cleared = journal::clear_temp_mounts(&config.state_dir.join("tmpmounts"));
+        if cleared > 0 {
+            info!(log, "removed temporary mounts left by a crash"; "count" => cleared);
+        }
+        Self {
+            sandboxes: SandboxStore::new(),
+            containers_store: ContainerStore::new(),
+            io: IoTable::default(),
+            events: events::EventBus::default(),
+            names: Arc::new(NameIndex::new()),
+            containers: backends.containers,
+            tasks: backends.tasks,
+            snapshots: backends.snapshots,
+            leases: backends.leases,
+            images: backends.images,
+            network: backends.network,
+            netns_dir: config.state_dir.join("netns"),
+            exit_queue: OnceLock::new(),
+            monitored: Default::default(),
+            journal: journal::Journal::open(config.state_dir.join("pending")),
+            started_at: SystemTime::now(),
+            host,
+            state_dir: config.state_dir,
+            sandbox_image: config.sandbox_image,
+            snapshotter: config.snapshotter,
+            runtime_type: config.runtime_type,
+            log,
+        }
+    }
+
+    /// Routes exit monitors' exits through the event queue (ordered per container, retried).
+    pub fn set_exit_queue(
+        &self,
+        queue: crate::events::queue::OrderedQueue<crate::containerd::events::Event>,
+    ) {
+        let _ = self.exit_queue.set(queue);
+    }
+
+    /// The container index.
+    pub fn containers_store(&self) -> &ContainerStore {
+        &self.containers_store
+    }
+
+    /// The netns path pod `id` would have, if it exists.
+    pub(crate) fn netns_path_of(&self, id: &str) -> String {
+        let p = self.netns_dir.join(id);
+        if p.exists() {
+            p.display().to_string()
+        } else {
+            String::new()
+        }
+    }
+
+    pub(crate) fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.state_dir.join("sandboxes").join(id)
+    }
+
+    pub(crate) fn io_dir(&self, id: &str) -> PathBuf {
+        self.state_dir.join("io").join(id)
+    }
+
+    /// A local image by any reference form or id.
+    pub(crate) fn find_image(&self, image: &str) -> Option<ImageInfo> {
+        self.images.find(image)
+    }
+
+    /// A lease that protects a new rootfs snapshot from containerd's GC until the container
+    /// record that references it exists (deleted by the caller on success, by the undo on
+    /// failure; containerd expires it if remora dies in between).
+    pub(crate) async fn creation_lease(&self, tx: &mut tx::Tx) -> Result<String, ContainerdError> {
+        let lease = creation_lease_id(tx.id());
+        self.leases.create(&lease, 3600).await?;
+        let (leases, l) = (self.leases.clone(), lease.clone());
+        tx.on_undo("delete creation lease", async move {
+            leases.delete(&l, false).await
+        });
+        Ok(lease)
+    }
+
+    /// Sends `signal` to task `id` (to every process of it for SIGKILL); a task already gone
+    /// is not an error.
+    pub(crate) async fn kill_ignoring_gone(
+        &self,
+        id: &str,
+        signal: u32,
+    ) -> Result<(), ContainerdError> {
+        match self
+            .tasks
+            .kill(id, signal, signal == libc::SIGKILL as u32)
+            .await
+        {
+            Err(e) if e.is_not_found() => Ok(()),
+            other => other,
+        }
+    }
+}
+
+/// `Task.Wait` that survives containerd restarts: a wait broken by a lost connection is
+/// retried with backoff (the shim keeps the exit status until the task is deleted, so the
+/// real exit is still there when containerd is back) for as long as `still_waiting` holds.
+pub(crate) async fn wait_through_outages(
+    tasks: &dyn Tasks,
+    id: &str,
+    still_waiting: impl Fn() -> bool,
+) -> Result<Exit, ContainerdError> {
+    let mut backoff =
+        crate::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    loop {
+        match tasks.wait(id).await {
+            Ok(exit) => return Ok(exit),
+            // The task is gone (deleted by Stop/Remove, or lost): nothing to wait for.
+            Err(e) if e.is_not_found() => return Err(e),
+            Err(e) => {
+                if !still_waiting() {
+                    return Err(e);
+                }
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        }
+    }
+}
+
+/// The lease that protects object `id`'s rootfs snapshot while it is being created.
+pub(crate) fn creation_lease_id(id: &str) -> String {
+    format!("remora-create-{id}")
+}
+
+/// SIGKILLs every process of task `id`, waits (at most [`KILL_WAIT`]) for it to exit and
+/// deletes it: the teardown of a task nobody will use (a rollback, a half-made object).
+pub(crate) async fn kill_and_delete(tasks: &dyn Tasks, id: &str) -> Result<(), ContainerdError> {
+    let _ = tasks.kill(id, libc::SIGKILL as u32, true).await;
+    let _ = tokio::time::timeout(KILL_WAIT, tasks.wait(id)).await;
+    tasks.delete(id).await.map(|_| ())
+}
+
+/// An exit time from containerd as ns since the epoch, or now if containerd gave none.
+pub(crate) fn exit_ns(at: Option<SystemTime>) -> i64 {
+    at.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_else(now_ns)
+}
+
+pub(crate) fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+/// The spec-relevant parts of an image's config.
+pub fn image_config(image: &ImageInfo) -> Result<ImageConfig, String> {
+    let parsed = crate::images::manifest::ImageConfig::parse(image.config_json.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let c = parsed.config;
+    Ok(ImageConfig {
+        user: c.user.unwrap_or_default(),
+        env: c.env,
+        entrypoint: c.entrypoint,
+        cmd: c.cmd,
+        working_dir: c.working_dir.unwrap_or_default(),
+        stop_signal: c.stop_signal.unwrap_or_default(),
+    })
+}
+
+/// Runs blocking file-system work off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    tokio::task::spawn_blocking(f).await
+}

@@ -15,8 +15,8 @@ use slog::{info, warn};
 use super::backend::TaskStatus;
 use super::events::EventKind;
 use super::journal::Intent;
-use super::sandbox::{creation_lease_id, exit_ns, kill_and_delete, now_ns, Pods};
-use crate::error::ContainerdError;
+use super::{creation_lease_id, exit_ns, kill_and_delete, now_ns, ContainerError, Pods, UndoError};
+use crate::containerd::error::ContainerdError;
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::store::persist::{
     CONTAINER_EXTENSION, KIND_CONTAINER, KIND_SANDBOX, LABEL_CONTAINER_NAME, LABEL_KIND,
@@ -135,68 +135,56 @@ impl Pods {
     /// undo fails stays and is retried at the next resync.
     pub async fn sweep_half_made(self: &Arc<Self>) -> Swept {
         let mut done = Swept::default();
-        for intent in self.journal().stale() {
+        for intent in self.journal.stale() {
             let id = intent.id().to_string();
-            let log = self.log().new(slog::o!("id" => id.clone()));
+            let log = self.log.new(slog::o!("id" => id.clone()));
             match self.undo_intent(&intent).await {
                 Ok(()) => {
-                    self.journal().swept(&id);
+                    self.journal.swept(&id);
                     info!(log, "undid an operation interrupted by a crash"; "intent" => ?intent);
                     done.intents += 1;
                 }
                 Err(e) => {
-                    warn!(log, "cannot undo an operation interrupted by a crash; retrying at the next resync"; "error" => e);
+                    warn!(log, "cannot undo an operation interrupted by a crash; retrying at the next resync"; "error" => %e);
                     done.failed += 1;
                 }
             }
         }
-        match self.containers().sweep_orphans().await {
+        match self.containers.sweep_orphans().await {
             Ok(n) => done.keepers = n,
-            Err(e) => warn!(self.log(), "cannot sweep orphaned exit keepers"; "error" => %e),
+            Err(e) => warn!(self.log, "cannot sweep orphaned exit keepers"; "error" => %e),
         }
-        match self.leases().list().await {
+        match self.leases.list().await {
             Ok(leases) => {
                 for (id, created) in leases {
-                    let orphan = id.starts_with("remora-")
-                        && created.is_some_and(|at| at < self.started_at());
+                    let orphan =
+                        id.starts_with("remora-") && created.is_some_and(|at| at < self.started_at);
                     if orphan {
-                        match self.leases().delete(&id, true).await {
+                        match self.leases.delete(&id, true).await {
                             Ok(()) => done.leases += 1,
                             Err(e) => {
-                                warn!(self.log(), "cannot delete an orphaned lease"; "lease" => &id, "error" => %e)
+                                warn!(self.log, "cannot delete an orphaned lease"; "lease" => &id, "error" => %e)
                             }
                         }
                     }
                 }
             }
-            Err(e) => warn!(self.log(), "cannot list leases"; "error" => %e),
+            Err(e) => warn!(self.log, "cannot list leases"; "error" => %e),
         }
         if done != Swept::default() {
-            info!(self.log(), "swept what a crash left"; "intents" => done.intents, "failed" => done.failed, "leases" => done.leases, "keepers" => done.keepers);
+            info!(self.log, "swept what a crash left"; "intents" => done.intents, "failed" => done.failed, "leases" => done.leases, "keepers" => done.keepers);
         }
         done
     }
 
-    async fn undo_intent(self: &Arc<Self>, intent: &Intent) -> Result<(), String> {
+    async fn undo_intent(self: &Arc<Self>, intent: &Intent) -> Result<(), UndoError> {
         let id = intent.id();
-        let tasks = self.tasks();
-        if tasks.state(id).await.map_err(|e| e.to_string())?.is_some() {
-            kill_and_delete(tasks.as_ref(), id)
-                .await
-                .map_err(|e| e.to_string())?;
+        if self.tasks.state(id).await?.is_some() {
+            kill_and_delete(self.tasks.as_ref(), id).await?;
         }
-        self.containers()
-            .delete(id)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.snapshots()
-            .remove(self.snapshotter(), id)
-            .await
-            .map_err(|e| e.to_string())?;
-        self.leases()
-            .delete(&creation_lease_id(id), false)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.containers.delete(id).await?;
+        self.snapshots.remove(&self.snapshotter, id).await?;
+        self.leases.delete(&creation_lease_id(id), false).await?;
         match intent {
             Intent::Sandbox {
                 name,
@@ -206,14 +194,11 @@ impl Pods {
                 ..
             } => {
                 let dir = self.sandbox_dir(id);
-                tokio::task::spawn_blocking(move || super::sandbox_files::remove(&dir))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?;
+                super::blocking(move || super::sandbox_files::remove(&dir)).await??;
                 if let Some(path) = netns_path {
-                    self.teardown_network(id, name, namespace, uid, path)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    let info = super::sandbox_stop::pod_net_info(id, name, namespace, uid, path);
+                    self.network.teardown(&info).await?;
+                    self.network.remove_netns(path).await?;
                 }
             }
             Intent::Container { .. } => {
@@ -221,7 +206,7 @@ impl Pods {
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(format!("remove {}: {e}", dir.display())),
+                    Err(source) => return Err(UndoError::Io { path: dir, source }),
                 }
             }
         }
@@ -231,13 +216,13 @@ impl Pods {
     /// One recovery/reconcile pass over containerd's records.
     pub async fn recover(self: &Arc<Self>) -> Result<Recovered, ContainerdError> {
         let mut done = Recovered::default();
-        let records = self.containers().list().await?;
-        let log = self.log().clone();
+        let records = self.containers.list().await?;
+        let log = self.log.clone();
         for r in records
             .iter()
             .filter(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_SANDBOX))
         {
-            if self.sandboxes.get(&r.id).is_ok() || self.journal().is_stale(&r.id) {
+            if self.sandboxes.get(&r.id).is_ok() || self.journal.is_stale(&r.id) {
                 continue;
             }
             let Some(meta) = r
@@ -267,7 +252,7 @@ impl Pods {
                 }
                 continue;
             };
-            let state = self.tasks().state(&r.id).await?;
+            let state = self.tasks.state(&r.id).await?;
             let (status, running) = match state {
                 Some(s) if s.status == TaskStatus::Running => (SandboxStatus::ready(s.pid), true),
                 _ => (SandboxStatus::default(), false),
@@ -290,11 +275,11 @@ impl Pods {
             .iter()
             .filter(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_CONTAINER))
         {
-            if self.journal().is_stale(&r.id) {
+            if self.journal.is_stale(&r.id) {
                 continue;
             }
-            let state = self.tasks().state(&r.id).await?;
-            if let Ok(existing) = self.containers_store().get(&r.id) {
+            let state = self.tasks.state(&r.id).await?;
+            if let Ok(existing) = self.containers_store.get(&r.id) {
                 // Known: only an exit missed while the stream was down needs recording.
                 if let Some(s) = state.filter(|s| {
                     s.status == TaskStatus::Stopped && existing.state() == ContainerState::Running
@@ -305,7 +290,7 @@ impl Pods {
                     match self.handle_exit(&r.id, s.exit_status, s.exited_at).await {
                         Ok(()) => done.exits += 1,
                         Err(e) => {
-                            warn!(log, "cannot record an exit; the exit monitor retries"; "container_id" => &r.id, "error" => e)
+                            warn!(log, "cannot record an exit; the exit monitor retries"; "container_id" => &r.id, "error" => %e)
                         }
                     }
                 } else if state.is_none() {
@@ -332,7 +317,7 @@ impl Pods {
                 meta.image.requested = r.image.clone();
                 let container = Container::new(meta, Default::default());
                 let _ = container.mark_unknown();
-                if self.containers_store().add(container).is_ok() {
+                if self.containers_store.add(container).is_ok() {
                     done.containers += 1;
                 }
                 continue;
@@ -380,13 +365,13 @@ impl Pods {
                         done.exits += 1;
                         recovered_stop = true;
                     }
-                    let _ = self.tasks().delete(&r.id).await;
+                    let _ = self.tasks.delete(&r.id).await;
                 }
                 Some(_) => {
                     // Created (or paused) but never recorded as started: StartContainer died
                     // half way. Drop the task and its FIFOs; the container stays CREATED and
                     // can be started again (or removed).
-                    let _ = kill_and_delete(self.tasks().as_ref(), &r.id).await;
+                    let _ = kill_and_delete(self.tasks.as_ref(), &r.id).await;
                     let _ = std::fs::remove_dir_all(self.io_dir(&r.id));
                     container.abort_start();
                 }
@@ -397,7 +382,7 @@ impl Pods {
                 }
                 None => container.abort_start(),
             }
-            if let Err(e) = self.containers_store().add(container.clone()) {
+            if let Err(e) = self.containers_store.add(container.clone()) {
                 warn!(log, "cannot index a recovered container"; "container_id" => &r.id, "error" => %e);
                 continue;
             }
@@ -420,14 +405,14 @@ impl Pods {
     /// (after draining the container's output) behind this event, so there is nothing to do.
     /// Without a monitor (a wait that could not be re-attached), the exit is recorded here
     /// from containerd's task state.
-    pub async fn reconcile_exit(&self, id: &str) -> Result<(), String> {
-        let Ok(container) = self.containers_store().get(id) else {
+    pub async fn reconcile_exit(&self, id: &str) -> Result<(), ContainerError> {
+        let Ok(container) = self.containers_store.get(id) else {
             return Ok(());
         };
         if container.state() != ContainerState::Running || self.is_monitored(id) {
             return Ok(());
         }
-        match self.tasks().state(id).await.map_err(|e| e.to_string())? {
+        match self.tasks.state(id).await? {
             Some(s) if s.status == TaskStatus::Stopped => {
                 self.handle_exit(id, s.exit_status, s.exited_at).await
             }

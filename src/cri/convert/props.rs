@@ -26,10 +26,10 @@ use prost::Message;
 use tonic::Code;
 
 use super::*;
+use crate::cri::error::CriError;
 use crate::cri::validate;
-use crate::error::CriError;
-use crate::lifecycle::container::ContainerError;
-use crate::lifecycle::sandbox::SandboxError;
+use crate::lifecycle::ContainerError;
+use crate::lifecycle::SandboxError;
 use crate::spec::{self, HostDevice, NamespaceMode, SandboxFiles, SandboxInfo, SpecError};
 
 use crate::spec::props::{config, on_big_stack, CASES};

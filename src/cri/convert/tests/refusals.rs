@@ -145,7 +145,7 @@ fn bad_pod_values_are_refused_naming_the_field() {
             matches!(&err, ConvertError::Invalid { field, .. } if field == want),
             "{want}: {err}"
         );
-        let status: tonic::Status = crate::error::CriError::from(err).into();
+        let status: tonic::Status = crate::cri::error::CriError::from(err).into();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().contains(want), "{}", status.message());
     }

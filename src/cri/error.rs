@@ -1,0 +1,235 @@
+//! The error of a CRI operation, and the one place where it becomes a gRPC status
+//! (`From<CriError> for tonic::Status`).
+//!
+//! Each failure has a named variant (no catch-all string variant). The layers below return
+//! their own errors (`ContainerdError`, `PullError`, `SandboxError`, `ContainerError`,
+//! `StoreError`); this module maps them to gRPC codes.
+
+use thiserror::Error;
+use tonic::Code;
+
+use crate::containerd::error::ContainerdError;
+use crate::images::pull::PullError;
+use crate::images::registry::client::RegistryError;
+use crate::lifecycle::ContainerError;
+use crate::lifecycle::SandboxError;
+use crate::store::StoreError;
+
+/// The error of a CRI operation. Converted to a gRPC status only by `From<CriError>`.
+#[derive(Debug, Error)]
+pub enum CriError {
+    /// The RPC is part of CRI v1 but remora does not implement it yet.
+    #[error("{service}/{rpc} is not implemented by remora yet")]
+    Unimplemented {
+        /// `RuntimeService` or `ImageService`.
+        service: &'static str,
+        /// The RPC name.
+        rpc: &'static str,
+    },
+    /// containerd could not be reached or failed.
+    #[error(transparent)]
+    Containerd(#[from] ContainerdError),
+    /// The caller's deadline passed before the operation finished.
+    #[error("{rpc}: deadline exceeded")]
+    DeadlineExceeded {
+        /// The RPC.
+        rpc: &'static str,
+    },
+    /// A request field is missing or malformed.
+    #[error("invalid {what}: {reason}")]
+    InvalidArgument {
+        /// The field, e.g. `image.image`.
+        what: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An image pull failed.
+    #[error("pulling image failed: {0}")]
+    Pull(Box<PullError>),
+    /// The request could not be converted (a missing or malformed field).
+    #[error("invalid request: {0}")]
+    Convert(#[from] super::convert::ConvertError),
+    /// A pod sandbox operation failed.
+    #[error(transparent)]
+    Sandbox(Box<SandboxError>),
+    /// A container operation failed.
+    #[error(transparent)]
+    Container(Box<ContainerError>),
+    /// The sandbox or container index refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn pull_code(e: &PullError) -> Code {
+    match e {
+        PullError::Reference(_) => Code::InvalidArgument,
+        PullError::Registry(r) => match r {
+            RegistryError::NotFound { .. } => Code::NotFound,
+            RegistryError::AccessDenied { .. } => Code::PermissionDenied,
+            RegistryError::Verify { .. } => Code::DataLoss,
+            r if r.is_retriable() => Code::Unavailable,
+            RegistryError::Stalled { .. } => Code::Unavailable,
+            _ => Code::Unknown,
+        },
+        PullError::Containerd { source, .. } => containerd_error_code(source),
+        PullError::ShuttingDown { .. } => Code::Unavailable,
+        PullError::Manifest { .. } | PullError::Unpack { .. } => Code::FailedPrecondition,
+    }
+}
+
+fn containerd_error_code(e: &ContainerdError) -> Code {
+    match e {
+        ContainerdError::Timeout { .. } => Code::Unavailable,
+        ContainerdError::Call { code, .. } => containerd_code(*code),
+    }
+}
+
+fn store_code(e: &StoreError) -> Code {
+    match e {
+        StoreError::NotFound { .. } => Code::NotFound,
+        StoreError::AlreadyExists { .. } => Code::AlreadyExists,
+        StoreError::Ambiguous { .. } => Code::InvalidArgument,
+        StoreError::Transition(_) => Code::FailedPrecondition,
+    }
+}
+
+impl CriError {
+    /// The gRPC code this error maps to.
+    pub fn code(&self) -> Code {
+        match self {
+            CriError::Unimplemented { .. } => Code::Unimplemented,
+            CriError::Containerd(ContainerdError::Timeout { .. }) => Code::Unavailable,
+            CriError::Containerd(ContainerdError::Call { code, .. }) => containerd_code(*code),
+            CriError::InvalidArgument { .. } => Code::InvalidArgument,
+            CriError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+            CriError::Pull(e) => pull_code(e),
+            CriError::Convert(_) => Code::InvalidArgument,
+            CriError::Store(e) => store_code(e),
+            CriError::Container(e) => container_code(e),
+            CriError::Sandbox(e) => sandbox_code(e),
+        }
+    }
+}
+
+fn container_code(e: &ContainerError) -> Code {
+    match e {
+        ContainerError::SandboxNotFound(_) | ContainerError::ImageNotFound(_) => Code::NotFound,
+        ContainerError::SandboxNotReady(_) | ContainerError::NotRunning(_) => {
+            Code::FailedPrecondition
+        }
+        ContainerError::EmptyCommand => Code::InvalidArgument,
+        ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
+        ContainerError::Name(_) => Code::AlreadyExists,
+        ContainerError::Spec(_) => Code::InvalidArgument,
+        ContainerError::Containerd(c) => containerd_error_code(c),
+        ContainerError::Store(st) => store_code(st),
+        ContainerError::Transition(_) => Code::FailedPrecondition,
+        // A failed rollback does not change what the caller did wrong (or not).
+        ContainerError::RolledBackPartly { source, .. } => container_code(source),
+        ContainerError::Id(_)
+        | ContainerError::ImageConfig { .. }
+        | ContainerError::Rootfs(_)
+        | ContainerError::Host { .. }
+        | ContainerError::Fifo { .. }
+        | ContainerError::Log { .. }
+        | ContainerError::Encode(_)
+        | ContainerError::Aborted(_)
+        | ContainerError::Journal { .. } => Code::Internal,
+        ContainerError::Failpoint(_) => Code::Unavailable,
+    }
+}
+
+fn sandbox_code(e: &SandboxError) -> Code {
+    match e {
+        SandboxError::UnknownRuntimeHandler(_) => Code::InvalidArgument,
+        SandboxError::Name(_) => Code::AlreadyExists,
+        SandboxError::Image(p) => pull_code(p),
+        SandboxError::Spec(_) => Code::InvalidArgument,
+        SandboxError::Containerd(c) => containerd_error_code(c),
+        SandboxError::Store(st) => store_code(st),
+        SandboxError::RolledBackPartly { source, .. } => sandbox_code(source),
+        SandboxError::Id(_)
+        | SandboxError::ImageConfig { .. }
+        | SandboxError::Netns(_)
+        | SandboxError::Network(_)
+        | SandboxError::Files(_)
+        | SandboxError::Encode(_)
+        | SandboxError::Aborted(_)
+        | SandboxError::Container { .. }
+        | SandboxError::Journal { .. } => Code::Internal,
+        SandboxError::Failpoint(_) => Code::Unavailable,
+    }
+}
+
+impl From<PullError> for CriError {
+    fn from(e: PullError) -> Self {
+        CriError::Pull(Box::new(e))
+    }
+}
+
+impl From<ContainerError> for CriError {
+    fn from(e: ContainerError) -> Self {
+        CriError::Container(Box::new(e))
+    }
+}
+
+impl From<SandboxError> for CriError {
+    fn from(e: SandboxError) -> Self {
+        CriError::Sandbox(Box::new(e))
+    }
+}
+
+fn containerd_code(code: Code) -> Code {
+    match code {
+        // Transport failures and containerd shutting down are retriable for kubelet.
+        Code::Unavailable | Code::Unknown | Code::Cancelled => Code::Unavailable,
+        other => other,
+    }
+}
+
+impl From<CriError> for tonic::Status {
+    fn from(e: CriError) -> Self {
+        tonic::Status::new(e.code(), e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unimplemented_names_the_rpc() {
+        let s: tonic::Status = CriError::Unimplemented {
+            service: "RuntimeService",
+            rpc: "RunPodSandbox",
+        }
+        .into();
+        assert_eq!(s.code(), Code::Unimplemented);
+        assert!(
+            s.message().contains("RuntimeService/RunPodSandbox"),
+            "{}",
+            s.message()
+        );
+    }
+
+    #[test]
+    fn containerd_transport_failure_is_unavailable() {
+        let s: tonic::Status = CriError::from(ContainerdError::Call {
+            address: "/run/c.sock".into(),
+            op: "Version.Version",
+            code: Code::Unknown,
+            message: "transport error".into(),
+        })
+        .into();
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.message().contains("/run/c.sock"));
+        let s: tonic::Status = CriError::from(ContainerdError::Call {
+            address: "/run/c.sock".into(),
+            op: "Containers.Get",
+            code: Code::NotFound,
+            message: "no such container".into(),
+        })
+        .into();
+        assert_eq!(s.code(), Code::NotFound);
+    }
+}

@@ -1,0 +1,258 @@
+//! CreateContainer, all or nothing: name reserved → creation lease → rootfs snapshot → OCI
+//! spec (the rootfs mounted briefly to resolve the user) → containerd container record →
+//! indexed as CREATED → lease dropped. Every step that makes something registers its undo on
+//! the transaction ([`super::tx`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use slog::{info, warn};
+
+use super::backend::ContainerRecord;
+use super::events::EventKind;
+use super::journal::Intent;
+use super::mount::with_temp_mount;
+use super::tx::Tx;
+use super::{blocking, image_config, now_ns, ContainerError, Pods};
+use crate::images::store::ImageInfo;
+use crate::spec::{self, ContainerConfig, HostDevice, SandboxFiles, SandboxInfo};
+use crate::store::persist::CONTAINER_EXTENSION;
+use crate::store::{
+    container_name_key, encode_extension, generate_id, to_labels, Container, ContainerMetadata,
+    ContainerStatus, SandboxMetadata, SandboxState, StoreError,
+};
+
+/// A CreateContainer request in domain terms.
+#[derive(Debug, Clone)]
+pub struct CreateRequest {
+    /// Pod sandbox id (full or unique prefix).
+    pub sandbox_id: String,
+    /// The container config.
+    pub config: ContainerConfig,
+    /// Store metadata prepared by the adapter (id and sandbox id are filled in here).
+    pub metadata: ContainerMetadata,
+    /// The image the container asks for (any reference form or id).
+    pub image: String,
+    /// PID namespace target container id (for `NamespaceMode::Target`).
+    pub target_id: Option<String>,
+    /// The pod's config as the request carries it (converted by the adapter); `None` → what
+    /// the sandbox's record says.
+    pub sandbox_config: Option<spec::SandboxConfig>,
+}
+
+impl Pods {
+    /// CreateContainer. Returns the container id.
+    pub async fn create_container(
+        self: &Arc<Self>,
+        req: CreateRequest,
+    ) -> Result<String, ContainerError> {
+        let me = self.clone();
+        // Own task: a cancelled RPC must not cut the operation (and its rollback) short.
+        tokio::spawn(async move {
+            let id = generate_id()?;
+            let log = me.log.new(slog::o!("container_id" => id.clone()));
+            let intent = Intent::Container { id: id.clone() };
+            let mut tx = me.begin(intent).map_err(|source| ContainerError::Journal {
+                path: me.journal.dir().to_path_buf(),
+                source,
+            })?;
+            let result = me.create_inner(req, &mut tx).await;
+            me.finish(tx, result, &log).await.map(|()| id)
+        })
+        .await
+        .map_err(ContainerError::Aborted)?
+    }
+
+    async fn create_inner(
+        self: &Arc<Self>,
+        req: CreateRequest,
+        tx: &mut Tx,
+    ) -> Result<(), ContainerError> {
+        let id = &tx.id().to_string();
+        let sandbox = match self.sandboxes.get(&req.sandbox_id) {
+            Ok(s) => s,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(ContainerError::SandboxNotFound(req.sandbox_id.clone()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let sb = sandbox.snapshot();
+        if sb.status.state != SandboxState::Ready {
+            return Err(ContainerError::SandboxNotReady(sandbox.id().to_string()));
+        }
+        let image: ImageInfo = self
+            .find_image(&req.image)
+            .ok_or_else(|| ContainerError::ImageNotFound(req.image.clone()))?;
+        let image_cfg = image_config(&image).map_err(|reason| ContainerError::ImageConfig {
+            image: req.image.clone(),
+            reason,
+        })?;
+
+        let mut metadata = req.metadata.clone();
+        metadata.id = id.to_string();
+        metadata.sandbox_id = sandbox.id().to_string();
+        metadata.image.id = image.id.clone();
+        metadata.image.reference = image
+            .repo_digests
+            .iter()
+            .next()
+            .cloned()
+            .unwrap_or_else(|| image.id.clone());
+        if metadata.image.requested.is_empty() {
+            metadata.image.requested = req.image.clone();
+        }
+        let name_key = container_name_key(
+            &metadata.name,
+            &sb.metadata.name,
+            &sb.metadata.namespace,
+            &sb.metadata.uid,
+            metadata.attempt,
+        );
+        let reservation = self.names.reserve_guarded(&name_key, id)?;
+
+        let lease = self.creation_lease(tx).await?;
+        let mounts = self
+            .snapshots
+            .prepare(&lease, &self.snapshotter, id, &image.chain_id)
+            .await?;
+        let (snaps, sn, key) = (
+            self.snapshots.clone(),
+            self.snapshotter.clone(),
+            id.to_string(),
+        );
+        tx.on_undo("remove rootfs snapshot", async move {
+            snaps.remove(&sn, &key).await
+        });
+        crate::failpoint::hit("container.after_snapshot", &metadata.name).await?;
+
+        let target_pid = match &req.target_id {
+            Some(t) => Some(self.containers_store.get(t)?.snapshot().status.pid),
+            None => None,
+        };
+        let sandbox_dir = self.sandbox_dir(sandbox.id());
+        let host_ipc = sb.metadata.namespace_options.ipc == spec::NamespaceMode::Node;
+        let info = SandboxInfo {
+            id: sandbox.id().to_string(),
+            pid: sb.status.pid,
+            netns_path: (!sb.metadata.netns_path.is_empty())
+                .then(|| PathBuf::from(&sb.metadata.netns_path)),
+            config: req
+                .sandbox_config
+                .clone()
+                .unwrap_or_else(|| fallback_sandbox_config(&sb.metadata)),
+            files: SandboxFiles {
+                hosts: Some(sandbox_dir.join("hosts")),
+                resolv_conf: Some(sandbox_dir.join("resolv.conf")),
+                hostname: Some(sandbox_dir.join("hostname")),
+                shm: Some(if host_ipc {
+                    PathBuf::from("/dev/shm")
+                } else {
+                    sandbox_dir.join("shm")
+                }),
+            },
+        };
+        let host = self.host.clone();
+        let config = req.config.clone();
+        let tmp = self.state_dir.join("tmpmounts").join(id);
+        let id_owned = id.to_string();
+        let generated = blocking(move || {
+            with_temp_mount(&mounts, &tmp, |rootfs| {
+                spec::container_spec(&spec::ContainerInputs {
+                    id: &id_owned,
+                    config: &config,
+                    image: &image_cfg,
+                    sandbox: &info,
+                    rootfs,
+                    target_pid,
+                    host: &host,
+                    device_lookup: &host_device,
+                })
+            })
+        })
+        .await
+        .map_err(ContainerError::Aborted)???;
+        for dir in &generated.host_dirs_to_create {
+            super::host::ensure_bind_source(dir).map_err(|source| ContainerError::Host {
+                action: "prepare bind mount source",
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let spec_json = serde_json::to_vec(&generated.spec).map_err(ContainerError::Encode)?;
+
+        let container = Container::new(metadata.clone(), ContainerStatus::created(now_ns()));
+        let snapshot = container.snapshot();
+        self.containers
+            .create(ContainerRecord {
+                id: id.to_string(),
+                image: image.id.clone(),
+                labels: to_labels(&snapshot),
+                spec: spec_json,
+                runtime: self.runtime_type.clone(),
+                snapshotter: self.snapshotter.clone(),
+                snapshot_key: id.to_string(),
+                extensions: HashMap::from([(
+                    CONTAINER_EXTENSION.to_string(),
+                    encode_extension(&snapshot),
+                )]),
+            })
+            .await?;
+        let (containers, key) = (self.containers.clone(), id.to_string());
+        tx.on_undo("delete container record", async move {
+            containers.delete(&key).await
+        });
+        crate::failpoint::hit("container.after_record", &metadata.name).await?;
+        self.containers_store.add(container)?;
+        // The container record now holds the snapshot; the creation lease can go. Best effort:
+        // containerd expires it anyway, and the container exists now.
+        if let Err(e) = self.leases.delete(&lease, false).await {
+            warn!(self.log, "cannot delete the creation lease"; "container_id" => id, "error" => %e);
+        }
+        reservation.keep();
+        tx.commit();
+        self.events
+            .emit(id, sandbox.id(), EventKind::Created, now_ns());
+        info!(self.log, "container created"; "container_id" => id, "pod_id" => sandbox.id(), "image" => &req.image);
+        Ok(())
+    }
+}
+
+/// The pod's config from what its record keeps, for a request that carries none.
+fn fallback_sandbox_config(meta: &SandboxMetadata) -> spec::SandboxConfig {
+    spec::SandboxConfig {
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        hostname: meta.hostname.clone(),
+        log_directory: meta.log_directory.clone(),
+        cgroup_parent: meta.cgroup_parent.clone(),
+        annotations: meta.annotations.clone(),
+        ..Default::default()
+    }
+}
+
+/// `stat`s a host device node for the spec's device list.
+fn host_device(path: &Path) -> std::io::Result<HostDevice> {
+    use nix::sys::stat::{major, minor, stat, SFlag};
+    let st = stat(path).map_err(std::io::Error::from)?;
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    let kind = if kind == SFlag::S_IFBLK {
+        spec::DeviceKind::Block
+    } else if kind == SFlag::S_IFCHR {
+        spec::DeviceKind::Char
+    } else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a device", path.display()),
+        ));
+    };
+    Ok(HostDevice {
+        kind,
+        major: major(st.st_rdev) as i64,
+        minor: minor(st.st_rdev) as i64,
+        file_mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+    })
+}

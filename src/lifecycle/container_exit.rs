@@ -1,0 +1,173 @@
+//! A container's exit: the exit monitor on its task, and the recording of the exit (persisted,
+//! task deleted, EXITED once with one STOPPED event) that the event queue retries.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use slog::{info, warn};
+
+use super::events::EventKind;
+use super::{exit_ns, now_ns, wait_through_outages, ContainerError, ContainerIo, Pods};
+use crate::io::{FifoSet, LogWriter};
+use crate::store::persist::CONTAINER_EXTENSION;
+use crate::store::{encode_extension, Container, ContainerState, ExitOutcome};
+
+impl Pods {
+    pub(crate) fn set_monitored(&self, id: &str, on: bool) {
+        let mut m = self.monitored.lock().unwrap_or_else(|p| p.into_inner());
+        if on {
+            m.insert(id.to_string());
+        } else {
+            m.remove(id);
+        }
+    }
+
+    /// Whether container `id`'s exit monitor is attached.
+    pub(crate) fn is_monitored(&self, id: &str) -> bool {
+        self.monitored
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(id)
+    }
+
+    /// Records container `id`'s exit (status and time from containerd): persisted as EXITED,
+    /// the task deleted, then RUNNING → EXITED in the index once (later calls find it
+    /// recorded) with one STOPPED event, and the log closed. Idempotent, so the event queue may
+    /// retry it; an error (containerd unreachable, or the `exit.handle` failpoint) asks for a
+    /// retry.
+    pub(crate) async fn handle_exit(
+        &self,
+        id: &str,
+        status: u32,
+        at: Option<std::time::SystemTime>,
+    ) -> Result<(), ContainerError> {
+        let Ok(container) = self.containers_store.get(id) else {
+            return Ok(()); // removed meanwhile
+        };
+        crate::failpoint::hit("exit.handle", &container.metadata().name).await?;
+        // Durable first: the record says EXITED before the task (the shim holding the exit
+        // status) goes, so a crash in between loses nothing. Then the task is deleted, and only
+        // then the exit becomes visible: Stop/RemoveContainer wait for it, so their own
+        // Tasks.Delete finds the task gone instead of racing this one into a shim that is
+        // shutting down ("ttrpc: closed"), as containerd's CRI orders it too.
+        let mut exited = container.snapshot();
+        if exited.status.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
+            self.persist_snapshot(id, &exited).await;
+        }
+        self.tasks.delete(id).await?;
+        if container.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
+            info!(self.log, "container exited"; "container_id" => id, "exit_code" => status);
+            // Stamped when published, not with the exit time (which the status carries):
+            // kubelet's evented PLEG drops an event older than the pod status it last read,
+            // and a status read between the exit and this point still showed it running.
+            self.events.emit(
+                id,
+                &container.metadata().sandbox_id,
+                EventKind::Stopped,
+                now_ns(),
+            );
+        }
+        if let Some(io) = self.io.get(id) {
+            if let Some(w) = &io.log {
+                w.close().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// A running container whose task vanished (with its exit status): UNKNOWN, persisted, one
+    /// STOPPED event. Returns false if it was not running (nothing done). The transition is
+    /// atomic, so of the exit monitor and recovery only one does it.
+    pub(crate) async fn mark_vanished(&self, container: &Container) -> bool {
+        if !container.mark_unknown_if_running() {
+            return false;
+        }
+        warn!(self.log, "container task vanished; its exit status is unknown"; "container_id" => container.id());
+        self.persist(container).await;
+        self.events.emit(
+            container.id(),
+            &container.metadata().sandbox_id,
+            EventKind::Stopped,
+            now_ns(),
+        );
+        true
+    }
+
+    /// Records IO handles of a container (used by recovery).
+    pub(crate) fn register_io(&self, id: &str, fifos: FifoSet, log: Option<Arc<LogWriter>>) {
+        self.io.insert(id, Arc::new(ContainerIo { fifos, log }));
+    }
+
+    /// Writes the container's current snapshot to its containerd record (best effort: the
+    /// record is how a restarted remora learns an exit that containerd no longer keeps).
+    pub(crate) async fn persist(&self, container: &Container) {
+        self.persist_snapshot(container.id(), &container.snapshot())
+            .await;
+    }
+
+    async fn persist_snapshot(&self, id: &str, snapshot: &crate::store::ContainerSnapshot) {
+        if let Err(e) = self
+            .containers
+            .set_extension(id, CONTAINER_EXTENSION, encode_extension(snapshot))
+            .await
+        {
+            warn!(self.log, "cannot update the container record"; "container_id" => id, "error" => %e);
+        }
+    }
+
+    pub(crate) fn monitor_container_exit(
+        self: &Arc<Self>,
+        container: Container,
+        copiers: Vec<tokio::task::JoinHandle<crate::io::CopySummary>>,
+    ) {
+        let me = self.clone();
+        me.set_monitored(container.id(), true);
+        tokio::spawn(async move {
+            let id = container.id().to_string();
+            let log = me.log.new(slog::o!("container_id" => id.clone()));
+            let tasks = me.tasks.clone();
+            let waiting = container.clone();
+            match wait_through_outages(tasks.as_ref(), &id, move || {
+                waiting.state() == ContainerState::Running
+            })
+            .await
+            {
+                Ok(exit) => {
+                    // Output written just before the exit is still in the pipes: let the
+                    // copiers drain to EOF before recording the exit.
+                    for c in copiers {
+                        let _ = tokio::time::timeout(Duration::from_secs(2), c).await;
+                    }
+                    me.set_monitored(&id, false);
+                    // Recorded by the event queue, in order with the container's other events
+                    // and retried with backoff if handling fails; directly without a queue.
+                    match me.exit_queue.get() {
+                        Some(q) => q.push(
+                            &id,
+                            crate::containerd::events::Event::ContainerExited {
+                                container_id: id.clone(),
+                                exit_status: exit.status,
+                                exited_at: exit.at,
+                            },
+                        ),
+                        None => {
+                            if let Err(e) = me.handle_exit(&id, exit.status, exit.at).await {
+                                warn!(log, "cannot record the exit"; "error" => %e);
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    me.set_monitored(&id, false);
+                    // The task vanished while the container ran: containerd 2.x, restarted
+                    // after the process exited, deletes such tasks at start-up ("cleaning
+                    // leaked shim process") and the exit status with them. Report UNKNOWN
+                    // rather than a made-up exit code, and never RUNNING for a dead process.
+                    if !me.mark_vanished(&container).await {
+                        warn!(log, "lost the wait on the container task"; "error" => %e);
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,141 @@
+//! StartContainer: FIFOs and the CRI log opened, the task created from the rootfs snapshot
+//! and started, the exit monitor attached.
+//!
+//! A failed start leaves the container EXITED with the reason (CRI has no way back to
+//! CREATED); the task and FIFOs it made are removed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use slog::info;
+
+use super::backend::TaskSpec;
+use super::events::EventKind;
+use super::{now_ns, ContainerError, ContainerIo, Pods};
+use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
+use crate::store::{Container, SandboxState};
+
+impl Pods {
+    /// StartContainer.
+    pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<(), ContainerError> {
+        let container = self.containers_store.get(id)?;
+        let me = self.clone();
+        tokio::spawn(async move {
+            container.begin_start()?;
+            let result = me.start_inner(&container).await;
+            if let Err(e) = &result {
+                let _ = container.start_failed(&e.to_string(), now_ns());
+                let cid = container.id().to_string();
+                let _ = me.tasks.delete(&cid).await;
+                if let Some(io) = me.io.remove(&cid) {
+                    let _ = io.fifos.remove();
+                }
+            }
+            result
+        })
+        .await
+        .map_err(ContainerError::Aborted)?
+    }
+
+    async fn start_inner(self: &Arc<Self>, container: &Container) -> Result<(), ContainerError> {
+        let id = container.id().to_string();
+        let meta = container.metadata().clone();
+        let sandbox = self.sandboxes.get(&meta.sandbox_id)?;
+        if sandbox.status().state != SandboxState::Ready {
+            return Err(ContainerError::SandboxNotReady(meta.sandbox_id.clone()));
+        }
+        let dir = self.io_dir(&id);
+        let fifos = FifoSet::create(
+            &dir,
+            &id,
+            FifoSpec {
+                stdin: meta.stdin,
+                tty: meta.tty,
+            },
+        )
+        .map_err(|e| ContainerError::Fifo {
+            action: "create FIFOs in",
+            path: dir.clone(),
+            source: e,
+        })?;
+        let log = if meta.log_path.is_empty() {
+            None
+        } else {
+            Some(Arc::new(
+                LogWriter::open(&meta.log_path, Some(crate::io::DEFAULT_MAX_LINE_SIZE))
+                    .await
+                    .map_err(|e| ContainerError::Log {
+                        action: "open the log file",
+                        path: PathBuf::from(&meta.log_path),
+                        source: e,
+                    })?,
+            ))
+        };
+        // Open our read ends before the shim opens its write ends; copy into the CRI log.
+        let mut copiers = Vec::new();
+        let streams: &[StreamKind] = if meta.tty {
+            &[StreamKind::Stdout]
+        } else {
+            &[StreamKind::Stdout, StreamKind::Stderr]
+        };
+        for &stream in streams {
+            let reader = match stream {
+                StreamKind::Stdout => fifos.open_stdout(),
+                StreamKind::Stderr => fifos.open_stderr(),
+            }
+            .map_err(|e| ContainerError::Fifo {
+                action: "open FIFO in",
+                path: dir.clone(),
+                source: e,
+            })?;
+            if let Some(w) = &log {
+                copiers.push(copy_stream(reader, stream, w.clone()));
+            } else {
+                // No log path: still drain, so the container never blocks on a full pipe.
+                copiers.push(tokio::spawn(async move {
+                    let mut reader = reader;
+                    let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
+                    crate::io::CopySummary::default()
+                }));
+            }
+        }
+        let io = Arc::new(ContainerIo {
+            fifos,
+            log: log.clone(),
+        });
+        self.io.insert(&id, io.clone());
+
+        let stdio = io.fifos.task_stdio();
+        let mounts = self.snapshots.mounts(&self.snapshotter, &id).await?;
+        self.tasks
+            .create(TaskSpec {
+                container_id: id.clone(),
+                rootfs: mounts,
+                stdin: stdio.stdin,
+                stdout: stdio.stdout,
+                stderr: stdio.stderr,
+                terminal: stdio.terminal,
+            })
+            .await?;
+        // Taken before the start: a process that exits at once must not finish before it
+        // started (its exit time comes from containerd).
+        let started_at = now_ns();
+        // Marked before the start: a `/tasks/exit` hint for a process that exits at once must
+        // leave the exit to the monitor (which drains the output first).
+        self.set_monitored(&id, true);
+        let pid = match self.tasks.start(&id).await {
+            Ok(pid) => pid,
+            Err(e) => {
+                self.set_monitored(&id, false);
+                return Err(e.into());
+            }
+        };
+        container.record_started(pid, started_at)?;
+        self.persist(container).await;
+        self.monitor_container_exit(container.clone(), copiers);
+        self.events
+            .emit(&id, &meta.sandbox_id, EventKind::Started, now_ns());
+        info!(self.log, "container started"; "container_id" => &id, "pid" => pid);
+        Ok(())
+    }
+}

@@ -1,0 +1,41 @@
+//! UpdateContainerResources and ReopenContainerLog.
+
+use super::{ContainerError, Pods};
+use crate::spec;
+use crate::store::ContainerState;
+
+impl Pods {
+    /// UpdateContainerResources: new limits applied to the running task's cgroup. (The spec on
+    /// the containerd record keeps the limits of creation; a restarted task would get those.)
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        resources: &spec::Resources,
+    ) -> Result<(), ContainerError> {
+        let container = self.containers_store.get(id)?;
+        let linux = spec::resources::linux_resources(resources, &self.host)?;
+        let json = serde_json::to_vec(&linux).map_err(ContainerError::Encode)?;
+        if container.state() == ContainerState::Running {
+            self.tasks.update_resources(container.id(), json).await?;
+        }
+        Ok(())
+    }
+
+    /// ReopenContainerLog: a new log file at the same path (kubelet rotated the old one).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), ContainerError> {
+        let container = self.containers_store.get(id)?;
+        if container.state() != ContainerState::Running {
+            return Err(ContainerError::NotRunning(container.id().to_string()));
+        }
+        if let Some(io) = self.io.get(container.id()) {
+            if let Some(w) = &io.log {
+                w.reopen().await.map_err(|e| ContainerError::Log {
+                    action: "reopen the log file",
+                    path: w.path().to_path_buf(),
+                    source: e,
+                })?;
+            }
+        }
+        Ok(())
+    }
+}

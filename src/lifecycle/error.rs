@@ -1,0 +1,298 @@
+//! Why a lifecycle operation failed: [`SandboxError`] and [`ContainerError`], and what a
+//! rollback that did not complete adds to them ([`RollbackError`]). Each keeps its cause as
+//! its `source`; the CRI layer maps them to gRPC codes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::mount::MountError;
+use super::sandbox_files::FilesError;
+use crate::containerd::error::ContainerdError;
+use crate::failpoint::Fired;
+use crate::images::pull::PullError;
+use crate::io::{FifoError, LogError};
+use crate::net::netns::NetnsError;
+use crate::net::NetError;
+use crate::spec::SpecError;
+use crate::store::{IdError, NameError, StoreError, TransitionError};
+
+/// Why a sandbox operation failed.
+#[derive(Debug, Error)]
+pub enum SandboxError {
+    /// The runtime handler is not configured.
+    #[error("runtime handler {0:?} is not configured (only \"\" and \"runc\" are)")]
+    UnknownRuntimeHandler(String),
+    /// The pod's name is taken.
+    #[error("pod sandbox name is in use: {0}")]
+    Name(#[from] NameError),
+    /// No id could be generated.
+    #[error(transparent)]
+    Id(#[from] IdError),
+    /// The pause image could not be pulled.
+    #[error("sandbox image: {0}")]
+    Image(#[source] Box<PullError>),
+    /// The pause image's config is unreadable.
+    #[error("sandbox image {image}: invalid config: {reason}")]
+    ImageConfig {
+        /// The image.
+        image: String,
+        /// Why (the image side's parse error, as text: its type is the image side's).
+        reason: String,
+    },
+    /// Creating or removing the network namespace failed.
+    #[error("network namespace: {0}")]
+    Netns(#[from] NetnsError),
+    /// CNI failed.
+    #[error("pod network: {0}")]
+    Network(#[source] Box<NetError>),
+    /// The pod's files could not be made.
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    /// The spec could not be generated.
+    #[error("pod spec: {0}")]
+    Spec(#[from] SpecError),
+    /// The spec could not be serialised.
+    #[error("pod spec: cannot serialise: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// containerd failed.
+    #[error(transparent)]
+    Containerd(#[from] ContainerdError),
+    /// The index refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The operation's task panicked or was aborted.
+    #[error("pod sandbox operation did not complete: {0}")]
+    Aborted(#[source] tokio::task::JoinError),
+    /// A container of the pod could not be stopped or removed.
+    #[error("container {id} of the pod: {source}")]
+    Container {
+        /// The container.
+        id: String,
+        /// Why.
+        source: Box<ContainerError>,
+    },
+    /// The intent could not be recorded (see [`super::journal`]).
+    #[error("cannot record the pod sandbox operation in {}: {source}", path.display())]
+    Journal {
+        /// The intents dir.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A test failpoint fired.
+    #[error(transparent)]
+    Failpoint(#[from] Fired),
+    /// The operation failed and undoing what it had made failed too (the intent stays, for
+    /// the sweep): both are reported.
+    #[error("{source}; {rollback}")]
+    RolledBackPartly {
+        /// The failure that started the rollback.
+        source: Box<SandboxError>,
+        /// The undo steps that failed.
+        rollback: RollbackError,
+    },
+}
+
+/// Why a container operation failed.
+#[derive(Debug, Error)]
+pub enum ContainerError {
+    /// The pod does not exist.
+    #[error("pod sandbox {0:?} not found")]
+    SandboxNotFound(String),
+    /// The pod is not ready.
+    #[error("pod sandbox {0} is not ready")]
+    SandboxNotReady(String),
+    /// The image is not present (kubelet pulls before it creates).
+    #[error("image {0:?} not found: pull it first")]
+    ImageNotFound(String),
+    /// The name is taken.
+    #[error("container name is in use: {0}")]
+    Name(#[from] NameError),
+    /// No id could be generated.
+    #[error(transparent)]
+    Id(#[from] IdError),
+    /// The image config is unreadable.
+    #[error("image {image}: invalid config: {reason}")]
+    ImageConfig {
+        /// The image.
+        image: String,
+        /// Why (the image side's parse error, as text: its type is the image side's).
+        reason: String,
+    },
+    /// The root filesystem could not be mounted to resolve the user.
+    #[error("reading the container's root filesystem: {0}")]
+    Rootfs(#[from] MountError),
+    /// The spec could not be generated (a bad request).
+    #[error("container spec: {0}")]
+    Spec(#[from] SpecError),
+    /// A host-side step failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Host {
+        /// What.
+        action: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The container's FIFOs could not be made or opened.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Fifo {
+        /// What.
+        action: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: FifoError,
+    },
+    /// The container's CRI log could not be opened.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Log {
+        /// What.
+        action: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: LogError,
+    },
+    /// The spec could not be serialised.
+    #[error("container spec: cannot serialise: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// containerd failed.
+    #[error(transparent)]
+    Containerd(#[from] ContainerdError),
+    /// The index refused (not found, wrong state).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The intent could not be recorded (see [`super::journal`]).
+    #[error("cannot record the container operation in {}: {source}", path.display())]
+    Journal {
+        /// The intents dir.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A test failpoint fired.
+    #[error(transparent)]
+    Failpoint(#[from] Fired),
+    /// The container is in the wrong state for the operation.
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    /// The operation's task panicked or was aborted.
+    #[error("container operation did not complete: {0}")]
+    Aborted(#[source] tokio::task::JoinError),
+    /// The container is not running (ReopenContainerLog, ExecSync).
+    #[error("container {0} is not running")]
+    NotRunning(String),
+    /// ExecSync without a command.
+    #[error("the command to execute is empty")]
+    EmptyCommand,
+    /// ExecSync's timeout passed; the process was killed.
+    #[error("command timed out after {0:?} and was killed")]
+    ExecTimeout(Duration),
+    /// The operation failed and undoing what it had made failed too (the intent stays, for
+    /// the sweep): both are reported.
+    #[error("{source}; {rollback}")]
+    RolledBackPartly {
+        /// The failure that started the rollback.
+        source: Box<ContainerError>,
+        /// The undo steps that failed.
+        rollback: RollbackError,
+    },
+}
+
+/// Why one undo step failed.
+#[derive(Debug, Error)]
+pub enum UndoError {
+    /// containerd failed.
+    #[error(transparent)]
+    Containerd(#[from] ContainerdError),
+    /// The network namespace could not be removed.
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    /// CNI DEL failed.
+    #[error(transparent)]
+    Network(#[from] NetError),
+    /// The pod's files could not be removed.
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    /// A file-system step failed.
+    #[error("cannot remove {}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The step's blocking task panicked.
+    #[error("the step did not complete: {0}")]
+    Aborted(#[from] tokio::task::JoinError),
+    /// The step did not finish within its bound.
+    #[error("timed out after {0:?}")]
+    TimedOut(Duration),
+}
+
+/// One undo step that failed.
+#[derive(Debug)]
+pub struct FailedUndo {
+    /// The step, e.g. "remove rootfs snapshot".
+    pub step: &'static str,
+    /// Why.
+    pub error: UndoError,
+}
+
+/// The undo steps of a rollback that failed (the others ran).
+#[derive(Debug, Error)]
+#[error("rollback incomplete: {}", self.describe())]
+pub struct RollbackError {
+    /// The failed steps, in the order they ran.
+    pub failed: Vec<FailedUndo>,
+}
+
+impl RollbackError {
+    fn describe(&self) -> String {
+        self.failed
+            .iter()
+            .map(|f| format!("{}: {}", f.step, f.error))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+/// An error that can carry a rollback's failures beside itself.
+pub(crate) trait WithRollback: Sized {
+    /// `self`, with `rollback` reported beside it.
+    fn with_rollback(self, rollback: RollbackError) -> Self;
+}
+
+impl WithRollback for SandboxError {
+    fn with_rollback(self, rollback: RollbackError) -> Self {
+        SandboxError::RolledBackPartly {
+            source: Box::new(self),
+            rollback,
+        }
+    }
+}
+
+impl WithRollback for ContainerError {
+    fn with_rollback(self, rollback: RollbackError) -> Self {
+        ContainerError::RolledBackPartly {
+            source: Box::new(self),
+            rollback,
+        }
+    }
+}
+
+impl From<PullError> for SandboxError {
+    fn from(e: PullError) -> Self {
+        SandboxError::Image(Box::new(e))
+    }
+}
+
+impl From<NetError> for SandboxError {
+    fn from(e: NetError) -> Self {
+        SandboxError::Network(Box::new(e))
+    }
+}

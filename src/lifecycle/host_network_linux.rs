@@ -1,0 +1,51 @@
+//! The pod network over the host: network namespaces bind-mounted under the state dir, and the
+//! CNI plugins run against them.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use super::backend::PodNetwork;
+use crate::net::netns::{self, NetnsDir, NetnsError};
+use crate::net::{NetError, PodNetInfo};
+
+/// Network namespaces in `netns_dir`, CNI through [`crate::net::PodNetwork`].
+pub struct HostNetwork {
+    cni: crate::net::PodNetwork,
+    /// Prepared on first use, so a remora that never runs a pod mounts nothing.
+    netns: tokio::sync::OnceCell<NetnsDir>,
+    netns_dir: PathBuf,
+}
+
+impl HostNetwork {
+    /// Namespaces in `netns_dir` (prepared lazily), CNI by `cni`.
+    pub fn new(cni: crate::net::PodNetwork, netns_dir: PathBuf) -> Self {
+        Self {
+            cni,
+            netns: tokio::sync::OnceCell::new(),
+            netns_dir,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl PodNetwork for HostNetwork {
+    async fn create_netns(&self, id: &str) -> Result<PathBuf, NetnsError> {
+        let dir = self
+            .netns
+            .get_or_try_init(|| NetnsDir::prepare(self.netns_dir.clone()))
+            .await?;
+        dir.create(id).await
+    }
+
+    async fn remove_netns(&self, path: &Path) -> Result<(), NetnsError> {
+        netns::remove(path).await
+    }
+
+    async fn setup(&self, pod: &PodNetInfo) -> Result<Vec<IpAddr>, NetError> {
+        Ok(self.cni.setup(pod).await?.ips)
+    }
+
+    async fn teardown(&self, pod: &PodNetInfo) -> Result<(), NetError> {
+        self.cni.teardown(pod).await
+    }
+}

@@ -1,0 +1,288 @@
+//! RunPodSandbox, all or nothing, and the pause task's exit monitor.
+//!
+//! name reserved → pause image present → netns created → CNI ADD → pod files (+ shm tmpfs)
+//! → creation lease → rootfs snapshot → OCI spec → containerd container record → task created
+//! and started → lease dropped → indexed as Ready, with an exit monitor on the pause task.
+//!
+//! Every step that makes something registers its undo on the transaction ([`super::tx`]); if a
+//! later step fails, the undos run in reverse.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use slog::{info, warn, Logger};
+
+use super::backend::{ContainerRecord, TaskSpec};
+use super::events::EventKind;
+use super::journal::Intent;
+use super::sandbox_files::{self, Dns, FilesRequest};
+use super::tx::Tx;
+use super::SandboxError;
+use super::{exit_ns, image_config, kill_and_delete, now_ns, wait_through_outages, Pods};
+use crate::images::store::ImageInfo;
+use crate::net::{PodNetInfo, PortMapping};
+use crate::spec::{self, NamespaceMode, SandboxConfig};
+use crate::store::persist::SANDBOX_EXTENSION;
+use crate::store::{
+    encode_extension, generate_id, sandbox_name_key, to_labels, ExitOutcome, Sandbox,
+    SandboxMetadata, SandboxStatus,
+};
+
+/// A RunPodSandbox request in domain terms.
+#[derive(Debug, Clone, Default)]
+pub struct RunSandbox {
+    /// The pod config.
+    pub config: SandboxConfig,
+    /// `metadata.attempt`.
+    pub attempt: u32,
+    /// Pod labels.
+    pub labels: HashMap<String, String>,
+    /// DNS config; `None` → the host's resolv.conf.
+    pub dns: Option<Dns>,
+    /// Host port mappings.
+    pub port_mappings: Vec<PortMapping>,
+    /// Runtime handler ("" = default).
+    pub runtime_handler: String,
+    /// The raw request config, kept on the record.
+    pub config_json: Vec<u8>,
+}
+
+impl Pods {
+    /// RunPodSandbox. Returns the sandbox id.
+    pub async fn run_sandbox(self: &Arc<Self>, req: RunSandbox) -> Result<String, SandboxError> {
+        let me = self.clone();
+        // Own task: a cancelled RPC must not cut the operation (and its rollback) short.
+        tokio::spawn(async move {
+            let id = generate_id()?;
+            let log = me.log.new(slog::o!("pod_id" => id.clone()));
+            let cfg = &req.config;
+            let host_network = cfg.security.namespaces.network == NamespaceMode::Node;
+            let intent = Intent::Sandbox {
+                id: id.clone(),
+                name: cfg.name.clone(),
+                namespace: cfg.namespace.clone(),
+                uid: cfg.uid.clone(),
+                netns_path: (!host_network).then(|| me.netns_dir.join(&id)),
+            };
+            let mut tx = me.begin(intent).map_err(|source| SandboxError::Journal {
+                path: me.journal.dir().to_path_buf(),
+                source,
+            })?;
+            let result = me.run_inner(&req, &mut tx, &log).await;
+            me.finish(tx, result, &log).await.map(|()| id)
+        })
+        .await
+        .map_err(SandboxError::Aborted)?
+    }
+
+    async fn run_inner(
+        self: &Arc<Self>,
+        req: &RunSandbox,
+        tx: &mut Tx,
+        log: &Logger,
+    ) -> Result<(), SandboxError> {
+        let id = &tx.id().to_string();
+        let cfg = &req.config;
+        let runtime = self.runtime_for(&req.runtime_handler)?;
+        let name_key = sandbox_name_key(&cfg.name, &cfg.namespace, &cfg.uid, req.attempt);
+        let reservation = self.names.reserve_guarded(&name_key, id)?;
+
+        let image = self.sandbox_image().await?;
+        let image_config = image_config(&image).map_err(|reason| SandboxError::ImageConfig {
+            image: self.sandbox_image.clone(),
+            reason,
+        })?;
+
+        let ns = &cfg.security.namespaces;
+        let host_network = ns.network == NamespaceMode::Node;
+        let mut netns_path = None;
+        let mut ips = Vec::new();
+        if !host_network {
+            let path = self.network.create_netns(id).await?;
+            let (network, p) = (self.network.clone(), path.clone());
+            tx.on_undo("remove network namespace", async move {
+                network.remove_netns(&p).await
+            });
+            let info = PodNetInfo {
+                id: id.to_string(),
+                name: cfg.name.clone(),
+                namespace: cfg.namespace.clone(),
+                uid: cfg.uid.clone(),
+                port_mappings: req.port_mappings.clone(),
+                netns_path: path.clone(),
+                bandwidth: None,
+                dns: None,
+            };
+            // The network undoes its own partial ADD; once it succeeded, DEL is ours.
+            ips = self.network.setup(&info).await?;
+            let network = self.network.clone();
+            tx.on_undo("CNI DEL", async move { network.teardown(&info).await });
+            netns_path = Some(path);
+        }
+        crate::failpoint::hit("sandbox.after_network", &cfg.name).await?;
+
+        // No hostname asked for: the node's, as containerd does (pod names can be longer than
+        // a hostname may be).
+        let hostname = if cfg.hostname.is_empty() {
+            self.host.node_hostname.clone()
+        } else {
+            cfg.hostname.clone()
+        };
+        let dir = self.sandbox_dir(id);
+        let files = sandbox_files::prepare(
+            &dir,
+            &FilesRequest {
+                hostname: hostname.clone(),
+                dns: req.dns.clone(),
+                host_network,
+                host_ipc: ns.ipc == NamespaceMode::Node,
+            },
+        )?;
+        let d = dir.clone();
+        tx.on_undo("remove pod files", async move {
+            super::blocking(move || sandbox_files::remove(&d)).await??;
+            Ok::<(), super::UndoError>(())
+        });
+
+        let lease = self.creation_lease(tx).await?;
+        let mounts = self
+            .snapshots
+            .prepare(&lease, &self.snapshotter, id, &image.chain_id)
+            .await?;
+        let (snaps, snapshotter, key) = (
+            self.snapshots.clone(),
+            self.snapshotter.clone(),
+            id.to_string(),
+        );
+        tx.on_undo("remove rootfs snapshot", async move {
+            snaps.remove(&snapshotter, &key).await
+        });
+        crate::failpoint::hit("sandbox.after_snapshot", &cfg.name).await?;
+
+        let mut sandbox_cfg = cfg.clone();
+        sandbox_cfg.hostname = hostname.clone();
+        let spec = spec::sandbox_spec(&spec::SandboxInputs {
+            id,
+            config: &sandbox_cfg,
+            image: &image_config,
+            image_name: &self.sandbox_image,
+            rootfs: None,
+            netns_path: netns_path.as_deref(),
+            files: &files,
+            host: &self.host,
+            unprivileged_ports: false,
+            unprivileged_icmp: false,
+        })?;
+        let spec_json = serde_json::to_vec(&spec).map_err(SandboxError::Encode)?;
+
+        let mut ip_strings: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+        let primary = if ip_strings.is_empty() {
+            String::new()
+        } else {
+            ip_strings.remove(0)
+        };
+        let metadata = SandboxMetadata {
+            id: id.to_string(),
+            name: cfg.name.clone(),
+            namespace: cfg.namespace.clone(),
+            uid: cfg.uid.clone(),
+            attempt: req.attempt,
+            labels: req.labels.clone(),
+            annotations: cfg.annotations.clone(),
+            runtime_handler: req.runtime_handler.clone(),
+            created_at: now_ns(),
+            netns_path: netns_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            ip: primary,
+            additional_ips: ip_strings,
+            hostname,
+            log_directory: cfg.log_directory.clone(),
+            namespace_options: ns.clone(),
+            cgroup_parent: cfg.cgroup_parent.clone(),
+            config_json: req.config_json.clone(),
+        };
+        self.containers
+            .create(ContainerRecord {
+                id: id.to_string(),
+                image: self.sandbox_image.clone(),
+                labels: to_labels(&metadata),
+                spec: spec_json,
+                runtime,
+                snapshotter: self.snapshotter.clone(),
+                snapshot_key: id.to_string(),
+                extensions: HashMap::from([(
+                    SANDBOX_EXTENSION.to_string(),
+                    encode_extension(&metadata),
+                )]),
+            })
+            .await?;
+        let (containers, key) = (self.containers.clone(), id.to_string());
+        tx.on_undo("delete container record", async move {
+            containers.delete(&key).await
+        });
+
+        self.tasks
+            .create(TaskSpec {
+                container_id: id.to_string(),
+                rootfs: mounts,
+                ..Default::default()
+            })
+            .await?;
+        let (tasks, key) = (self.tasks.clone(), id.to_string());
+        tx.on_undo("delete task", async move {
+            kill_and_delete(tasks.as_ref(), &key).await
+        });
+        crate::failpoint::hit("sandbox.after_task", &cfg.name).await?;
+        let pid = self.tasks.start(id).await?;
+        // The container record now holds the snapshot; the creation lease can go.
+        self.leases.delete(&lease, false).await?;
+
+        let sandbox = Sandbox::new(metadata, SandboxStatus::ready(pid));
+        self.sandboxes.add(sandbox.clone())?;
+        reservation.keep();
+        tx.commit();
+        self.monitor_exit(sandbox);
+        self.events.emit(id, id, EventKind::Created, now_ns());
+        self.events.emit(id, id, EventKind::Started, now_ns());
+        info!(log, "pod sandbox running"; "pid" => pid, "name" => &cfg.name, "namespace" => &cfg.namespace);
+        Ok(())
+    }
+
+    fn runtime_for(&self, handler: &str) -> Result<String, SandboxError> {
+        match handler {
+            "" | "runc" => Ok(self.runtime_type.clone()),
+            other => Err(SandboxError::UnknownRuntimeHandler(other.to_string())),
+        }
+    }
+
+    async fn sandbox_image(&self) -> Result<ImageInfo, SandboxError> {
+        if let Some(info) = self.images.get(&self.sandbox_image) {
+            return Ok(info);
+        }
+        Ok(self.images.pull(&self.sandbox_image).await?)
+    }
+
+    /// Records the pause task's exit when it happens (Task.Wait is the truth for exits).
+    pub(crate) fn monitor_exit(self: &Arc<Self>, sandbox: Sandbox) {
+        let tasks = self.tasks.clone();
+        let log = self.log.new(slog::o!("pod_id" => sandbox.id().to_string()));
+        tokio::spawn(async move {
+            match wait_through_outages(tasks.as_ref(), sandbox.id(), || {
+                sandbox.status().exit_code.is_none()
+            })
+            .await
+            {
+                Ok(exit) => {
+                    let at = exit_ns(exit.at);
+                    if sandbox.record_exit(exit.status as i32, at) == ExitOutcome::Recorded {
+                        info!(log, "pod sandbox task exited"; "exit_status" => exit.status);
+                    }
+                }
+                // The connection to containerd broke: the recovery issue re-attaches monitors.
+                Err(e) => warn!(log, "lost the wait on the pod sandbox task"; "error" => %e),
+            }
+        });
+    }
+}

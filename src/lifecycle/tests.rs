@@ -1,0 +1,681 @@
+//! Rollback unit tests: each mutating operation runs over recording fakes ([`fakes`]) with one
+//! step made to fail in turn; the tests assert the exact undo sequence, what is left of the
+//! object (nothing), and what the journal keeps (nothing, unless an undo step failed too).
+//!
+//! Host effects stay real but harmless: pod files and FIFOs go to a temp dir, network
+//! namespaces are faked, and CreateContainer bind-mounts an empty temp dir as the rootfs
+//! (which needs root, as the test bed has).
+
+mod fakes;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fakes::{Call, CallLog, FakeContainerd, FakeImages, FakeNetwork};
+
+use super::{
+    creation_lease_id, Backends, ContainerError, CreateRequest, Pods, PodsConfig, RunSandbox,
+    SandboxError,
+};
+use crate::images::store::ImageInfo;
+use crate::spec::{ContainerConfig, HostFacts, NamespaceMode, SandboxConfig};
+use crate::store::{
+    container_name_key, sandbox_name_key, ContainerMetadata, ContainerState, SandboxState,
+};
+
+const PAUSE: &str = "registry.k8s.io/pause:3.10";
+const APP: &str = "docker.io/library/app:1";
+const KILL: u32 = libc::SIGKILL as u32;
+
+struct Bed {
+    pods: Arc<Pods>,
+    log: CallLog,
+    containerd: FakeContainerd,
+    _dir: tempfile::TempDir,
+    state_dir: PathBuf,
+}
+
+fn image(id: &str) -> ImageInfo {
+    ImageInfo {
+        id: id.into(),
+        repo_tags: BTreeSet::new(),
+        repo_digests: BTreeSet::new(),
+        size: 1,
+        user: String::new(),
+        chain_id: format!("{id}-chain"),
+        pinned: false,
+        config_json: r#"{"architecture":"amd64","os":"linux","config":{"Cmd":["/bin/sh"]},"rootfs":{"type":"layers","diff_ids":[]}}"#.into(),
+    }
+}
+
+fn bed() -> Bed {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let state_dir = dir.path().join("state");
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(&rootfs).expect("the rootfs dir");
+    let log = CallLog::default();
+    let containerd = FakeContainerd::new(log.clone(), rootfs);
+    let shared = Arc::new(containerd.clone());
+    let pods = Pods::new(
+        PodsConfig {
+            state_dir: state_dir.clone(),
+            sandbox_image: PAUSE.into(),
+            snapshotter: "overlayfs".into(),
+            runtime_type: "io.containerd.runc.v2".into(),
+        },
+        Backends {
+            containers: shared.clone(),
+            tasks: shared.clone(),
+            snapshots: shared.clone(),
+            leases: shared,
+            images: Arc::new(FakeImages::new(
+                log.clone(),
+                vec![
+                    (PAUSE.into(), image("sha256:pause")),
+                    (APP.into(), image("sha256:app")),
+                ],
+            )),
+            network: Arc::new(FakeNetwork::new(log.clone(), state_dir.join("netns"))),
+        },
+        HostFacts::default(),
+        slog::Logger::root(slog::Discard, slog::o!()),
+    );
+    Bed {
+        pods: Arc::new(pods),
+        log,
+        containerd,
+        _dir: dir,
+        state_dir,
+    }
+}
+
+fn pod_request() -> RunSandbox {
+    let mut config = SandboxConfig {
+        name: "web".into(),
+        namespace: "default".into(),
+        uid: "uid-1".into(),
+        hostname: "web".into(),
+        ..Default::default()
+    };
+    // The host's IPC namespace: no /dev/shm tmpfs to mount for the pod.
+    config.security.namespaces.ipc = NamespaceMode::Node;
+    RunSandbox {
+        config,
+        ..Default::default()
+    }
+}
+
+/// The id the operation generated: the argument of its first recorded call.
+fn first_id(log: &CallLog) -> String {
+    match log.calls().first() {
+        Some(Call::NetnsCreate(id) | Call::LeaseCreate(id)) => {
+            id.strip_prefix("remora-create-").unwrap_or(id).to_string()
+        }
+        other => panic!("unexpected first call {other:?}"),
+    }
+}
+
+/// The calls that undo each RunPodSandbox step, in the order the steps are made.
+fn sandbox_undo(id: &str, netns: &Path) -> Vec<(&'static str, Vec<Call>)> {
+    let lease = creation_lease_id(id);
+    vec![
+        (
+            "network.create_netns",
+            vec![Call::NetnsRemove(netns.to_path_buf())],
+        ),
+        ("network.setup", vec![Call::CniDel(id.into())]),
+        ("leases.create", vec![Call::LeaseDelete(lease)]),
+        ("snapshots.prepare", vec![Call::SnapshotRemove(id.into())]),
+        ("containers.create", vec![Call::RecordDelete(id.into())]),
+        (
+            "tasks.create",
+            vec![
+                Call::TaskKill(id.into(), KILL, true),
+                Call::TaskWait(id.into()),
+                Call::TaskDelete(id.into()),
+            ],
+        ),
+    ]
+}
+
+/// RunPodSandbox with `op`'s first call failing: the undo of every step made before it runs,
+/// newest first; nothing of the pod is left, and the intent is dropped.
+async fn run_sandbox_fails_at(op: &'static str) {
+    let b = bed();
+    b.log.fail(op, 1);
+    let err = b
+        .pods
+        .run_sandbox(pod_request())
+        .await
+        .expect_err("the scripted failure");
+    assert!(
+        matches!(
+            err,
+            SandboxError::Containerd(_) | SandboxError::Netns(_) | SandboxError::Network(_)
+        ),
+        "{op}: not the step's own error: {err:?}"
+    );
+    let id = first_id(&b.log);
+    let netns = b.state_dir.join("netns").join(&id);
+    // Steps made before the failing one (a failing step made nothing, except a failed lease
+    // delete after the task started, which is the last step).
+    let undo = sandbox_undo(&id, &netns);
+    let made: Vec<&(&str, Vec<Call>)> = match undo.iter().position(|(o, _)| *o == op) {
+        Some(i) => undo[..i].iter().collect(),
+        None => undo.iter().collect(),
+    };
+    let expected: Vec<Call> = made.iter().rev().flat_map(|(_, c)| c.clone()).collect();
+    assert_eq!(b.log.after_failure(), expected, "{op}: undo sequence");
+
+    assert!(!b.containerd.has_record(&id), "{op}: record left");
+    assert!(!b.containerd.has_task(&id), "{op}: task left");
+    assert!(b.pods.sandboxes.get(&id).is_err(), "{op}: indexed");
+    assert!(
+        !b.state_dir.join("sandboxes").join(&id).exists(),
+        "{op}: pod files left"
+    );
+    assert_eq!(
+        b.pods
+            .names
+            .holder(&sandbox_name_key("web", "default", "uid-1", 0)),
+        None,
+        "{op}: name still reserved"
+    );
+    assert!(
+        !b.state_dir
+            .join("pending")
+            .join(format!("{id}.json"))
+            .exists(),
+        "{op}: intent kept"
+    );
+    assert!(!b.pods.journal.is_stale(&id), "{op}: intent deferred");
+}
+
+#[tokio::test]
+async fn run_sandbox_netns_creation_fails_nothing_to_undo() {
+    run_sandbox_fails_at("network.create_netns").await;
+}
+
+#[tokio::test]
+async fn run_sandbox_cni_add_fails_netns_removed() {
+    run_sandbox_fails_at("network.setup").await;
+}
+
+#[tokio::test]
+async fn run_sandbox_lease_fails_cni_del_then_netns_removed() {
+    run_sandbox_fails_at("leases.create").await;
+}
+
+#[tokio::test]
+async fn run_sandbox_snapshot_fails_lease_cni_netns_undone() {
+    run_sandbox_fails_at("snapshots.prepare").await;
+}
+
+#[tokio::test]
+async fn run_sandbox_record_fails_snapshot_removed_first() {
+    run_sandbox_fails_at("containers.create").await;
+}
+
+#[tokio::test]
+async fn run_sandbox_task_create_fails_record_deleted_first() {
+    run_sandbox_fails_at("tasks.create").await;
+}
+
+#[tokio::test]
+async fn run_sandbox_task_start_fails_task_killed_and_deleted_first() {
+    run_sandbox_fails_at("tasks.start").await;
+}
+
+#[tokio::test]
+async fn run_sandbox_lease_release_fails_everything_undone() {
+    run_sandbox_fails_at("leases.delete").await;
+}
+
+#[tokio::test]
+async fn run_sandbox_succeeds_in_order_and_drops_its_intent() {
+    let b = bed();
+    let id = b.pods.run_sandbox(pod_request()).await.expect("a pod");
+    let netns = b.state_dir.join("netns").join(&id);
+    let lease = creation_lease_id(&id);
+    // The exit monitor's Task.Wait may follow; the operation's own calls come first.
+    let calls = b.log.calls();
+    assert_eq!(
+        calls[..8],
+        [
+            Call::NetnsCreate(id.clone()),
+            Call::CniAdd(id.clone()),
+            Call::LeaseCreate(lease.clone()),
+            Call::SnapshotPrepare(lease.clone(), id.clone(), "sha256:pause-chain".into()),
+            Call::RecordCreate(id.clone()),
+            Call::TaskCreate(id.clone()),
+            Call::TaskStart(id.clone()),
+            Call::LeaseDelete(lease),
+        ]
+    );
+    let sb = b.pods.sandboxes.get(&id).expect("indexed").snapshot();
+    assert_eq!(sb.status.state, SandboxState::Ready);
+    assert_eq!(sb.metadata.netns_path, netns.display().to_string());
+    assert_eq!(sb.metadata.ip, "10.88.0.7");
+    assert!(!b
+        .state_dir
+        .join("pending")
+        .join(format!("{id}.json"))
+        .exists());
+}
+
+#[tokio::test]
+async fn run_sandbox_failed_undo_is_reported_and_the_intent_kept() {
+    let b = bed();
+    b.log.fail("tasks.create", 1);
+    b.log.fail("snapshots.remove", 1);
+    let err = b
+        .pods
+        .run_sandbox(pod_request())
+        .await
+        .expect_err("the scripted failure");
+    let id = first_id(&b.log);
+    let SandboxError::RolledBackPartly { source, rollback } = &err else {
+        panic!("the rollback failure is not reported: {err:?}");
+    };
+    assert!(
+        matches!(source.as_ref(), SandboxError::Containerd(_)),
+        "{source:?}"
+    );
+    let failed: Vec<&str> = rollback.failed.iter().map(|f| f.step).collect();
+    assert_eq!(failed, ["remove rootfs snapshot"]);
+    assert!(err.to_string().contains("remove rootfs snapshot"), "{err}");
+    // The other undo steps still ran, in order.
+    let netns = b.state_dir.join("netns").join(&id);
+    assert_eq!(
+        b.log.after_failure(),
+        [
+            Call::RecordDelete(id.clone()),
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(creation_lease_id(&id)),
+            Call::CniDel(id.clone()),
+            Call::NetnsRemove(netns),
+        ]
+    );
+    // The intent stays on disk and joins the stale ones, for the sweep.
+    assert!(b
+        .state_dir
+        .join("pending")
+        .join(format!("{id}.json"))
+        .exists());
+    assert!(b.pods.journal.is_stale(&id));
+}
+
+#[tokio::test]
+async fn run_sandbox_on_the_host_network_makes_no_netns() {
+    let b = bed();
+    let mut req = pod_request();
+    req.config.security.namespaces.network = NamespaceMode::Node;
+    b.log.fail("tasks.create", 1);
+    b.pods
+        .run_sandbox(req)
+        .await
+        .expect_err("the scripted failure");
+    let id = first_id(&b.log);
+    assert_eq!(
+        b.log.after_failure(),
+        [
+            Call::RecordDelete(id.clone()),
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(creation_lease_id(&id)),
+        ]
+    );
+}
+
+/// A bed with one ready pod; the log starts empty.
+async fn bed_with_pod() -> (Bed, String) {
+    let b = bed();
+    let pod = b.pods.run_sandbox(pod_request()).await.expect("a pod");
+    // Let the pause task's exit monitor make its Task.Wait call before the log is cleared.
+    for _ in 0..100 {
+        if b.log.calls().contains(&Call::TaskWait(pod.clone())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    b.log.clear();
+    (b, pod)
+}
+
+fn create_request(pod: &str) -> CreateRequest {
+    CreateRequest {
+        sandbox_id: pod.into(),
+        config: ContainerConfig::default(),
+        metadata: ContainerMetadata {
+            name: "app".into(),
+            ..Default::default()
+        },
+        image: APP.into(),
+        target_id: None,
+        sandbox_config: None,
+    }
+}
+
+/// CreateContainer with `op`'s first call failing: the undo of every step made before it
+/// runs, newest first; no container, no name, no intent left.
+async fn create_container_fails_at(op: &'static str, undo: fn(&str) -> Vec<Call>) {
+    let (b, pod) = bed_with_pod().await;
+    b.log.fail(op, 1);
+    let err = b
+        .pods
+        .create_container(create_request(&pod))
+        .await
+        .expect_err("the scripted failure");
+    assert!(
+        matches!(err, ContainerError::Containerd(_)),
+        "{op}: {err:?}"
+    );
+    let id = first_id(&b.log);
+    assert_eq!(b.log.after_failure(), undo(&id), "{op}: undo sequence");
+    assert!(!b.containerd.has_record(&id), "{op}: record left");
+    assert!(b.pods.containers_store.get(&id).is_err(), "{op}: indexed");
+    assert_eq!(
+        b.pods
+            .names
+            .holder(&container_name_key("app", "web", "default", "uid-1", 0)),
+        None,
+        "{op}: name still reserved"
+    );
+    assert!(!b
+        .state_dir
+        .join("pending")
+        .join(format!("{id}.json"))
+        .exists());
+    assert!(!b.state_dir.join("tmpmounts").join(&id).exists());
+}
+
+#[tokio::test]
+async fn create_container_lease_fails_nothing_to_undo() {
+    create_container_fails_at("leases.create", |_| vec![]).await;
+}
+
+#[tokio::test]
+async fn create_container_snapshot_fails_lease_deleted() {
+    create_container_fails_at("snapshots.prepare", |id| {
+        vec![Call::LeaseDelete(creation_lease_id(id))]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn create_container_record_fails_snapshot_removed_then_lease_deleted() {
+    create_container_fails_at("containers.create", |id| {
+        vec![
+            Call::SnapshotRemove(id.into()),
+            Call::LeaseDelete(creation_lease_id(id)),
+        ]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn create_container_succeeds_and_a_failed_lease_release_is_no_failure() {
+    let (b, pod) = bed_with_pod().await;
+    b.log.fail("leases.delete", 1);
+    let id = b
+        .pods
+        .create_container(create_request(&pod))
+        .await
+        .expect("a container");
+    let lease = creation_lease_id(&id);
+    assert_eq!(
+        b.log.calls(),
+        [
+            Call::LeaseCreate(lease.clone()),
+            Call::SnapshotPrepare(lease.clone(), id.clone(), "sha256:app-chain".into()),
+            Call::RecordCreate(id.clone()),
+            Call::LeaseDelete(lease),
+        ]
+    );
+    assert_eq!(
+        b.pods.containers_store.get(&id).expect("indexed").state(),
+        ContainerState::Created
+    );
+    assert!(!b
+        .state_dir
+        .join("pending")
+        .join(format!("{id}.json"))
+        .exists());
+}
+
+#[tokio::test]
+async fn create_container_failed_undo_is_reported_and_the_intent_kept() {
+    let (b, pod) = bed_with_pod().await;
+    b.log.fail("containers.create", 1);
+    b.log.fail("leases.delete", 1);
+    let err = b
+        .pods
+        .create_container(create_request(&pod))
+        .await
+        .expect_err("the scripted failure");
+    let id = first_id(&b.log);
+    let ContainerError::RolledBackPartly { rollback, .. } = &err else {
+        panic!("the rollback failure is not reported: {err:?}");
+    };
+    let failed: Vec<&str> = rollback.failed.iter().map(|f| f.step).collect();
+    assert_eq!(failed, ["delete creation lease"]);
+    assert!(b
+        .state_dir
+        .join("pending")
+        .join(format!("{id}.json"))
+        .exists());
+    assert!(b.pods.journal.is_stale(&id));
+}
+
+#[tokio::test]
+async fn create_container_in_an_unknown_pod_makes_nothing() {
+    let (b, _pod) = bed_with_pod().await;
+    let err = b
+        .pods
+        .create_container(create_request("nope"))
+        .await
+        .expect_err("no such pod");
+    assert!(matches!(err, ContainerError::SandboxNotFound(_)), "{err:?}");
+    assert_eq!(b.log.calls(), []);
+}
+
+/// A bed with one pod and one created container; the log starts empty.
+async fn bed_with_container() -> (Bed, String, String) {
+    let (b, pod) = bed_with_pod().await;
+    let id = b
+        .pods
+        .create_container(create_request(&pod))
+        .await
+        .expect("a container");
+    b.log.clear();
+    (b, pod, id)
+}
+
+/// StartContainer with `op`'s first call failing: the task (if made) is deleted, the FIFOs
+/// removed, and the container is EXITED with the reason (CRI has no way back to CREATED).
+async fn start_container_fails_at(op: &'static str) {
+    let (b, _pod, id) = bed_with_container().await;
+    b.log.fail(op, 1);
+    let err = b
+        .pods
+        .start_container(&id)
+        .await
+        .expect_err("the scripted failure");
+    assert!(
+        matches!(err, ContainerError::Containerd(_)),
+        "{op}: {err:?}"
+    );
+    assert_eq!(
+        b.log.after_failure(),
+        [Call::TaskDelete(id.clone())],
+        "{op}"
+    );
+    assert!(!b.containerd.has_task(&id), "{op}: task left");
+    let c = b.pods.containers_store.get(&id).expect("still indexed");
+    assert_eq!(c.state(), ContainerState::Exited, "{op}");
+    assert!(!b.pods.is_monitored(&id), "{op}: monitor flag left");
+    assert!(b.pods.io.get(&id).is_none(), "{op}: IO left");
+}
+
+#[tokio::test]
+async fn start_container_snapshot_mounts_fail_task_delete_tried() {
+    start_container_fails_at("snapshots.mounts").await;
+}
+
+#[tokio::test]
+async fn start_container_task_create_fails_task_delete_tried() {
+    start_container_fails_at("tasks.create").await;
+}
+
+#[tokio::test]
+async fn start_container_task_start_fails_task_deleted() {
+    start_container_fails_at("tasks.start").await;
+}
+
+#[tokio::test]
+async fn remove_container_record_delete_fails_the_container_stays() {
+    let (b, _pod, id) = bed_with_container().await;
+    b.log.fail("containers.delete", 1);
+    let err = b
+        .pods
+        .remove_container(&id)
+        .await
+        .expect_err("the scripted failure");
+    assert!(matches!(err, ContainerError::Containerd(_)), "{err:?}");
+    // Nothing after the failed step: the snapshot stays with the record that holds it.
+    assert_eq!(b.log.after_failure(), []);
+    let c = b.pods.containers_store.get(&id).expect("still indexed");
+    assert_eq!(c.state(), ContainerState::Created);
+    // A retry finishes the removal.
+    b.pods.remove_container(&id).await.expect("removed");
+    assert!(b.pods.containers_store.get(&id).is_err());
+    assert!(!b.containerd.has_record(&id));
+}
+
+#[tokio::test]
+async fn stop_container_kill_fails_the_error_is_returned() {
+    let (b, _pod, id) = bed_with_container().await;
+    b.pods.start_container(&id).await.expect("started");
+    b.log.fail("tasks.kill", 1);
+    let err = b
+        .pods
+        .stop_container(&id, Duration::from_secs(1))
+        .await
+        .expect_err("the scripted failure");
+    assert!(matches!(err, ContainerError::Containerd(_)), "{err:?}");
+    assert_eq!(
+        b.pods.containers_store.get(&id).expect("indexed").state(),
+        ContainerState::Running
+    );
+    // A retry stops it.
+    b.pods
+        .stop_container(&id, Duration::from_secs(1))
+        .await
+        .expect("stopped");
+    assert_eq!(
+        b.pods.containers_store.get(&id).expect("indexed").state(),
+        ContainerState::Exited
+    );
+}
+
+#[tokio::test]
+async fn stop_sandbox_kill_fails_the_pod_stays_ready() {
+    let (b, pod) = bed_with_pod().await;
+    b.log.fail("tasks.kill", 1);
+    let err = b
+        .pods
+        .stop_sandbox(&pod)
+        .await
+        .expect_err("the scripted failure");
+    assert!(matches!(err, SandboxError::Containerd(_)), "{err:?}");
+    assert_eq!(b.log.after_failure(), []);
+    let sb = b.pods.sandboxes.get(&pod).expect("indexed").snapshot();
+    assert_eq!(sb.status.state, SandboxState::Ready);
+    // A retry stops it: task killed and deleted, CNI DEL, netns removed.
+    let before = b.log.calls().len();
+    b.pods.stop_sandbox(&pod).await.expect("stopped");
+    let calls = b.log.calls()[before..].to_vec();
+    let netns = b.state_dir.join("netns").join(&pod);
+    assert!(
+        calls.ends_with(&[
+            Call::TaskDelete(pod.clone()),
+            Call::CniDel(pod.clone()),
+            Call::NetnsRemove(netns)
+        ]),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn remove_sandbox_record_delete_fails_the_pod_stays() {
+    let (b, pod) = bed_with_pod().await;
+    b.log.fail("containers.delete", 1);
+    let err = b
+        .pods
+        .remove_sandbox(&pod)
+        .await
+        .expect_err("the scripted failure");
+    assert!(matches!(err, SandboxError::Containerd(_)), "{err:?}");
+    assert_eq!(b.log.after_failure(), []);
+    assert!(b.pods.sandboxes.get(&pod).is_ok(), "the pod left the index");
+    assert!(b.containerd.has_record(&pod));
+    // A retry removes it.
+    b.pods.remove_sandbox(&pod).await.expect("removed");
+    assert!(b.pods.sandboxes.get(&pod).is_err());
+    assert!(!b.containerd.has_record(&pod));
+    assert!(!b.state_dir.join("sandboxes").join(&pod).exists());
+}
+
+#[tokio::test]
+async fn remove_sandbox_fails_when_a_container_cannot_be_removed() {
+    let (b, pod, id) = bed_with_container().await;
+    b.log.fail("containers.delete", 1);
+    let err = b
+        .pods
+        .remove_sandbox(&pod)
+        .await
+        .expect_err("the scripted failure");
+    assert!(
+        matches!(&err, SandboxError::Container { id: c, .. } if *c == id),
+        "{err:?}"
+    );
+    // The container's record delete failed first: the pod's own record is untouched.
+    assert!(b.containerd.has_record(&pod));
+    assert!(b.pods.containers_store.get(&id).is_ok());
+}
+
+#[tokio::test]
+async fn the_sweep_finishes_a_rollback_that_failed() {
+    let b = bed();
+    b.log.fail("tasks.create", 1);
+    b.log.fail("snapshots.remove", 1);
+    b.pods
+        .run_sandbox(pod_request())
+        .await
+        .expect_err("the scripted failure");
+    let id = first_id(&b.log);
+    assert!(b.pods.journal.is_stale(&id));
+    let before = b.log.calls().len();
+    let swept = b.pods.sweep_half_made().await;
+    assert_eq!((swept.intents, swept.failed), (1, 0));
+    let netns = b.state_dir.join("netns").join(&id);
+    // Every step again (each idempotent): the snapshot the rollback could not remove goes.
+    assert_eq!(
+        b.log.calls()[before..],
+        [
+            Call::TaskState(id.clone()),
+            Call::RecordDelete(id.clone()),
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(creation_lease_id(&id)),
+            Call::CniDel(id.clone()),
+            Call::NetnsRemove(netns),
+        ]
+    );
+    assert!(!b.pods.journal.is_stale(&id));
+    assert!(!b
+        .state_dir
+        .join("pending")
+        .join(format!("{id}.json"))
+        .exists());
+}

@@ -1,0 +1,487 @@
+//! Recording fakes of what lifecycle uses (containerd's records, tasks, snapshots and leases,
+//! the local images, the pod network): each call is stored with its typed arguments in one
+//! shared [`CallLog`], in order, and any operation can be made to fail on its Nth call (as
+//! youki's `TestHelperSyscall` does).
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::containerd::error::ContainerdError;
+use crate::images::backend::{Leases, Mount, Snapshots, Usage};
+use crate::images::pull::PullError;
+use crate::images::store::ImageInfo;
+use crate::lifecycle::backend::{
+    ContainerRecord, Containers, ExecStdio, Exit, LocalImages, PodNetwork, TaskSpec, TaskState,
+    TaskStatus, Tasks,
+};
+use crate::net::netns::NetnsError;
+use crate::net::{NetError, PodNetInfo};
+
+/// One call, with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// `Containers::create` of this id.
+    RecordCreate(String),
+    /// `Containers::get`.
+    RecordGet(String),
+    /// `Containers::set_extension` (id, key).
+    RecordSetExtension(String, String),
+    /// `Containers::delete`.
+    RecordDelete(String),
+    /// `Tasks::create` (container id, rootfs mounts, stdout FIFO set).
+    TaskCreate(String),
+    /// `Tasks::start`.
+    TaskStart(String),
+    /// `Tasks::kill` (id, signal, all).
+    TaskKill(String, u32, bool),
+    /// `Tasks::wait`.
+    TaskWait(String),
+    /// `Tasks::state`.
+    TaskState(String),
+    /// `Tasks::delete`.
+    TaskDelete(String),
+    /// `Snapshots::prepare` (lease, key, parent).
+    SnapshotPrepare(String, String, String),
+    /// `Snapshots::mounts`.
+    SnapshotMounts(String),
+    /// `Snapshots::remove`.
+    SnapshotRemove(String),
+    /// `Leases::create`.
+    LeaseCreate(String),
+    /// `Leases::delete`.
+    LeaseDelete(String),
+    /// `PodNetwork::create_netns`.
+    NetnsCreate(String),
+    /// `PodNetwork::remove_netns`.
+    NetnsRemove(PathBuf),
+    /// `PodNetwork::setup` (CNI ADD) of this pod id.
+    CniAdd(String),
+    /// `PodNetwork::teardown` (CNI DEL) of this pod id.
+    CniDel(String),
+    /// `LocalImages::pull`.
+    ImagePull(String),
+}
+
+impl Call {
+    /// The operation's name, as failures are scripted by.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Call::RecordCreate(_) => "containers.create",
+            Call::RecordGet(_) => "containers.get",
+            Call::RecordSetExtension(..) => "containers.set_extension",
+            Call::RecordDelete(_) => "containers.delete",
+            Call::TaskCreate(_) => "tasks.create",
+            Call::TaskStart(_) => "tasks.start",
+            Call::TaskKill(..) => "tasks.kill",
+            Call::TaskWait(_) => "tasks.wait",
+            Call::TaskState(_) => "tasks.state",
+            Call::TaskDelete(_) => "tasks.delete",
+            Call::SnapshotPrepare(..) => "snapshots.prepare",
+            Call::SnapshotMounts(_) => "snapshots.mounts",
+            Call::SnapshotRemove(_) => "snapshots.remove",
+            Call::LeaseCreate(_) => "leases.create",
+            Call::LeaseDelete(_) => "leases.delete",
+            Call::NetnsCreate(_) => "network.create_netns",
+            Call::NetnsRemove(_) => "network.remove_netns",
+            Call::CniAdd(_) => "network.setup",
+            Call::CniDel(_) => "network.teardown",
+            Call::ImagePull(_) => "images.pull",
+        }
+    }
+}
+
+#[derive(Default)]
+struct LogState {
+    calls: Vec<Call>,
+    counts: HashMap<&'static str, usize>,
+    /// op → the call numbers (1-based) that fail.
+    failing: HashMap<&'static str, HashSet<usize>>,
+}
+
+/// The shared, ordered record of every call to every fake, and the failure script.
+#[derive(Clone, Default)]
+pub struct CallLog(Arc<Mutex<LogState>>);
+
+impl CallLog {
+    fn state(&self) -> std::sync::MutexGuard<'_, LogState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes the `nth` (1-based) call of `op` fail.
+    pub fn fail(&self, op: &'static str, nth: usize) {
+        self.state().failing.entry(op).or_default().insert(nth);
+    }
+
+    /// Records `call`; whether it is scripted to fail.
+    fn record(&self, call: Call) -> bool {
+        let mut s = self.state();
+        let op = call.op();
+        let n = {
+            let c = s.counts.entry(op).or_default();
+            *c += 1;
+            *c
+        };
+        s.calls.push(call);
+        s.failing.get(op).is_some_and(|f| f.contains(&n))
+    }
+
+    /// Every call so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.state().calls.clone()
+    }
+
+    /// The calls after the first call to `op` that failed (the rollback, for an operation
+    /// that stops at its first failure).
+    pub fn after_failure(&self) -> Vec<Call> {
+        let s = self.state();
+        let mut counts: HashMap<&'static str, usize> = HashMap::new();
+        for (i, call) in s.calls.iter().enumerate() {
+            let n = counts.entry(call.op()).or_default();
+            *n += 1;
+            if s.failing.get(call.op()).is_some_and(|f| f.contains(n)) {
+                return s.calls[i + 1..].to_vec();
+            }
+        }
+        Vec::new()
+    }
+
+    /// Forgets the calls so far and restarts the call counts (the script stays).
+    pub fn clear(&self) {
+        let mut s = self.state();
+        s.calls.clear();
+        s.counts.clear();
+    }
+}
+
+fn failed(op: &'static str) -> ContainerdError {
+    ContainerdError::Call {
+        address: "/fake/containerd.sock".into(),
+        op,
+        code: tonic::Code::Unavailable,
+        message: "scripted failure".into(),
+    }
+}
+
+/// containerd, faked: records, tasks, snapshots and leases.
+#[derive(Clone)]
+pub struct FakeContainerd {
+    log: CallLog,
+    records: Arc<Mutex<HashMap<String, ContainerRecord>>>,
+    tasks: Arc<Mutex<HashMap<String, TaskState>>>,
+    /// What prepared snapshots mount: a bind mount of this directory.
+    rootfs: PathBuf,
+}
+
+impl FakeContainerd {
+    /// A containerd whose snapshots bind-mount `rootfs`.
+    pub fn new(log: CallLog, rootfs: PathBuf) -> Self {
+        Self {
+            log,
+            records: Default::default(),
+            tasks: Default::default(),
+            rootfs,
+        }
+    }
+
+    fn check(&self, call: Call) -> Result<(), ContainerdError> {
+        let op = call.op();
+        if self.log.record(call) {
+            return Err(failed(op));
+        }
+        Ok(())
+    }
+
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a record with this id exists.
+    pub fn has_record(&self, id: &str) -> bool {
+        Self::lock(&self.records).contains_key(id)
+    }
+
+    /// Whether a task for this id exists.
+    pub fn has_task(&self, id: &str) -> bool {
+        Self::lock(&self.tasks).contains_key(id)
+    }
+
+    fn mounts(&self) -> Vec<Mount> {
+        vec![Mount {
+            kind: "bind".into(),
+            source: self.rootfs.display().to_string(),
+            target: String::new(),
+            options: vec!["rbind".into(), "ro".into()],
+        }]
+    }
+}
+
+#[tonic::async_trait]
+impl Containers for FakeContainerd {
+    async fn create(&self, record: ContainerRecord) -> Result<(), ContainerdError> {
+        self.check(Call::RecordCreate(record.id.clone()))?;
+        Self::lock(&self.records).insert(record.id.clone(), record);
+        Ok(())
+    }
+    async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, ContainerdError> {
+        self.check(Call::RecordGet(id.into()))?;
+        Ok(Self::lock(&self.records).get(id).cloned())
+    }
+    async fn list(&self) -> Result<Vec<ContainerRecord>, ContainerdError> {
+        Ok(Self::lock(&self.records).values().cloned().collect())
+    }
+    async fn set_extension(
+        &self,
+        id: &str,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<(), ContainerdError> {
+        self.check(Call::RecordSetExtension(id.into(), key.into()))?;
+        if let Some(r) = Self::lock(&self.records).get_mut(id) {
+            r.extensions.insert(key.into(), value);
+        }
+        Ok(())
+    }
+    async fn delete(&self, id: &str) -> Result<(), ContainerdError> {
+        self.check(Call::RecordDelete(id.into()))?;
+        Self::lock(&self.records).remove(id);
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl Tasks for FakeContainerd {
+    async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError> {
+        self.check(Call::TaskCreate(spec.container_id.clone()))?;
+        let state = TaskState {
+            status: TaskStatus::Created,
+            pid: 4242,
+            exit_status: 0,
+            exited_at: None,
+        };
+        Self::lock(&self.tasks).insert(spec.container_id, state);
+        Ok(4242)
+    }
+    async fn start(&self, id: &str) -> Result<u32, ContainerdError> {
+        self.check(Call::TaskStart(id.into()))?;
+        if let Some(t) = Self::lock(&self.tasks).get_mut(id) {
+            t.status = TaskStatus::Running;
+        }
+        Ok(4242)
+    }
+    async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), ContainerdError> {
+        self.check(Call::TaskKill(id.into(), signal, all))?;
+        if let Some(t) = Self::lock(&self.tasks).get_mut(id) {
+            t.status = TaskStatus::Stopped;
+            t.exit_status = 128 + signal;
+        }
+        Ok(())
+    }
+    async fn wait(&self, id: &str) -> Result<Exit, ContainerdError> {
+        self.check(Call::TaskWait(id.into()))?;
+        loop {
+            match Self::lock(&self.tasks).get(id) {
+                None => {
+                    return Err(ContainerdError::Call {
+                        address: "/fake/containerd.sock".into(),
+                        op: "Tasks.Wait",
+                        code: tonic::Code::NotFound,
+                        message: "no task".into(),
+                    })
+                }
+                Some(t) if t.status == TaskStatus::Stopped => {
+                    return Ok(Exit {
+                        status: t.exit_status,
+                        at: None,
+                    })
+                }
+                Some(_) => {}
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+    async fn state(&self, id: &str) -> Result<Option<TaskState>, ContainerdError> {
+        self.check(Call::TaskState(id.into()))?;
+        Ok(Self::lock(&self.tasks).get(id).copied())
+    }
+    async fn delete(&self, id: &str) -> Result<Option<Exit>, ContainerdError> {
+        self.check(Call::TaskDelete(id.into()))?;
+        Ok(Self::lock(&self.tasks).remove(id).map(|t| Exit {
+            status: t.exit_status,
+            at: None,
+        }))
+    }
+    async fn exec(
+        &self,
+        _container_id: &str,
+        _exec_id: &str,
+        _process: Vec<u8>,
+        _stdio: ExecStdio,
+    ) -> Result<(), ContainerdError> {
+        Err(failed("Tasks.Exec"))
+    }
+    async fn start_exec(&self, _: &str, _: &str) -> Result<u32, ContainerdError> {
+        Err(failed("Tasks.Start"))
+    }
+    async fn wait_exec(&self, _: &str, _: &str) -> Result<Exit, ContainerdError> {
+        Err(failed("Tasks.Wait"))
+    }
+    async fn kill_exec(&self, _: &str, _: &str, _: u32) -> Result<(), ContainerdError> {
+        Err(failed("Tasks.Kill"))
+    }
+    async fn update_resources(&self, _: &str, _: Vec<u8>) -> Result<(), ContainerdError> {
+        Err(failed("Tasks.Update"))
+    }
+    async fn delete_exec(&self, _: &str, _: &str) -> Result<(), ContainerdError> {
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl Snapshots for FakeContainerd {
+    async fn exists(&self, _: &str, _: &str) -> Result<bool, ContainerdError> {
+        Ok(false)
+    }
+    async fn prepare(
+        &self,
+        lease: &str,
+        _snapshotter: &str,
+        key: &str,
+        parent: &str,
+    ) -> Result<Vec<Mount>, ContainerdError> {
+        self.check(Call::SnapshotPrepare(
+            lease.into(),
+            key.into(),
+            parent.into(),
+        ))?;
+        Ok(self.mounts())
+    }
+    async fn mounts(&self, _: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
+        self.check(Call::SnapshotMounts(key.into()))?;
+        Ok(self.mounts())
+    }
+    async fn commit(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: HashMap<String, String>,
+    ) -> Result<(), ContainerdError> {
+        Err(failed("Snapshots.Commit"))
+    }
+    async fn remove(&self, _: &str, key: &str) -> Result<(), ContainerdError> {
+        self.check(Call::SnapshotRemove(key.into()))
+    }
+    async fn list(&self, _: &str) -> Result<Vec<String>, ContainerdError> {
+        Ok(Vec::new())
+    }
+    async fn usage(&self, _: &str, _: &str) -> Result<Usage, ContainerdError> {
+        Ok(Usage::default())
+    }
+    async fn root(&self, _: &str) -> Result<Option<PathBuf>, ContainerdError> {
+        Ok(None)
+    }
+}
+
+#[tonic::async_trait]
+impl Leases for FakeContainerd {
+    async fn create(&self, id: &str, _expire_secs: u64) -> Result<(), ContainerdError> {
+        self.check(Call::LeaseCreate(id.into()))
+    }
+    async fn delete(&self, id: &str, _sync: bool) -> Result<(), ContainerdError> {
+        self.check(Call::LeaseDelete(id.into()))
+    }
+    async fn add_content(&self, _: &str, _: &str) -> Result<(), ContainerdError> {
+        Ok(())
+    }
+    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError> {
+        Ok(Vec::new())
+    }
+}
+
+/// The pod network, faked: namespaces are plain files in a temp dir.
+pub struct FakeNetwork {
+    log: CallLog,
+    dir: PathBuf,
+}
+
+impl FakeNetwork {
+    /// Namespaces as files under `dir`.
+    pub fn new(log: CallLog, dir: PathBuf) -> Self {
+        Self { log, dir }
+    }
+}
+
+fn netns_failed(path: &Path) -> NetnsError {
+    NetnsError::Io {
+        action: "create",
+        path: path.to_path_buf(),
+        source: std::io::Error::other("scripted failure"),
+    }
+}
+
+#[tonic::async_trait]
+impl PodNetwork for FakeNetwork {
+    async fn create_netns(&self, id: &str) -> Result<PathBuf, NetnsError> {
+        let path = self.dir.join(id);
+        if self.log.record(Call::NetnsCreate(id.into())) {
+            return Err(netns_failed(&path));
+        }
+        Ok(path)
+    }
+    async fn remove_netns(&self, path: &Path) -> Result<(), NetnsError> {
+        if self.log.record(Call::NetnsRemove(path.to_path_buf())) {
+            return Err(netns_failed(path));
+        }
+        Ok(())
+    }
+    async fn setup(&self, pod: &PodNetInfo) -> Result<Vec<IpAddr>, NetError> {
+        if self.log.record(Call::CniAdd(pod.id.clone())) {
+            return Err(NetError::NoPodIp {
+                network: "fake".into(),
+                rollback: None,
+            });
+        }
+        Ok(vec!["10.88.0.7".parse().expect("a literal address")])
+    }
+    async fn teardown(&self, pod: &PodNetInfo) -> Result<(), NetError> {
+        if self.log.record(Call::CniDel(pod.id.clone())) {
+            return Err(NetError::Netns(netns_failed(&pod.netns_path)));
+        }
+        Ok(())
+    }
+}
+
+/// Local images, faked: a fixed set.
+pub struct FakeImages {
+    log: CallLog,
+    images: Vec<(String, ImageInfo)>,
+}
+
+impl FakeImages {
+    /// These images, by reference.
+    pub fn new(log: CallLog, images: Vec<(String, ImageInfo)>) -> Self {
+        Self { log, images }
+    }
+}
+
+#[tonic::async_trait]
+impl LocalImages for FakeImages {
+    fn find(&self, image: &str) -> Option<ImageInfo> {
+        self.get(image)
+    }
+    fn get(&self, reference: &str) -> Option<ImageInfo> {
+        self.images
+            .iter()
+            .find(|(r, i)| r == reference || i.id == reference)
+            .map(|(_, i)| i.clone())
+    }
+    async fn pull(&self, reference: &str) -> Result<ImageInfo, PullError> {
+        self.log.record(Call::ImagePull(reference.into()));
+        self.get(reference).ok_or_else(|| PullError::ShuttingDown {
+            reference: reference.into(),
+        })
+    }
+}

@@ -350,21 +350,25 @@ impl Drop for Remora {
     }
 }
 
-/// Lazily unmounts every mount below `dir` (pod netns dirs, shm tmpfs, netns bind mounts that
-/// a test's remora made), deepest first, so removing the scratch dir cannot leak mounts.
-pub fn unmount_below(dir: &Path) {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
+/// The mount points at or below `dir` (from /proc/self/mountinfo), in mount order.
+pub fn mount_points_under(dir: &Path) -> Vec<String> {
     let prefix = dir.to_string_lossy().to_string();
-    let mut points: Vec<&str> = info
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
         .filter(|mp| mp.starts_with(&prefix))
-        .collect();
+        .map(str::to_string)
+        .collect()
+}
+
+/// Lazily unmounts every mount below `dir` (pod netns dirs, shm tmpfs, netns bind mounts that
+/// a test's remora made), deepest first, so removing the scratch dir cannot leak mounts.
+pub fn unmount_below(dir: &Path) {
+    let mut points = mount_points_under(dir);
     points.sort_by_key(|p| std::cmp::Reverse(p.len()));
     for p in points {
-        let _ = nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH);
+        let _ = nix::mount::umount2(p.as_str(), nix::mount::MntFlags::MNT_DETACH);
     }
 }
 

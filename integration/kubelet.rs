@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1;
 use serde_json::{json, Value};
 
-use harness::{scratch, tool, wait_until, BedRemora, TESTBED_REGISTRY};
+use harness::{mount_points_under, scratch, tool, wait_until, BedRemora, TESTBED_REGISTRY};
 
 /// kubelet's HTTPS port (loopback only; anonymous, read-only use by the test).
 const KUBELET_PORT: u16 = 10350;
@@ -644,17 +644,6 @@ async fn list_containers(bed: &BedRemora) -> Vec<v1::Container> {
         .containers
 }
 
-/// Lines of /proc/self/mountinfo whose mount point is under `dir`.
-fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = dir.display().to_string();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&prefix)))
-        .map(str::to_string)
-        .collect()
-}
-
 /// Files in the test bed's IPAM dirs named after one of `ips`.
 fn ipam_reservations(ips: &BTreeSet<String>) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -1017,21 +1006,21 @@ async fn run_suite(gates: &[&str]) {
         "no host-port rule left"
     );
     // kubelet makes its root dir a shared mount point of its own (and keeps it).
-    let root = Kubelet::root(dir.path()).display().to_string();
-    let kubelet_mounts: Vec<String> = mounts_under(&Kubelet::root(dir.path()))
+    let root = Kubelet::root(dir.path());
+    let kubelet_mounts: Vec<String> = mount_points_under(&root)
         .into_iter()
-        .filter(|l| l.split(' ').nth(4) != Some(root.as_str()))
+        .filter(|m| Path::new(m) != root)
         .collect();
     assert_eq!(
         kubelet_mounts,
         Vec::<String>::new(),
         "no mount left in kubelet's dirs"
     );
-    let pod_netns_mounts: Vec<String> = mounts_under(&bed.state_dir().join("netns"))
+    // remora keeps its netns directory mounted while it runs; no pod namespace is left in it.
+    let netns_dir = bed.state_dir().join("netns");
+    let pod_netns_mounts: Vec<String> = mount_points_under(&netns_dir)
         .into_iter()
-        .filter(|l| {
-            l.split(' ').nth(4) != Some(&bed.state_dir().join("netns").display().to_string())
-        })
+        .filter(|m| Path::new(m) != netns_dir)
         .collect();
     assert_eq!(
         pod_netns_mounts,

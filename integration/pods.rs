@@ -388,33 +388,21 @@ async fn pods_talk_over_the_bridge_and_a_host_port_reaches_a_pod() {
 #[tokio::test]
 async fn a_clean_shutdown_leaves_no_netns_mount() {
     let mut bed = BedRemora::start_with_network();
-    let state = bed
-        .remora
-        .socket
-        .parent()
-        .expect("socket dir")
-        .join("state");
-    let mounts_under = |dir: &std::path::Path| -> Vec<String> {
-        let prefix = dir.display().to_string();
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|mp| mp.starts_with(&prefix))
-            .map(str::to_string)
-            .collect()
-    };
+    let state = bed.state_dir();
     let id = run(&bed, pod_config("netns-release", "u-netns-release"), "")
         .await
         .expect("RunPodSandbox");
     assert!(
-        !mounts_under(&state.join("netns")).is_empty(),
+        !crate::harness::mount_points_under(&state.join("netns")).is_empty(),
         "the pod's netns and its directory are mounted"
     );
     cri::remove_pod(&bed.remora, &id).await;
     let status = bed.remora.stop_with(nix::sys::signal::Signal::SIGTERM);
     assert!(status.success(), "clean exit, got {status}");
-    assert_eq!(mounts_under(&state), Vec::<String>::new());
+    assert_eq!(
+        crate::harness::mount_points_under(&state),
+        Vec::<String>::new()
+    );
 }
 
 /// A test that panics with a pod running must not leave the pod's network behind: the next

@@ -221,7 +221,7 @@ impl RuntimeService for CriService {
                 required_id(&id)?;
                 // Taken before the state is read: the state is at least as new as the stamp,
                 // so an event published after a change the state missed is stamped later.
-                let timestamp = unix_now_ns();
+                let timestamp = crate::lifecycle::now_ns();
                 let snapshot = self.rt.pods.sandboxes.get(&id)?.snapshot();
                 let mut info = std::collections::HashMap::new();
                 if req.verbose {
@@ -667,14 +667,6 @@ fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<std::time::Duration
         "n" => Duration::from_nanos(n),
         _ => return None,
     })
-}
-
-/// Now, in ns since the epoch (0 for a clock before 1970).
-fn unix_now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// The statuses of every container of a pod sandbox, as they are now.

@@ -60,7 +60,7 @@ where
 }
 
 /// Sends `sig` to the child and waits for it to exit (SIGKILL after 10 s).
-fn stop_child(child: &mut Child, sig: Signal) -> std::process::ExitStatus {
+pub fn stop_child(child: &mut Child, sig: Signal) -> std::process::ExitStatus {
     let _ = kill(Pid::from_raw(child.id() as i32), sig);
     let start = Instant::now();
     loop {
@@ -350,26 +350,37 @@ impl Drop for Remora {
     }
 }
 
-/// The mount points at or below `dir` (from /proc/self/mountinfo), in mount order.
-pub fn mount_points_under(dir: &Path) -> Vec<String> {
-    let prefix = dir.to_string_lossy().to_string();
+/// Every mount point of this process (from /proc/self/mountinfo), in mount order.
+pub fn mount_points() -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
-        .filter(|mp| mp.starts_with(&prefix))
         .map(str::to_string)
         .collect()
+}
+
+/// The mount points at or below `dir`, in mount order.
+pub fn mount_points_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.to_string_lossy().to_string();
+    mount_points()
+        .into_iter()
+        .filter(|mp| mp.starts_with(&prefix))
+        .collect()
+}
+
+/// Lazily unmounts `points`, deepest first (a parent never goes before what is below it).
+pub fn unmount_deepest_first(mut points: Vec<String>) {
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = nix::mount::umount2(p.as_str(), nix::mount::MntFlags::MNT_DETACH);
+    }
 }
 
 /// Lazily unmounts every mount below `dir` (pod netns dirs, shm tmpfs, netns bind mounts that
 /// a test's remora made), deepest first, so removing the scratch dir cannot leak mounts.
 pub fn unmount_below(dir: &Path) {
-    let mut points = mount_points_under(dir);
-    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in points {
-        let _ = nix::mount::umount2(p.as_str(), nix::mount::MntFlags::MNT_DETACH);
-    }
+    unmount_deepest_first(mount_points_under(dir));
 }
 
 /// A private containerd plus a remora on it, in one scratch dir.

@@ -314,17 +314,7 @@ impl Kubelet {
     /// Stops kubelet (SIGTERM, SIGKILL after 10 s); its pods keep running.
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let start = Instant::now();
-            while child.try_wait().ok().flatten().is_none() {
-                if start.elapsed() > Duration::from_secs(10) {
-                    let _ = child.kill();
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            harness::stop_child(&mut child, nix::sys::signal::Signal::SIGTERM);
         }
     }
 
@@ -902,11 +892,11 @@ async fn run_suite(gates: &[&str]) {
     })
     .await;
     // After a rotation the current file gets new lines: remora reopened it.
-    let size_after_rotation = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let file_len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let current = log_dir.join("0.log");
-    let first = size_after_rotation(&current);
+    let first = file_len(&current);
     wait_until("the reopened log file to grow", long, || async {
-        size_after_rotation(&current) > first + 1024
+        file_len(&current) > first + 1024
     })
     .await;
     let tail = api
@@ -971,9 +961,9 @@ async fn run_suite(gates: &[&str]) {
     assert_eq!(restarts(container(&web, "nginx")), 0);
     assert_eq!(exec(&bed, &secure_id, "id -u").await, (0, "1234\n".into()));
     // The log of a running container keeps flowing into the same file after the restart.
-    let size = size_after_rotation(&current);
+    let size = file_len(&current);
     wait_until("logs to flow after remora's restart", long, || async {
-        size_after_rotation(&current) != size
+        file_len(&current) != size
     })
     .await;
 

@@ -80,14 +80,6 @@ async fn list(bed: &BedRemora, filter: Option<v1::PodSandboxFilter>) -> Vec<v1::
         .items
 }
 
-fn state_dir(bed: &BedRemora) -> std::path::PathBuf {
-    bed.remora
-        .socket
-        .parent()
-        .expect("scratch dir")
-        .join("state")
-}
-
 fn mounts_containing(needle: &str) -> usize {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
@@ -116,7 +108,7 @@ async fn run_status_list_stop_remove_round_trip_leaves_nothing() {
     assert_eq!(s.metadata.as_ref().unwrap().name, "web");
 
     // The pod's files and namespaces exist on the host.
-    let files = state_dir(&bed).join("sandboxes").join(&id);
+    let files = bed.state_dir().join("sandboxes").join(&id);
     assert_eq!(
         std::fs::read_to_string(files.join("hostname")).unwrap(),
         "web-host\n"
@@ -261,7 +253,7 @@ async fn a_failed_run_pod_sandbox_leaves_nothing_behind() {
     assert!(err.message().contains("network"), "{}", err.message());
 
     assert!(list(&bed, None).await.is_empty());
-    let state = state_dir(&bed);
+    let state = bed.state_dir();
     let leftovers: Vec<_> = std::fs::read_dir(state.join("netns"))
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
         .unwrap_or_default();

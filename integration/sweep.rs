@@ -319,20 +319,13 @@ fn cni_del(network: &serde_json::Value, r: &Reservation) -> Result<(), String> {
 /// Lazily unmounts what a test's remora mounted for pod `id` in the test's scratch dir
 /// (`/tmp/rmr*/…/<id>[/…]`: the netns bind mount, the `/dev/shm` tmpfs).
 fn unmount_scratch_mounts_of(id: &str) {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
-    let mut points: Vec<&str> = info
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
+    let points = crate::harness::mount_points()
+        .into_iter()
         .filter(|mp| {
             mp.starts_with("/tmp/rmr") && Path::new(mp).components().any(|c| c.as_os_str() == id)
         })
         .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-    for p in points {
-        let _ = nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH);
-    }
+    crate::harness::unmount_deepest_first(points);
 }
 
 /// The reservations of the test bed network, with their age.

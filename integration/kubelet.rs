@@ -891,12 +891,23 @@ async fn run_suite(gates: &[&str]) {
             .unwrap_or(false)
     })
     .await;
-    // After a rotation the current file gets new lines: remora reopened it.
-    let file_len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    // After a rotation the current file gets lines newer than any in the rotated one: remora
+    // reopened it. (Comparing sizes would race kubelet's next rotation.)
+    let rotated_batch = std::fs::read_dir(&log_dir)
+        .expect("log dir")
+        .flatten()
+        .map(|f| f.path())
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with("0.log.") && !name.ends_with(".gz")
+        })
+        .filter_map(|p| last_batch(&std::fs::read_to_string(p).unwrap_or_default()))
+        .max()
+        .expect("a rotated file with log lines");
     let current = log_dir.join("0.log");
-    let first = file_len(&current);
-    wait_until("the reopened log file to grow", long, || async {
-        file_len(&current) > first + 1024
+    wait_until("newer lines in the reopened log file", long, || async {
+        last_batch(&std::fs::read_to_string(&current).unwrap_or_default())
+            .is_some_and(|b| b > rotated_batch)
     })
     .await;
     let tail = api
@@ -960,10 +971,10 @@ async fn run_suite(gates: &[&str]) {
     assert_eq!(cri_id(container(&web, "nginx")), web_id, "same container");
     assert_eq!(restarts(container(&web, "nginx")), 0);
     assert_eq!(exec(&bed, &secure_id, "id -u").await, (0, "1234\n".into()));
-    // The log of a running container keeps flowing into the same file after the restart.
-    let size = file_len(&current);
+    // The log of a running container keeps flowing after the restart.
+    let before_restart = last_batch(&std::fs::read_to_string(&current).unwrap_or_default());
     wait_until("logs to flow after remora's restart", long, || async {
-        file_len(&current) != size
+        last_batch(&std::fs::read_to_string(&current).unwrap_or_default()) > before_restart
     })
     .await;
 
@@ -1043,6 +1054,14 @@ async fn run_suite(gates: &[&str]) {
         Vec::<String>::new(),
         "host state restored"
     );
+}
+
+/// The highest batch number `i` of the logs pod's `line <i>-<j> …` lines in CRI log text.
+fn last_batch(text: &str) -> Option<u64> {
+    text.lines()
+        .filter_map(|l| l.split(" line ").nth(1))
+        .filter_map(|rest| rest.split('-').next()?.parse().ok())
+        .max()
 }
 
 /// Waits until the container's log (through kubelet) contains `needle`; returns it.

@@ -23,5 +23,6 @@ pub mod lifecycle;
 pub mod logging;
 pub mod net;
 pub mod server;
+pub mod shim;
 pub mod spec;
 pub mod store;

@@ -1,0 +1,6 @@
+//! (being written)
+
+/// Placeholder until the bootstrap lands.
+pub fn main() -> i32 {
+    1
+}

@@ -1,0 +1,40 @@
+//! `containerd-shim-remora-v2`: remora's own containerd runtime-v2 shim.
+//!
+//! containerd starts the shim (`start`), talks to it over ttrpc with the task API v3
+//! (`containerd.task.v3.Task`), and cleans up after a dead one (`delete`). One shim process
+//! serves every container of a pod, grouped by the `io.kubernetes.cri.sandbox-id` annotation.
+//! Containers run through an OCI runtime binary (runc by default, crun when configured).
+//!
+//! The pieces, bottom up:
+//! - [`reaper`]: the shim is a child subreaper; one SIGCHLD-driven loop reaps every child and
+//!   hands each exit to whoever watches that pid (an exit before the watch is kept for it).
+//! - [`runc`]: the OCI runtime's command line (create, start, exec, kill, delete, state, ps,
+//!   pause, resume, update), its children waited through the reaper.
+//! - [`io`]: container stdio: FIFOs, `binary://` and `file://` log URIs, TTYs through a console
+//!   socket.
+//! - [`cgroup`]: a process's cgroup (v1 or v2), its metrics in containerd's metrics types, and
+//!   [`oom`]: OOM-kill watches on it (v1 eventfd, v2 `memory.events`).
+//! - [`publisher`]: events to containerd, in order, spooled to disk, retried for as long as
+//!   containerd is away; it never drops one.
+//! - [`bootstrap`]: the command line and the `start` / `delete` / `-info` protocol (containerd
+//!   2.3's protobuf bootstrap and the legacy flags and JSON reply).
+//! - [`service`]: the task service itself, and [`error`]: its typed errors, mapped to ttrpc
+//!   statuses in one place.
+//!
+//! The shim links none of remora's daemon dependencies (tonic, hyper, reqwest, rustls) and runs
+//! on a current-thread tokio runtime: it is started once per pod, so its memory counts.
+
+pub mod bootstrap;
+pub mod cgroup;
+pub mod error;
+pub mod io;
+pub mod oom;
+pub mod publisher;
+pub mod reaper;
+pub mod runc;
+pub mod service;
+
+/// The shim's entry point: parses the command line, runs the action, returns the exit code.
+pub fn main() -> i32 {
+    bootstrap::main()
+}

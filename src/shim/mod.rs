@@ -38,3 +38,16 @@ pub mod service;
 pub fn main() -> i32 {
     bootstrap::main()
 }
+
+/// The standard streams a process is started with: the child's ends, handed to the OCI runtime
+/// (which passes them on to the container's process). `None` leaves that stream unconnected
+/// (/dev/null). Made by [`io`], consumed by [`runc`].
+#[derive(Debug, Default)]
+pub struct Stdio {
+    /// The process's stdin.
+    pub stdin: Option<std::os::fd::OwnedFd>,
+    /// The process's stdout.
+    pub stdout: Option<std::os::fd::OwnedFd>,
+    /// The process's stderr.
+    pub stderr: Option<std::os::fd::OwnedFd>,
+}

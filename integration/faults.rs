@@ -571,3 +571,127 @@ async fn a_rollback_cut_short_by_a_containerd_outage_is_finished_when_it_is_back
         .expect("RunPodSandbox");
     cri::remove_pod(&bed.remora, &pod).await;
 }
+
+/// containerd is stopped for 15 s while containers exit 0, 3, by OOM (32 MiB limit) and by a
+/// SIGKILL from the host, and one keeps running. After containerd is back every exit is
+/// recorded exactly (`OOMKilled` included) and the runner still runs. Returns how long after
+/// containerd answered again each exit was visible, for the report (not asserted: a timing).
+async fn exits_across_a_containerd_outage(handler: &str) -> Vec<(&'static str, Duration)> {
+    let mut bed = crate::harness::Bed::start(&format!(
+        "[images]\nconfig_path = \"{}\"\n[runtime]\ndefault_handler = \"{handler}\"\n",
+        crate::harness::TESTBED_CERTS
+    ));
+    let logs = scratch();
+    let gate = scratch();
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let pod_config = cri::pod_config(&format!("outage-{handler}"), logs.path(), true);
+    let pod = cri::run_pod(&bed.remora, &pod_config)
+        .await
+        .expect("RunPodSandbox");
+    // Each waits for a file the test creates on the host while containerd is down.
+    let gated = |name: &str, then: &str| {
+        let mut c = cri::shell_container(
+            name,
+            &format!("while [ ! -e /gate/go ]; do sleep 0.1; done; {then}"),
+        );
+        c.mounts = vec![v1::Mount {
+            container_path: "/gate".into(),
+            host_path: gate.path().display().to_string(),
+            readonly: true,
+            ..Default::default()
+        }];
+        c
+    };
+    let mut hog = gated("hog", "s=xxxxxxxxxxxxxxxx; while true; do s=\"$s$s\"; done");
+    hog.linux = Some(v1::LinuxContainerConfig {
+        resources: Some(v1::LinuxContainerResources {
+            memory_limit_in_bytes: 32 * 1024 * 1024,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let mut ids = Vec::new();
+    for c in [
+        gated("ok", "exit 0"),
+        gated("three", "exit 3"),
+        hog,
+        cri::shell_container("killed", "sleep 3600"),
+        cri::shell_container("runner", "sleep 3600"),
+    ] {
+        ids.push(cri::create_and_start(&bed.remora, &pod, &pod_config, c).await);
+    }
+    let pid_of = |tasks: &str, id: &str| -> i32 {
+        tasks
+            .lines()
+            .find(|l| l.starts_with(id))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid for {id} in {tasks}"))
+    };
+    let tasks = bed.ctr(&["tasks", "ls"]);
+    let pids: Vec<i32> = ids.iter().map(|id| pid_of(&tasks, id)).collect();
+
+    bed.containerd.stop();
+    std::fs::write(gate.path().join("go"), b"").expect("open the gate");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pids[3]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the container from the host");
+    wait_until(
+        "the four containers' processes to end",
+        Duration::from_secs(60),
+        || async {
+            pids[..4].iter().all(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .map(|s| s.contains(") Z "))
+                    .unwrap_or(true)
+            })
+        },
+    )
+    .await;
+    // The outage itself: long enough for remora's reconnect backoff to grow (10 s cap).
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    bed.containerd.restart();
+    let back = Instant::now();
+
+    let mut seen = Vec::new();
+    for (i, (name, code, reason)) in [
+        ("ok", 0, "Completed"),
+        ("three", 3, "Error"),
+        ("hog", 137, "OOMKilled"),
+        ("killed", 137, "Error"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let s = cri::wait_exited(&bed.remora, &ids[i], Duration::from_secs(60)).await;
+        seen.push((name, back.elapsed()));
+        assert_eq!(
+            (s.exit_code, s.reason.as_str()),
+            (code, reason),
+            "{handler}: {name} after the outage: {s:?}"
+        );
+    }
+    let runner = cri::status(&bed.remora, &ids[4]).await.expect("status");
+    assert_eq!(
+        runner.state,
+        v1::ContainerState::ContainerRunning as i32,
+        "{handler}: the runner survives the outage: {runner:?}"
+    );
+    cri::remove_pod(&bed.remora, &pod).await;
+    assert_eq!(bed.ctr(&["containers", "ls", "-q"]).trim(), "");
+    seen
+}
+
+#[tokio::test]
+async fn exits_across_a_containerd_outage_are_exact_with_remoras_shim() {
+    let seen = exits_across_a_containerd_outage("remora").await;
+    eprintln!("remora shim: exits visible after containerd's return: {seen:?}");
+}
+
+#[tokio::test]
+async fn exits_across_a_containerd_outage_are_exact_with_the_go_shim() {
+    let seen = exits_across_a_containerd_outage("runc").await;
+    eprintln!("Go runc shim: exits visible after containerd's return: {seen:?}");
+}

@@ -51,6 +51,15 @@ impl Pods {
         // Tasks.Delete finds the task gone instead of racing this one into a shim that is
         // shutting down ("ttrpc: closed"), as containerd's CRI orders it too.
         let mut exited = container.snapshot();
+        // The OOM event may have been published while nobody listened (containerd or remora
+        // away): the cgroup, kept until the task is deleted below, counts OOM kills. The same
+        // check as recovery's, so however the exit is learnt, the reason is the same.
+        if !exited.status.oom_killed && self.oom_killed_in_cgroup_of(&container) {
+            exited.status.mark_oom();
+            if container.mark_oom() == crate::store::OomOutcome::Marked {
+                info!(self.log, "OOM kill found in the container's cgroup"; "container_id" => id);
+            }
+        }
         if exited.status.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
             self.persist_snapshot(id, &exited).await;
         }
@@ -73,6 +82,20 @@ impl Pods {
             }
         }
         Ok(())
+    }
+
+    /// Whether the kernel OOM-killed a process of `container` (its memory cgroup's counter).
+    fn oom_killed_in_cgroup_of(&self, container: &Container) -> bool {
+        let parent = self
+            .sandboxes
+            .get(&container.metadata().sandbox_id)
+            .map(|s| s.metadata().cgroup_parent.clone())
+            .unwrap_or_default();
+        let path = crate::spec::cgroups_path(&parent, container.id());
+        super::recover::oom_killed_in_cgroup_at(
+            path.as_ref().and_then(|p| p.to_str()),
+            container.id(),
+        )
     }
 
     /// A running container whose task vanished (with its exit status): UNKNOWN, persisted, one

@@ -46,7 +46,6 @@ pub struct Recovered {
 /// [`crate::spec::cgroups_path`]); without one runc nests `<id>` under its caller's cgroup,
 /// so the memory hierarchy is searched (a few levels) for a directory named `id`.
 pub(crate) fn oom_killed_in_cgroup(spec: &[u8], id: &str) -> bool {
-    let root = std::path::Path::new("/sys/fs/cgroup/memory");
     let from_spec = serde_json::from_slice::<serde_json::Value>(spec)
         .ok()
         .and_then(|v| {
@@ -54,8 +53,14 @@ pub(crate) fn oom_killed_in_cgroup(spec: &[u8], id: &str) -> bool {
                 .and_then(|p| p.as_str())
                 .map(str::to_string)
         })
-        .filter(|p| !p.is_empty())
-        .map(|p| root.join(p.trim_start_matches('/')));
+        .filter(|p| !p.is_empty());
+    oom_killed_in_cgroup_at(from_spec.as_deref(), id)
+}
+
+/// [`oom_killed_in_cgroup`] for a known `cgroupsPath` (`None`: search for `id`).
+pub(crate) fn oom_killed_in_cgroup_at(cgroups_path: Option<&str>, id: &str) -> bool {
+    let root = std::path::Path::new("/sys/fs/cgroup/memory");
+    let from_spec = cgroups_path.map(|p| root.join(p.trim_start_matches('/')));
     let Some(dir) = from_spec.or_else(|| find_dir_named(root, id, 6)) else {
         return false;
     };

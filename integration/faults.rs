@@ -695,3 +695,93 @@ async fn exits_across_a_containerd_outage_are_exact_with_the_go_shim() {
     let seen = exits_across_a_containerd_outage("runc").await;
     eprintln!("Go runc shim: exits visible after containerd's return: {seen:?}");
 }
+
+/// The pid of remora's shim serving pod `pod` in containerd namespace `namespace`.
+fn remora_shim_pid(namespace: &str, pod: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&str> = cmdline
+            .split(|b| *b == 0)
+            .filter_map(|a| std::str::from_utf8(a).ok())
+            .collect();
+        let flag = |name: &str| {
+            args.windows(2)
+                .find(|w| w[0] == name)
+                .map(|w| w[1].to_string())
+        };
+        (args.first()?.ends_with("containerd-shim-remora-v2")
+            && flag("-namespace").as_deref() == Some(namespace)
+            && flag("-id").as_deref() == Some(pod)
+            && flag("-socket").is_some())
+        .then_some(pid)
+    })
+}
+
+/// remora's shim is SIGKILLed while its pod runs: a container that had exited keeps its real
+/// code, the others end with the code containerd learns from the shim's `delete` (the exit
+/// recorded in the bundle, or 137 for a process the runtime killed) or UNKNOWN — never a code
+/// that did not happen (a Go shim reports 137 for everything).
+#[tokio::test]
+async fn a_killed_remora_shim_leaves_real_codes_or_unknown() {
+    let bed = BedRemora::start_with_network();
+    let logs = scratch();
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let pod_config = cri::pod_config("shim-killed", logs.path(), false);
+    let pod = bed
+        .remora
+        .runtime()
+        .run_pod_sandbox(v1::RunPodSandboxRequest {
+            config: Some(pod_config.clone()),
+            runtime_handler: "remora".into(),
+        })
+        .await
+        .expect("RunPodSandbox with the remora handler")
+        .into_inner()
+        .pod_sandbox_id;
+    let done = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &pod_config,
+        cri::shell_container("done", "exit 3"),
+    )
+    .await;
+    let sleeper = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &pod_config,
+        cri::shell_container("sleeper", "sleep 3600"),
+    )
+    .await;
+    let s = cri::wait_exited(&bed.remora, &done, Duration::from_secs(30)).await;
+    assert_eq!(s.exit_code, 3, "{s:?}");
+
+    let shim = remora_shim_pid(&bed.namespace, &pod).expect("the pod's remora shim");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(shim),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the shim");
+    wait_until(
+        "the sleeper to be recorded as ended",
+        Duration::from_secs(60),
+        || async {
+            cri::status(&bed.remora, &sleeper)
+                .await
+                .map(|s| s.state != v1::ContainerState::ContainerRunning as i32)
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    let s = cri::status(&bed.remora, &sleeper).await.expect("status");
+    let unknown = s.state == v1::ContainerState::ContainerUnknown as i32;
+    assert!(
+        unknown || (s.state == v1::ContainerState::ContainerExited as i32 && s.exit_code == 137),
+        "the sleeper was killed by the runtime's cleanup (137) or is UNKNOWN: {s:?}"
+    );
+    let s = cri::status(&bed.remora, &done).await.expect("status");
+    assert_eq!(s.exit_code, 3, "the recorded exit is kept: {s:?}");
+    cri::remove_pod(&bed.remora, &pod).await;
+    assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
+    assert!(bed.ctr_ids(&["tasks", "ls", "-q"]).is_empty());
+}

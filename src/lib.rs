@@ -8,21 +8,36 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "daemon")]
 pub mod backoff;
+#[cfg(feature = "daemon")]
 pub mod config;
+#[cfg(feature = "daemon")]
 pub mod containerd;
+#[cfg(feature = "daemon")]
 pub mod cri;
+#[cfg(feature = "daemon")]
 pub mod events;
+#[cfg(feature = "daemon")]
 pub mod failpoint;
+#[cfg(feature = "daemon")]
 pub mod grpc;
+#[cfg(feature = "daemon")]
 pub mod images;
+#[cfg(feature = "daemon")]
 pub mod io;
-#[cfg(test)]
+#[cfg(all(test, feature = "daemon"))]
 mod layering;
+#[cfg(feature = "daemon")]
 pub mod lifecycle;
+#[cfg(feature = "daemon")]
 pub mod logging;
+#[cfg(feature = "daemon")]
 pub mod net;
+#[cfg(feature = "daemon")]
 pub mod server;
 pub mod shim;
+#[cfg(feature = "daemon")]
 pub mod spec;
+#[cfg(feature = "daemon")]
 pub mod store;

@@ -418,12 +418,12 @@ fn keyed_numbers(text: &str) -> BTreeMap<&str, u64> {
         .collect()
 }
 
-/// Reads a flat-keyed file and copies the listed keys into their fields.
-fn fill_keyed<T>(
-    path: &Path,
-    target: &mut T,
-    fields: &[(&str, fn(&mut T) -> &mut u64)],
-) -> Result<bool, CgroupError> {
+/// A flat-keyed file's key and the message field it fills.
+type Field<T> = (&'static str, fn(&mut T) -> &mut u64);
+
+/// Reads a flat-keyed file and copies the listed keys into their fields; false when the file is
+/// absent.
+fn fill_keyed<T>(path: &Path, target: &mut T, fields: &[Field<T>]) -> Result<bool, CgroupError> {
     let Some(text) = read_optional(path)? else {
         return Ok(false);
     };
@@ -538,8 +538,6 @@ fn cpu_usage_v1(dir: &Path) -> Result<v1::CPUUsage, CgroupError> {
     }
     Ok(usage)
 }
-
-type Field<T> = (&'static str, fn(&mut T) -> &mut u64);
 
 const MEMORY_STAT_V1: &[Field<v1::MemoryStat>] = &[
     ("cache", |s| &mut s.cache),

@@ -1,7 +1,6 @@
 use super::*;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use nix::sys::signal::Signal;
@@ -211,7 +210,7 @@ pub(crate) const CHILD_ENV: &str = "REMORA_SHIM_REAPER_CHILD";
 /// asserting it passed and printed `marker` (so that a body skipped by mistake fails).
 ///
 /// The child may be a subreaper and run the real `waitpid(-1)` loop: it is its own process.
-pub(crate) fn run_in_child(name: &str, env: &[(&str, &Path)], marker: &str) -> String {
+pub(crate) fn run_in_child(name: &str, env: &[(&str, &str)], marker: &str) -> String {
     let exe = std::env::current_exe().expect("the test binary's path");
     let out = tempfile::NamedTempFile::new().expect("a temp file for the child's output");
     let mut cmd = Command::new(exe);

@@ -33,7 +33,7 @@
 //! kept exit goes to the first watch only (it is removed when claimed, so that a later process
 //! with the same pid cannot get it).
 //!
-//! The bookkeeping is a pure struct ([`Book`]) driven by `(pid, status)` and an injected clock,
+//! The bookkeeping is a pure struct (`Book`) driven by `(pid, status)` and an injected clock,
 //! so it is tested without processes; the syscall loop is tested in a re-executed child process
 //! (the shared lib test binary must never be a subreaper or call `waitpid(-1)`).
 

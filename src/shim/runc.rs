@@ -7,7 +7,7 @@
 //!   set explicitly, watches the pid with [`Reaper::watch_spawned`] right after `spawn` (an exit
 //!   that comes first is kept by the reaper), drops the `Child` unwaited, and awaits the exit.
 //!   Never `tokio::process`: its `waitpid(pid)` would race the reaper's `waitpid(-1)`.
-//! - **Streams.** `create` and `exec` hand the container's [`Stdio`](crate::shim::Stdio) to the
+//! - **Streams.** `create` and `exec` hand the container's [`Stdio`] to the
 //!   runtime as its 0/1/2 (others `/dev/null`): runc passes its own streams on to the container's
 //!   process. Their stderr is therefore the container's, never captured, and their error message
 //!   comes from the runtime's log. Every other call gets pipes for stdout (`state`, `ps`,

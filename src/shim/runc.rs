@@ -1,66 +1,887 @@
-//! stub
-#![allow(missing_docs, unused)]
+//! The OCI runtime's command line: `runc` (or `crun`, which takes the same subset) driven as a
+//! child process, every child waited through the [`Reaper`].
+//!
+//! # Design
+//!
+//! - **Children.** Each call spawns the runtime with `std::process::Command`, its three streams
+//!   set explicitly, watches the pid with [`Reaper::watch_spawned`] right after `spawn` (an exit
+//!   that comes first is kept by the reaper), drops the `Child` unwaited, and awaits the exit.
+//!   Never `tokio::process`: its `waitpid(pid)` would race the reaper's `waitpid(-1)`.
+//! - **Streams.** `create` and `exec` hand the container's [`Stdio`] to the
+//!   runtime as its 0/1/2 (others `/dev/null`): runc passes its own streams on to the container's
+//!   process. Their stderr is therefore the container's, never captured, and their error message
+//!   comes from the runtime's log. Every other call gets pipes for stdout (`state`, `ps`,
+//!   `features` parse it) and stderr, read on the runtime's reactor through
+//!   `tokio::net::unix::pipe` — no thread per call — concurrently with the wait, so a full pipe
+//!   cannot stall the runtime.
+//! - **Error messages.** Global flags `--log <bundle>/log.json --log-format json` when the bundle
+//!   is known. On failure the message is runc's own: the last `"level":"error"` line's `msg`
+//!   among the lines this call appended to the log (read from the length the log had before the
+//!   call: the file keeps every earlier call's lines), else the last `level=error` message of its
+//!   stderr, else its stderr trimmed. "container does not exist" / "container not found" from a
+//!   call on an existing container is [`RuncError::NotFound`].
+//! - **Bundles** are kept per id: `create` records the bundle, `delete` forgets it, and
+//!   [`Runc::remember_bundle`] records one for a container this instance did not create (the shim's
+//!   `delete` action after a restart). A call for an unknown id runs without `--log`.
+//! - **Pids.** `create` and `exec` return the pid the runtime wrote to the pid file (the spec'd
+//!   API returned `()`; `runc.create(..).await?;` still compiles). The exec process file goes
+//!   into the bundle (the temp dir for an unknown id) and is removed on every path out.
+//! - **Known limit.** Piped calls read stdout/stderr to EOF: a runtime that left a descendant
+//!   holding them open would keep the call waiting. runc's piped subcommands start no such
+//!   process; callers bound each call with their own timeout.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use nix::fcntl::OFlag;
+use serde::Deserialize;
+use slog::{debug, Logger};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+
+use crate::shim::reaper::Reaper;
+use crate::shim::Stdio;
+
+/// Why an OCI runtime call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RuncError {
-    #[error("nf")]
-    NotFound { id: String },
-    #[error("x")]
-    X,
+    /// The runtime says the container does not exist.
+    #[error("container {id} does not exist ({command})")]
+    NotFound {
+        /// The runtime command, e.g. `runc kill`.
+        command: String,
+        /// The container.
+        id: String,
+    },
+    /// The runtime ran and failed; `message` is its own error message.
+    #[error("{command} of container {id:?} failed (exit status {status}): {message}")]
+    Failed {
+        /// The runtime command, e.g. `runc create`.
+        command: String,
+        /// The container (empty for `features`).
+        id: String,
+        /// Its exit status (128 + signal if killed).
+        status: u32,
+        /// The runtime's error message.
+        message: String,
+    },
+    /// The runtime binary could not be started.
+    #[error("starting the OCI runtime {binary:?}: {source}")]
+    Spawn {
+        /// The runtime binary.
+        binary: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A pipe to or from the runtime could not be made or read.
+    #[error("{command} of container {id:?}: its {stream}: {source}")]
+    Pipe {
+        /// The runtime command.
+        command: String,
+        /// The container.
+        id: String,
+        /// Which stream: stdin, stdout or stderr.
+        stream: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The reaper stopped before the runtime's exit was seen.
+    #[error("{command} of container {id:?}: the reaper stopped before its exit (pid {pid})")]
+    ReaperGone {
+        /// The runtime command.
+        command: String,
+        /// The container.
+        id: String,
+        /// The runtime process.
+        pid: u32,
+    },
+    /// The runtime's output could not be parsed.
+    #[error("{command} of container {id:?}: unexpected output {output:?}: {source}")]
+    Parse {
+        /// The runtime command.
+        command: String,
+        /// The container.
+        id: String,
+        /// The output, as text.
+        output: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The OCI process file for `exec` could not be written.
+    #[error("writing the exec process file {path:?}: {source}")]
+    ProcessFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A pid file could not be read.
+    #[error("reading the pid file {path:?}: {source}")]
+    PidFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A pid file does not hold a pid.
+    #[error("the pid file {path:?} holds {content:?}, not a pid")]
+    BadPidFile {
+        /// The file.
+        path: PathBuf,
+        /// What it holds.
+        content: String,
+    },
 }
-pub struct Runc;
+
+/// Options of `create`.
+#[derive(Debug, Default)]
 pub struct CreateOpts {
+    /// Where the runtime writes the init process's pid.
     pub pid_file: PathBuf,
+    /// The console socket, for a container with a terminal.
     pub console_socket: Option<PathBuf>,
-    pub stdio: crate::shim::Stdio,
+    /// The container's streams (the runtime's own 0/1/2, passed on).
+    pub stdio: Stdio,
+    /// `--no-pivot`: no pivot_root (rootfs on a ramdisk).
     pub no_pivot: bool,
+    /// `--no-new-keyring`: keep the caller's session keyring.
     pub no_new_keyring: bool,
 }
+
+/// Options of `exec` (always detached).
+#[derive(Debug, Default)]
 pub struct ExecOpts {
+    /// Where the runtime writes the exec process's pid.
     pub pid_file: PathBuf,
+    /// The console socket, for a process with a terminal.
     pub console_socket: Option<PathBuf>,
-    pub stdio: crate::shim::Stdio,
+    /// The process's streams (the runtime's own 0/1/2, passed on).
+    pub stdio: Stdio,
 }
+
+/// `runc state`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    /// The init process's pid (0 once stopped).
+    pub pid: u32,
+    /// `created`, `running`, `paused` or `stopped`.
+    pub status: String,
+}
+
+/// The OCI runtime's command line for one runtime root.
+pub struct Runc {
+    binary: PathBuf,
+    root: PathBuf,
+    systemd_cgroup: bool,
+    reaper: Reaper,
+    log: Logger,
+    /// Bundles by container id, for `--log <bundle>/log.json`.
+    bundles: Mutex<HashMap<String, PathBuf>>,
+    /// Numbers exec process files, unique within this process.
+    process_files: AtomicU64,
+}
+
 impl Runc {
+    /// `binary` (e.g. "runc" looked up in PATH, or an absolute path), `root` (its --root state
+    /// dir), `systemd_cgroup` (--systemd-cgroup).
     pub fn new(
         binary: PathBuf,
         root: PathBuf,
         systemd_cgroup: bool,
-        reaper: crate::shim::reaper::Reaper,
-        log: slog::Logger,
+        reaper: Reaper,
+        log: Logger,
     ) -> Runc {
-        todo!()
+        Runc {
+            binary,
+            root,
+            systemd_cgroup,
+            reaper,
+            log,
+            bundles: Mutex::new(HashMap::new()),
+            process_files: AtomicU64::new(0),
+        }
     }
-    pub async fn create(&self, id: &str, bundle: &Path, opts: CreateOpts) -> Result<(), RuncError> {
-        todo!()
+
+    /// Records the bundle of a container this instance did not create, so that calls on it log
+    /// to `<bundle>/log.json` (and their errors carry runc's message from there).
+    pub fn remember_bundle(&self, id: &str, bundle: &Path) {
+        self.bundles().insert(id.to_owned(), bundle.to_owned());
     }
+
+    /// `runc create --bundle B --pid-file P [--console-socket S] [--no-pivot] [--no-new-keyring]
+    /// ID`; returns the init process's pid, read from the pid file.
+    ///
+    /// The init process starts after this call began: take `Instant::now()` before it and watch
+    /// the pid with [`Reaper::watch_spawned`] to tell its exit from a stale one.
+    pub async fn create(
+        &self,
+        id: &str,
+        bundle: &Path,
+        opts: CreateOpts,
+    ) -> Result<u32, RuncError> {
+        // Remembered before the call: a failed create is cleaned up with `delete`, which then
+        // logs to the same file.
+        self.remember_bundle(id, bundle);
+        let call = Call::Create {
+            id,
+            bundle,
+            pid_file: &opts.pid_file,
+            console_socket: opts.console_socket.as_deref(),
+            no_pivot: opts.no_pivot,
+            no_new_keyring: opts.no_new_keyring,
+        };
+        self.run(&call, Streams::Container(opts.stdio)).await?;
+        read_pid_file(&opts.pid_file)
+    }
+
+    /// `runc start ID`.
     pub async fn start(&self, id: &str) -> Result<(), RuncError> {
-        todo!()
+        self.run(&Call::Start { id }, Streams::piped())
+            .await
+            .map(drop)
     }
+
+    /// `runc exec --process F --detach --pid-file P [--console-socket S] ID`, `process_json` (an
+    /// OCI Process) written to F for the call and removed afterwards; returns the exec process's
+    /// pid, read from the pid file.
     pub async fn exec(
         &self,
         id: &str,
         process_json: &[u8],
         opts: ExecOpts,
-    ) -> Result<(), RuncError> {
-        todo!()
+    ) -> Result<u32, RuncError> {
+        let dir = self.bundle_of(id).unwrap_or_else(std::env::temp_dir);
+        let n = self.process_files.fetch_add(1, Ordering::Relaxed);
+        let process_file = ProcessFile::write(
+            dir.join(format!(".exec-process-{}-{n}.json", std::process::id())),
+            process_json,
+        )?;
+        let call = Call::Exec {
+            id,
+            process_file: &process_file.path,
+            pid_file: &opts.pid_file,
+            console_socket: opts.console_socket.as_deref(),
+        };
+        self.run(&call, Streams::Container(opts.stdio)).await?;
+        drop(process_file);
+        read_pid_file(&opts.pid_file)
     }
+
+    /// `runc kill [--all] ID SIGNAL`.
     pub async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), RuncError> {
-        todo!()
+        let call = Call::Kill { id, signal, all };
+        self.run(&call, Streams::piped()).await.map(drop)
     }
+
+    /// `runc delete [--force] ID`; forgets the container's bundle once deleted.
     pub async fn delete(&self, id: &str, force: bool) -> Result<(), RuncError> {
-        todo!()
+        self.run(&Call::Delete { id, force }, Streams::piped())
+            .await?;
+        self.bundles().remove(id);
+        Ok(())
     }
+
+    /// `runc state ID`.
+    pub async fn state(&self, id: &str) -> Result<State, RuncError> {
+        let call = Call::State { id };
+        let out = self.run(&call, Streams::piped()).await?;
+        let state: RawState = self.parse(&call, &out)?;
+        Ok(State {
+            pid: state.pid,
+            status: state.status,
+        })
+    }
+
+    /// `runc ps --format json ID`: the pids of the container's processes.
     pub async fn ps(&self, id: &str) -> Result<Vec<u32>, RuncError> {
-        todo!()
+        let call = Call::Ps { id };
+        let out = self.run(&call, Streams::piped()).await?;
+        // Go encodes an empty list as `null`.
+        let pids: Option<Vec<u32>> = self.parse(&call, &out)?;
+        Ok(pids.unwrap_or_default())
     }
+
+    /// `runc pause ID`.
     pub async fn pause(&self, id: &str) -> Result<(), RuncError> {
-        todo!()
+        self.run(&Call::Pause { id }, Streams::piped())
+            .await
+            .map(drop)
     }
+
+    /// `runc resume ID`.
     pub async fn resume(&self, id: &str) -> Result<(), RuncError> {
-        todo!()
+        self.run(&Call::Resume { id }, Streams::piped())
+            .await
+            .map(drop)
     }
+
+    /// `runc update --resources - ID`, `resources_json` (OCI LinuxResources) on its stdin.
     pub async fn update(&self, id: &str, resources_json: &[u8]) -> Result<(), RuncError> {
-        todo!()
+        let streams = Streams::Piped {
+            input: Some(resources_json),
+        };
+        self.run(&Call::Update { id }, streams).await.map(drop)
+    }
+
+    /// `runc features`: its JSON as is (runc ≥ 1.1).
+    pub async fn features(&self) -> Result<Vec<u8>, RuncError> {
+        self.run(&Call::Features, Streams::piped()).await
+    }
+
+    /// Runs one runtime command to its exit; its stdout if it succeeded (empty for `create` and
+    /// `exec`, whose stdout is the container's).
+    async fn run(&self, call: &Call<'_>, streams: Streams<'_>) -> Result<Vec<u8>, RuncError> {
+        let id = call.id();
+        let log_file = call
+            .bundle()
+            .map(Path::to_owned)
+            .or_else(|| self.bundle_of(id))
+            .map(|bundle| bundle.join("log.json"));
+        // The log keeps every earlier call's lines: this call's start where it ends now.
+        let log_start = log_file
+            .as_deref()
+            .and_then(|path| std::fs::metadata(path).ok())
+            .map_or(0, |meta| meta.len());
+
+        let mut command = Command::new(&self.binary);
+        command.args(argv(
+            &self.root,
+            self.systemd_cgroup,
+            log_file.as_deref(),
+            call,
+        ));
+        let piped = match streams {
+            Streams::Container(stdio) => {
+                command
+                    .stdin(child_stream(stdio.stdin))
+                    .stdout(child_stream(stdio.stdout))
+                    .stderr(child_stream(stdio.stderr));
+                None
+            }
+            Streams::Piped { input } => {
+                let stdin = match input {
+                    Some(input) => {
+                        let (stdin, child_stdin): (pipe::Sender, _) = self.pipe(call, "stdin")?;
+                        command.stdin(child_stdin);
+                        Some((stdin, input))
+                    }
+                    None => {
+                        command.stdin(std::process::Stdio::null());
+                        None
+                    }
+                };
+                let (stdout, child_stdout): (pipe::Receiver, _) = self.pipe(call, "stdout")?;
+                let (stderr, child_stderr): (pipe::Receiver, _) = self.pipe(call, "stderr")?;
+                command.stdout(child_stdout).stderr(child_stderr);
+                Some((stdin, stdout, stderr))
+            }
+        };
+
+        let spawned_at = Instant::now();
+        let child = command.spawn().map_err(|source| RuncError::Spawn {
+            binary: self.binary.clone(),
+            source,
+        })?;
+        let pid = child.id();
+        let exit = self.reaper.watch_spawned(pid as i32, spawned_at);
+        // Not waited on: the reaper reaps it. Dropping the command closes this process's copies
+        // of the child's ends, so the pipes see EOF when the child (and its heirs) close theirs.
+        drop(child);
+        drop(command);
+        debug!(self.log, "OCI runtime started";
+            "command" => call.name(), "container_id" => id, "pid" => pid);
+
+        let (exit, stdout, stderr) = match piped {
+            None => (exit.await, Vec::new(), Vec::new()),
+            Some((stdin, stdout, stderr)) => {
+                let (_, exit, stdout, stderr) = tokio::join!(
+                    async {
+                        if let Some((pipe, input)) = stdin {
+                            // A write error means the runtime stopped reading, which it only
+                            // does when it fails: its exit status and message say why.
+                            let _ = write_all(pipe, input).await;
+                        }
+                    },
+                    exit,
+                    read_all(stdout),
+                    read_all(stderr),
+                );
+                let stdout = stdout.map_err(|source| self.pipe_error(call, "stdout", source))?;
+                let stderr = stderr.map_err(|source| self.pipe_error(call, "stderr", source))?;
+                (exit, stdout, stderr)
+            }
+        };
+        let exit = exit.map_err(|_| RuncError::ReaperGone {
+            command: self.command(call),
+            id: id.to_owned(),
+            pid,
+        })?;
+        debug!(self.log, "OCI runtime exited";
+            "command" => call.name(), "container_id" => id, "pid" => pid, "status" => exit.status);
+        if exit.status == 0 {
+            return Ok(stdout);
+        }
+
+        let message = log_file
+            .as_deref()
+            .and_then(|path| read_log_from(path, log_start))
+            .and_then(|log| last_log_error(&log))
+            .or_else(|| stderr_message(&String::from_utf8_lossy(&stderr)))
+            .unwrap_or_else(|| "no error message".to_owned());
+        if call.on_existing_container() && is_not_found(&message) {
+            return Err(RuncError::NotFound {
+                command: self.command(call),
+                id: id.to_owned(),
+            });
+        }
+        Err(RuncError::Failed {
+            command: self.command(call),
+            id: id.to_owned(),
+            status: exit.status,
+            message,
+        })
+    }
+
+    /// A pipe for one of the child's streams: (this end, the child's end) — read end first for
+    /// stdout/stderr, write end first for stdin. Close-on-exec: only the copy `Command` dups
+    /// onto 0/1/2 reaches the child.
+    fn pipe<E: ParentEnd>(
+        &self,
+        call: &Call<'_>,
+        stream: &'static str,
+    ) -> Result<(E, std::process::Stdio), RuncError> {
+        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)
+            .map_err(|errno| self.pipe_error(call, stream, errno.into()))?;
+        E::make(read, write).map_err(|source| self.pipe_error(call, stream, source))
+    }
+
+    fn pipe_error(
+        &self,
+        call: &Call<'_>,
+        stream: &'static str,
+        source: std::io::Error,
+    ) -> RuncError {
+        RuncError::Pipe {
+            command: self.command(call),
+            id: call.id().to_owned(),
+            stream,
+            source,
+        }
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        call: &Call<'_>,
+        out: &[u8],
+    ) -> Result<T, RuncError> {
+        serde_json::from_slice(out).map_err(|source| RuncError::Parse {
+            command: self.command(call),
+            id: call.id().to_owned(),
+            output: String::from_utf8_lossy(out).into_owned(),
+            source,
+        })
+    }
+
+    /// "runc create": the binary's file name and the subcommand, for error messages.
+    fn command(&self, call: &Call<'_>) -> String {
+        let binary = self
+            .binary
+            .file_name()
+            .unwrap_or(self.binary.as_os_str())
+            .to_string_lossy();
+        format!("{binary} {}", call.name())
+    }
+
+    fn bundle_of(&self, id: &str) -> Option<PathBuf> {
+        self.bundles().get(id).cloned()
+    }
+
+    fn bundles(&self) -> std::sync::MutexGuard<'_, HashMap<String, PathBuf>> {
+        // Only inserts and removes run under the lock: a poisoned map is still consistent.
+        self.bundles.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+/// Reads a pid file written by the runtime (`--pid-file`): the pid, trimmed.
+pub fn read_pid_file(path: &Path) -> Result<u32, RuncError> {
+    let content = std::fs::read_to_string(path).map_err(|source| RuncError::PidFile {
+        path: path.to_owned(),
+        source,
+    })?;
+    match content.trim().parse::<u32>() {
+        Ok(pid) if pid > 0 => Ok(pid),
+        _ => Err(RuncError::BadPidFile {
+            path: path.to_owned(),
+            content,
+        }),
+    }
+}
+
+/// The streams of one runtime call.
+enum Streams<'a> {
+    /// `create` / `exec`: the container's streams become the runtime's 0/1/2.
+    Container(Stdio),
+    /// Everything else: stdout and stderr captured, `input` (if any) written to stdin.
+    Piped { input: Option<&'a [u8]> },
+}
+
+impl Streams<'_> {
+    fn piped() -> Self {
+        Streams::Piped { input: None }
+    }
+}
+
+/// One end of a pipe, kept by this process and driven by the tokio reactor.
+trait ParentEnd: Sized {
+    /// This end and the child's, from a fresh pipe's (read, write) ends.
+    fn make(read: OwnedFd, write: OwnedFd) -> std::io::Result<(Self, std::process::Stdio)>;
+}
+
+impl ParentEnd for pipe::Receiver {
+    fn make(read: OwnedFd, write: OwnedFd) -> std::io::Result<(Self, std::process::Stdio)> {
+        Ok((pipe::Receiver::from_owned_fd(read)?, write.into()))
+    }
+}
+
+impl ParentEnd for pipe::Sender {
+    fn make(read: OwnedFd, write: OwnedFd) -> std::io::Result<(Self, std::process::Stdio)> {
+        Ok((pipe::Sender::from_owned_fd(write)?, read.into()))
+    }
+}
+
+fn child_stream(fd: Option<OwnedFd>) -> std::process::Stdio {
+    fd.map_or_else(std::process::Stdio::null, Into::into)
+}
+
+async fn read_all(mut pipe: pipe::Receiver) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    pipe.read_to_end(&mut buf).await?;
+    Ok(buf)
+}
+
+async fn write_all(mut pipe: pipe::Sender, input: &[u8]) -> std::io::Result<()> {
+    pipe.write_all(input).await
+    // Dropped here: the runtime sees EOF.
+}
+
+/// The exec process file, removed when dropped (on every path out of `exec`).
+struct ProcessFile {
+    path: PathBuf,
+}
+
+impl ProcessFile {
+    fn write(path: PathBuf, content: &[u8]) -> Result<ProcessFile, RuncError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|source| RuncError::ProcessFile {
+                path: path.clone(),
+                source,
+            })?;
+        // Made by this call from here on: removed by the guard on every path out.
+        let guard = ProcessFile { path };
+        file.write_all(content)
+            .map_err(|source| RuncError::ProcessFile {
+                path: guard.path.clone(),
+                source,
+            })?;
+        Ok(guard)
+    }
+}
+
+impl Drop for ProcessFile {
+    fn drop(&mut self) {
+        // Nothing to do if it is gone already (or was never made).
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// `runc state`'s JSON, the fields used.
+#[derive(Deserialize)]
+struct RawState {
+    #[serde(default)]
+    pid: u32,
+    status: String,
+}
+
+/// One runtime command and its own arguments.
+#[derive(Debug, Clone, Copy)]
+enum Call<'a> {
+    Create {
+        id: &'a str,
+        bundle: &'a Path,
+        pid_file: &'a Path,
+        console_socket: Option<&'a Path>,
+        no_pivot: bool,
+        no_new_keyring: bool,
+    },
+    Start {
+        id: &'a str,
+    },
+    Exec {
+        id: &'a str,
+        process_file: &'a Path,
+        pid_file: &'a Path,
+        console_socket: Option<&'a Path>,
+    },
+    Kill {
+        id: &'a str,
+        signal: u32,
+        all: bool,
+    },
+    Delete {
+        id: &'a str,
+        force: bool,
+    },
+    State {
+        id: &'a str,
+    },
+    Ps {
+        id: &'a str,
+    },
+    Pause {
+        id: &'a str,
+    },
+    Resume {
+        id: &'a str,
+    },
+    Update {
+        id: &'a str,
+    },
+    Features,
+}
+
+impl<'a> Call<'a> {
+    fn name(&self) -> &'static str {
+        match self {
+            Call::Create { .. } => "create",
+            Call::Start { .. } => "start",
+            Call::Exec { .. } => "exec",
+            Call::Kill { .. } => "kill",
+            Call::Delete { .. } => "delete",
+            Call::State { .. } => "state",
+            Call::Ps { .. } => "ps",
+            Call::Pause { .. } => "pause",
+            Call::Resume { .. } => "resume",
+            Call::Update { .. } => "update",
+            Call::Features => "features",
+        }
+    }
+
+    /// The container id ("" for `features`).
+    fn id(&self) -> &'a str {
+        match *self {
+            Call::Create { id, .. }
+            | Call::Start { id }
+            | Call::Exec { id, .. }
+            | Call::Kill { id, .. }
+            | Call::Delete { id, .. }
+            | Call::State { id }
+            | Call::Ps { id }
+            | Call::Pause { id }
+            | Call::Resume { id }
+            | Call::Update { id } => id,
+            Call::Features => "",
+        }
+    }
+
+    /// The bundle, where the call itself names it.
+    fn bundle(&self) -> Option<&'a Path> {
+        match *self {
+            Call::Create { bundle, .. } => Some(bundle),
+            _ => None,
+        }
+    }
+
+    /// Whether the call acts on an existing container, so that "does not exist" means the
+    /// container (for `create` it means a path in the bundle, e.g. the rootfs).
+    fn on_existing_container(&self) -> bool {
+        !matches!(self, Call::Create { .. } | Call::Features)
+    }
+
+    /// The subcommand and its arguments.
+    fn args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![self.name().into()];
+        match *self {
+            Call::Create {
+                id,
+                bundle,
+                pid_file,
+                console_socket,
+                no_pivot,
+                no_new_keyring,
+            } => {
+                args.extend(["--bundle".into(), bundle.into()]);
+                args.extend(["--pid-file".into(), pid_file.into()]);
+                if let Some(socket) = console_socket {
+                    args.extend(["--console-socket".into(), socket.into()]);
+                }
+                if no_pivot {
+                    args.push("--no-pivot".into());
+                }
+                if no_new_keyring {
+                    args.push("--no-new-keyring".into());
+                }
+                args.push(id.into());
+            }
+            Call::Exec {
+                id,
+                process_file,
+                pid_file,
+                console_socket,
+            } => {
+                args.extend(["--process".into(), process_file.into()]);
+                args.push("--detach".into());
+                args.extend(["--pid-file".into(), pid_file.into()]);
+                if let Some(socket) = console_socket {
+                    args.extend(["--console-socket".into(), socket.into()]);
+                }
+                args.push(id.into());
+            }
+            Call::Kill { id, signal, all } => {
+                if all {
+                    args.push("--all".into());
+                }
+                args.extend([id.into(), signal.to_string().into()]);
+            }
+            Call::Delete { id, force } => {
+                if force {
+                    args.push("--force".into());
+                }
+                args.push(id.into());
+            }
+            Call::Ps { id } => {
+                args.extend(["--format".into(), "json".into(), id.into()]);
+            }
+            Call::Update { id } => {
+                args.extend(["--resources".into(), "-".into(), id.into()]);
+            }
+            Call::Start { id } | Call::State { id } | Call::Pause { id } | Call::Resume { id } => {
+                args.push(id.into());
+            }
+            Call::Features => {}
+        }
+        args
+    }
+}
+
+/// The whole argument list: global flags, then the subcommand's.
+fn argv(
+    root: &Path,
+    systemd_cgroup: bool,
+    log_file: Option<&Path>,
+    call: &Call<'_>,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["--root".into(), root.into()];
+    if let Some(log_file) = log_file {
+        args.extend([
+            "--log".into(),
+            log_file.into(),
+            "--log-format".into(),
+            "json".into(),
+        ]);
+    }
+    if systemd_cgroup {
+        args.push("--systemd-cgroup".into());
+    }
+    args.extend(call.args());
+    args
+}
+
+/// The log's text from byte `start` on (from the beginning if it shrank: rotated or truncated);
+/// `None` if it cannot be read (the caller falls back to stderr).
+fn read_log_from(path: &Path, start: u64) -> Option<String> {
+    // A plain blocking read: the part one call appended is a few hundred bytes on local disk.
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let start = if len < start { 0 } else { start };
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The `msg` of the last `"level":"error"` line of a runtime's JSON log.
+fn last_log_error(log: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Line {
+        level: String,
+        msg: String,
+    }
+    // From the end: the first error line found is the last one written.
+    log.lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<Line>(line).ok())
+        .filter(|line| line.level == "error")
+        .map(|line| line.msg.trim().to_owned())
+        .find(|msg| !msg.is_empty())
+}
+
+/// The error message of a runtime's stderr: the `msg` of its last logrus `level=error` line
+/// (runc without `--log`), else the whole text trimmed; `None` if empty.
+fn stderr_message(stderr: &str) -> Option<String> {
+    let logged = stderr
+        .lines()
+        .rev()
+        .filter(|line| line.contains("level=error"))
+        .find_map(logrus_msg);
+    let message = logged.unwrap_or_else(|| stderr.trim().to_owned());
+    (!message.is_empty()).then_some(message)
+}
+
+/// The value of `msg=` in a logrus text line: quoted (with `\"` and `\\` escapes) or bare.
+fn logrus_msg(line: &str) -> Option<String> {
+    let start = if line.starts_with("msg=") {
+        0
+    } else {
+        line.find(" msg=")? + 1
+    };
+    let rest = &line[start + "msg=".len()..];
+    let Some(quoted) = rest.strip_prefix('"') else {
+        return Some(rest.split(' ').next().unwrap_or_default().to_owned());
+    };
+    let mut msg = String::new();
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(msg),
+            '\\' => match chars.next() {
+                Some('n') => msg.push('\n'),
+                Some('t') => msg.push('\t'),
+                Some(other) => msg.push(other),
+                None => break,
+            },
+            c => msg.push(c),
+        }
+    }
+    // No closing quote: take what there is.
+    Some(msg)
+}
+
+/// Whether a runtime's message says the container does not exist (runc: "container does not
+/// exist", also inside "exec failed: ..."; crun: "container `x` does not exist" or "container not
+/// found").
+fn is_not_found(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("container not found")
+        || (message.contains("container") && message.contains("does not exist"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -159,7 +159,9 @@ pub enum IoError {
         source: io::Error,
     },
     /// The logging binary did not signal readiness in time; it was killed (SIGKILL).
-    #[error("logging binary {path} (pid {pid}) did not signal readiness within {timeout:?}; killed")]
+    #[error(
+        "logging binary {path} (pid {pid}) did not signal readiness within {timeout:?}; killed"
+    )]
     LoggerTimeout {
         /// The binary.
         path: PathBuf,
@@ -500,13 +502,18 @@ fn percent_decode(s: &str, query: bool) -> Option<String> {
 /// Makes a pipe; `shim_reads` says which end is the shim's, made non-blocking. Returns
 /// (shim's end, child's end), both close-on-exec.
 fn pipe(stream: &'static str, shim_reads: bool) -> Result<(OwnedFd, OwnedFd), IoError> {
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| IoError::Pipe {
-        stream,
-        source: e.into(),
-    })?;
+    let (r, w) = blocking_pipe(stream)?;
     let (shim, child) = if shim_reads { (r, w) } else { (w, r) };
     set_nonblocking(&shim).map_err(|source| IoError::Pipe { stream, source })?;
     Ok((shim, child))
+}
+
+/// Makes a pipe with both ends blocking, close-on-exec: (read end, write end).
+fn blocking_pipe(stream: &'static str) -> Result<(OwnedFd, OwnedFd), IoError> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| IoError::Pipe {
+        stream,
+        source: e.into(),
+    })
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
@@ -581,7 +588,10 @@ fn open_sink(stream: &'static str, target: &Target) -> Result<Sink, IoError> {
             (kind, path)
         }
         Target::Path(path) => {
-            if !std::fs::metadata(path).map(|m| m.is_file()).unwrap_or(false) {
+            if !std::fs::metadata(path)
+                .map(|m| m.is_file())
+                .unwrap_or(false)
+            {
                 return Err(IoError::NotFifo {
                     stream,
                     path: path.clone(),
@@ -708,7 +718,10 @@ fn recv_fd(socket: RawFd) -> io::Result<Option<OwnedFd>> {
         if let ControlMessageOwned::ScmRights(fds) = cmsg {
             // SAFETY: the kernel just installed these fds in this process for us; nothing
             // else owns them.
-            received.extend(fds.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            received.extend(
+                fds.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
         }
     }
     Ok(received.into_iter().next())
@@ -718,7 +731,8 @@ fn recv_fd(socket: RawFd) -> io::Result<Option<OwnedFd>> {
 async fn read_some(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         let mut guard = fd.readable().await?;
-        match guard.try_io(|inner| nix::unistd::read(inner.get_ref(), buf).map_err(io::Error::from)) {
+        match guard.try_io(|inner| nix::unistd::read(inner.get_ref(), buf).map_err(io::Error::from))
+        {
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
             Ok(result) => return result,
             Err(_would_block) => continue,
@@ -730,7 +744,9 @@ async fn read_some(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> io::Result<usize> {
 async fn write_all(fd: &AsyncFd<OwnedFd>, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
         let mut guard = fd.writable().await?;
-        match guard.try_io(|inner| nix::unistd::write(inner.get_ref(), buf).map_err(io::Error::from)) {
+        match guard
+            .try_io(|inner| nix::unistd::write(inner.get_ref(), buf).map_err(io::Error::from))
+        {
             Ok(Ok(n)) => buf = &buf[n..],
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
             Ok(Err(e)) => return Err(e),
@@ -783,7 +799,9 @@ async fn copy_in(src: &AsyncFd<OwnedFd>, dst: &AsyncFd<OwnedFd>, log: &Logger) {
         match write_all(dst, &buf[..n]).await {
             Ok(()) => {}
             // The process (every holder of its stdin) is gone: nothing more to deliver.
-            Err(e) if e.raw_os_error() == Some(libc::EPIPE) || e.raw_os_error() == Some(libc::EIO) => {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EPIPE) || e.raw_os_error() == Some(libc::EIO) =>
+            {
                 break
             }
             Err(e) => {
@@ -800,7 +818,9 @@ struct OutputDone(Arc<Shared>);
 
 impl Drop for OutputDone {
     fn drop(&mut self) {
-        self.0.outputs_left.send_modify(|n| *n = n.saturating_sub(1));
+        self.0
+            .outputs_left
+            .send_modify(|n| *n = n.saturating_sub(1));
     }
 }
 
@@ -876,15 +896,18 @@ async fn start_binary(
     id: &str,
     namespace: &str,
 ) -> Result<BinaryIo, IoError> {
-    let (out_r, out_w) = pipe("stdout", true)?;
-    let (err_r, err_w) = pipe("stderr", true)?;
+    // Blocking on both ends: the read ends are the logger's, the write ends the process's
+    // (for a terminal, prepare makes the stdout write end, then the shim's, non-blocking).
+    let (out_r, out_w) = blocking_pipe("stdout")?;
+    let (err_r, err_w) = blocking_pipe("stderr")?;
     let (ready_r, ready_w) = pipe("logger readiness", true)?;
-    let logger = spawn_logger(path, args, id, namespace, [&out_r, &err_r, &ready_w]).map_err(
-        |source| IoError::LoggerSpawn {
-            path: path.to_path_buf(),
-            source,
-        },
-    )?;
+    let logger =
+        spawn_logger(path, args, id, namespace, [&out_r, &err_r, &ready_w]).map_err(|source| {
+            IoError::LoggerSpawn {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
     // The logger has its copies now. Ours of the readiness pipe's write end must go, or its
     // close never shows; those of the read ends too, so a dead logger shows as EPIPE.
     drop((out_r, err_r, ready_w));
@@ -986,6 +1009,10 @@ impl ProcessIo {
                     // closed at once (a terminal has no stderr).
                     let binary = start_binary(path, args, *strict_ready, id, namespace).await?;
                     logger = Some(binary.logger);
+                    set_nonblocking(&binary.stdout).map_err(|source| IoError::Pipe {
+                        stream: "stdout",
+                        source,
+                    })?;
                     Some(Arc::new(Sink {
                         kind: SinkKind::Pipe(register("stdout", "logger pipe", binary.stdout)?),
                         name: path.display().to_string(),
@@ -1152,8 +1179,7 @@ impl ProcessIo {
         };
         let listener = console.listener.take().ok_or(IoError::AlreadyStarted)?;
         let path = console.path.clone();
-        let received =
-            tokio::time::timeout(MASTER_TIMEOUT, receive_master(&listener, &path)).await;
+        let received = tokio::time::timeout(MASTER_TIMEOUT, receive_master(&listener, &path)).await;
         // One master per process: the socket is done with, whatever happened.
         drop(listener);
         let _ = std::fs::remove_file(&path);
@@ -1173,7 +1199,9 @@ impl ProcessIo {
         if !self.terminal {
             return Err(IoError::NoTerminal);
         }
-        let master = lock(&self.shared.master).clone().ok_or(IoError::ConsoleClosed)?;
+        let master = lock(&self.shared.master)
+            .clone()
+            .ok_or(IoError::ConsoleClosed)?;
         let size = libc::winsize {
             ws_row: u16::try_from(height).unwrap_or(u16::MAX),
             ws_col: u16::try_from(width).unwrap_or(u16::MAX),

@@ -293,6 +293,12 @@ impl std::fmt::Debug for ProcessIo {
     }
 }
 
+// The service keeps a ProcessIo across awaits of its (Send) ttrpc futures.
+const _: () = {
+    const fn send_and_sync<T: Send + Sync>() {}
+    send_and_sync::<ProcessIo>();
+};
+
 /// State the copy tasks share with the [`ProcessIo`].
 struct Shared {
     /// The shim's write end of the stdin FIFO, kept until `close_stdin`.
@@ -1233,7 +1239,8 @@ impl ProcessIo {
 
     /// Resolves when the output copies have reached EOF (the process and all holders of its
     /// stdout/stderr are gone), or `within` passed; true when drained. True at once when no
-    /// output is copied (unconnected streams, a `binary://` logger).
+    /// output is copied (unconnected streams, a `binary://` logger); false (after `within`)
+    /// when output is connected but `start_copying` was never called.
     pub async fn wait_drained(&self, within: Duration) -> bool {
         let mut left = self.shared.outputs_left.subscribe();
         let drained = tokio::time::timeout(within, left.wait_for(|n| *n == 0))

@@ -685,3 +685,107 @@ async fn dropping_an_unstarted_terminal_io_removes_its_socket() {
     drop(io);
     assert!(!socket.exists());
 }
+
+#[tokio::test]
+async fn a_plain_path_to_a_regular_file_is_appended_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.log");
+    std::fs::write(&file, "before\n").unwrap();
+    let spec = IoSpec {
+        stdout: file.to_str().unwrap().to_string(),
+        ..IoSpec::default()
+    };
+    let mut io = ProcessIo::prepare(&spec, "c1", "k8s.io", dir.path(), log())
+        .await
+        .unwrap();
+    let mut out_tx = child_writer(io.take_stdio().stdout);
+    io.start_copying().await.unwrap();
+    out_tx.write_all(b"after\n").await.unwrap();
+    drop(out_tx);
+    assert!(io.wait_drained(DEADLINE).await);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "before\nafter\n");
+}
+
+#[tokio::test]
+async fn a_terminal_with_a_binary_logger_feeds_the_pty_output_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = logger_script(dir.path(), "exec 5>&-");
+    let spec = IoSpec {
+        stdout: logger_uri("binary", &script, dir.path()),
+        terminal: true,
+        ..IoSpec::default()
+    };
+    let mut io = ProcessIo::prepare(&spec, "c1", "k8s.io", dir.path(), log())
+        .await
+        .unwrap();
+    let pid = io.logger_pid().unwrap();
+    let (master, slave) = open_pty();
+    send_master(io.console_socket().unwrap(), master);
+    io.start_copying().await.unwrap();
+    let slave = async_tty(slave);
+    write_all(&slave, b"on the tty\n").await.unwrap();
+    drop(slave);
+    assert!(io.wait_drained(DEADLINE).await);
+    // At EOF the copy closed the logger's pipe (the shim keeps no other end): the logger
+    // gets EOF on fd 3 (fd 4 had it at once) and exits once its cats are done.
+    let status = wait_exit(pid).await;
+    assert_eq!(
+        status,
+        nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(pid), 0)
+    );
+    drop(io);
+    let out = std::fs::read_to_string(dir.path().join("out")).unwrap();
+    assert_eq!(out, "on the tty\r\n");
+    assert_eq!(std::fs::read_to_string(dir.path().join("err")).unwrap(), "");
+}
+
+#[tokio::test]
+async fn dropping_the_io_stops_the_copies_and_terms_the_logger() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fifo(dir.path(), "out");
+    let spec = IoSpec {
+        stdout: out.to_str().unwrap().to_string(),
+        ..IoSpec::default()
+    };
+    let mut io = ProcessIo::prepare(&spec, "c1", "k8s.io", dir.path(), log())
+        .await
+        .unwrap();
+    let mut out_tx = child_writer(io.take_stdio().stdout);
+    io.start_copying().await.unwrap();
+    let mut rx = reader(&out);
+    out_tx.write_all(b"x\n").await.unwrap();
+    read_until(&mut rx, "x\n").await;
+    // The process still runs, but the shim lets go: its FIFO writer closes, so the client's
+    // reader reaches EOF.
+    drop(io);
+    let mut rest = Vec::new();
+    tokio::time::timeout(DEADLINE, rx.read_to_end(&mut rest))
+        .await
+        .expect("the FIFO writer was not closed by drop")
+        .unwrap();
+    assert!(rest.is_empty());
+
+    let script = logger_script(dir.path(), "exec 5>&-");
+    let spec = IoSpec {
+        stdout: logger_uri("binary", &script, dir.path()),
+        ..IoSpec::default()
+    };
+    let mut io = ProcessIo::prepare(&spec, "c1", "k8s.io", dir.path(), log())
+        .await
+        .unwrap();
+    let pid = io.logger_pid().unwrap();
+    // The process's ends stay open, so the logger (sh) runs until it is told to stop.
+    let stdio = io.take_stdio();
+    drop(io);
+    let status = wait_exit(pid).await;
+    assert_eq!(
+        status,
+        nix::sys::wait::WaitStatus::Signaled(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+            false
+        )
+    );
+    // Lets the logger's cats see EOF and exit.
+    drop(stdio);
+}

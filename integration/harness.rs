@@ -178,14 +178,6 @@ pub fn it_handler() -> String {
     }
 }
 
-/// The shim binary name of a built-in handler (what its processes' argv[0] ends with).
-pub fn shim_binary_of(handler: &str) -> &'static str {
-    match handler {
-        "runc" => "containerd-shim-runc-v2",
-        _ => "containerd-shim-remora-v2",
-    }
-}
-
 /// The OCI runtime binary a built-in handler's shim runs (for tests that call it directly).
 pub fn oci_binary_of(handler: &str) -> &'static str {
     match handler {
@@ -232,11 +224,11 @@ reconnect_backoff_max = "400ms"
 conf_dir = "{}"
 bin_dirs = ["/usr/lib/cni"]
 {extra}"#,
-        extra = with_it_handler(extra),
         socket.display(),
         containerd.display(),
         cni_conf_dir.display(),
         root = socket.parent().unwrap_or(Path::new("/tmp")).display(),
+        extra = with_it_handler(extra),
     )
 }
 

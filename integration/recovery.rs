@@ -126,9 +126,9 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
         let out = std::process::Command::new(crate::harness::oci_binary_of(
             &crate::harness::it_handler(),
         ))
-            .args(["--root", &runc_root, "exec", id, "touch", "/tmp/go"])
-            .output()
-            .expect("runc exec");
+        .args(["--root", &runc_root, "exec", id, "touch", "/tmp/go"])
+        .output()
+        .expect("runc exec");
         assert!(
             out.status.success(),
             "{}",

@@ -169,6 +169,40 @@ impl Drop for Containerd {
     }
 }
 
+/// The runtime handler every remora the tests start uses by default: `REMORA_IT_HANDLER`
+/// (`runc`, containerd's Go shim, when unset or empty; `remora` or `crun` for remora's shim).
+pub fn it_handler() -> String {
+    match std::env::var("REMORA_IT_HANDLER") {
+        Ok(h) if !h.is_empty() => h,
+        _ => "runc".to_string(),
+    }
+}
+
+/// The OCI runtime binary a built-in handler's shim runs (for tests that call it directly).
+pub fn oci_binary_of(handler: &str) -> &'static str {
+    match handler {
+        "crun" => "crun",
+        _ => "runc",
+    }
+}
+
+/// `extra` (a TOML fragment appended to a test's config) with `[runtime] default_handler`
+/// set to [`it_handler`], unless `extra` sets a default handler itself. A fragment with its
+/// own `[runtime]` table gets the key inside it (TOML forbids a second `[runtime]` header).
+pub fn with_it_handler(extra: &str) -> String {
+    if extra.contains("default_handler") {
+        return extra.to_string();
+    }
+    let line = format!("default_handler = \"{}\"\n", it_handler());
+    match extra.find("[runtime]\n") {
+        Some(at) => {
+            let after = at + "[runtime]\n".len();
+            format!("{}{line}{}", &extra[..after], &extra[after..])
+        }
+        None => format!("[runtime]\n{line}{extra}"),
+    }
+}
+
 /// A remora config for tests on a private containerd ([`Bed`]), rendered as TOML. Not the test
 /// bed's template (`scripts/remora-testbed.toml`, see [`testbed_remora_config`]): there is no
 /// registry mirror here, and the fault tests stop and restart this containerd, so remora probes
@@ -194,6 +228,7 @@ bin_dirs = ["/usr/lib/cni"]
         containerd.display(),
         cni_conf_dir.display(),
         root = socket.parent().unwrap_or(Path::new("/tmp")).display(),
+        extra = with_it_handler(extra),
     )
 }
 
@@ -401,8 +436,8 @@ impl Drop for Bed {
 }
 
 impl Bed {
-    /// The runc root the runc shim uses for this bed's containers: its default,
-    /// `/run/containerd/runc/<namespace>` (remora's default namespace here).
+    /// The runc root the shim uses for this bed's containers: the default of both the Go shim
+    /// and remora's, `/run/containerd/runc/<namespace>` (remora's default namespace here).
     pub fn runc_root(&self) -> String {
         "/run/containerd/runc/remora".to_string()
     }
@@ -552,6 +587,7 @@ impl BedRemora {
             ("CERTS_DIR", &path(certs)),
             ("CNI_CONF_DIR", &path(&cni_conf_dir)),
             ("CNI_BIN_DIR", "/usr/lib/cni"),
+            ("HANDLER", &it_handler()),
         ]);
         // Tests read remora's log; the test bed's own remora logs at the default level.
         config.push_str("\n[log]\nlevel = \"debug\"\n");
@@ -882,6 +918,7 @@ fn the_test_bed_template_renders_to_a_valid_config() {
         ("CERTS_DIR", TESTBED_CERTS),
         ("CNI_CONF_DIR", TESTBED_CNI),
         ("CNI_BIN_DIR", "/usr/lib/cni"),
+        ("HANDLER", "remora"),
     ]);
     let parsed = remora::config::Config::from_toml(&config, "remora-testbed.toml")
         .unwrap_or_else(|e| panic!("{e}\n{config}"));
@@ -891,4 +928,29 @@ fn the_test_bed_template_renders_to_a_valid_config() {
     assert_eq!(parsed.cni.conf_dir, Path::new(TESTBED_CNI));
     assert_eq!(parsed.cni.bin_dirs, vec![PathBuf::from("/usr/lib/cni")]);
     assert_eq!(parsed.server.state_dir, Path::new("/tmp/rmr/state"));
+    assert_eq!(parsed.runtime.default_handler, "remora");
+}
+
+#[test]
+fn the_test_handler_goes_into_every_extra_config_fragment() {
+    let h = it_handler();
+    let parse = |extra: &str| {
+        let text = remora_config(
+            Path::new("/tmp/rmr/remora.sock"),
+            Path::new("/tmp/rmr/ctd.sock"),
+            Path::new("/tmp/rmr/net.d"),
+            extra,
+        );
+        remora::config::Config::from_toml(&text, "remora_config")
+            .unwrap_or_else(|e| panic!("{e}\n{text}"))
+    };
+    assert_eq!(parse("").runtime.default_handler, h);
+    let with_table = parse("[runtime]\ncgroup_driver = \"systemd\"\n");
+    assert_eq!(with_table.runtime.default_handler, h);
+    assert_eq!(
+        with_table.runtime.cgroup_driver,
+        remora::config::CgroupDriver::Systemd
+    );
+    let own = parse("[runtime]\ndefault_handler = \"crun\"\n");
+    assert_eq!(own.runtime.default_handler, "crun");
 }

@@ -123,10 +123,12 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
     bed.containerd.stop();
     let runc_root = bed.runc_root();
     for id in &ids[..3] {
-        let out = std::process::Command::new("runc")
-            .args(["--root", &runc_root, "exec", id, "touch", "/tmp/go"])
-            .output()
-            .expect("runc exec");
+        let out = std::process::Command::new(crate::harness::oci_binary_of(
+            &crate::harness::it_handler(),
+        ))
+        .args(["--root", &runc_root, "exec", id, "touch", "/tmp/go"])
+        .output()
+        .expect("runc exec");
         assert!(
             out.status.success(),
             "{}",

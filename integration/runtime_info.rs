@@ -170,6 +170,27 @@ async fn network_ready_follows_the_cni_conf_dir() {
     assert!(!condition(&s, "NetworkReady").status);
 }
 
+#[tokio::test]
+async fn status_lists_the_runtime_handlers_and_the_default_under_the_empty_name() {
+    let names = |s: &v1::StatusResponse| -> Vec<String> {
+        s.runtime_handlers.iter().map(|h| h.name.clone()).collect()
+    };
+    let bed = Bed::start("[runtime]\ndefault_handler = \"remora\"\n");
+    let s = cri::runtime_status(&bed.remora, false).await;
+    assert_eq!(names(&s), ["crun", "remora", "", "runc"]);
+    for h in &s.runtime_handlers {
+        let f = h.features.as_ref().expect("features present");
+        assert!(!f.recursive_read_only_mounts && !f.user_namespaces, "{h:?}");
+    }
+
+    let bed = Bed::start(
+        "[runtime]\ndefault_handler = \"fast\"\n\
+         [runtime.handlers.fast]\nruntime_type = \"io.containerd.remora.v2\"\n",
+    );
+    let s = cri::runtime_status(&bed.remora, false).await;
+    assert_eq!(names(&s), ["fast", ""]);
+}
+
 /// Asserts `result` is UNIMPLEMENTED naming `rpc`.
 fn assert_unimplemented<T: std::fmt::Debug>(rpc: &str, result: Result<T, tonic::Status>) {
     match result {

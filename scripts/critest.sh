@@ -7,9 +7,11 @@
 # <name> is the spec's container texts and leaf text joined by spaces, e.g.
 #   [k8s.io] Image Manager public image with tag should be pulled and removed [Conformance]
 #
-# usage: scripts/critest.sh [--containerd] [--websocket] [--focus REGEX]
-#                           [--check FILE] [-- CRITEST_ARGS...]
+# usage: scripts/critest.sh [--containerd] [--handler NAME] [--websocket]
+#                           [--focus REGEX] [--check FILE] [-- CRITEST_ARGS...]
 #   --containerd  test the test bed containerd's CRI instead of remora
+#   --handler H   run the pods with runtime handler H (-runtime-handler), e.g.
+#                 remora for remora's shim; default: the runtime's default one
 #   --websocket   streaming specs over WebSocket instead of SPDY
 #   --focus RE    only specs matching RE (-ginkgo.focus); the others are SKIP
 #   --check FILE  fail unless every spec named in FILE (one a line, # comments)
@@ -17,7 +19,8 @@
 #
 # Exit status: 0 when critest ran (and the --check list passed), 1 when the
 # --check list did not pass, 2 when critest could not run or timed out.
-# Raw output: $TB_ROOT/logs/critest-<target>.log, report .json, list .results.
+# Raw output: $TB_ROOT/logs/critest-<target>[-<handler>].log, report .json,
+# list .results.
 # The test bed must be up (scripts/testbed.sh up).
 set -euo pipefail
 
@@ -31,6 +34,7 @@ RUN_TIMEOUT=40m
 GINKGO_TIMEOUT=38m
 
 target=remora
+handler=
 websocket=0
 focus=
 check=
@@ -39,6 +43,11 @@ while [[ $# -gt 0 ]]; do
 	case $1 in
 	--containerd) target=containerd ;;
 	--websocket) websocket=1 ;;
+	--handler)
+		[[ $# -ge 2 && -n $2 ]] || die "--handler needs a runtime handler name"
+		handler=$2
+		shift
+		;;
 	--focus)
 		[[ $# -ge 2 ]] || die "--focus needs a regular expression"
 		focus=$2
@@ -55,7 +64,7 @@ while [[ $# -gt 0 ]]; do
 		break
 		;;
 	-h | --help)
-		sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument: $1 (see --help)" ;;
@@ -71,9 +80,10 @@ sock=$REMORA_SOCK
 endpoint="unix://$sock"
 logs="$TB_ROOT/logs"
 mkdir -p "$logs"
-log="$logs/critest-$target.log"
-report="$logs/critest-$target.json"
-results="$logs/critest-$target.results"
+run_name=$target${handler:+-$handler}
+log="$logs/critest-$run_name.log"
+report="$logs/critest-$run_name.json"
+results="$logs/critest-$run_name.results"
 
 [[ -x "$TOOLS_BIN/critest" ]] || die "$TOOLS_BIN/critest is missing; run scripts/setup.sh"
 if ! crictl --runtime-endpoint "$endpoint" --image-endpoint "$endpoint" --timeout 5s version >/dev/null 2>&1; then
@@ -87,6 +97,9 @@ args=(
 	"-ginkgo.no-color"
 	"-ginkgo.timeout=$GINKGO_TIMEOUT"
 )
+if [[ -n "$handler" ]]; then
+	args+=("-runtime-handler=$handler")
+fi
 if [[ $websocket == 1 ]]; then
 	args+=(-websocket-exec -websocket-attach -websocket-portforward)
 fi
@@ -98,7 +111,7 @@ args+=("${extra[@]}")
 # shm_ids: ids of the host's SysV shared memory segments.
 shm_ids() { ipcs -m 2>/dev/null | awk '$2 ~ /^[0-9]+$/ {print $2}' | sort; }
 
-info "running critest against $target ($endpoint); output in $log"
+info "running critest against $target ($endpoint${handler:+, handler $handler}); output in $log"
 rm -f "$report"
 shm_before=$(shm_ids)
 rc=0

@@ -4,7 +4,11 @@
 # binaries go into the locally built test images. Idempotent: a second run only
 # checks versions and returns in about a second.
 #
-# Environment: REMORA_TOOLS_DIR (default /var/tmp/remora-tools).
+# It also builds remora's shim (containerd-shim-remora-v2) and installs it into
+# the tools' bin directory, beside containerd, whenever the build changed.
+#
+# Environment: REMORA_TOOLS_DIR (default /var/tmp/remora-tools);
+#   REMORA_SHIM_BIN  a shim binary to install instead of building one.
 set -euo pipefail
 
 # ---- pinned versions (bump here, nowhere else) ------------------------------
@@ -22,7 +26,7 @@ DEB_NGINX_VERSION=1.22.1-9+deb12u11       # nginx for the web server images
 APT_PACKAGES=(
 	containerd runc containernetworking-plugins docker-registry busybox-static
 	protobuf-compiler iproute2 iptables jq curl python3 libc6-dev gcc
-	procps util-linux ca-certificates shellcheck
+	procps util-linux ca-certificates shellcheck crun
 )
 # ------------------------------------------------------------------------------
 
@@ -201,6 +205,37 @@ check_rust() {
 	[[ "$out" == "cargo $RUST_VERSION "* ]] || warn "expected cargo $RUST_VERSION"
 }
 
+# install_shim: builds remora's shim and installs it as
+# $TOOLS_BIN/containerd-shim-remora-v2. containerd resolves runtime type
+# io.containerd.remora.v2 to that binary name, looked up in its PATH and in the
+# directory of the containerd binary; $TOOLS_BIN is both (testbed.sh and the
+# integration harness start containerd from there, with $TOOLS_BIN first in
+# PATH). The copy is atomic (a temp file renamed over the old one): running
+# shims keep their old binary, the next shim start gets the new one.
+install_shim() {
+	local bin=${REMORA_SHIM_BIN:-} dest="$TOOLS_BIN/containerd-shim-remora-v2" target
+	if [[ -z "$bin" ]]; then
+		local log="$LOGS/shim-build.log"
+		info "cargo build --locked --profile shim --no-default-features --bin containerd-shim-remora-v2 (log: $log)"
+		# --no-default-features: the shim alone, without the daemon's dependencies.
+		(cd "$REPO_ROOT" && run_logged "$log" cargo build --locked --profile shim \
+			--no-default-features --bin containerd-shim-remora-v2)
+		# The target directory honours CARGO_TARGET_DIR and .cargo/config.
+		target=$(cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
+		bin="$target/shim/containerd-shim-remora-v2"
+	fi
+	[[ -x "$bin" ]] || die "shim binary $bin is missing or not executable"
+	if [[ -x "$dest" ]] && cmp -s "$bin" "$dest"; then
+		return 0
+	fi
+	local tmp
+	tmp=$(mktemp "$dest.XXXXXX")
+	cp "$bin" "$tmp"
+	chmod 0755 "$tmp"
+	mv -f "$tmp" "$dest"
+	info "installed $dest (from $bin)"
+}
+
 main() {
 	install_apt_packages
 	build_containerd
@@ -209,6 +244,7 @@ main() {
 	fetch_deb busybox "$DEB_BUSYBOX_VERSION"
 	fetch_deb nginx "$DEB_NGINX_VERSION"
 	check_rust
+	install_shim
 	info "tools ready in $TOOLS_BIN (containerd $CONTAINERD_VERSION, cri-tools $CRI_TOOLS_VERSION, kubelet $KUBELET_VERSION)"
 }
 

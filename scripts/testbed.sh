@@ -13,6 +13,13 @@
 #   REMORA_TOOLS_DIR    tools from setup.sh          (/var/tmp/remora-tools)
 #   REMORA_BIN          remora binary to run; unset: `cargo build` target/debug/remora
 #   REMORA_SKIP_DAEMON  1: do not build or start remora (test the rest)
+#   REMORA_IT_HANDLER   remora's default runtime handler: runc (default; the Go
+#                       shim), remora or crun (remora's shim running runc/crun)
+#   REMORA_SHIM_BIN     shim binary to install (setup.sh); unset: built by cargo
+#
+# setup.sh (run by `up`) rebuilds remora's shim and re-installs it into
+# $TOOLS_BIN when it changed; containerd's CRI knows it as the runtime handlers
+# "remora" and "crun", remora as its built-in handlers of the same names.
 #
 # Nothing here touches a system containerd (/run/containerd, /var/lib/containerd).
 set -euo pipefail
@@ -34,6 +41,9 @@ REMORA_CONFIG="$TB_ROOT/remora.toml"
 # Runc state of the test bed containerd's containers, kept apart from any
 # other containerd's /run/containerd/runc.
 RUNC_ROOT="$TB_RUN/runc"
+# crun state of the containerd CRI's "crun" handler, apart from runc's: the
+# cleanup lists each root with its own runtime.
+CRUN_ROOT="$TB_RUN/crun"
 # Public registries whose images the local registry serves (see hosts.toml).
 MIRRORED_HOSTS=(registry.k8s.io k8s.gcr.io docker.io gcr.io quay.io public.ecr.aws)
 
@@ -110,6 +120,26 @@ imports = []
         # cgroup v1 with the cgroupfs driver; there is no systemd.
         SystemdCgroup = false
         Root = "$RUNC_ROOT"
+
+    # remora's shim (containerd-shim-remora-v2, installed by setup.sh beside
+    # containerd). For a runtime type other than io.containerd.runc.v2 the CRI
+    # sends the options table as TOML (runtimeoptions.v1.Options config_body),
+    # which the shim reads; keep these tables flat.
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.remora]
+      runtime_type = "io.containerd.remora.v2"
+
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.remora.options]
+        SystemdCgroup = false
+        Root = "$RUNC_ROOT"
+        BinaryName = "runc"
+
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun]
+      runtime_type = "io.containerd.remora.v2"
+
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun.options]
+        SystemdCgroup = false
+        Root = "$CRUN_ROOT"
+        BinaryName = "crun"
 
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["$CNI_BIN_DIR"]
@@ -240,6 +270,7 @@ write_remora_config() {
 	t=${t//@CERTS_DIR@/$CERTS_DIR}
 	t=${t//@CNI_CONF_DIR@/$CNI_CONF_DIR}
 	t=${t//@CNI_BIN_DIR@/$CNI_BIN_DIR}
+	t=${t//@HANDLER@/${REMORA_IT_HANDLER:-runc}}
 	[[ $t != *@[A-Z_]*@* ]] || die "a placeholder of remora-testbed.toml is not filled in: $t"
 	printf '%s\n' "$t" | write_if_changed "$REMORA_CONFIG"
 }
@@ -366,9 +397,13 @@ up_containerd() {
 	fi
 	# A socket left by a killed containerd would make `ctr version` hang or fail.
 	rm -f "$CONTAINERD_SOCK" "$CONTAINERD_SOCK.ttrpc"
-	mkdir -p "$TB_RUN/cni/networks" "$RUNC_ROOT"
+	mkdir -p "$TB_RUN/cni/networks" "$RUNC_ROOT" "$CRUN_ROOT"
 	info "starting containerd ($(containerd --version | awk '{print $3}'))"
-	start_daemon containerd "$LOGS/containerd.log" containerd --config "$CONTAINERD_CONFIG"
+	# containerd finds its shims (containerd-shim-runc-v2 v2.3.4 and
+	# containerd-shim-remora-v2) in PATH and beside its own binary: both are
+	# $TOOLS_BIN, first in this PATH so that Debian's /usr/bin shims lose.
+	start_daemon containerd "$LOGS/containerd.log" \
+		env PATH="$TOOLS_BIN:$PATH" "$TOOLS_BIN/containerd" --config "$CONTAINERD_CONFIG"
 	wait_for containerd "$LOGS/containerd.log" 60 containerd_answers
 }
 
@@ -433,7 +468,8 @@ remove_pods() {
 }
 
 # Shims of this containerd (matched by their -address argument, never by name
-# alone) and the containers they started.
+# alone: containerd-shim-runc-v2 and containerd-shim-remora-v2 alike) and the
+# containers they started, under the runc and crun roots of both shims.
 kill_leftovers() {
 	local root id
 	for root in "$RUNC_ROOT"/* /run/containerd/runc/remora; do
@@ -442,6 +478,14 @@ kill_leftovers() {
 			runc --root "$root" delete --force "$id" >>"$LOGS/testbed-down.log" 2>&1 || true
 		done
 	done
+	if command -v crun >/dev/null; then
+		for root in "$CRUN_ROOT"/*; do
+			[[ -d "$root" ]] || continue
+			for id in $(crun --root "$root" list -q 2>/dev/null); do
+				crun --root "$root" delete --force "$id" >>"$LOGS/testbed-down.log" 2>&1 || true
+			done
+		done
+	fi
 	local p args
 	for p in /proc/[0-9]*; do
 		args=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
@@ -476,7 +520,7 @@ cmd_down() {
 	kill_leftovers
 	unmount_under "$TB_RUN" "$TB_ROOT/containerd"
 	# Task state is meaningless once its shims are gone; containerd rebuilds it.
-	rm -rf "$TB_RUN/containerd" "$RUNC_ROOT"
+	rm -rf "$TB_RUN/containerd" "$RUNC_ROOT" "$CRUN_ROOT"
 	rm -f "$CONTAINERD_SOCK" "$CONTAINERD_SOCK.ttrpc" "$REMORA_SOCK" "$TB_RUN/nri.sock"
 	stop_daemon registry 10
 	info "test bed is down"

@@ -8,6 +8,7 @@
 //! [`DEFAULT_TOML`] is the documented default file that `remora config default` prints. A unit
 //! test parses it and compares it with [`Config::default`], so the two cannot drift apart.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -108,9 +109,35 @@ resolver_rate = 10
 
 [runtime]
 # Cgroup driver reported to kubelet by the RuntimeConfig RPC: "cgroupfs" or "systemd".
+# With "systemd", every handler's shim is told to use systemd cgroups (SystemdCgroup).
 cgroup_driver = "cgroupfs"
-# containerd runtime (shim) for the default handler ("" or "runc"); other handlers are refused.
+# The runtime handler of pods whose RunPodSandbox names none (handler ""). It must be one
+# of the handlers below. Every container of a pod runs with the pod's handler.
+default_handler = "runc"
+
+# Runtime handlers, by CRI handler name (lowercase letters, digits, '.', '_', '-'). A pod
+# naming a handler that is not listed here is refused with INVALID_ARGUMENT.
+# The three below are the built-in handlers. A [runtime.handlers.*] table in the config file
+# replaces all of them: list every handler you want, the built-in ones included.
+[runtime.handlers.runc]
+# containerd runtime (shim) type: io.containerd.runc.v2 is containerd's Go runc shim,
+# io.containerd.remora.v2 is remora's own shim (containerd-shim-remora-v2, found in PATH).
+# Optional keys: runtime_path, an absolute path to the shim binary (containerd then runs
+# it instead of looking runtime_type up); binary_name, the OCI runtime the shim runs
+# ("runc", "crun" or a path); root, the OCI runtime's state directory (--root).
 runtime_type = "io.containerd.runc.v2"
+
+[runtime.handlers.remora]
+# remora's shim, running runc.
+runtime_type = "io.containerd.remora.v2"
+# The OCI runtime remora's shim runs.
+binary_name = "runc"
+
+[runtime.handlers.crun]
+# remora's shim, running crun.
+runtime_type = "io.containerd.remora.v2"
+# The OCI runtime remora's shim runs.
+binary_name = "crun"
 
 [cni]
 # Directory of CNI network configs (.conf, .conflist, .json). The first file in lexical
@@ -302,17 +329,85 @@ pub enum CgroupDriver {
 pub struct RuntimeConfig {
     /// Cgroup driver.
     pub cgroup_driver: CgroupDriver,
-    /// containerd runtime of the default handler.
+    /// The handler of pods that name none (CRI handler `""`).
+    pub default_handler: String,
+    /// Runtime handlers by CRI handler name. A `[runtime.handlers.*]` table in the file
+    /// replaces the built-in set ([`RuntimeConfig::builtin_handlers`]) as a whole: serde's
+    /// struct-level `default` fills the field only when the key is absent.
+    pub handlers: BTreeMap<String, RuntimeHandler>,
+}
+
+/// `[runtime.handlers.<name>]`: how pods of one CRI runtime handler run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeHandler {
+    /// containerd runtime (shim) type, e.g. `io.containerd.runc.v2`.
     pub runtime_type: String,
+    /// Absolute path of the shim binary; containerd runs it instead of resolving
+    /// `runtime_type` (sent as `CreateTaskRequest.runtime_path`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_path: Option<PathBuf>,
+    /// The OCI runtime the shim runs (`runc`, `crun` or a path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_name: Option<String>,
+    /// The OCI runtime's state directory (`--root`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
+}
+
+impl RuntimeHandler {
+    /// A handler of `runtime_type` with no options.
+    pub fn of_type(runtime_type: &str) -> Self {
+        Self {
+            runtime_type: runtime_type.to_string(),
+            runtime_path: None,
+            binary_name: None,
+            root: None,
+        }
+    }
+}
+
+/// containerd's Go runc shim.
+pub const RUNC_RUNTIME_TYPE: &str = "io.containerd.runc.v2";
+/// remora's shim, `containerd-shim-remora-v2`.
+pub const REMORA_RUNTIME_TYPE: &str = "io.containerd.remora.v2";
+
+impl RuntimeConfig {
+    /// The handlers used when the file has no `[runtime.handlers.*]` table: `runc` (Go shim),
+    /// `remora` (remora's shim running runc) and `crun` (remora's shim running crun).
+    pub fn builtin_handlers() -> BTreeMap<String, RuntimeHandler> {
+        let with_binary = |binary: &str| RuntimeHandler {
+            binary_name: Some(binary.to_string()),
+            ..RuntimeHandler::of_type(REMORA_RUNTIME_TYPE)
+        };
+        BTreeMap::from([
+            (
+                "runc".to_string(),
+                RuntimeHandler::of_type(RUNC_RUNTIME_TYPE),
+            ),
+            ("remora".to_string(), with_binary("runc")),
+            ("crun".to_string(), with_binary("crun")),
+        ])
+    }
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             cgroup_driver: CgroupDriver::Cgroupfs,
-            runtime_type: "io.containerd.runc.v2".to_string(),
+            default_handler: "runc".to_string(),
+            handlers: Self::builtin_handlers(),
         }
     }
+}
+
+/// Whether `name` can be a CRI runtime handler name in remora's config: non-empty, lowercase
+/// letters, digits, `.`, `_`, `-` (it becomes part of dotted config keys and log fields).
+pub fn valid_handler_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
 }
 
 /// `[cni]`.
@@ -447,9 +542,7 @@ impl Config {
         if img.sandbox_image.is_empty() {
             return Err(invalid("images.sandbox_image", "must not be empty"));
         }
-        if self.runtime.runtime_type.is_empty() {
-            return Err(invalid("runtime.runtime_type", "must not be empty"));
-        }
+        self.validate_handlers()?;
         if self.cni.plugin_timeout.is_zero() {
             return Err(invalid("cni.plugin_timeout", "must be greater than zero"));
         }
@@ -478,6 +571,69 @@ impl Config {
         }
         for dir in &self.cni.bin_dirs {
             absolute("cni.bin_dirs", dir)?;
+        }
+        Ok(())
+    }
+
+    fn validate_handlers(&self) -> Result<(), ConfigError> {
+        let rt = &self.runtime;
+        if rt.handlers.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "runtime.handlers".into(),
+                reason: "must name at least one handler".into(),
+            });
+        }
+        for (name, h) in &rt.handlers {
+            let key = |field: &str| format!("runtime.handlers.{name}{field}");
+            let invalid = |field: &str, reason: String| ConfigError::Invalid {
+                key: key(field),
+                reason,
+            };
+            if !valid_handler_name(name) {
+                return Err(invalid(
+                    "",
+                    format!("{name:?} is not a valid handler name (lowercase letters, digits, '.', '_', '-'; not empty)"),
+                ));
+            }
+            if h.runtime_type.is_empty() {
+                return Err(invalid(".runtime_type", "must not be empty".into()));
+            }
+            if let Some(p) = &h.runtime_path {
+                if !p.is_absolute() {
+                    return Err(invalid(
+                        ".runtime_path",
+                        format!(
+                            "must be an absolute path, got {:?}",
+                            p.display().to_string()
+                        ),
+                    ));
+                }
+            }
+            if h.binary_name.as_deref() == Some("") {
+                return Err(invalid(".binary_name", "must not be empty".into()));
+            }
+            if let Some(p) = &h.root {
+                if !p.is_absolute() {
+                    return Err(invalid(
+                        ".root",
+                        format!(
+                            "must be an absolute path, got {:?}",
+                            p.display().to_string()
+                        ),
+                    ));
+                }
+            }
+        }
+        if !rt.handlers.contains_key(&rt.default_handler) {
+            let known: Vec<&str> = rt.handlers.keys().map(String::as_str).collect();
+            return Err(ConfigError::Invalid {
+                key: "runtime.default_handler".into(),
+                reason: format!(
+                    "names {:?}, which is not a configured handler (configured: {})",
+                    rt.default_handler,
+                    known.join(", ")
+                ),
+            });
         }
         Ok(())
     }
@@ -606,6 +762,93 @@ mod tests {
         let missing = dir.path().join("nope.toml");
         let err = Config::load(Some(&missing)).unwrap_err();
         assert!(err.to_string().contains("nope.toml"), "{err}");
+    }
+
+    #[test]
+    fn builtin_handlers_are_runc_remora_and_crun() {
+        let c = Config::default();
+        assert_eq!(c.runtime.default_handler, "runc");
+        let h = &c.runtime.handlers;
+        assert_eq!(h.len(), 3);
+        assert_eq!(h["runc"], RuntimeHandler::of_type("io.containerd.runc.v2"));
+        assert_eq!(h["remora"].runtime_type, "io.containerd.remora.v2");
+        assert_eq!(h["remora"].binary_name.as_deref(), Some("runc"));
+        assert_eq!(h["crun"].runtime_type, "io.containerd.remora.v2");
+        assert_eq!(h["crun"].binary_name.as_deref(), Some("crun"));
+    }
+
+    #[test]
+    fn a_handlers_table_replaces_the_builtin_ones() {
+        let text = "[runtime]\ndefault_handler = \"fast\"\n\
+                    [runtime.handlers.fast]\nruntime_type = \"io.containerd.remora.v2\"\n\
+                    runtime_path = \"/opt/bin/shim\"\nbinary_name = \"/usr/bin/crun\"\nroot = \"/run/crun\"\n";
+        let c = Config::from_toml(text, "t").unwrap();
+        assert_eq!(c.runtime.handlers.len(), 1, "{:?}", c.runtime.handlers);
+        let fast = &c.runtime.handlers["fast"];
+        assert_eq!(
+            fast.runtime_path.as_deref(),
+            Some(Path::new("/opt/bin/shim"))
+        );
+        assert_eq!(fast.binary_name.as_deref(), Some("/usr/bin/crun"));
+        assert_eq!(fast.root.as_deref(), Some(Path::new("/run/crun")));
+        // The default handler must be among the configured ones: "runc" is gone now.
+        let err = Config::from_toml(
+            "[runtime.handlers.fast]\nruntime_type = \"io.containerd.remora.v2\"\n",
+            "t",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("runtime.default_handler"), "{err}");
+        assert!(err.to_string().contains("fast"), "{err}");
+    }
+
+    #[test]
+    fn bad_handlers_are_rejected_with_the_key() {
+        let cases = [
+            (
+                "[runtime]\ndefault_handler = \"kata\"\n",
+                "runtime.default_handler",
+            ),
+            (
+                "[runtime.handlers.Big]\nruntime_type = \"x\"\n[runtime.handlers.runc]\nruntime_type = \"x\"\n",
+                "runtime.handlers.Big",
+            ),
+            (
+                "[runtime.handlers.runc]\nruntime_type = \"\"\n",
+                "runtime.handlers.runc.runtime_type",
+            ),
+            (
+                "[runtime.handlers.runc]\nruntime_type = \"x\"\nruntime_path = \"shim\"\n",
+                "runtime.handlers.runc.runtime_path",
+            ),
+            (
+                "[runtime.handlers.runc]\nruntime_type = \"x\"\nroot = \"run/runc\"\n",
+                "runtime.handlers.runc.root",
+            ),
+            (
+                "[runtime.handlers.runc]\nruntime_type = \"x\"\nbinary_name = \"\"\n",
+                "runtime.handlers.runc.binary_name",
+            ),
+            (
+                "[runtime.handlers.runc]\nruntime_type = \"x\"\nbinry_name = \"crun\"\n",
+                "binry_name",
+            ),
+            ("[runtime]\nhandlers = {}\n", "runtime.handlers"),
+            ("[runtime]\nruntime_type = \"x\"\n", "runtime_type"),
+        ];
+        for (text, key) in cases {
+            let err = Config::from_toml(text, "t").expect_err(text);
+            assert!(err.to_string().contains(key), "{text:?} -> {err}");
+        }
+    }
+
+    #[test]
+    fn handler_names_follow_the_cri_rule() {
+        for ok in ["runc", "remora", "kata-qemu", "gvisor.v1", "a_b", "0"] {
+            assert!(valid_handler_name(ok), "{ok}");
+        }
+        for bad in ["", "Runc", "a b", "a/b", "ü"] {
+            assert!(!valid_handler_name(bad), "{bad:?}");
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use crate::config::Config;
+use crate::config::{CgroupDriver, Config, RuntimeConfig};
 use crate::containerd::health::{HealthMonitor, ProbeSchedule};
 use crate::containerd::Client;
 use crate::cri::service::CriService;
@@ -34,9 +34,10 @@ use crate::images::pull::{Backend, PullConfig, Puller};
 use crate::images::registry::{RegistryClient, RegistryConfig};
 use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
+use crate::lifecycle::backend::{RuncOptions, Runtime as HandlerShim};
 use crate::lifecycle::host::host_facts;
 use crate::lifecycle::host_network::HostNetwork;
-use crate::lifecycle::{Backends, Pods, PodsConfig};
+use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::net::{PodNetwork, PodNetworkConfig};
 
 /// Failures setting up or running the CRI socket server.
@@ -260,6 +261,42 @@ fn image_runtime(
     })
 }
 
+/// The configured runtime handlers as lifecycle uses them. A handler gets shim options
+/// (`containerd.runc.v1.Options`) only when it sets something: a binary, a root, or systemd
+/// cgroups; otherwise none are sent and the shim keeps its defaults, as before handlers.
+pub fn runtime_handlers(config: &RuntimeConfig) -> RuntimeHandlers {
+    let systemd = config.cgroup_driver == CgroupDriver::Systemd;
+    let by_name = config
+        .handlers
+        .iter()
+        .map(|(name, h)| {
+            let options =
+                (h.binary_name.is_some() || h.root.is_some() || systemd).then(|| RuncOptions {
+                    binary_name: h.binary_name.clone().unwrap_or_default(),
+                    root: h
+                        .root
+                        .as_ref()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default(),
+                    systemd_cgroup: systemd,
+                });
+            let runtime = HandlerRuntime {
+                runtime: HandlerShim {
+                    name: h.runtime_type.clone(),
+                    options,
+                },
+                runtime_path: h
+                    .runtime_path
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            };
+            (name.clone(), runtime)
+        })
+        .collect();
+    RuntimeHandlers::new(&config.default_handler, by_name)
+}
+
 /// Builds the pod side: network namespaces, CNI, host facts, over containerd's containers and
 /// tasks.
 fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logger) -> Pods {
@@ -276,7 +313,7 @@ fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logg
             state_dir: config.server.state_dir.clone(),
             sandbox_image: config.images.sandbox_image.clone(),
             snapshotter: config.images.snapshotter.clone(),
-            runtime_type: config.runtime.runtime_type.clone(),
+            handlers: runtime_handlers(&config.runtime),
         },
         Backends {
             containers: shared.clone(),
@@ -512,6 +549,53 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn handlers_get_options_only_when_they_set_something() {
+        use crate::config::{CgroupDriver, RuntimeConfig, RuntimeHandler};
+        let mut config = RuntimeConfig::default();
+        config.handlers.insert(
+            "rooted".into(),
+            RuntimeHandler {
+                root: Some("/run/rooted".into()),
+                runtime_path: Some("/opt/bin/containerd-shim-remora-v2".into()),
+                ..RuntimeHandler::of_type("io.containerd.remora.v2")
+            },
+        );
+        let h = super::runtime_handlers(&config);
+        assert_eq!(h.default_name(), "runc");
+        let (_, runc) = h.resolve("").unwrap();
+        assert_eq!(runc.runtime.name, "io.containerd.runc.v2");
+        assert_eq!(runc.runtime.options, None);
+        assert_eq!(runc.runtime_path, "");
+        let (_, crun) = h.resolve("crun").unwrap();
+        assert_eq!(crun.runtime.name, "io.containerd.remora.v2");
+        let crun_opts = crun.runtime.options.clone().unwrap();
+        assert_eq!(
+            (crun_opts.binary_name.as_str(), crun_opts.root.as_str()),
+            ("crun", "")
+        );
+        assert!(!crun_opts.systemd_cgroup);
+        let (_, rooted) = h.resolve("rooted").unwrap();
+        let opts = rooted.runtime.options.clone().unwrap();
+        assert_eq!(
+            (opts.binary_name.as_str(), opts.root.as_str()),
+            ("", "/run/rooted")
+        );
+        assert_eq!(rooted.runtime_path, "/opt/bin/containerd-shim-remora-v2");
+
+        // systemd cgroups reach every handler's shim, the plain runc one included.
+        config.cgroup_driver = CgroupDriver::Systemd;
+        let h = super::runtime_handlers(&config);
+        for name in ["runc", "remora", "crun", "rooted"] {
+            let (_, rt) = h.resolve(name).unwrap();
+            assert_eq!(
+                rt.runtime.options.as_ref().map(|o| o.systemd_cgroup),
+                Some(true),
+                "{name}"
+            );
+        }
+    }
+
     use super::*;
 
     #[tokio::test]

@@ -21,7 +21,8 @@ use tonic::Code;
 use super::Client;
 use crate::containerd::error::ContainerdError;
 use crate::lifecycle::backend::{
-    ContainerRecord, Containers, ExecStdio, Exit, TaskSpec, TaskState, TaskStatus, Tasks,
+    ContainerRecord, Containers, ExecStdio, Exit, RuncOptions, Runtime, TaskSpec, TaskState,
+    TaskStatus, Tasks,
 };
 
 /// Type URL containerd uses for an OCI runtime spec stored on a container.
@@ -32,6 +33,52 @@ const PROCESS_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/
 const RESOURCES_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources";
 /// Type URL of remora's JSON extensions.
 const EXTENSION_TYPE_URL: &str = "remora.dev/cri-metadata";
+/// Type URL containerd (and its CRI) gives runc-style shim options: the proto's full name, as
+/// Go's typeurl registers it. Both the Go runc shim and remora's shim decode it.
+pub const RUNC_OPTIONS_TYPE_URL: &str = "containerd.runc.v1.Options";
+
+/// `containerd.runc.v1.Options` (containerd `api/types/runc/options/oci.proto`), only the
+/// fields remora sets; the field numbers are the proto's. Decoders skip what is absent, so a
+/// partial message is a valid one.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PbRuncOptions {
+    /// The OCI runtime binary.
+    #[prost(string, tag = "6")]
+    pub binary_name: String,
+    /// The OCI runtime's `--root`.
+    #[prost(string, tag = "7")]
+    pub root: String,
+    /// Cgroups through systemd.
+    #[prost(bool, tag = "9")]
+    pub systemd_cgroup: bool,
+}
+
+/// A record's runtime options as containerd stores them.
+fn runc_options_to_any(o: &RuncOptions) -> prost_types::Any {
+    prost_types::Any {
+        type_url: RUNC_OPTIONS_TYPE_URL.to_string(),
+        value: prost::Message::encode_to_vec(&PbRuncOptions {
+            binary_name: o.binary_name.clone(),
+            root: o.root.clone(),
+            systemd_cgroup: o.systemd_cgroup,
+        }),
+    }
+}
+
+/// A record's runtime options back; options of another type (set by another client) or
+/// undecodable ones read as none: remora only ever reads back what it wrote.
+fn runc_options_from_any(any: &prost_types::Any) -> Option<RuncOptions> {
+    // containerd may hand back the URL with the "types.googleapis.com/" style prefix.
+    if !any.type_url.ends_with(RUNC_OPTIONS_TYPE_URL) {
+        return None;
+    }
+    let pb: PbRuncOptions = prost::Message::decode(any.value.as_slice()).ok()?;
+    Some(RuncOptions {
+        binary_name: pb.binary_name,
+        root: pb.root,
+        systemd_cgroup: pb.systemd_cgroup,
+    })
+}
 
 fn time(ts: Option<prost_types::Timestamp>) -> Option<SystemTime> {
     let ts = ts?;
@@ -100,7 +147,13 @@ fn record_from_pb(c: Container) -> ContainerRecord {
         image: c.image,
         labels: c.labels,
         spec: c.spec.map(|s| s.value).unwrap_or_default(),
-        runtime: c.runtime.map(|r| r.name).unwrap_or_default(),
+        runtime: c
+            .runtime
+            .map(|r| Runtime {
+                options: r.options.as_ref().and_then(runc_options_from_any),
+                name: r.name,
+            })
+            .unwrap_or_default(),
         snapshotter: c.snapshotter,
         snapshot_key: c.snapshot_key,
         extensions: c
@@ -117,8 +170,8 @@ fn record_to_pb(r: ContainerRecord) -> Container {
         labels: r.labels,
         image: r.image,
         runtime: Some(PbRuntime {
-            name: r.runtime,
-            options: None,
+            options: r.runtime.options.as_ref().map(runc_options_to_any),
+            name: r.runtime.name,
         }),
         spec: Some(prost_types::Any {
             type_url: SPEC_TYPE_URL.to_string(),
@@ -279,7 +332,7 @@ impl Tasks for Client {
                 terminal: spec.terminal,
                 checkpoint: None,
                 options: None,
-                runtime_path: String::new(),
+                runtime_path: spec.runtime_path,
             },
             None,
         );
@@ -521,5 +574,81 @@ impl Tasks for Client {
             });
         self.release_exit(container_id).await?;
         Ok(exit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use containerd_shim_protos::protobuf::Message as _;
+    use containerd_shim_protos::shim::oci::Options as ShimOptions;
+
+    fn record(options: Option<RuncOptions>) -> ContainerRecord {
+        ContainerRecord {
+            id: "c1".into(),
+            runtime: Runtime {
+                name: "io.containerd.remora.v2".into(),
+                options,
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn runc_options_decode_with_containerds_own_field_numbers() {
+        let opts = RuncOptions {
+            binary_name: "crun".into(),
+            root: "/run/crun".into(),
+            systemd_cgroup: true,
+        };
+        let pb = record_to_pb(record(Some(opts)));
+        let rt = pb.runtime.expect("a runtime");
+        assert_eq!(rt.name, "io.containerd.remora.v2");
+        let any = rt.options.expect("options");
+        assert_eq!(any.type_url, "containerd.runc.v1.Options");
+        // Decoded by the rust-protobuf code generated from containerd's oci.proto, which the
+        // shims use: a wrong tag would land in another field or be skipped.
+        let decoded = ShimOptions::parse_from_bytes(&any.value).expect("valid Options");
+        assert_eq!(decoded.binary_name, "crun");
+        assert_eq!(decoded.root, "/run/crun");
+        assert!(decoded.systemd_cgroup);
+        assert!(!decoded.no_pivot_root && !decoded.no_new_keyring);
+        assert_eq!(decoded.io_uid, 0);
+        assert!(decoded.shim_cgroup.is_empty() && decoded.criu_image_path.is_empty());
+    }
+
+    #[test]
+    fn runtime_options_survive_a_round_trip_and_absent_ones_stay_absent() {
+        let opts = RuncOptions {
+            binary_name: "runc".into(),
+            ..Default::default()
+        };
+        let back = record_from_pb(record_to_pb(record(Some(opts.clone()))));
+        assert_eq!(back.runtime.options, Some(opts));
+        assert_eq!(back.runtime.name, "io.containerd.remora.v2");
+        let pb = record_to_pb(record(None));
+        assert_eq!(pb.runtime.as_ref().and_then(|r| r.options.as_ref()), None);
+        assert_eq!(record_from_pb(pb).runtime.options, None);
+    }
+
+    #[test]
+    fn options_of_another_type_read_as_none() {
+        let any = prost_types::Any {
+            type_url: "io.containerd.runhcs.v1.Options".into(),
+            value: vec![0x32, 0x01, b'x'],
+        };
+        assert_eq!(runc_options_from_any(&any), None);
+        let shim_encoded = ShimOptions {
+            binary_name: "crun".into(),
+            ..Default::default()
+        };
+        let any = prost_types::Any {
+            type_url: format!("types.googleapis.com/{RUNC_OPTIONS_TYPE_URL}"),
+            value: shim_encoded.write_to_bytes().unwrap(),
+        };
+        assert_eq!(
+            runc_options_from_any(&any).map(|o| o.binary_name),
+            Some("crun".to_string())
+        );
     }
 }

@@ -114,9 +114,9 @@ impl CriError {
 fn container_code(e: &ContainerError) -> Code {
     match e {
         ContainerError::SandboxNotFound(_) | ContainerError::ImageNotFound(_) => Code::NotFound,
-        ContainerError::SandboxNotReady(_) | ContainerError::NotRunning(_) => {
-            Code::FailedPrecondition
-        }
+        ContainerError::SandboxNotReady(_)
+        | ContainerError::NotRunning(_)
+        | ContainerError::PodHandlerGone { .. } => Code::FailedPrecondition,
         ContainerError::EmptyCommand => Code::InvalidArgument,
         ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
         ContainerError::Name(_) => Code::AlreadyExists,

@@ -45,11 +45,25 @@ pub struct Condition {
     pub message: String,
 }
 
+/// One runtime handler as `Status` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerInfo {
+    /// The CRI handler name; `""` is the default handler.
+    pub name: String,
+    /// Whether the handler supports recursive read-only mounts.
+    pub recursive_read_only_mounts: bool,
+    /// Whether the handler supports user namespaces (with idmap mounts).
+    pub user_namespaces: bool,
+}
+
 /// `Status`'s answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusReport {
     /// RuntimeReady then NetworkReady.
     pub conditions: Vec<Condition>,
+    /// The configured handlers in name order, the default one repeated under `""` right after
+    /// it (as containerd's CRI reports them, `internal/cri/server/status.go`).
+    pub handlers: Vec<HandlerInfo>,
     /// JSON values by key; filled only for verbose requests.
     pub info: BTreeMap<String, String>,
 }
@@ -127,8 +141,33 @@ pub async fn status(
     }
     Ok(StatusReport {
         conditions: vec![runtime, network],
+        handlers: runtime_handlers(config),
         info,
     })
+}
+
+/// The handlers `Status` reports: one per configured handler, and the default one again under
+/// the name `""`.
+pub fn runtime_handlers(config: &Config) -> Vec<HandlerInfo> {
+    let mut out = Vec::new();
+    for name in config.runtime.handlers.keys() {
+        // Both features false for now: issue 14 derives them from `runc features` (the
+        // "rro" mount option with a kernel >= 5.12, and idmap mounts), as containerd does.
+        let info = HandlerInfo {
+            name: name.clone(),
+            recursive_read_only_mounts: false,
+            user_namespaces: false,
+        };
+        let is_default = *name == config.runtime.default_handler;
+        out.push(info.clone());
+        if is_default {
+            out.push(HandlerInfo {
+                name: String::new(),
+                ..info
+            });
+        }
+    }
+    out
 }
 
 /// `RuntimeConfig`: the cgroup driver kubelet must use.
@@ -198,6 +237,23 @@ mod tests {
     }
 
     #[test]
+    fn handlers_are_reported_with_the_default_repeated_under_the_empty_name() {
+        let mut config = Config::default();
+        let names = |c: &Config| -> Vec<String> {
+            runtime_handlers(c).into_iter().map(|h| h.name).collect()
+        };
+        assert_eq!(names(&config), ["crun", "remora", "runc", ""]);
+        config.runtime.default_handler = "crun".into();
+        assert_eq!(names(&config), ["crun", "", "remora", "runc"]);
+        config.runtime.handlers.remove("remora");
+        config.runtime.handlers.remove("runc");
+        assert_eq!(names(&config), ["crun", ""]);
+        assert!(runtime_handlers(&config)
+            .iter()
+            .all(|h| !h.recursive_read_only_mounts && !h.user_namespaces));
+    }
+
+    #[test]
     fn version_names_remora_and_v1() {
         let v = version();
         assert_eq!(v.runtime_name, "remora");
@@ -225,6 +281,9 @@ mod tests {
         assert!(!s.conditions[1].status);
         assert!(s.conditions[1].message.contains("no CNI network config"));
         assert!(s.info.is_empty(), "info must be empty unless verbose");
+        // Handlers do not depend on containerd being reachable.
+        assert_eq!(s.handlers, runtime_handlers(&rt.0));
+        assert_eq!(s.handlers.len(), 4);
 
         switch.0.store(true, Ordering::SeqCst);
         std::fs::write(bin.path().join("bridge"), "").unwrap();

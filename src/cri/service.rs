@@ -120,6 +120,17 @@ impl RuntimeService for CriService {
                         .collect(),
                 }),
                 info: report.info.into_iter().collect(),
+                runtime_handlers: report
+                    .handlers
+                    .into_iter()
+                    .map(|h| v1::RuntimeHandler {
+                        name: h.name,
+                        features: Some(v1::RuntimeHandlerFeatures {
+                            recursive_read_only_mounts: h.recursive_read_only_mounts,
+                            user_namespaces: h.user_namespaces,
+                        }),
+                    })
+                    .collect(),
                 ..Default::default()
             })
         })

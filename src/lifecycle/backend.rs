@@ -27,14 +27,35 @@ pub struct ContainerRecord {
     pub labels: HashMap<String, String>,
     /// The OCI runtime spec as JSON.
     pub spec: Vec<u8>,
-    /// containerd runtime (shim) name, e.g. `io.containerd.runc.v2`.
-    pub runtime: String,
+    /// containerd runtime (shim) and its options.
+    pub runtime: Runtime,
     /// Snapshotter of the rootfs.
     pub snapshotter: String,
     /// Snapshot key of the rootfs.
     pub snapshot_key: String,
     /// Extensions: key → JSON bytes (remora's full CRI metadata lives here).
     pub extensions: HashMap<String, Vec<u8>>,
+}
+
+/// The containerd runtime (shim) a container record names, with its options.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Runtime {
+    /// Runtime type, e.g. `io.containerd.runc.v2`.
+    pub name: String,
+    /// Options for the shim; `None` sends none (the shim's defaults).
+    pub options: Option<RuncOptions>,
+}
+
+/// The subset of containerd's `containerd.runc.v1.Options` remora sets. Both containerd's Go
+/// runc shim and remora's shim read them from the container record's runtime options.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RuncOptions {
+    /// The OCI runtime binary ("" = the shim's default, runc).
+    pub binary_name: String,
+    /// The OCI runtime's `--root` ("" = its default).
+    pub root: String,
+    /// Cgroups through systemd.
+    pub systemd_cgroup: bool,
 }
 
 /// How to start a task.
@@ -52,6 +73,9 @@ pub struct TaskSpec {
     pub stderr: String,
     /// Allocate a terminal.
     pub terminal: bool,
+    /// Absolute path of the shim binary to run ("" = containerd resolves the record's runtime
+    /// type).
+    pub runtime_path: String,
 }
 
 /// Process state as containerd reports it.

@@ -81,6 +81,11 @@ impl Pods {
         if sb.status.state != SandboxState::Ready {
             return Err(ContainerError::SandboxNotReady(sandbox.id().to_string()));
         }
+        // Every container runs with its pod's handler (shim and options), as in containerd.
+        let runtime = self
+            .pod_runtime(sandbox.id(), &sb.metadata.runtime_handler)?
+            .runtime
+            .clone();
         let image: ImageInfo = self
             .find_image(&req.image)
             .ok_or_else(|| ContainerError::ImageNotFound(req.image.clone()))?;
@@ -189,7 +194,7 @@ impl Pods {
                 image: image.id.clone(),
                 labels: to_labels(&snapshot),
                 spec: spec_json,
-                runtime: self.runtime_type.clone(),
+                runtime,
                 snapshotter: self.snapshotter.clone(),
                 snapshot_key: id.to_string(),
                 extensions: HashMap::from([(

@@ -44,6 +44,11 @@ impl Pods {
         if sandbox.status().state != SandboxState::Ready {
             return Err(ContainerError::SandboxNotReady(meta.sandbox_id.clone()));
         }
+        // The task runs under the pod's handler's shim binary, if the handler names one.
+        let runtime_path = self
+            .pod_runtime(sandbox.id(), &sandbox.metadata().runtime_handler)?
+            .runtime_path
+            .clone();
         let dir = self.io_dir(&id);
         let fifos = FifoSet::create(
             &dir,
@@ -115,6 +120,7 @@ impl Pods {
                 stdout: stdio.stdout,
                 stderr: stdio.stderr,
                 terminal: stdio.terminal,
+                runtime_path,
             })
             .await?;
         // Taken before the start: a process that exits at once must not finish before it

@@ -21,8 +21,8 @@ use crate::store::{IdError, NameError, StoreError, TransitionError};
 /// Why a sandbox operation failed.
 #[derive(Debug, Error)]
 pub enum SandboxError {
-    /// The runtime handler is not configured.
-    #[error("runtime handler {0:?} is not configured (only \"\" and \"runc\" are)")]
+    /// The runtime handler is not configured (`[runtime.handlers.<name>]`).
+    #[error("runtime handler {0:?} is not configured")]
     UnknownRuntimeHandler(String),
     /// The pod's name is taken.
     #[error("pod sandbox name is in use: {0}")]
@@ -104,6 +104,15 @@ pub enum ContainerError {
     /// The pod is not ready.
     #[error("pod sandbox {0} is not ready")]
     SandboxNotReady(String),
+    /// The pod's runtime handler is no longer configured (the config changed since the pod
+    /// started): its containers cannot run with the pod's shim.
+    #[error("pod sandbox {pod}: its runtime handler {handler:?} is no longer configured")]
+    PodHandlerGone {
+        /// The pod.
+        pod: String,
+        /// The handler recorded for it.
+        handler: String,
+    },
     /// The image is not present (kubelet pulls before it creates).
     #[error("image {0:?} not found: pull it first")]
     ImageNotFound(String),

@@ -41,6 +41,7 @@ mod container_stop;
 mod container_update;
 pub mod error;
 pub mod events;
+pub mod handlers;
 #[cfg(target_os = "linux")]
 #[path = "host_linux.rs"]
 pub mod host;
@@ -82,6 +83,7 @@ pub use backend::{Containers, LocalImages, PodNetwork, Tasks};
 pub use container_create::CreateRequest;
 pub use container_stop::parse_signal;
 pub use error::{ContainerError, RollbackError, SandboxError, UndoError};
+pub use handlers::{HandlerRuntime, RuntimeHandlers};
 pub use sandbox_run::RunSandbox;
 
 use crate::containerd::error::ContainerdError;
@@ -123,7 +125,7 @@ pub struct Pods {
     state_dir: PathBuf,
     sandbox_image: String,
     snapshotter: String,
-    runtime_type: String,
+    handlers: RuntimeHandlers,
     log: Logger,
 }
 
@@ -151,8 +153,8 @@ pub struct PodsConfig {
     pub sandbox_image: String,
     /// Snapshotter.
     pub snapshotter: String,
-    /// containerd runtime for the default handler.
-    pub runtime_type: String,
+    /// The runtime handlers pods can ask for.
+    pub handlers: RuntimeHandlers,
 }
 
 /// The IO of a started container: its FIFOs and log writer.
@@ -215,7 +217,7 @@ impl Pods {
             state_dir: config.state_dir,
             sandbox_image: config.sandbox_image,
             snapshotter: config.snapshotter,
-            runtime_type: config.runtime_type,
+            handlers: config.handlers,
             log,
         }
     }
@@ -267,6 +269,27 @@ impl Pods {
             leases.delete(&l, false).await
         });
         Ok(lease)
+    }
+
+    /// The runtime of pod `pod`'s handler `handler` (as recorded in its metadata), which every
+    /// container of the pod runs with.
+    pub(crate) fn pod_runtime(
+        &self,
+        pod: &str,
+        handler: &str,
+    ) -> Result<&HandlerRuntime, ContainerError> {
+        self.handlers
+            .resolve(handler)
+            .map(|(_, rt)| rt)
+            .map_err(|name| ContainerError::PodHandlerGone {
+                pod: pod.to_string(),
+                handler: name,
+            })
+    }
+
+    /// The runtime handlers.
+    pub fn handlers(&self) -> &RuntimeHandlers {
+        &self.handlers
     }
 
     /// Sends `signal` to task `id` (to every process of it for SIGKILL); a task already gone

@@ -83,7 +83,10 @@ impl Pods {
     ) -> Result<(), SandboxError> {
         let id = &tx.id().to_string();
         let cfg = &req.config;
-        let runtime = self.runtime_for(&req.runtime_handler)?;
+        let (handler, runtime) = match self.handlers.resolve(&req.runtime_handler) {
+            Ok((name, rt)) => (name.to_string(), rt.clone()),
+            Err(name) => return Err(SandboxError::UnknownRuntimeHandler(name)),
+        };
         let name_key = sandbox_name_key(&cfg.name, &cfg.namespace, &cfg.uid, req.attempt);
         let reservation = self.names.reserve_guarded(&name_key, id)?;
 
@@ -189,7 +192,9 @@ impl Pods {
             attempt: req.attempt,
             labels: req.labels.clone(),
             annotations: cfg.annotations.clone(),
-            runtime_handler: req.runtime_handler.clone(),
+            // The resolved name: the pod's containers run with this handler even if the
+            // default changes later.
+            runtime_handler: handler.clone(),
             created_at: now_ns(),
             netns_path: netns_path
                 .as_ref()
@@ -209,7 +214,7 @@ impl Pods {
                 image: self.sandbox_image.clone(),
                 labels: to_labels(&metadata),
                 spec: spec_json,
-                runtime,
+                runtime: runtime.runtime,
                 snapshotter: self.snapshotter.clone(),
                 snapshot_key: id.to_string(),
                 extensions: HashMap::from([(
@@ -227,6 +232,7 @@ impl Pods {
             .create(TaskSpec {
                 container_id: id.to_string(),
                 rootfs: mounts,
+                runtime_path: runtime.runtime_path,
                 ..Default::default()
             })
             .await?;
@@ -246,15 +252,8 @@ impl Pods {
         self.monitor_exit(sandbox);
         self.events.emit(id, id, EventKind::Created, now_ns());
         self.events.emit(id, id, EventKind::Started, now_ns());
-        info!(log, "pod sandbox running"; "pid" => pid, "name" => &cfg.name, "namespace" => &cfg.namespace);
+        info!(log, "pod sandbox running"; "pid" => pid, "runtime_handler" => &handler, "name" => &cfg.name, "namespace" => &cfg.namespace);
         Ok(())
-    }
-
-    fn runtime_for(&self, handler: &str) -> Result<String, SandboxError> {
-        match handler {
-            "" | "runc" => Ok(self.runtime_type.clone()),
-            other => Err(SandboxError::UnknownRuntimeHandler(other.to_string())),
-        }
     }
 
     async fn sandbox_image(&self) -> Result<ImageInfo, SandboxError> {

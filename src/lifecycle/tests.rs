@@ -16,13 +16,15 @@ use std::time::Duration;
 use fakes::{Call, CallLog, FakeContainerd, FakeImages, FakeNetwork};
 
 use super::{
-    creation_lease_id, Backends, ContainerError, CreateRequest, Pods, PodsConfig, RunSandbox,
-    SandboxError,
+    creation_lease_id, Backends, ContainerError, CreateRequest, HandlerRuntime, Pods, PodsConfig,
+    RunSandbox, RuntimeHandlers, SandboxError,
 };
 use crate::images::store::ImageInfo;
+use crate::lifecycle::backend::{RuncOptions, Runtime};
 use crate::spec::{ContainerConfig, HostFacts, NamespaceMode, SandboxConfig};
 use crate::store::{
-    container_name_key, sandbox_name_key, ContainerMetadata, ContainerState, SandboxState,
+    container_name_key, sandbox_name_key, ContainerMetadata, ContainerState, Sandbox,
+    SandboxMetadata, SandboxState, SandboxStatus,
 };
 
 const PAUSE: &str = "registry.k8s.io/pause:3.10";
@@ -51,6 +53,10 @@ fn image(id: &str) -> ImageInfo {
 }
 
 fn bed() -> Bed {
+    bed_with_handlers(RuntimeHandlers::single_runc("io.containerd.runc.v2"))
+}
+
+fn bed_with_handlers(handlers: RuntimeHandlers) -> Bed {
     let dir = tempfile::tempdir().expect("a temp dir");
     let state_dir = dir.path().join("state");
     let rootfs = dir.path().join("rootfs");
@@ -63,7 +69,7 @@ fn bed() -> Bed {
             state_dir: state_dir.clone(),
             sandbox_image: PAUSE.into(),
             snapshotter: "overlayfs".into(),
-            runtime_type: "io.containerd.runc.v2".into(),
+            handlers,
         },
         Backends {
             containers: shared.clone(),
@@ -678,4 +684,143 @@ async fn the_sweep_finishes_a_rollback_that_failed() {
         .join("pending")
         .join(format!("{id}.json"))
         .exists());
+}
+
+/// `runc` (Go shim, no options) and `remora` (remora's shim at a fixed path, running crun),
+/// with `default` the default.
+fn two_handlers(default: &str) -> RuntimeHandlers {
+    let runc = HandlerRuntime {
+        runtime: Runtime {
+            name: "io.containerd.runc.v2".into(),
+            options: None,
+        },
+        runtime_path: String::new(),
+    };
+    RuntimeHandlers::new(
+        default,
+        std::collections::BTreeMap::from([
+            ("runc".to_string(), runc),
+            ("remora".to_string(), remora_handler()),
+        ]),
+    )
+}
+
+fn remora_handler() -> HandlerRuntime {
+    HandlerRuntime {
+        runtime: Runtime {
+            name: "io.containerd.remora.v2".into(),
+            options: Some(RuncOptions {
+                binary_name: "crun".into(),
+                root: "/run/crun".into(),
+                systemd_cgroup: false,
+            }),
+        },
+        runtime_path: "/opt/bin/containerd-shim-remora-v2".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_pods_containers_run_with_the_pods_handler_not_the_default() {
+    let b = bed_with_handlers(two_handlers("runc"));
+    let mut req = pod_request();
+    req.runtime_handler = "remora".into();
+    let pod = b.pods.run_sandbox(req).await.expect("a pod");
+    let want = remora_handler();
+    let sandbox = b.pods.sandboxes.get(&pod).expect("indexed");
+    assert_eq!(sandbox.metadata().runtime_handler, "remora");
+    assert_eq!(
+        b.containerd.record(&pod).expect("record").runtime,
+        want.runtime
+    );
+    assert_eq!(
+        b.containerd.task_runtime_path(&pod).as_deref(),
+        Some(want.runtime_path.as_str())
+    );
+
+    let id = b
+        .pods
+        .create_container(create_request(&pod))
+        .await
+        .expect("a container");
+    assert_eq!(
+        b.containerd.record(&id).expect("record").runtime,
+        want.runtime
+    );
+    b.pods.start_container(&id).await.expect("started");
+    assert_eq!(
+        b.containerd.task_runtime_path(&id).as_deref(),
+        Some(want.runtime_path.as_str())
+    );
+}
+
+#[tokio::test]
+async fn the_empty_handler_is_recorded_as_the_default_by_name() {
+    let b = bed_with_handlers(two_handlers("remora"));
+    let pod = b.pods.run_sandbox(pod_request()).await.expect("a pod");
+    let sandbox = b.pods.sandboxes.get(&pod).expect("indexed");
+    assert_eq!(sandbox.metadata().runtime_handler, "remora");
+    assert_eq!(
+        b.containerd.record(&pod).expect("record").runtime,
+        remora_handler().runtime
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_handler_is_refused_by_name_before_anything_is_made() {
+    let b = bed_with_handlers(two_handlers("runc"));
+    let mut req = pod_request();
+    req.runtime_handler = "kata".into();
+    let err = b.pods.run_sandbox(req).await.expect_err("unknown handler");
+    assert!(
+        matches!(&err, SandboxError::UnknownRuntimeHandler(h) if h == "kata"),
+        "{err:?}"
+    );
+    assert_eq!(b.log.calls(), []);
+    assert!(b.pods.sandboxes.list(&Default::default()).is_empty());
+}
+
+/// Pods recorded before handlers existed (handler "") or with a handler since removed from
+/// the config: the first run with the default handler; the second are refused, naming it.
+#[tokio::test]
+async fn recorded_handlers_resolve_on_container_create() {
+    let b = bed_with_handlers(two_handlers("runc"));
+    for (handler, want) in [("", Some("io.containerd.runc.v2")), ("gone", None)] {
+        let pod = format!(
+            "pod-{}",
+            if handler.is_empty() {
+                "legacy"
+            } else {
+                handler
+            }
+        );
+        let metadata = SandboxMetadata {
+            id: pod.clone(),
+            name: pod.clone(),
+            namespace: "default".into(),
+            uid: format!("uid-{pod}"),
+            runtime_handler: handler.into(),
+            ..Default::default()
+        };
+        b.pods
+            .sandboxes
+            .add(Sandbox::new(metadata, SandboxStatus::ready(1)))
+            .expect("indexed");
+        let result = b.pods.create_container(create_request(&pod)).await;
+        match want {
+            Some(runtime) => {
+                let id = result.expect("a container of the legacy pod");
+                assert_eq!(
+                    b.containerd.record(&id).expect("record").runtime.name,
+                    runtime
+                );
+            }
+            None => {
+                let err = result.expect_err("the handler is gone");
+                assert!(
+                    matches!(&err, ContainerError::PodHandlerGone { pod: p, handler: h } if *p == pod && h == "gone"),
+                    "{err:?}"
+                );
+            }
+        }
+    }
 }

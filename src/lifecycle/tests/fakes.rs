@@ -170,6 +170,8 @@ pub struct FakeContainerd {
     log: CallLog,
     records: Arc<Mutex<HashMap<String, ContainerRecord>>>,
     tasks: Arc<Mutex<HashMap<String, TaskState>>>,
+    /// The `runtime_path` each task was created with.
+    task_runtime_paths: Arc<Mutex<HashMap<String, String>>>,
     /// What prepared snapshots mount: a bind mount of this directory.
     rootfs: PathBuf,
 }
@@ -181,6 +183,7 @@ impl FakeContainerd {
             log,
             records: Default::default(),
             tasks: Default::default(),
+            task_runtime_paths: Default::default(),
             rootfs,
         }
     }
@@ -200,6 +203,16 @@ impl FakeContainerd {
     /// Whether a record with this id exists.
     pub fn has_record(&self, id: &str) -> bool {
         Self::lock(&self.records).contains_key(id)
+    }
+
+    /// The record with this id.
+    pub fn record(&self, id: &str) -> Option<ContainerRecord> {
+        Self::lock(&self.records).get(id).cloned()
+    }
+
+    /// The shim path task `id` was last created with.
+    pub fn task_runtime_path(&self, id: &str) -> Option<String> {
+        Self::lock(&self.task_runtime_paths).get(id).cloned()
     }
 
     /// Whether a task for this id exists.
@@ -260,6 +273,8 @@ impl Tasks for FakeContainerd {
             exit_status: 0,
             exited_at: None,
         };
+        Self::lock(&self.task_runtime_paths)
+            .insert(spec.container_id.clone(), spec.runtime_path.clone());
         Self::lock(&self.tasks).insert(spec.container_id, state);
         Ok(4242)
     }

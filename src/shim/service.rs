@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use containerd_shim_protos::api::{
     CloseIORequest, ConnectRequest, ConnectResponse, CreateTaskRequest, CreateTaskResponse,
@@ -67,6 +67,9 @@ const SHUTDOWN_FLUSH: Duration = Duration::from_secs(10);
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 /// The OCI runtime's state root when the runtime options name none (Go shims' default).
 const DEFAULT_RUNC_ROOT: &str = "/run/containerd/runc";
+/// Console sockets: a short directory, as a unix socket path must stay under 108 bytes and a
+/// bundle path alone is about 100.
+const CONSOLE_DIR: &str = "/run/remora-shim";
 /// The shim's record of a container's runtime options, for `delete` after the shim died.
 const OPTIONS_FILE: &str = "remora-shim-options.json";
 /// The init process's exit, for `delete` after the shim died.
@@ -427,7 +430,7 @@ impl Service {
             log.clone(),
         );
         let created = self.run_init(&id, &bundle, &runc, &opts, &req, &log).await;
-        let (pid, io) = match created {
+        let (pid, io, spawned_at) = match created {
             Ok(v) => v,
             Err(e) => {
                 if rootfs_mounted {
@@ -497,7 +500,7 @@ impl Service {
         e.pid = pid;
         self.publish(topics::TASK_CREATE_EVENT_TOPIC, &e);
         // After TaskCreate: the exit task publishes only after it.
-        self.watch_exit(c, init, pid);
+        self.watch_exit(c, init, pid, spawned_at);
         info!(log, "container created"; "pid" => pid);
         let mut resp = CreateTaskResponse::new();
         resp.pid = pid;
@@ -512,15 +515,21 @@ impl Service {
         opts: &RuntimeOptions,
         req: &CreateTaskRequest,
         log: &Logger,
-    ) -> Result<(u32, ProcessIo), ShimError> {
+    ) -> Result<(u32, ProcessIo, Instant), ShimError> {
         let spec = IoSpec {
             stdin: req.stdin.clone(),
             stdout: req.stdout.clone(),
             stderr: req.stderr.clone(),
             terminal: req.terminal,
         };
-        let mut io =
-            ProcessIo::prepare(&spec, id, &self.inner.namespace, bundle, log.clone()).await?;
+        let mut io = ProcessIo::prepare(
+            &spec,
+            id,
+            &self.inner.namespace,
+            Path::new(CONSOLE_DIR),
+            log.clone(),
+        )
+        .await?;
         self.watch_logger(&io);
         let pid_file = bundle.join("init.pid");
         let create = CreateOpts {
@@ -530,6 +539,7 @@ impl Service {
             no_pivot: opts.no_pivot_root,
             no_new_keyring: opts.no_new_keyring,
         };
+        let spawned_at = Instant::now();
         runc.create(id, bundle, create).await?;
         let started = async {
             let pid = read_pid(&pid_file)?;
@@ -538,7 +548,7 @@ impl Service {
         }
         .await;
         match started {
-            Ok(pid) => Ok((pid, io)),
+            Ok(pid) => Ok((pid, io, spawned_at)),
             Err(e) => {
                 let _ = runc.delete(id, true).await;
                 Err(e)
@@ -560,8 +570,10 @@ impl Service {
     }
 
     /// Waits for the process's exit and reports it (module docs: order and OOM).
-    fn watch_exit(&self, c: Arc<Container>, p: Arc<Proc>, pid: u32) {
-        let rx: oneshot::Receiver<Exit> = self.inner.reaper.watch(pid as i32);
+    /// `spawned_at`: taken before the runtime started the process, so a kept exit of an
+    /// earlier process with the same pid is not mistaken for this one's.
+    fn watch_exit(&self, c: Arc<Container>, p: Arc<Proc>, pid: u32, spawned_at: Instant) {
+        let rx: oneshot::Receiver<Exit> = self.inner.reaper.watch_spawned(pid as i32, spawned_at);
         let svc = self.clone();
         tokio::spawn(async move {
             let Ok(exit) = rx.await else {
@@ -664,7 +676,7 @@ impl Service {
                 &p.io_spec,
                 &req.exec_id,
                 &self.inner.namespace,
-                &c.bundle,
+                Path::new(CONSOLE_DIR),
                 log.clone(),
             )
             .await?;
@@ -675,6 +687,7 @@ impl Service {
                 console_socket: io.console_socket().map(Path::to_path_buf),
                 stdio: io.take_stdio(),
             };
+            let spawned_at = Instant::now();
             c.runc.exec(&c.id, &p.spec_json, opts).await?;
             let pid = read_pid(&pid_file);
             let _ = std::fs::remove_file(&pid_file);
@@ -687,7 +700,7 @@ impl Service {
             }
             let copying = io.start_copying().await;
             *p.io.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(io));
-            self.watch_exit(c.clone(), p.clone(), pid);
+            self.watch_exit(c.clone(), p.clone(), pid, spawned_at);
             if let Err(e) = copying {
                 // The process runs without its IO: kill it, its exit is reported as usual.
                 let _ = nix::sys::signal::kill(
@@ -1167,6 +1180,10 @@ async fn serve_async(flags: &Flags) -> Result<(), ServeError> {
     let socket = PathBuf::from(&flags.socket);
     let ttrpc_address =
         std::env::var("TTRPC_ADDRESS").unwrap_or_else(|_| format!("{}.ttrpc", flags.address));
+    if let Err(e) = std::fs::create_dir_all(CONSOLE_DIR) {
+        warn!(log, "no console socket dir: terminals will fail"; "dir" => CONSOLE_DIR, "error" => %e);
+    }
+    // Before any child is spawned: the reaper must see every exit.
     let reaper = Reaper::start(log.clone())?;
     let forwarder: Arc<dyn Forwarder> =
         Arc::new(TtrpcForwarder::new(ttrpc_address, FORWARD_TIMEOUT));

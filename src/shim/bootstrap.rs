@@ -25,7 +25,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use containerd_shim_protos::bootstrap_api::{BootstrapParams, BootstrapResult};
-use containerd_shim_protos::protobuf::Message;
+use containerd_shim_protos::protobuf::{Message, MessageDyn};
 use sha2::{Digest, Sha256};
 
 /// The runtime name containerd knows this shim by.
@@ -414,28 +414,33 @@ fn spawn_server(
 }
 
 fn reply(params: &StartParams, address: &str) -> Result<(), BootstrapError> {
-    let out = if params.protobuf_reply {
+    if params.protobuf_reply {
         let mut r = BootstrapResult::new();
         r.version = containerd_shim_protos::TASK_API_VERSION;
         r.address = address.to_string();
         r.protocol = "ttrpc".to_string();
-        r.write_to_bytes()
-            .map_err(|source| BootstrapError::Encode {
-                what: "BootstrapResult",
-                source,
-            })?
-    } else {
-        serde_json::json!({
-            "version": containerd_shim_protos::TASK_API_VERSION,
-            "address": address,
-            "protocol": "ttrpc",
-        })
-        .to_string()
-        .into_bytes()
-    };
+        return write_message("BootstrapResult", &r);
+    }
+    let json = serde_json::json!({
+        "version": containerd_shim_protos::TASK_API_VERSION,
+        "address": address,
+        "protocol": "ttrpc",
+    });
+    write_stdout(json.to_string().as_bytes())
+}
+
+/// Writes a protobuf answer to containerd on stdout (`start`, `delete`, `-info`).
+pub fn write_message(what: &'static str, message: &dyn MessageDyn) -> Result<(), BootstrapError> {
+    let bytes = message
+        .write_to_bytes_dyn()
+        .map_err(|source| BootstrapError::Encode { what, source })?;
+    write_stdout(&bytes)
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<(), BootstrapError> {
     let mut stdout = std::io::stdout();
     stdout
-        .write_all(&out)
+        .write_all(bytes)
         .and_then(|()| stdout.flush())
         .map_err(|source| BootstrapError::Stdio {
             what: "write stdout",

@@ -531,18 +531,19 @@ impl Service {
         )
         .await?;
         self.watch_logger(&io);
-        let pid_file = bundle.join("init.pid");
         let create = CreateOpts {
-            pid_file: pid_file.clone(),
+            pid_file: bundle.join("init.pid"),
             console_socket: io.console_socket().map(Path::to_path_buf),
             stdio: io.take_stdio(),
             no_pivot: opts.no_pivot_root,
             no_new_keyring: opts.no_new_keyring,
         };
         let spawned_at = Instant::now();
-        runc.create(id, bundle, create).await?;
+        // The runtime returns the pid from its pid file; a failure after its container exists
+        // (the pid file, the IO) is rolled back below, and so is a failed create (the delete
+        // then finds nothing).
         let started = async {
-            let pid = read_pid(&pid_file)?;
+            let pid = runc.create(id, bundle, create).await?;
             io.start_copying().await?;
             Ok::<u32, ShimError>(pid)
         }
@@ -688,8 +689,7 @@ impl Service {
                 stdio: io.take_stdio(),
             };
             let spawned_at = Instant::now();
-            c.runc.exec(&c.id, &p.spec_json, opts).await?;
-            let pid = read_pid(&pid_file);
+            let pid = c.runc.exec(&c.id, &p.spec_json, opts).await;
             let _ = std::fs::remove_file(&pid_file);
             let pid = pid?;
             // Watched before anything else can fail: the reaper keeps an early exit for us.
@@ -1297,24 +1297,12 @@ pub fn delete_command(flags: &Flags) -> Result<(), BootstrapError> {
         }
         None => {
             // Never seen exiting (the shim died first): what every shim answers, SIGKILL.
-            resp.pid = read_pid(&bundle.join("init.pid")).unwrap_or(0);
+            resp.pid = super::runc::read_pid_file(&bundle.join("init.pid")).unwrap_or(0);
             resp.exit_status = 128 + libc::SIGKILL as u32;
             resp.exited_at = MessageField::some(timestamp(SystemTime::now()));
         }
     }
-    let bytes = resp
-        .write_to_bytes()
-        .map_err(|source| BootstrapError::Encode {
-            what: "DeleteResponse",
-            source,
-        })?;
-    use std::io::Write;
-    std::io::stdout()
-        .write_all(&bytes)
-        .map_err(|source| BootstrapError::Stdio {
-            what: "write stdout",
-            source,
-        })
+    bootstrap::write_message("DeleteResponse", &resp)
 }
 
 /// A dead shim's spool still holds events (a TaskOOM, say): deliver them now, bounded.
@@ -1357,7 +1345,7 @@ fn deliver_dead_shims_events(flags: &Flags, bundle: &Path) {
 /// running specs that need them, e.g. idmapped mounts).
 pub fn info() -> Result<(), BootstrapError> {
     use containerd_shim_protos::types::introspection::{RuntimeInfo, RuntimeVersion};
-    use std::io::{Read, Write};
+    use std::io::Read;
     let mut stdin = Vec::new();
     let _ = std::io::stdin().read_to_end(&mut stdin);
     let opts = Any::parse_from_bytes(&stdin)
@@ -1381,18 +1369,7 @@ pub fn info() -> Result<(), BootstrapError> {
             info.features = MessageField::some(any);
         }
     }
-    let bytes = info
-        .write_to_bytes()
-        .map_err(|source| BootstrapError::Encode {
-            what: "RuntimeInfo",
-            source,
-        })?;
-    std::io::stdout()
-        .write_all(&bytes)
-        .map_err(|source| BootstrapError::Stdio {
-            what: "write stdout",
-            source,
-        })
+    bootstrap::write_message("RuntimeInfo", &info)
 }
 
 /// Whether the spec gives the container a pid namespace of its own (no `path`: a new one).
@@ -1535,19 +1512,6 @@ fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), ShimErr
         path: path.display().to_string(),
         source,
     })
-}
-
-fn read_pid(path: &Path) -> Result<u32, ShimError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ShimError::BundleFile {
-        path: path.display().to_string(),
-        source,
-    })?;
-    text.trim()
-        .parse()
-        .map_err(|e: std::num::ParseIntError| ShimError::BundleFile {
-            path: path.display().to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-        })
 }
 
 /// Exec ids are up to 64 bytes: pid files stay short.

@@ -41,3 +41,5 @@ pub mod shim;
 pub mod spec;
 #[cfg(feature = "daemon")]
 pub mod store;
+#[cfg(feature = "daemon")]
+pub mod stream;

@@ -18,6 +18,7 @@ pub mod cri_log;
 #[cfg(target_os = "linux")]
 #[path = "fifo_linux.rs"]
 pub mod fifo;
+pub mod session;
 
 pub use cri_log::{
     copy_stream, format_record, CopySummary, LineSplitter, LogError, LogTag, LogWriter, StreamKind,
@@ -25,3 +26,4 @@ pub use cri_log::{
 };
 #[cfg(target_os = "linux")]
 pub use fifo::{FifoError, FifoSet, FifoSpec, TaskStdio};
+pub use session::{ClientRead, ClientWrite, SessionIo, TermSize};

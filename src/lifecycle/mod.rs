@@ -38,6 +38,8 @@ mod container_start;
 #[path = "container_stats_linux.rs"]
 pub mod container_stats;
 mod container_stop;
+#[cfg(target_os = "linux")]
+mod container_stream;
 mod container_update;
 pub mod error;
 pub mod events;

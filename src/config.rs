@@ -147,6 +147,18 @@ conf_dir = "/etc/cni/net.d"
 bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
 # Bound on one CNI plugin run.
 plugin_timeout = "1m"
+
+[streaming]
+# Where the streaming server for exec, attach and port-forward listens ("ip:port"; port 0
+# picks a free port). Exec, Attach and PortForward answer URLs on it; kubelet proxies the
+# client's stream there from the node, so loopback is enough. It serves SPDY/3.1 and
+# WebSocket, and has no authentication of its own: the URLs carry single-use tokens. Keep
+# it on loopback.
+address = "127.0.0.1:0"
+# How long a URL handed out by Exec, Attach or PortForward stays valid (single use).
+token_ttl = "1m"
+# How long a client gets, after connecting, to open all of its streams.
+stream_creation_timeout = "30s"
 "#;
 
 /// The whole configuration.
@@ -165,6 +177,8 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// Pod networking.
     pub cni: CniConfig,
+    /// The streaming server (exec, attach, port-forward).
+    pub streaming: StreamingConfig,
 }
 
 /// `[server]`.
@@ -433,6 +447,40 @@ impl Default for CniConfig {
     }
 }
 
+/// `[streaming]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamingConfig {
+    /// `ip:port` the streaming server listens on; port 0 picks a free port.
+    pub address: String,
+    /// How long a URL handed out by Exec, Attach or PortForward stays valid.
+    #[serde(with = "humantime_serde")]
+    pub token_ttl: Duration,
+    /// How long a client gets, after connecting, to open all its streams.
+    #[serde(with = "humantime_serde")]
+    pub stream_creation_timeout: Duration,
+}
+
+impl Default for StreamingConfig {
+    fn default() -> Self {
+        Self {
+            address: "127.0.0.1:0".into(),
+            token_ttl: Duration::from_secs(60),
+            stream_creation_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl StreamingConfig {
+    /// The listening address, parsed (validated at load).
+    pub fn socket_addr(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        self.address.parse().map_err(|e| ConfigError::Invalid {
+            key: "streaming.address".into(),
+            reason: format!("{:?} is not an ip:port address: {e}", self.address),
+        })
+    }
+}
+
 impl Config {
     /// Parses and validates a TOML document. `origin` names it in errors (a path, or
     /// "built-in defaults").
@@ -543,6 +591,18 @@ impl Config {
             return Err(invalid("images.sandbox_image", "must not be empty"));
         }
         self.validate_handlers()?;
+        self.streaming.socket_addr()?;
+        for (key, d) in [
+            ("streaming.token_ttl", self.streaming.token_ttl),
+            (
+                "streaming.stream_creation_timeout",
+                self.streaming.stream_creation_timeout,
+            ),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(key, "must be greater than zero"));
+            }
+        }
         if self.cni.plugin_timeout.is_zero() {
             return Err(invalid("cni.plugin_timeout", "must be greater than zero"));
         }

@@ -39,6 +39,7 @@ use crate::lifecycle::host::host_facts;
 use crate::lifecycle::host_network::HostNetwork;
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::net::{PodNetwork, PodNetworkConfig};
+use crate::stream::server::{StreamConfig, StreamServer};
 
 /// Failures setting up or running the CRI socket server.
 #[derive(Debug, Error)]
@@ -75,6 +76,12 @@ pub enum ServerError {
     /// The digest resolver's settings are unusable.
     #[error("invalid [images] resolver settings: {0}")]
     Resolver(#[from] crate::images::resolver::ConfigError),
+    /// `[streaming] address` is not an address.
+    #[error(transparent)]
+    Streaming(crate::config::ConfigError),
+    /// The streaming server cannot listen.
+    #[error(transparent)]
+    StreamingBind(#[from] crate::stream::server::StartError),
     /// The gRPC server stopped with an error.
     #[error("CRI gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -407,6 +414,39 @@ fn spawn_event_monitor(
     ))
 }
 
+/// The streaming server's view of the pods.
+struct PodStreams(Arc<Pods>);
+
+#[async_trait::async_trait]
+impl crate::stream::server::Runtime for PodStreams {
+    async fn exec(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        tty: bool,
+        io: crate::io::SessionIo,
+    ) -> Result<i32, String> {
+        self.0
+            .exec_stream(container_id, cmd, tty, io)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn attach(&self, container_id: &str, io: crate::io::SessionIo) -> Result<(), String> {
+        self.0
+            .attach(container_id, io)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn port_forward(&self, pod_id: &str, port: u16) -> Result<tokio::net::TcpStream, String> {
+        self.0
+            .port_forward(pod_id, port)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
 /// Recovery passes tried per resync before waiting for the next reconnect.
 const RECOVERY_ATTEMPTS: u32 = 5;
 
@@ -474,11 +514,29 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         warn!(log, "initial recovery is taking long; serving meanwhile"; "waited_s" => INITIAL_RECOVERY_WAIT.as_secs());
     }
 
+    let streaming_config = StreamConfig {
+        address: config
+            .streaming
+            .socket_addr()
+            .map_err(ServerError::Streaming)?,
+        token_ttl: config.streaming.token_ttl,
+        stream_creation_timeout: config.streaming.stream_creation_timeout,
+    };
+    let (streaming, stream_listener) = StreamServer::bind(
+        streaming_config,
+        Arc::new(PodStreams(pods.clone())),
+        log.new(slog::o!("component" => "streaming")),
+    )
+    .await
+    .map_err(ServerError::StreamingBind)?;
+    let stream_server = tokio::spawn(streaming.clone().serve(stream_listener, stop_rx.clone()));
+
     let rt = Runtime {
         config: Arc::new(config.clone()),
         health,
         images,
         pods,
+        streaming,
         log: log.clone(),
     };
     let service = CriService::new(rt);
@@ -536,6 +594,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     }
     let _ = monitor.await;
     let _ = events.await;
+    let _ = stream_server.await;
     let netns_dir = config.server.state_dir.join("netns");
     match crate::net::netns::release_dir(&netns_dir) {
         Ok(true) => info!(log, "netns directory unmounted"; "path" => %netns_dir.display()),

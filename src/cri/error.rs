@@ -58,6 +58,9 @@ pub enum CriError {
     /// The sandbox or container index refused.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The streaming server cannot take another request now.
+    #[error(transparent)]
+    Streaming(#[from] crate::stream::token::TokenError),
 }
 
 fn pull_code(e: &PullError) -> Code {
@@ -105,6 +108,7 @@ impl CriError {
             CriError::Pull(e) => pull_code(e),
             CriError::Convert(_) => Code::InvalidArgument,
             CriError::Store(e) => store_code(e),
+            CriError::Streaming(_) => Code::ResourceExhausted,
             CriError::Container(e) => container_code(e),
             CriError::Sandbox(e) => sandbox_code(e),
         }

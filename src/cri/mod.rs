@@ -49,6 +49,8 @@ pub struct Runtime {
     pub images: Arc<ImageRuntime>,
     /// Pod sandboxes.
     pub pods: Arc<crate::lifecycle::Pods>,
+    /// The streaming server Exec, Attach and PortForward hand out URLs on.
+    pub streaming: Arc<crate::stream::server::StreamServer>,
     /// Root logger; requests derive their own from it.
     pub log: Logger,
 }

@@ -21,6 +21,7 @@ use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
 use crate::lifecycle::CreateRequest;
 use crate::lifecycle::RunSandbox;
+use crate::stream::server::Request as StreamRequest;
 
 const RUNTIME: &str = "RuntimeService";
 
@@ -577,23 +578,82 @@ impl RuntimeService for CriService {
 
     async fn exec(
         &self,
-        _request: Request<v1::ExecRequest>,
+        request: Request<v1::ExecRequest>,
     ) -> Result<Response<v1::ExecResponse>, Status> {
-        self.unimplemented(RUNTIME, "Exec").await
+        let req = request.into_inner();
+        let id = req.container_id.clone();
+        instrument::run(
+            &self.rt.log,
+            "Exec",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&req.container_id)?;
+                if req.cmd.is_empty() {
+                    return Err(CriError::InvalidArgument {
+                        what: "cmd",
+                        reason: "cmd is empty: name the command to run".into(),
+                    });
+                }
+                let opts = stream_options(req.stdin, req.stdout, req.stderr, req.tty)?;
+                let container_id = self.rt.pods.check_streamable(&req.container_id)?;
+                let url = self.rt.streaming.url_for(StreamRequest::Exec {
+                    container_id,
+                    cmd: req.cmd,
+                    opts,
+                })?;
+                Ok(v1::ExecResponse { url })
+            },
+        )
+        .await
     }
 
     async fn attach(
         &self,
-        _request: Request<v1::AttachRequest>,
+        request: Request<v1::AttachRequest>,
     ) -> Result<Response<v1::AttachResponse>, Status> {
-        self.unimplemented(RUNTIME, "Attach").await
+        let req = request.into_inner();
+        let id = req.container_id.clone();
+        instrument::run(
+            &self.rt.log,
+            "Attach",
+            container_ids(&id),
+            |_log| async move {
+                required_container_id(&req.container_id)?;
+                let opts = stream_options(req.stdin, req.stdout, req.stderr, req.tty)?;
+                let container_id = self.rt.pods.check_streamable(&req.container_id)?;
+                let url = self
+                    .rt
+                    .streaming
+                    .url_for(StreamRequest::Attach { container_id, opts })?;
+                Ok(v1::AttachResponse { url })
+            },
+        )
+        .await
     }
 
     async fn port_forward(
         &self,
-        _request: Request<v1::PortForwardRequest>,
+        request: Request<v1::PortForwardRequest>,
     ) -> Result<Response<v1::PortForwardResponse>, Status> {
-        self.unimplemented(RUNTIME, "PortForward").await
+        let req = request.into_inner();
+        let id = req.pod_sandbox_id.clone();
+        instrument::run(
+            &self.rt.log,
+            "PortForward",
+            pod_ids(&id),
+            |_log| async move {
+                required_id(&req.pod_sandbox_id)?;
+                // The ports named in the request are not checked: SPDY clients name theirs per
+                // connection, as kubelet allows.
+                let pod_id = self.rt.pods.check_port_forward(&req.pod_sandbox_id)?;
+                let url = self
+                    .rt
+                    .streaming
+                    .url_for(StreamRequest::PortForward { pod_id })?;
+                Ok(v1::PortForwardResponse { url })
+            },
+        )
+        .await
     }
 
     async fn pod_sandbox_stats(
@@ -780,6 +840,33 @@ fn required_container_id(id: &str) -> Result<(), CriError> {
 
 fn required_id(id: &str) -> Result<(), CriError> {
     required("pod_sandbox_id", id)
+}
+
+/// The streams of an Exec or Attach request, checked as kubelet's streaming server does.
+fn stream_options(
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+) -> Result<crate::stream::remotecommand::Options, CriError> {
+    if tty && stderr {
+        return Err(CriError::InvalidArgument {
+            what: "stderr",
+            reason: "tty and stderr cannot both be true (a terminal has one output stream)".into(),
+        });
+    }
+    if !stdin && !stdout && !stderr {
+        return Err(CriError::InvalidArgument {
+            what: "stdin/stdout/stderr",
+            reason: "one of stdin, stdout, or stderr must be set".into(),
+        });
+    }
+    Ok(crate::stream::remotecommand::Options {
+        stdin,
+        stdout,
+        stderr,
+        tty,
+    })
 }
 
 fn image_name(spec: &Option<v1::ImageSpec>) -> String {

@@ -17,3 +17,4 @@ mod images;
 mod pods;
 mod recovery;
 mod runtime_info;
+mod streaming;

@@ -19,7 +19,7 @@
 #
 # Exit status: 0 when critest ran (and the --check list passed), 1 when the
 # --check list did not pass, 2 when critest could not run or timed out.
-# Raw output: $TB_ROOT/logs/critest-<target>[-<handler>].log, report .json,
+# Raw output: $TB_ROOT/logs/critest-<target>[-<handler>][-websocket].log, report .json,
 # list .results.
 # The test bed must be up (scripts/testbed.sh up).
 set -euo pipefail
@@ -81,6 +81,7 @@ endpoint="unix://$sock"
 logs="$TB_ROOT/logs"
 mkdir -p "$logs"
 run_name=$target${handler:+-$handler}
+[[ $websocket == 1 ]] && run_name+=-websocket
 log="$logs/critest-$run_name.log"
 report="$logs/critest-$run_name.json"
 results="$logs/critest-$run_name.results"

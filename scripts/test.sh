@@ -43,6 +43,10 @@ cargo test --locked -- --test-threads=4
 info "critest against remora (ratchet: integration/critest-expected-pass.txt)"
 "$SCRIPTS_DIR/critest.sh" --check integration/critest-expected-pass.txt
 
+# The streaming specs once more over WebSocket (the run above uses SPDY): their own ratchet.
+info "critest streaming specs over WebSocket against remora (ratchet: integration/critest-expected-pass-websocket.txt)"
+"$SCRIPTS_DIR/critest.sh" --websocket --focus Streaming --check integration/critest-expected-pass-websocket.txt
+
 if [[ "${REMORA_TEST_SHIM:-1}" == 0 ]]; then
 	info "REMORA_TEST_SHIM=0: skipping the passes with remora's shim"
 	exit 0

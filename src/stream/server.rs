@@ -579,3 +579,6 @@ fn upgrade_names(headers: &HeaderMap, protocol: &str) -> bool {
 fn is_websocket(headers: &HeaderMap) -> bool {
     upgrade_names(headers, "websocket")
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,288 @@
+//! The streaming server's HTTP side on a real socket: token rules, upgrade negotiation, and
+//! whole sessions with a fake runtime over WebSocket (tungstenite as the client) and SPDY.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::*;
+
+/// Records what the server asked of it; exec echoes stdin to stdout and exits with the
+/// number of bytes read.
+#[derive(Default)]
+struct FakeRuntime {
+    calls: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Runtime for FakeRuntime {
+    async fn exec(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        tty: bool,
+        mut io: SessionIo,
+    ) -> Result<i32, String> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("exec {container_id} {cmd:?} tty={tty}"));
+        let mut read = 0usize;
+        if let (Some(stdin), Some(stdout)) = (io.stdin.as_mut(), io.stdout.as_mut()) {
+            let mut buf = [0u8; 1024];
+            loop {
+                let n = stdin.read(&mut buf).await.map_err(|e| e.to_string())?;
+                if n == 0 {
+                    break;
+                }
+                read += n;
+                stdout
+                    .write_all(&buf[..n])
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+        } else if let Some(stdout) = io.stdout.as_mut() {
+            stdout
+                .write_all(b"hello\n")
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        if let Some(stderr) = io.stderr.as_mut() {
+            stderr
+                .write_all(b"oops\n")
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(read as i32)
+    }
+
+    async fn attach(&self, container_id: &str, _io: SessionIo) -> Result<(), String> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("attach {container_id}"));
+        Err("no such thing".into())
+    }
+
+    async fn port_forward(&self, pod_id: &str, port: u16) -> Result<TcpStream, String> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("pf {pod_id} {port}"));
+        Err(format!("nothing listens on {port}"))
+    }
+}
+
+fn log() -> Logger {
+    Logger::root(slog::Discard, slog::o!())
+}
+
+async fn server() -> (Arc<StreamServer>, Arc<FakeRuntime>, watch::Sender<bool>) {
+    let rt = Arc::new(FakeRuntime::default());
+    let (server, listener) = StreamServer::bind(
+        StreamConfig {
+            address: "127.0.0.1:0".parse().unwrap(),
+            token_ttl: Duration::from_secs(60),
+            stream_creation_timeout: Duration::from_secs(5),
+        },
+        rt.clone(),
+        log(),
+    )
+    .await
+    .unwrap();
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(server.clone().serve(listener, rx));
+    (server, rt, tx)
+}
+
+fn exec_request(stdin: bool) -> Request {
+    Request::Exec {
+        container_id: "c1".into(),
+        cmd: vec!["cat".into()],
+        opts: Options {
+            stdin,
+            stdout: true,
+            stderr: true,
+            tty: false,
+        },
+    }
+}
+
+/// Sends a raw request head; returns the response head.
+async fn raw(url: &str, headers: &str) -> String {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut s = TcpStream::connect(host).await.unwrap();
+    s.write_all(format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\n{headers}\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut b).await.unwrap() == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+const SPDY: &str = "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n";
+
+#[tokio::test]
+async fn urls_name_the_kind_and_a_fresh_token() {
+    let (server, _, _stop) = server().await;
+    let a = server.url_for(exec_request(false)).unwrap();
+    let b = server.url_for(exec_request(false)).unwrap();
+    assert!(
+        a.starts_with(&format!("{}/exec/", server.base_url())),
+        "{a}"
+    );
+    assert_ne!(a, b);
+    let pf = server
+        .url_for(Request::PortForward { pod_id: "p".into() })
+        .unwrap();
+    assert!(pf.contains("/portforward/"), "{pf}");
+}
+
+#[tokio::test]
+async fn unknown_reused_and_misrouted_tokens_are_not_found() {
+    let (server, rt, _stop) = server().await;
+    let base = server.base_url().to_string();
+    assert!(raw(&format!("{base}/exec/nope"), SPDY)
+        .await
+        .starts_with("HTTP/1.1 404"));
+    let url = server.url_for(exec_request(false)).unwrap();
+    // An exec token used on the attach path is refused (and spent).
+    let wrong = url.replace("/exec/", "/attach/");
+    assert!(raw(&wrong, SPDY).await.starts_with("HTTP/1.1 404"));
+    assert!(raw(&url, SPDY).await.starts_with("HTTP/1.1 404"));
+    assert!(rt.calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_request_that_is_no_upgrade_is_refused() {
+    let (server, _, _stop) = server().await;
+    let url = server.url_for(exec_request(false)).unwrap();
+    assert!(raw(&url, "").await.starts_with("HTTP/1.1 400"));
+}
+
+#[tokio::test]
+async fn spdy_protocol_versions_are_negotiated_in_the_servers_order() {
+    let (server, _, _stop) = server().await;
+    let url = server.url_for(exec_request(false)).unwrap();
+    let head = raw(
+        &url,
+        &format!("{SPDY}X-Stream-Protocol-Version: channel.k8s.io\r\nX-Stream-Protocol-Version: v4.channel.k8s.io, v3.channel.k8s.io\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("x-stream-protocol-version: v4.channel.k8s.io"),
+        "{head}"
+    );
+    let url = server.url_for(exec_request(false)).unwrap();
+    let head = raw(
+        &url,
+        &format!("{SPDY}X-Stream-Protocol-Version: v9.channel.k8s.io\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("x-accepted-stream-protocol-versions: v5.channel.k8s.io"),
+        "{head}"
+    );
+}
+
+#[tokio::test]
+async fn websocket_protocols_follow_the_clients_order_and_unknown_ones_are_refused() {
+    let (server, _, _stop) = server().await;
+    let ws = "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let url = server.url_for(exec_request(false)).unwrap();
+    let head = raw(
+        &url,
+        &format!("{ws}Sec-WebSocket-Protocol: v4.channel.k8s.io, v5.channel.k8s.io\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let lower = head.to_ascii_lowercase();
+    assert!(
+        lower.contains("sec-websocket-protocol: v4.channel.k8s.io"),
+        "{head}"
+    );
+    // RFC 6455's example key and answer.
+    assert!(
+        lower.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+        "{head}"
+    );
+    let url = server.url_for(exec_request(false)).unwrap();
+    let head = raw(
+        &url,
+        &format!("{ws}Sec-WebSocket-Protocol: v9.channel.k8s.io\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    let url = server
+        .url_for(Request::PortForward { pod_id: "p".into() })
+        .unwrap();
+    let head = raw(
+        &url,
+        &format!("{ws}Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 400"), "no port named: {head}");
+}
+
+#[tokio::test]
+async fn a_websocket_exec_session_runs_to_its_exit_code() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let (server, rt, _stop) = server().await;
+    let url = server.url_for(exec_request(true)).unwrap();
+    let mut req = url
+        .replace("http://", "ws://")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v5.channel.k8s.io".parse().unwrap(),
+    );
+    let stream = TcpStream::connect(server.base_url().trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(req, stream).await.unwrap();
+    ws.send(Message::binary(b"\x00ping".to_vec()))
+        .await
+        .unwrap();
+    // v5: close stdin.
+    ws.send(Message::binary(vec![255u8, 0])).await.unwrap();
+    let (mut stdout, mut stderr, mut error) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(msg) = ws.next().await {
+        let Ok(Message::Binary(data)) = msg else {
+            continue;
+        };
+        let Some((ch, rest)) = data.split_first() else {
+            continue;
+        };
+        match ch {
+            1 => stdout.extend_from_slice(rest),
+            2 => stderr.extend_from_slice(rest),
+            3 => error.extend_from_slice(rest),
+            _ => {}
+        }
+    }
+    assert_eq!(stdout, b"ping");
+    assert_eq!(stderr, b"oops\n");
+    let status: serde_json::Value = serde_json::from_slice(&error).unwrap();
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(status["details"]["causes"][0]["message"], "4");
+    assert_eq!(
+        rt.calls.lock().unwrap().as_slice(),
+        ["exec c1 [\"cat\"] tty=false"]
+    );
+}

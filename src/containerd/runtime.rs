@@ -9,10 +9,10 @@ use containerd_client::services::v1::sandbox::{
     StoreCreateRequest, StoreDeleteRequest, StoreListRequest,
 };
 use containerd_client::services::v1::{
-    Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
+    CloseIoRequest, Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
     DeleteProcessRequest, DeleteTaskRequest, ExecProcessRequest, GetContainerRequest, GetRequest,
-    KillRequest, ListContainersRequest, StartRequest, UpdateContainerRequest, UpdateTaskRequest,
-    WaitRequest,
+    KillRequest, ListContainersRequest, ResizePtyRequest, StartRequest, UpdateContainerRequest,
+    UpdateTaskRequest, WaitRequest,
 };
 use containerd_client::types::v1::Status as PbStatus;
 use containerd_client::types::Mount as PbMount;
@@ -519,6 +519,44 @@ impl Tasks for Client {
         c.kill(req)
             .await
             .map_err(|s| self.call_error("Tasks.Kill", s))?;
+        Ok(())
+    }
+
+    async fn resize_pty(
+        &self,
+        container_id: &str,
+        exec_id: &str,
+        size: (u32, u32),
+    ) -> Result<(), ContainerdError> {
+        let mut c = self.tasks_client();
+        let req = self.request(
+            ResizePtyRequest {
+                container_id: container_id.to_string(),
+                exec_id: exec_id.to_string(),
+                width: size.0,
+                height: size.1,
+            },
+            None,
+        );
+        c.resize_pty(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.ResizePty", s))?;
+        Ok(())
+    }
+
+    async fn close_stdin(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError> {
+        let mut c = self.tasks_client();
+        let req = self.request(
+            CloseIoRequest {
+                container_id: container_id.to_string(),
+                exec_id: exec_id.to_string(),
+                stdin: true,
+            },
+            None,
+        );
+        c.close_io(req)
+            .await
+            .map_err(|s| self.call_error("Tasks.CloseIO", s))?;
         Ok(())
     }
 

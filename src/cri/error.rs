@@ -108,7 +108,10 @@ impl CriError {
             CriError::Pull(e) => pull_code(e),
             CriError::Convert(_) => Code::InvalidArgument,
             CriError::Store(e) => store_code(e),
-            CriError::Streaming(_) => Code::ResourceExhausted,
+            CriError::Streaming(crate::stream::token::TokenError::Full(_)) => {
+                Code::ResourceExhausted
+            }
+            CriError::Streaming(crate::stream::token::TokenError::Random(_)) => Code::Internal,
             CriError::Container(e) => container_code(e),
             CriError::Sandbox(e) => sandbox_code(e),
         }
@@ -152,6 +155,8 @@ fn sandbox_code(e: &SandboxError) -> Code {
         SandboxError::Containerd(c) => containerd_error_code(c),
         SandboxError::Store(st) => store_code(st),
         SandboxError::RolledBackPartly { source, .. } => sandbox_code(source),
+        SandboxError::NotReady(_) => Code::FailedPrecondition,
+        SandboxError::Forward { .. } => Code::Unavailable,
         SandboxError::Id(_)
         | SandboxError::ImageConfig { .. }
         | SandboxError::Netns(_)

@@ -178,6 +178,17 @@ pub trait Tasks: Send + Sync + 'static {
         exec_id: &str,
         signal: u32,
     ) -> Result<(), ContainerdError>;
+    /// Sets the terminal size (columns, rows) of process `exec_id` ("" for the init process).
+    async fn resize_pty(
+        &self,
+        container_id: &str,
+        exec_id: &str,
+        size: (u32, u32),
+    ) -> Result<(), ContainerdError>;
+    /// Closes the stdin of process `exec_id` ("" for the init process): the process reads EOF
+    /// once what is already in its stdin FIFO is read. The shims keep the FIFO open
+    /// themselves, so closing remora's end alone is not enough.
+    async fn close_stdin(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError>;
     /// Applies new resource limits (an OCI `LinuxResources` as JSON) to the running task.
     async fn update_resources(
         &self,

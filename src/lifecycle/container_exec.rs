@@ -52,7 +52,7 @@ async fn read_capped(mut r: tokio::net::unix::pipe::Receiver) -> Vec<u8> {
     out
 }
 
-fn exec_id() -> String {
+pub(crate) fn exec_id() -> String {
     let mut b = [0u8; 8];
     if getrandom_fill(&mut b).is_err() {
         let n = std::time::SystemTime::now()
@@ -85,29 +85,42 @@ impl Pods {
             return Err(ContainerError::EmptyCommand);
         }
         let cid = container.id().to_string();
-        let record = self
-            .containers
-            .get(&cid)
-            .await?
-            .ok_or_else(|| ContainerError::NotRunning(cid.clone()))?;
-        /// The one part of the container's OCI spec an exec needs; the rest is not parsed.
-        #[derive(serde::Deserialize)]
-        struct SpecProcess {
-            process: Option<oci_spec::runtime::Process>,
-        }
-        // The exec process is the container's own (user, env, cwd, capabilities, rlimits...)
-        // with the command's arguments and no terminal, as containerd's ExecSync does.
-        let spec: SpecProcess =
-            serde_json::from_slice(&record.spec).map_err(ContainerError::Encode)?;
-        let mut process = spec.process.unwrap_or_default();
-        process.set_args(Some(cmd));
-        process.set_terminal(Some(false));
-        let process = serde_json::to_vec(&process).map_err(ContainerError::Encode)?;
+        let process = self.exec_process(&cid, cmd, false).await?;
 
         let me = self.clone();
         tokio::spawn(async move { me.exec_inner(&cid, process, timeout).await })
             .await
             .map_err(ContainerError::Aborted)?
+    }
+
+    /// The OCI process of an exec in container `cid`: the container's own (user, env, cwd,
+    /// capabilities, rlimits...) with `cmd` as its arguments, as containerd's CRI does; as
+    /// JSON for `Tasks.Exec`.
+    pub(crate) async fn exec_process(
+        &self,
+        cid: &str,
+        cmd: Vec<String>,
+        terminal: bool,
+    ) -> Result<Vec<u8>, ContainerError> {
+        let record = self
+            .containers
+            .get(cid)
+            .await?
+            .ok_or_else(|| ContainerError::NotRunning(cid.to_string()))?;
+        /// The one part of the container's OCI spec an exec needs; the rest is not parsed.
+        #[derive(serde::Deserialize)]
+        struct SpecProcess {
+            process: Option<oci_spec::runtime::Process>,
+        }
+        let spec: SpecProcess =
+            serde_json::from_slice(&record.spec).map_err(ContainerError::Encode)?;
+        let mut process = spec.process.unwrap_or_default();
+        process.set_args(Some(cmd));
+        process.set_terminal(Some(terminal));
+        if !terminal {
+            process.set_console_size(None);
+        }
+        serde_json::to_vec(&process).map_err(ContainerError::Encode)
     }
 
     async fn exec_inner(

@@ -118,7 +118,7 @@ impl Pods {
 
     /// Records IO handles of a container (used by recovery).
     pub(crate) fn register_io(&self, id: &str, fifos: FifoSet, log: Option<Arc<LogWriter>>) {
-        self.io.insert(id, Arc::new(ContainerIo { fifos, log }));
+        self.io.insert(id, Arc::new(ContainerIo::new(fifos, log)));
     }
 
     /// Writes the container's current snapshot to its containerd record (best effort: the

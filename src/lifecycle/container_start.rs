@@ -104,10 +104,7 @@ impl Pods {
                 }));
             }
         }
-        let io = Arc::new(ContainerIo {
-            fifos,
-            log: log.clone(),
-        });
+        let io = Arc::new(ContainerIo::new(fifos, log.clone()));
         self.io.insert(&id, io.clone());
 
         let stdio = io.fifos.task_stdio();

@@ -81,6 +81,17 @@ pub enum SandboxError {
         /// Why.
         source: std::io::Error,
     },
+    /// The pod is not ready (PortForward).
+    #[error("pod sandbox {0} is not ready")]
+    NotReady(String),
+    /// A port-forward connection into the pod could not be made.
+    #[error("cannot connect to port {port} in the pod's network namespace: {source}")]
+    Forward {
+        /// The port.
+        port: u16,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A test failpoint fired.
     #[error(transparent)]
     Failpoint(#[from] Fired),

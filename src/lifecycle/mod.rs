@@ -159,10 +159,22 @@ pub struct PodsConfig {
     pub handlers: RuntimeHandlers,
 }
 
-/// The IO of a started container: its FIFOs and log writer.
+/// The IO of a started container: its FIFOs, log writer, and remora's end of its stdin.
 pub struct ContainerIo {
     fifos: FifoSet,
     log: Option<Arc<LogWriter>>,
+    /// Written by attach sessions; opened on the first one (see `container_stream`).
+    stdin: tokio::sync::Mutex<container_stream::StdinEnd>,
+}
+
+impl ContainerIo {
+    pub(crate) fn new(fifos: FifoSet, log: Option<Arc<LogWriter>>) -> Self {
+        Self {
+            fifos,
+            log,
+            stdin: tokio::sync::Mutex::new(container_stream::StdinEnd::Unopened),
+        }
+    }
 }
 
 /// Live IO of started containers, by id.

@@ -345,6 +345,12 @@ impl Tasks for FakeContainerd {
     async fn kill_exec(&self, _: &str, _: &str, _: u32) -> Result<(), ContainerdError> {
         Err(failed("Tasks.Kill"))
     }
+    async fn resize_pty(&self, _: &str, _: &str, _: (u32, u32)) -> Result<(), ContainerdError> {
+        Err(failed("Tasks.ResizePty"))
+    }
+    async fn close_stdin(&self, _: &str, _: &str) -> Result<(), ContainerdError> {
+        Err(failed("Tasks.CloseIO"))
+    }
     async fn update_resources(&self, _: &str, _: Vec<u8>) -> Result<(), ContainerdError> {
         Err(failed("Tasks.Update"))
     }

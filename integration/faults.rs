@@ -468,13 +468,24 @@ async fn a_failing_exit_is_retried_in_order_without_delaying_others() {
     );
     let log = std::fs::read_to_string(logs.path().join("victim.log")).unwrap_or_default();
     assert!(log.contains("bye"), "its output reached the log: {log:?}");
-    let retries = bed
-        .remora
-        .log_text()
-        .lines()
-        .filter(|l| l.contains("event handling failed; retrying") && l.contains(&victim))
-        .count();
-    assert_eq!(retries, 3, "three failed attempts logged");
+    let retries = || {
+        bed.remora
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("event handling failed; retrying") && l.contains(&victim))
+            .count()
+    };
+    // The log is written asynchronously: wait for the third line, then check there is no fourth.
+    wait_until(
+        "three failed attempts logged",
+        Duration::from_secs(20),
+        || {
+            let n = retries();
+            async move { n >= 3 }
+        },
+    )
+    .await;
+    assert_eq!(retries(), 3, "three failed attempts logged");
     let stopped = cri::count_stopped(&mut events, Duration::from_secs(1)).await;
     assert_eq!(stopped.get(&victim), Some(&1), "{stopped:?}");
     assert_eq!(stopped.get(&bystander), Some(&1), "{stopped:?}");
@@ -548,7 +559,13 @@ async fn a_rollback_cut_short_by_a_containerd_outage_is_finished_when_it_is_back
         .map(|d| d.count())
         .unwrap_or(0);
     assert_eq!(pending, 1, "the unfinished rollback keeps its intent");
-    assert!(bed.remora.log_text().contains("rollback step failed"));
+    // The log is written asynchronously: wait for the line rather than read it at once.
+    wait_until(
+        "the failed rollback step to be logged",
+        Duration::from_secs(20),
+        || async { bed.remora.log_text().contains("rollback step failed") },
+    )
+    .await;
 
     bed.containerd.restart();
     wait_until(

@@ -168,7 +168,10 @@ pub enum HeaderError {
 }
 
 /// Writes `headers` as an uncompressed name/value block.
-pub(crate) fn write_block(headers: &[(String, String)], out: &mut Vec<u8>) -> Result<(), HeaderError> {
+pub(crate) fn write_block(
+    headers: &[(String, String)],
+    out: &mut Vec<u8>,
+) -> Result<(), HeaderError> {
     let count = u32::try_from(headers.len()).map_err(|_| HeaderError::Encode)?;
     out.extend_from_slice(&count.to_be_bytes());
     for (name, value) in headers {
@@ -207,7 +210,9 @@ pub(crate) fn parse_block(block: &[u8]) -> Result<Headers, HeaderError> {
 }
 
 fn take_u32(rest: &mut &[u8]) -> Result<u32, HeaderError> {
-    let (head, tail) = rest.split_first_chunk::<4>().ok_or(HeaderError::Truncated)?;
+    let (head, tail) = rest
+        .split_first_chunk::<4>()
+        .ok_or(HeaderError::Truncated)?;
     *rest = tail;
     Ok(u32::from_be_bytes(*head))
 }
@@ -296,22 +301,23 @@ impl HeaderDecoder {
             let before_in = self.inflate.total_in();
             let before_out = self.out.len();
             let mut dictionary_set = false;
-            let status = match self
-                .inflate
-                .decompress_vec(input, &mut self.out, FlushDecompress::Sync)
-            {
-                Ok(status) => status,
-                Err(e) if e.needs_dictionary().is_some() => {
-                    // The zlib header named a dictionary: ours, or set_dictionary fails on
-                    // the Adler-32 mismatch.
-                    self.inflate
-                        .set_dictionary(&DICTIONARY)
-                        .map_err(|e| HeaderError::Inflate(e.to_string()))?;
-                    dictionary_set = true;
-                    Status::Ok
-                }
-                Err(e) => return Err(HeaderError::Inflate(e.to_string())),
-            };
+            let status =
+                match self
+                    .inflate
+                    .decompress_vec(input, &mut self.out, FlushDecompress::Sync)
+                {
+                    Ok(status) => status,
+                    Err(e) if e.needs_dictionary().is_some() => {
+                        // The zlib header named a dictionary: ours, or set_dictionary fails on
+                        // the Adler-32 mismatch.
+                        self.inflate
+                            .set_dictionary(&DICTIONARY)
+                            .map_err(|e| HeaderError::Inflate(e.to_string()))?;
+                        dictionary_set = true;
+                        Status::Ok
+                    }
+                    Err(e) => return Err(HeaderError::Inflate(e.to_string())),
+                };
             let consumed = (self.inflate.total_in() - before_in) as usize;
             input = &input[consumed..];
             let produced = self.out.len() - before_out;

@@ -3,7 +3,7 @@
 //!
 //! Only what a kubelet-style server needs: the client opens every stream (odd ids), the
 //! server answers each SYN_STREAM with an empty SYN_REPLY and hands the stream out; it never
-//! opens streams or pings itself. [`frame`] and [`header`] are the codec (header blocks on one
+//! opens streams, and pings only to probe a client while it cannot read from it. [`frame`] and [`header`] are the codec (header blocks on one
 //! zlib stream per direction, with the SPDY/3 dictionary); [`session`] is the connection task,
 //! its backpressure and its flow-control policy (accounted always, enforced only once the
 //! client shows it speaks it, because spdystream does not — see there).

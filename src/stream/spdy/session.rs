@@ -30,6 +30,12 @@
 //! before its first WINDOW_UPDATE arrives; inbound windows are not policed (the buffer bound
 //! above is what protects the server).
 //!
+//! While the read loop waits for room it still reads the socket, up to a bounded read-ahead,
+//! only to notice a client that hangs up: then the session ends at once (what was not yet
+//! buffered for a reader is dropped with it). Past the read-ahead, EOF hides behind unread
+//! bytes, so the waiting loop pings the client every few seconds (even ids; spdystream echoes
+//! them): a peer that is gone makes the write, or the next read, fail.
+//!
 //! Ending: [`Shared::begin_close`] (our GOAWAY, or the client's) stops new streams and writes;
 //! the write loop then drains the queue, shuts the socket down and returns. A decode error
 //! sends GOAWAY(PROTOCOL_ERROR) the same way. EOF or an I/O error ends at once. In every case
@@ -73,8 +79,14 @@ pub(crate) const DEFAULT_WINDOW: i64 = 64 * 1024;
 pub(crate) const MAX_STREAMS: usize = 1024;
 /// How long `close` lets the queue drain before dropping the connection.
 pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(10);
+/// Our GOAWAY status for `close`.
+pub(crate) const CLOSE_STATUS: u32 = GOAWAY_OK;
 /// What the read loop asks of the socket at once.
 const READ_CHUNK: usize = 64 * 1024;
+/// What the read loop reads ahead, undecoded, while a frame waits for room.
+const READ_AHEAD: usize = 256 * 1024;
+/// How often a read loop waiting for room pings the client (see `read_loop`).
+const PROBE_EVERY: Duration = Duration::from_secs(5);
 /// At most this much is taken off the queue per socket write batch.
 const WRITE_BATCH: usize = 256 * 1024;
 
@@ -338,6 +350,18 @@ impl State {
         }
     }
 
+    /// What stream `id` holds buffered (payload plus per-frame cost).
+    #[cfg(test)]
+    pub(crate) fn stream_buffered(&self, id: u32) -> usize {
+        self.streams.get(&id).map_or(0, |s| s.recv_cost)
+    }
+
+    /// What is queued for the socket or being written.
+    #[cfg(test)]
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.out_bytes
+    }
+
     /// The next stream the client opened, if any.
     pub(crate) fn poll_incoming(&mut self, waker: &Waker) -> Poll<Option<(u32, Headers)>> {
         if let Some(next) = self.incoming.pop_front() {
@@ -405,7 +429,12 @@ impl State {
     }
 
     /// A writer's write: at most one data frame, within the windows once enforced.
-    pub(crate) fn poll_write(&mut self, id: u32, waker: &Waker, buf: &[u8]) -> Poll<io::Result<usize>> {
+    pub(crate) fn poll_write(
+        &mut self,
+        id: u32,
+        waker: &Waker,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         if self.ended || self.closing {
             return Poll::Ready(Err(broken("session closed")));
         }
@@ -498,6 +527,9 @@ where
     tokio::select! {
         r = &mut reader => match r {
             Ok(()) => debug!(shared.log, "spdy: client closed the connection"),
+            Err(SessionError::Protocol(e @ FrameError::Truncated(_))) => {
+                debug!(shared.log, "spdy: client closed the connection inside a frame"; "error" => %e);
+            }
             Err(SessionError::Protocol(e)) => {
                 debug!(shared.log, "spdy: protocol error; going away"; "error" => %e);
                 shared.begin_close(Some(GOAWAY_PROTOCOL_ERROR));
@@ -571,9 +603,39 @@ async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, shared: &Shared) -> Result<(
     let mut decoder = Decoder::new();
     let mut encoder = Encoder::new()?;
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    // Our pings' ids are even (the client's are odd).
+    let mut ping_id = 0u32;
     loop {
         while let Some(frame) = decoder.decode(&mut buf)? {
-            handle(frame, shared, &mut encoder).await;
+            // Handling may wait (a full stream). Meanwhile the socket is still read, up to
+            // READ_AHEAD, so that a client that hangs up is noticed (and `closed` resolves)
+            // even while nobody reads that stream.
+            // Past the read-ahead, a hang-up hides behind unread bytes: a PING now and then
+            // makes a closed peer's TCP answer with a reset, which the socket then reports.
+            let handling = handle(frame, shared, &mut encoder);
+            let probe = tokio::time::sleep(PROBE_EVERY);
+            tokio::pin!(handling, probe);
+            loop {
+                if buf.capacity() - buf.len() < 4096 && buf.len() < READ_AHEAD {
+                    buf.reserve(READ_CHUNK);
+                }
+                // Biased: a frame handled at once (the usual case) polls nothing else.
+                tokio::select! {
+                    biased;
+                    () = &mut handling => break,
+                    n = rd.read_buf(&mut buf), if buf.len() < READ_AHEAD => {
+                        if n? == 0 {
+                            // What is not buffered for a reader yet is lost: the client is gone.
+                            return Ok(());
+                        }
+                    }
+                    () = &mut probe => {
+                        ping_id = if ping_id >= 0x7fff_fffe { 2 } else { ping_id + 2 };
+                        shared.lock().push_plain(&Frame::Ping { id: ping_id });
+                        probe.as_mut().reset(tokio::time::Instant::now() + PROBE_EVERY);
+                    }
+                }
+            }
         }
         // Answers the client is not reading pile up: stop reading until they drain.
         poll_fn(|cx| {
@@ -687,7 +749,7 @@ fn open(shared: &Shared, encoder: &mut Encoder, id: u32, flags: u8, headers: Hea
         debug!(log, "spdy: stream opened while going away; ignored"; "stream" => id);
         return;
     }
-    if id % 2 == 0 || id <= st.last_id {
+    if id.is_multiple_of(2) || id <= st.last_id {
         debug!(log, "spdy: stream id not odd and increasing; refused"; "stream" => id, "last" => st.last_id);
         st.push_plain(&Frame::RstStream {
             stream_id: id,
@@ -784,6 +846,3 @@ async fn deliver(shared: &Shared, id: u32, fin: bool, data: Bytes) {
     })
     .await
 }
-
-/// Our GOAWAY status for `close`.
-pub(crate) const CLOSE_STATUS: u32 = GOAWAY_OK;

@@ -156,6 +156,10 @@ pub struct Finisher {
     error: Option<ClientWrite>,
     version: Version,
     conn: Conn,
+    /// The server's halves of streams only the client writes (SPDY stdin and resize), held
+    /// open until the end: client-go takes the server's FIN on stdin as the end of the session
+    /// and closes its stdin, which would hang up an interactive shell.
+    held: Vec<spdy::StreamWriter>,
 }
 
 impl Finisher {
@@ -170,6 +174,7 @@ impl Finisher {
             }
             let _ = err.shutdown().await;
         }
+        self.held.clear();
         self.conn.close().await;
     }
 }
@@ -260,6 +265,7 @@ pub async fn gather_spdy(
         expected += 1;
     }
     let (mut stdin, mut stdout, mut stderr, mut error, mut resize) = (None, None, None, None, None);
+    let mut held = Vec::new();
     let mut got = 0;
     let deadline = tokio::time::Instant::now() + timeout;
     while got < expected {
@@ -278,10 +284,16 @@ pub async fn gather_spdy(
         let (r, w) = stream.split();
         let slot_taken = match kind.as_str() {
             "error" => error.replace(Box::pin(w) as ClientWrite).is_some(),
-            "stdin" => stdin.replace(Box::pin(r) as ClientRead).is_some(),
+            "stdin" => {
+                held.push(w);
+                stdin.replace(Box::pin(r) as ClientRead).is_some()
+            }
             "stdout" => stdout.replace(Box::pin(w) as ClientWrite).is_some(),
             "stderr" => stderr.replace(Box::pin(w) as ClientWrite).is_some(),
-            "resize" => resize.replace(Box::pin(r) as ClientRead).is_some(),
+            "resize" => {
+                held.push(w);
+                resize.replace(Box::pin(r) as ClientRead).is_some()
+            }
             other => {
                 debug!(log, "unexpected stream type; ignored"; "stream_type" => other);
                 continue;
@@ -311,6 +323,7 @@ pub async fn gather_spdy(
             error,
             version,
             conn,
+            held,
         },
     })
 }
@@ -378,6 +391,7 @@ pub async fn gather_ws(
             error,
             version,
             conn,
+            held: Vec::new(),
         },
     }
 }

@@ -239,6 +239,8 @@ pub enum LogError {
 #[derive(Debug)]
 pub struct LogWriter {
     path: PathBuf,
+    /// False for a container without a log path: its output only fans out.
+    to_file: bool,
     max_line_size: Option<NonZeroUsize>,
     /// `None` once closed. The lock makes each batch of records one uninterrupted write.
     file: Mutex<Option<tokio::fs::File>>,
@@ -258,11 +260,25 @@ impl LogWriter {
         let file = open_log_file(&path).await?;
         Ok(LogWriter {
             path,
+            to_file: true,
             max_line_size,
             file: Mutex::new(Some(file)),
             stdout: broadcast::channel(FANOUT_CAPACITY).0,
             stderr: broadcast::channel(FANOUT_CAPACITY).0,
         })
+    }
+
+    /// A writer for a container without a log path (critest makes such containers): no file,
+    /// records are dropped, but the output still fans out to attach sessions.
+    pub fn fanout_only() -> LogWriter {
+        LogWriter {
+            path: PathBuf::new(),
+            to_file: false,
+            max_line_size: None,
+            file: Mutex::new(None),
+            stdout: broadcast::channel(FANOUT_CAPACITY).0,
+            stderr: broadcast::channel(FANOUT_CAPACITY).0,
+        }
     }
 
     /// The log file's path.
@@ -277,6 +293,9 @@ impl LogWriter {
 
     /// Appends formatted records (whole records only: they are written without interruption).
     pub async fn write_records(&self, records: &[u8]) -> Result<(), LogError> {
+        if !self.to_file {
+            return Ok(());
+        }
         let mut file = self.file.lock().await;
         let Some(f) = file.as_mut() else {
             return Err(LogError::Closed {
@@ -299,6 +318,9 @@ impl LogWriter {
     /// when rotating; the next records go to a new file at the path. If opening fails, the old
     /// file stays in use. Also reopens a closed writer.
     pub async fn reopen(&self) -> Result<(), LogError> {
+        if !self.to_file {
+            return Ok(());
+        }
         let new = open_log_file(&self.path).await?;
         // Swapped under the lock: a batch in flight completes in the old file.
         *self.file.lock().await = Some(new);
@@ -703,6 +725,24 @@ mod tests {
         assert_eq!(s.bytes, 5);
         assert!(s.write_errors >= 1);
         assert!(matches!(s.first_write_error, Some(LogError::Closed { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_writer_without_a_file_still_fans_out() {
+        let w = Arc::new(LogWriter::fanout_only());
+        let mut out = w.subscribe(StreamKind::Stdout);
+        let (mut tx, rx) = tokio::io::duplex(64);
+        let copier = copy_stream(rx, StreamKind::Stdout, w.clone());
+        tx.write_all(b"no log\n").await.unwrap();
+        drop(tx);
+        let summary = copier.await.unwrap();
+        assert_eq!(
+            summary.write_errors, 0,
+            "dropping records is no write error"
+        );
+        assert_eq!(summary.records, 1);
+        assert_eq!(out.recv().await.unwrap(), Bytes::from_static(b"no log\n"));
+        w.reopen().await.unwrap();
     }
 
     #[tokio::test]

@@ -63,19 +63,19 @@ impl Pods {
             path: dir.clone(),
             source: e,
         })?;
-        let log = if meta.log_path.is_empty() {
-            None
+        // Without a log path the output is not kept, but still drained (the container never
+        // blocks on a full pipe) and fanned out to attach sessions.
+        let log = Arc::new(if meta.log_path.is_empty() {
+            LogWriter::fanout_only()
         } else {
-            Some(Arc::new(
-                LogWriter::open(&meta.log_path, Some(crate::io::DEFAULT_MAX_LINE_SIZE))
-                    .await
-                    .map_err(|e| ContainerError::Log {
-                        action: "open the log file",
-                        path: PathBuf::from(&meta.log_path),
-                        source: e,
-                    })?,
-            ))
-        };
+            LogWriter::open(&meta.log_path, Some(crate::io::DEFAULT_MAX_LINE_SIZE))
+                .await
+                .map_err(|e| ContainerError::Log {
+                    action: "open the log file",
+                    path: PathBuf::from(&meta.log_path),
+                    source: e,
+                })?
+        });
         // Open our read ends before the shim opens its write ends; copy into the CRI log.
         let mut copiers = Vec::new();
         let streams: &[StreamKind] = if meta.tty {
@@ -93,18 +93,9 @@ impl Pods {
                 path: dir.clone(),
                 source: e,
             })?;
-            if let Some(w) = &log {
-                copiers.push(copy_stream(reader, stream, w.clone()));
-            } else {
-                // No log path: still drain, so the container never blocks on a full pipe.
-                copiers.push(tokio::spawn(async move {
-                    let mut reader = reader;
-                    let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
-                    crate::io::CopySummary::default()
-                }));
-            }
+            copiers.push(copy_stream(reader, stream, log.clone()));
         }
-        let io = Arc::new(ContainerIo::new(fifos, log.clone()));
+        let io = Arc::new(ContainerIo::new(fifos, Some(log)));
         self.io.insert(&id, io.clone());
 
         let stdio = io.fifos.task_stdio();

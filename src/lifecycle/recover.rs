@@ -440,13 +440,17 @@ impl Pods {
         let Ok(fifos) = FifoSet::paths(&dir, container.id(), spec) else {
             return Vec::new();
         };
-        if !fifos.stdout().exists() || meta.log_path.is_empty() {
+        if !fifos.stdout().exists() {
             return Vec::new();
         }
-        let Ok(writer) =
-            LogWriter::open(&meta.log_path, Some(crate::io::DEFAULT_MAX_LINE_SIZE)).await
-        else {
-            return Vec::new();
+        // Without a log path the output is still drained and fanned out, as at start.
+        let writer = if meta.log_path.is_empty() {
+            LogWriter::fanout_only()
+        } else {
+            match LogWriter::open(&meta.log_path, Some(crate::io::DEFAULT_MAX_LINE_SIZE)).await {
+                Ok(w) => w,
+                Err(_) => return Vec::new(),
+            }
         };
         let writer = Arc::new(writer);
         let mut copiers = Vec::new();

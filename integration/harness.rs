@@ -566,6 +566,20 @@ impl BedRemora {
     /// Starts remora on the test bed with `certs` as its hosts.toml directory and `cni` as its
     /// CNI conf dir (`None`: an empty dir of its own, so NetworkReady is false).
     pub fn start_with(certs: &Path, cni: Option<&Path>) -> Self {
+        Self::start_with_extra(certs, cni, "")
+    }
+
+    /// Starts remora on the test bed with its pod network and `extra` (TOML) appended to its
+    /// config.
+    pub fn start_with_network_and(extra: &str) -> Self {
+        Self::start_with_extra(
+            Path::new(TESTBED_CERTS),
+            Some(Path::new(TESTBED_CNI)),
+            extra,
+        )
+    }
+
+    fn start_with_extra(certs: &Path, cni: Option<&Path>, extra: &str) -> Self {
         assert!(
             Path::new(TESTBED_CONTAINERD).exists(),
             "the test bed is not up: run scripts/testbed.sh up"
@@ -591,6 +605,7 @@ impl BedRemora {
         ]);
         // Tests read remora's log; the test bed's own remora logs at the default level.
         config.push_str("\n[log]\nlevel = \"debug\"\n");
+        config.push_str(extra);
         let remora = Remora::start(dir.path(), &config, &socket);
         BedRemora {
             remora,

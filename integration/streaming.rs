@@ -671,3 +671,45 @@ async fn concurrent_execs_and_disconnects_leave_nothing_behind() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn with_tls_configured_the_urls_are_https_and_crictl_streams_over_them() {
+    let certs = scratch();
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+        .expect("self-signed certificate");
+    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    std::fs::write(&cert, ck.cert.pem()).expect("write cert");
+    std::fs::write(&key, ck.signing_key.serialize_pem()).expect("write key");
+    let bed = BedRemora::start_with_network_and(&format!(
+        "[streaming]\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
+        cert.display(),
+        key.display()
+    ));
+    let logs = scratch();
+    let pod = start_pod(&bed, "stream-tls", logs.path(), false).await;
+    let id = pod.run(container("target", &["sleep", "3600"])).await;
+    let url = bed
+        .remora
+        .runtime()
+        .exec(v1::ExecRequest {
+            container_id: id.clone(),
+            cmd: vec!["true".into()],
+            stdout: true,
+            ..Default::default()
+        })
+        .await
+        .expect("Exec")
+        .into_inner()
+        .url;
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    // crictl skips verification when given no CA, as for kubelet's own self-signed server.
+    for t in TRANSPORTS {
+        let out = run(
+            crictl(&bed, t, &["exec", &id, "echo", "over-tls"]),
+            b"",
+            Duration::from_secs(30),
+        );
+        assert!(out.status.success(), "{t}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "over-tls\n", "{t}");
+    }
+}

@@ -159,6 +159,11 @@ address = "127.0.0.1:0"
 token_ttl = "1m"
 # How long a client gets, after connecting, to open all of its streams.
 stream_creation_timeout = "30s"
+# TLS for the streaming server: a PEM certificate chain (leaf first), set together with
+# tls_key_file. With them the URLs handed out are https://; empty: plain http.
+tls_cert_file = ""
+# The PEM private key of tls_cert_file.
+tls_key_file = ""
 "#;
 
 /// The whole configuration.
@@ -459,6 +464,10 @@ pub struct StreamingConfig {
     /// How long a client gets, after connecting, to open all its streams.
     #[serde(with = "humantime_serde")]
     pub stream_creation_timeout: Duration,
+    /// PEM certificate chain for TLS; empty: no TLS.
+    pub tls_cert_file: String,
+    /// PEM private key of `tls_cert_file`.
+    pub tls_key_file: String,
 }
 
 impl Default for StreamingConfig {
@@ -467,6 +476,8 @@ impl Default for StreamingConfig {
             address: "127.0.0.1:0".into(),
             token_ttl: Duration::from_secs(60),
             stream_creation_timeout: Duration::from_secs(30),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
         }
     }
 }
@@ -592,6 +603,12 @@ impl Config {
         }
         self.validate_handlers()?;
         self.streaming.socket_addr()?;
+        if self.streaming.tls_cert_file.is_empty() != self.streaming.tls_key_file.is_empty() {
+            return Err(invalid(
+                "streaming.tls_cert_file",
+                "tls_cert_file and tls_key_file must be set together (or neither)",
+            ));
+        }
         for (key, d) in [
             ("streaming.token_ttl", self.streaming.token_ttl),
             (
@@ -801,6 +818,14 @@ mod tests {
             (
                 "[containerd]\nreconnect_backoff_min = \"20s\"\nreconnect_backoff_max = \"1s\"\n",
                 "containerd.reconnect_backoff_max",
+            ),
+            (
+                "[streaming]\ntls_cert_file = \"/etc/remora/cert.pem\"\n",
+                "streaming.tls_cert_file",
+            ),
+            (
+                "[streaming]\ntls_key_file = \"/etc/remora/key.pem\"\n",
+                "streaming.tls_cert_file",
             ),
         ];
         for (text, key) in cases {

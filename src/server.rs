@@ -39,7 +39,7 @@ use crate::lifecycle::host::host_facts;
 use crate::lifecycle::host_network::HostNetwork;
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::net::{PodNetwork, PodNetworkConfig};
-use crate::stream::server::{StreamConfig, StreamServer};
+use crate::stream::server::{StreamConfig, StreamServer, TlsFiles};
 
 /// Failures setting up or running the CRI socket server.
 #[derive(Debug, Error)]
@@ -521,6 +521,10 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
             .map_err(ServerError::Streaming)?,
         token_ttl: config.streaming.token_ttl,
         stream_creation_timeout: config.streaming.stream_creation_timeout,
+        tls: (!config.streaming.tls_cert_file.is_empty()).then(|| TlsFiles {
+            cert: config.streaming.tls_cert_file.clone().into(),
+            key: config.streaming.tls_key_file.clone().into(),
+        }),
     };
     let (streaming, stream_listener) = StreamServer::bind(
         streaming_config,

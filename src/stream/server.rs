@@ -91,6 +91,17 @@ pub struct StreamConfig {
     pub token_ttl: Duration,
     /// How long a client gets to open its streams after the upgrade.
     pub stream_creation_timeout: Duration,
+    /// Serve TLS with this certificate chain and key (PEM files); `None`: plain HTTP.
+    pub tls: Option<TlsFiles>,
+}
+
+/// The PEM files of the streaming server's TLS identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate chain, leaf first.
+    pub cert: std::path::PathBuf,
+    /// The leaf's private key.
+    pub key: std::path::PathBuf,
 }
 
 /// Most requests waiting for their client at once (kubelet's limit).
@@ -107,11 +118,56 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+    /// A TLS file could not be read or parsed.
+    #[error("cannot load the streaming server's TLS {what} from {}: {source}", path.display())]
+    TlsFile {
+        /// "certificate" or "key".
+        what: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: tokio_rustls::rustls::pki_types::pem::Error,
+    },
+    /// The certificate and key do not make a TLS configuration.
+    #[error("invalid TLS certificate or key for the streaming server: {0}")]
+    Tls(#[source] tokio_rustls::rustls::Error),
+}
+
+/// How long a client gets for the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The TLS acceptor for `files`: HTTP/1.1 only (SPDY and WebSocket upgrades need it).
+fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, StartError> {
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(&files.cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|source| StartError::TlsFile {
+            what: "certificate",
+            path: files.cert.clone(),
+            source,
+        })?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|source| StartError::TlsFile {
+        what: "key",
+        path: files.key.clone(),
+        source,
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(StartError::Tls)?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(StartError::Tls)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
 /// The streaming server.
 pub struct StreamServer {
     tokens: TokenCache<Request>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     base_url: String,
     config: StreamConfig,
     runtime: Arc<dyn Runtime>,
@@ -145,9 +201,12 @@ impl StreamServer {
                 std::net::Ipv6Addr::LOCALHOST.into()
             });
         }
+        let tls = config.tls.as_ref().map(tls_acceptor).transpose()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let server = StreamServer {
             tokens: TokenCache::new(config.token_ttl, MAX_IN_FLIGHT),
-            base_url: format!("http://{local}"),
+            tls,
+            base_url: format!("{scheme}://{local}"),
             config,
             runtime,
             log,
@@ -155,7 +214,7 @@ impl StreamServer {
         Ok((Arc::new(server), listener))
     }
 
-    /// The URL prefix handed out, `http://host:port`.
+    /// The URL prefix handed out, `http://host:port` (`https://` with TLS).
     pub fn base_url(&self) -> &str {
         &self.base_url
     }
@@ -189,20 +248,37 @@ impl StreamServer {
                 }
             };
             let me = self.clone();
-            let log = self.log.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let me = me.clone();
-                    async move { Ok::<_, Infallible>(me.handle(req).await) }
-                });
-                if let Err(e) = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .with_upgrades()
-                    .await
-                {
-                    debug!(log, "streaming connection ended with an error"; "peer" => %peer, "error" => %e);
+                let Some(tls) = me.tls.clone() else {
+                    return me.serve_connection(stream, peer).await;
+                };
+                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => me.serve_connection(stream, peer).await,
+                    Ok(Err(e)) => {
+                        debug!(me.log, "TLS handshake failed"; "peer" => %peer, "error" => %e)
+                    }
+                    Err(_) => debug!(me.log, "TLS handshake timed out"; "peer" => %peer),
                 }
             });
+        }
+    }
+
+    /// Serves HTTP/1.1 (with upgrades) on one accepted connection.
+    async fn serve_connection<S>(self: Arc<Self>, stream: S, peer: SocketAddr)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let me = self.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let me = me.clone();
+            async move { Ok::<_, Infallible>(me.handle(req).await) }
+        });
+        if let Err(e) = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades()
+            .await
+        {
+            debug!(self.log, "streaming connection ended with an error"; "peer" => %peer, "error" => %e);
         }
     }
 

@@ -79,12 +79,19 @@ fn log() -> Logger {
 }
 
 async fn server() -> (Arc<StreamServer>, Arc<FakeRuntime>, watch::Sender<bool>) {
+    server_with(None).await
+}
+
+async fn server_with(
+    tls: Option<TlsFiles>,
+) -> (Arc<StreamServer>, Arc<FakeRuntime>, watch::Sender<bool>) {
     let rt = Arc::new(FakeRuntime::default());
     let (server, listener) = StreamServer::bind(
         StreamConfig {
             address: "127.0.0.1:0".parse().unwrap(),
             token_ttl: Duration::from_secs(60),
             stream_creation_timeout: Duration::from_secs(5),
+            tls,
         },
         rt.clone(),
         log(),
@@ -284,5 +291,113 @@ async fn a_websocket_exec_session_runs_to_its_exit_code() {
     assert_eq!(
         rt.calls.lock().unwrap().as_slice(),
         ["exec c1 [\"cat\"] tty=false"]
+    );
+}
+
+/// A self-signed certificate for 127.0.0.1 in `dir`: (files, the certificate's DER).
+fn self_signed(dir: &std::path::Path) -> (TlsFiles, Vec<u8>) {
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let files = TlsFiles {
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+    };
+    std::fs::write(&files.cert, ck.cert.pem()).unwrap();
+    std::fs::write(&files.key, ck.signing_key.serialize_pem()).unwrap();
+    (files, ck.cert.der().to_vec())
+}
+
+#[tokio::test]
+async fn with_tls_the_urls_are_https_and_a_session_runs_over_tls_only() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_rustls::rustls;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (files, der) = self_signed(dir.path());
+    let (server, _rt, _stop) = server_with(Some(files)).await;
+    assert!(
+        server.base_url().starts_with("https://127.0.0.1:"),
+        "{}",
+        server.base_url()
+    );
+    let addr = server.base_url().trim_start_matches("https://").to_string();
+
+    // Plain HTTP to the TLS port gets no upgrade.
+    let url = server.url_for(exec_request(false)).unwrap();
+    let head = raw(&url.replace("https://", "http://"), SPDY).await;
+    assert!(!head.contains(" 101 "), "{head}");
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from(der))
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+
+    let url = server.url_for(exec_request(true)).unwrap();
+    let mut req = url
+        .replace("https://", "wss://")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v5.channel.k8s.io".parse().unwrap(),
+    );
+    let (mut ws, _) = tokio_tungstenite::client_async(req, tls).await.unwrap();
+    ws.send(Message::binary(b"\x00secret".to_vec()))
+        .await
+        .unwrap();
+    ws.send(Message::binary(vec![255u8, 0])).await.unwrap();
+    let mut stdout = Vec::new();
+    while let Some(Ok(msg)) = ws.next().await {
+        if let Message::Binary(data) = msg {
+            if let Some((1, rest)) = data.split_first() {
+                stdout.extend_from_slice(rest);
+            }
+        }
+    }
+    assert_eq!(stdout, b"secret");
+}
+
+#[tokio::test]
+async fn a_missing_or_bad_tls_file_is_a_named_start_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut files, _) = self_signed(dir.path());
+    files.key = dir.path().join("missing.pem");
+    let rt = Arc::new(FakeRuntime::default());
+    let config = |tls| StreamConfig {
+        address: "127.0.0.1:0".parse().unwrap(),
+        token_ttl: Duration::from_secs(60),
+        stream_creation_timeout: Duration::from_secs(5),
+        tls: Some(tls),
+    };
+    let err = StreamServer::bind(config(files.clone()), rt.clone(), log())
+        .await
+        .err()
+        .expect("a missing key fails the start");
+    assert!(
+        matches!(&err, StartError::TlsFile { what: "key", .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("missing.pem"), "{err}");
+    // A certificate file that holds no certificate: the key where the chain should be.
+    files.key = files.cert.clone();
+    files.cert = dir.path().join("key.pem");
+    let err = StreamServer::bind(config(files), rt, log())
+        .await
+        .err()
+        .expect("a key without a certificate fails the start");
+    assert!(
+        matches!(err, StartError::Tls(_) | StartError::TlsFile { .. }),
+        "{err}"
     );
 }

@@ -9,6 +9,13 @@ use super::*;
 
 type Client = WebSocketStream<DuplexStream>;
 
+/// Fails a test that hangs (instead of letting it hang).
+async fn within<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .expect("the test timed out")
+}
+
 fn log() -> Logger {
     Logger::root(slog::Discard, slog::o!())
 }
@@ -57,280 +64,331 @@ fn pattern(len: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn binary_frames_carry_a_channel_byte_both_ways() {
-    use ChannelKind::*;
-    let (_conn, mut chans, mut client) = open(Framing::Binary, false, &[Read, Write, Write]).await;
-    assert!(chans[0].writer.is_none() && chans[1].reader.is_none() && chans[2].reader.is_none());
-    let mut stdin = take_reader(&mut chans, 0);
-    let mut stdout = take_writer(&mut chans, 1);
-    let mut stderr = take_writer(&mut chans, 2);
+    within(async {
+        use ChannelKind::*;
+        let (_conn, mut chans, mut client) =
+            open(Framing::Binary, false, &[Read, Write, Write]).await;
+        assert!(
+            chans[0].writer.is_none() && chans[1].reader.is_none() && chans[2].reader.is_none()
+        );
+        let mut stdin = take_reader(&mut chans, 0);
+        let mut stdout = take_writer(&mut chans, 1);
+        let mut stderr = take_writer(&mut chans, 2);
 
-    client.send(bin(b"\x00abc")).await.unwrap();
-    let mut buf = [0u8; 3];
-    stdin.read_exact(&mut buf).await.unwrap();
-    assert_eq!(&buf, b"abc");
+        client.send(bin(b"\x00abc")).await.unwrap();
+        let mut buf = [0u8; 3];
+        stdin.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"abc");
 
-    stdout.write_all(b"out").await.unwrap();
-    stderr.write_all(b"err").await.unwrap();
-    assert_eq!(next(&mut client).await, bin(b"\x01out"));
-    assert_eq!(next(&mut client).await, bin(b"\x02err"));
+        stdout.write_all(b"out").await.unwrap();
+        stderr.write_all(b"err").await.unwrap();
+        assert_eq!(next(&mut client).await, bin(b"\x01out"));
+        assert_eq!(next(&mut client).await, bin(b"\x02err"));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn base64_frames_are_a_digit_then_base64() {
-    use ChannelKind::*;
-    let (_conn, mut chans, mut client) = open(Framing::Base64, false, &[Read, Write]).await;
-    let mut stdin = take_reader(&mut chans, 0);
-    let mut stdout = take_writer(&mut chans, 1);
+    within(async {
+        use ChannelKind::*;
+        let (_conn, mut chans, mut client) = open(Framing::Base64, false, &[Read, Write]).await;
+        let mut stdin = take_reader(&mut chans, 0);
+        let mut stdout = take_writer(&mut chans, 1);
 
-    client.send(Message::text("0YWJj")).await.unwrap();
-    // kubelet takes the same in a binary message too.
-    client.send(bin(b"0ZGVm")).await.unwrap();
-    // Bad base64 is dropped; line breaks are skipped as Go's decoder does.
-    client.send(Message::text("0!!!")).await.unwrap();
-    client.send(Message::text("0eHl6\r\n")).await.unwrap();
-    let mut buf = [0u8; 9];
-    stdin.read_exact(&mut buf).await.unwrap();
-    assert_eq!(&buf, b"abcdefxyz");
+        client.send(Message::text("0YWJj")).await.unwrap();
+        // kubelet takes the same in a binary message too.
+        client.send(bin(b"0ZGVm")).await.unwrap();
+        // Bad base64 is dropped; line breaks are skipped as Go's decoder does.
+        client.send(Message::text("0!!!")).await.unwrap();
+        client.send(Message::text("0eHl6\r\n")).await.unwrap();
+        let mut buf = [0u8; 9];
+        stdin.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"abcdefxyz");
 
-    stdout.write_all(b"out").await.unwrap();
-    assert_eq!(next(&mut client).await, Message::text("1b3V0"));
+        stdout.write_all(b"out").await.unwrap();
+        assert_eq!(next(&mut client).await, Message::text("1b3V0"));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn an_empty_write_sends_just_the_channel_prefix() {
-    use ChannelKind::*;
-    for (framing, ready) in [
-        (Framing::Binary, bin(&[1])),
-        (Framing::Base64, Message::text("1")),
-    ] {
-        let (_conn, mut chans, mut client) = open(framing, false, &[Ignore, Write]).await;
-        let mut stdout = take_writer(&mut chans, 1);
-        assert_eq!(stdout.write(&[]).await.unwrap(), 0);
-        assert_eq!(next(&mut client).await, ready, "{framing:?}");
-    }
+    within(async {
+        use ChannelKind::*;
+        for (framing, ready) in [
+            (Framing::Binary, bin(&[1])),
+            (Framing::Base64, Message::text("1")),
+        ] {
+            let (_conn, mut chans, mut client) = open(framing, false, &[Ignore, Write]).await;
+            let mut stdout = take_writer(&mut chans, 1);
+            assert_eq!(stdout.write(&[]).await.unwrap(), 0);
+            assert_eq!(next(&mut client).await, ready, "{framing:?}");
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn big_writes_are_sent_in_chunks() {
-    let (_conn, mut chans, mut client) = open(Framing::Binary, false, &[ChannelKind::Write]).await;
-    let mut w = take_writer(&mut chans, 0);
-    let data = pattern(100_000);
-    let sent = data.clone();
-    tokio::spawn(async move { w.write_all(&sent).await.unwrap() });
-    let mut got = Vec::new();
-    let mut messages = 0;
-    while got.len() < data.len() {
-        let Message::Binary(m) = next(&mut client).await else {
-            panic!("not binary");
-        };
-        assert_eq!(m[0], 0);
-        assert!(m.len() <= MAX_CHUNK + 1, "a message of {} bytes", m.len());
-        got.extend_from_slice(&m[1..]);
-        messages += 1;
-    }
-    assert_eq!(got, data);
-    assert_eq!(messages, data.len().div_ceil(MAX_CHUNK));
+    within(async {
+        let (_conn, mut chans, mut client) =
+            open(Framing::Binary, false, &[ChannelKind::Write]).await;
+        let mut w = take_writer(&mut chans, 0);
+        let data = pattern(100_000);
+        let sent = data.clone();
+        tokio::spawn(async move { w.write_all(&sent).await.unwrap() });
+        let mut got = Vec::new();
+        let mut messages = 0;
+        while got.len() < data.len() {
+            let Message::Binary(m) = next(&mut client).await else {
+                panic!("not binary");
+            };
+            assert_eq!(m[0], 0);
+            assert!(m.len() <= MAX_CHUNK + 1, "a message of {} bytes", m.len());
+            got.extend_from_slice(&m[1..]);
+            messages += 1;
+        }
+        assert_eq!(got, data);
+        assert_eq!(messages, data.len().div_ceil(MAX_CHUNK));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn the_v5_close_signal_ends_that_reader_only() {
-    use ChannelKind::*;
-    let kinds = [Read, Write, Write, Write, Read];
-    let (_conn, mut chans, mut client) = open(Framing::Binary, true, &kinds).await;
-    let mut stdin = take_reader(&mut chans, 0);
-    let mut resize = take_reader(&mut chans, 4);
-    let mut stdout = take_writer(&mut chans, 1);
+    within(async {
+        use ChannelKind::*;
+        let kinds = [Read, Write, Write, Write, Read];
+        let (_conn, mut chans, mut client) = open(Framing::Binary, true, &kinds).await;
+        let mut stdin = take_reader(&mut chans, 0);
+        let mut resize = take_reader(&mut chans, 4);
+        let mut stdout = take_writer(&mut chans, 1);
 
-    client.send(bin(b"\x00in")).await.unwrap();
-    client.send(bin(&[255, 0])).await.unwrap();
-    // Late data for the closed channel is dropped.
-    client.send(bin(b"\x00late")).await.unwrap();
-    client.send(bin(b"\x04rs")).await.unwrap();
-    let mut got = Vec::new();
-    stdin.read_to_end(&mut got).await.unwrap();
-    assert_eq!(got, b"in");
-    let mut buf = [0u8; 2];
-    resize.read_exact(&mut buf).await.unwrap();
-    assert_eq!(&buf, b"rs");
+        client.send(bin(b"\x00in")).await.unwrap();
+        client.send(bin(&[255, 0])).await.unwrap();
+        // Late data for the closed channel is dropped.
+        client.send(bin(b"\x00late")).await.unwrap();
+        client.send(bin(b"\x04rs")).await.unwrap();
+        let mut got = Vec::new();
+        stdin.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"in");
+        let mut buf = [0u8; 2];
+        resize.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"rs");
 
-    // The rest of the connection goes on.
-    client.send(bin(b"\x04more")).await.unwrap();
-    let mut buf = [0u8; 4];
-    resize.read_exact(&mut buf).await.unwrap();
-    assert_eq!(&buf, b"more");
-    stdout.write_all(b"ok").await.unwrap();
-    assert_eq!(next(&mut client).await, bin(b"\x01ok"));
+        // The rest of the connection goes on.
+        client.send(bin(b"\x04more")).await.unwrap();
+        let mut buf = [0u8; 4];
+        resize.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"more");
+        stdout.write_all(b"ok").await.unwrap();
+        assert_eq!(next(&mut client).await, bin(b"\x01ok"));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn without_the_close_signal_255_is_just_an_unknown_channel() {
-    let (_conn, mut chans, mut client) = open(Framing::Binary, false, &[ChannelKind::Read]).await;
-    let mut stdin = take_reader(&mut chans, 0);
-    client.send(bin(&[255, 0])).await.unwrap();
-    client.send(bin(b"\x00a")).await.unwrap();
-    client.close(None).await.unwrap();
-    let mut got = Vec::new();
-    stdin.read_to_end(&mut got).await.unwrap();
-    assert_eq!(got, b"a");
+    within(async {
+        let (_conn, mut chans, mut client) =
+            open(Framing::Binary, false, &[ChannelKind::Read]).await;
+        let mut stdin = take_reader(&mut chans, 0);
+        client.send(bin(&[255, 0])).await.unwrap();
+        client.send(bin(b"\x00a")).await.unwrap();
+        client.close(None).await.unwrap();
+        let mut got = Vec::new();
+        stdin.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"a");
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_malformed_close_signal_ends_the_connection_with_a_protocol_error() {
-    for bad in [vec![255u8, 0, 1], vec![255, 7]] {
-        let (conn, mut chans, mut client) = open(Framing::Binary, true, &[ChannelKind::Read]).await;
-        let mut stdin = take_reader(&mut chans, 0);
-        client.send(bin(&bad)).await.unwrap();
-        let Message::Close(Some(frame)) = next(&mut client).await else {
-            panic!("no close frame for {bad:?}");
-        };
-        assert_eq!(frame.code, CloseCode::Protocol);
-        // Reading on answers the close; the server then ends.
-        assert!(client.next().await.is_none());
-        conn.closed().await;
-        let mut got = Vec::new();
-        stdin.read_to_end(&mut got).await.unwrap();
-        assert!(got.is_empty());
-    }
+    within(async {
+        for bad in [vec![255u8, 0, 1], vec![255, 7]] {
+            let (conn, mut chans, mut client) =
+                open(Framing::Binary, true, &[ChannelKind::Read]).await;
+            let mut stdin = take_reader(&mut chans, 0);
+            client.send(bin(&bad)).await.unwrap();
+            let Message::Close(Some(frame)) = next(&mut client).await else {
+                panic!("no close frame for {bad:?}");
+            };
+            assert_eq!(frame.code, CloseCode::Protocol);
+            // Reading on answers the close; the server then ends.
+            assert!(client.next().await.is_none());
+            conn.closed().await;
+            let mut got = Vec::new();
+            stdin.read_to_end(&mut got).await.unwrap();
+            assert!(got.is_empty());
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn frames_for_ignored_unknown_and_write_only_channels_are_dropped() {
-    use ChannelKind::*;
-    let (_conn, mut chans, mut client) = open(Framing::Binary, false, &[Ignore, Read, Write]).await;
-    assert!(chans[0].reader.is_none() && chans[0].writer.is_none());
-    let mut r = take_reader(&mut chans, 1);
-    for m in [&b"\x00x"[..], b"\x09y", b"\x02w", b"", b"\x01", b"\x01z"] {
-        client.send(bin(m)).await.unwrap();
-    }
-    client.close(None).await.unwrap();
-    let mut got = Vec::new();
-    r.read_to_end(&mut got).await.unwrap();
-    assert_eq!(got, b"z");
+    within(async {
+        use ChannelKind::*;
+        let (_conn, mut chans, mut client) =
+            open(Framing::Binary, false, &[Ignore, Read, Write]).await;
+        assert!(chans[0].reader.is_none() && chans[0].writer.is_none());
+        let mut r = take_reader(&mut chans, 1);
+        for m in [&b"\x00x"[..], b"\x09y", b"\x02w", b"", b"\x01", b"\x01z"] {
+            client.send(bin(m)).await.unwrap();
+        }
+        client.close(None).await.unwrap();
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"z");
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn the_client_closing_ends_readers_and_the_connection() {
-    use ChannelKind::*;
-    let (conn, mut chans, mut client) = open(Framing::Binary, false, &[Read, Write]).await;
-    let mut stdin = take_reader(&mut chans, 0);
-    let mut stdout = take_writer(&mut chans, 1);
-    client.close(None).await.unwrap();
-    let mut got = Vec::new();
-    stdin.read_to_end(&mut got).await.unwrap();
-    assert!(got.is_empty());
-    conn.closed().await;
-    // The server answered the close before it went.
-    assert!(matches!(next(&mut client).await, Message::Close(_)));
-    assert!(client.next().await.is_none());
-    assert!(stdout.write_all(b"late").await.is_err());
+    within(async {
+        use ChannelKind::*;
+        let (conn, mut chans, mut client) = open(Framing::Binary, false, &[Read, Write]).await;
+        let mut stdin = take_reader(&mut chans, 0);
+        let mut stdout = take_writer(&mut chans, 1);
+        client.close(None).await.unwrap();
+        let mut got = Vec::new();
+        stdin.read_to_end(&mut got).await.unwrap();
+        assert!(got.is_empty());
+        conn.closed().await;
+        // The server answered the close before it went.
+        assert!(matches!(next(&mut client).await, Message::Close(_)));
+        assert!(client.next().await.is_none());
+        assert!(stdout.write_all(b"late").await.is_err());
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_broken_connection_ends_readers_and_the_connection() {
-    let (conn, mut chans, client) = open(Framing::Binary, false, &[ChannelKind::Read]).await;
-    let mut stdin = take_reader(&mut chans, 0);
-    drop(client);
-    conn.closed().await;
-    let mut got = Vec::new();
-    stdin.read_to_end(&mut got).await.unwrap();
-    assert!(got.is_empty());
+    within(async {
+        let (conn, mut chans, client) = open(Framing::Binary, false, &[ChannelKind::Read]).await;
+        let mut stdin = take_reader(&mut chans, 0);
+        drop(client);
+        conn.closed().await;
+        let mut got = Vec::new();
+        stdin.read_to_end(&mut got).await.unwrap();
+        assert!(got.is_empty());
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn close_sends_a_normal_close_after_what_was_queued() {
-    let (conn, mut chans, mut client) = open(Framing::Binary, false, &[ChannelKind::Write]).await;
-    let mut w = take_writer(&mut chans, 0);
-    w.write_all(b"bye").await.unwrap();
-    let closing = tokio::spawn(async move {
-        conn.close().await;
-        conn
-    });
-    assert_eq!(next(&mut client).await, bin(b"\x00bye"));
-    let Message::Close(Some(frame)) = next(&mut client).await else {
-        panic!("no close frame");
-    };
-    assert_eq!(frame.code, CloseCode::Normal);
-    // Reading on sends the client's answer; the server then drops the connection.
-    assert!(client.next().await.is_none());
-    let conn = closing.await.unwrap();
-    conn.closed().await;
-    assert!(w.write_all(b"late").await.is_err());
+    within(async {
+        let (conn, mut chans, mut client) =
+            open(Framing::Binary, false, &[ChannelKind::Write]).await;
+        let mut w = take_writer(&mut chans, 0);
+        w.write_all(b"bye").await.unwrap();
+        let closing = tokio::spawn(async move {
+            conn.close().await;
+            conn
+        });
+        assert_eq!(next(&mut client).await, bin(b"\x00bye"));
+        let Message::Close(Some(frame)) = next(&mut client).await else {
+            panic!("no close frame");
+        };
+        assert_eq!(frame.code, CloseCode::Normal);
+        // Reading on sends the client's answer; the server then drops the connection.
+        assert!(client.next().await.is_none());
+        let conn = closing.await.unwrap();
+        conn.closed().await;
+        assert!(w.write_all(b"late").await.is_err());
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn pings_are_answered() {
-    let (_conn, _chans, mut client) = open(Framing::Binary, false, &[ChannelKind::Read]).await;
-    client
-        .send(Message::Ping(Bytes::from_static(b"hb")))
-        .await
-        .unwrap();
-    assert_eq!(
-        client.next().await.unwrap().unwrap(),
-        Message::Pong(Bytes::from_static(b"hb"))
-    );
+    within(async {
+        let (_conn, _chans, mut client) = open(Framing::Binary, false, &[ChannelKind::Read]).await;
+        client
+            .send(Message::Ping(Bytes::from_static(b"hb")))
+            .await
+            .unwrap();
+        assert_eq!(
+            client.next().await.unwrap().unwrap(),
+            Message::Pong(Bytes::from_static(b"hb"))
+        );
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn megabytes_cross_a_read_write_channel_both_ways() {
-    let (_conn, mut chans, client) = open(Framing::Binary, false, &[ChannelKind::ReadWrite]).await;
-    let mut r = take_reader(&mut chans, 0);
-    let mut w = take_writer(&mut chans, 0);
-    // The server echoes.
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 100_000];
-        loop {
-            let n = r.read(&mut buf).await.unwrap();
-            if n == 0 {
-                break;
+    within(async {
+        let (_conn, mut chans, client) =
+            open(Framing::Binary, false, &[ChannelKind::ReadWrite]).await;
+        let mut r = take_reader(&mut chans, 0);
+        let mut w = take_writer(&mut chans, 0);
+        // The server echoes.
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 100_000];
+            loop {
+                let n = r.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                w.write_all(&buf[..n]).await.unwrap();
             }
-            w.write_all(&buf[..n]).await.unwrap();
-        }
-    });
-    let data = pattern(4 << 20);
-    let (mut sink, mut stream) = client.split();
-    let sent = data.clone();
-    let sender = tokio::spawn(async move {
-        for chunk in sent.chunks(20_000) {
-            let mut m = vec![0u8];
-            m.extend_from_slice(chunk);
-            sink.send(Message::binary(m)).await.unwrap();
-        }
-        sink
-    });
-    let mut got = Vec::with_capacity(data.len());
-    while got.len() < data.len() {
-        match stream.next().await.unwrap().unwrap() {
-            Message::Binary(m) => {
-                assert_eq!(m[0], 0);
-                got.extend_from_slice(&m[1..]);
+        });
+        let data = pattern(4 << 20);
+        let (mut sink, mut stream) = client.split();
+        let sent = data.clone();
+        let sender = tokio::spawn(async move {
+            for chunk in sent.chunks(20_000) {
+                let mut m = vec![0u8];
+                m.extend_from_slice(chunk);
+                sink.send(Message::binary(m)).await.unwrap();
             }
-            other => panic!("unexpected {other:?}"),
+            sink
+        });
+        let mut got = Vec::with_capacity(data.len());
+        while got.len() < data.len() {
+            match stream.next().await.unwrap().unwrap() {
+                Message::Binary(m) => {
+                    assert_eq!(m[0], 0);
+                    got.extend_from_slice(&m[1..]);
+                }
+                other => panic!("unexpected {other:?}"),
+            }
         }
-    }
-    assert!(got == data, "the echo differs");
-    drop(sender.await.unwrap());
+        assert!(got == data, "the echo differs");
+        drop(sender.await.unwrap());
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_reader_that_does_not_read_holds_up_neither_writes_nor_its_data() {
-    use ChannelKind::*;
-    let (_conn, mut chans, mut client) = open(Framing::Binary, false, &[Read, Write]).await;
-    let mut stdin = take_reader(&mut chans, 0);
-    let mut stdout = take_writer(&mut chans, 1);
-    let count = READ_QUEUE * 3;
-    for i in 0..count {
-        client.send(bin(&[0, i as u8])).await.unwrap();
-    }
-    let guard = Duration::from_secs(10);
-    tokio::time::timeout(guard, async {
-        stdout.write_all(b"still").await.unwrap();
-        assert_eq!(next(&mut client).await, bin(b"\x01still"));
+    within(async {
+        use ChannelKind::*;
+        let (_conn, mut chans, mut client) = open(Framing::Binary, false, &[Read, Write]).await;
+        let mut stdin = take_reader(&mut chans, 0);
+        let mut stdout = take_writer(&mut chans, 1);
+        let count = READ_QUEUE * 3;
+        for i in 0..count {
+            client.send(bin(&[0, i as u8])).await.unwrap();
+        }
+        let guard = Duration::from_secs(10);
+        tokio::time::timeout(guard, async {
+            stdout.write_all(b"still").await.unwrap();
+            assert_eq!(next(&mut client).await, bin(b"\x01still"));
+        })
+        .await
+        .expect("writes waited for the reader");
+        let mut got = vec![0u8; count];
+        stdin.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, (0..count as u8).collect::<Vec<_>>());
     })
-    .await
-    .expect("writes waited for the reader");
-    let mut got = vec![0u8; count];
-    stdin.read_exact(&mut got).await.unwrap();
-    assert_eq!(got, (0..count as u8).collect::<Vec<_>>());
+    .await;
 }
 
 async fn tunnel() -> (Tunnel, Client) {
@@ -342,88 +400,100 @@ async fn tunnel() -> (Tunnel, Client) {
 
 #[tokio::test]
 async fn the_tunnel_has_no_prefix_and_reads_concatenate_messages() {
-    let (mut tunnel, mut client) = tunnel().await;
-    client.send(bin(b"hel")).await.unwrap();
-    client.send(bin(b"lo")).await.unwrap();
-    let mut buf = [0u8; 5];
-    tunnel.read_exact(&mut buf).await.unwrap();
-    assert_eq!(&buf, b"hello");
-    tunnel.write_all(b"abc").await.unwrap();
-    tunnel.flush().await.unwrap();
-    assert_eq!(next(&mut client).await, bin(b"abc"));
+    within(async {
+        let (mut tunnel, mut client) = tunnel().await;
+        client.send(bin(b"hel")).await.unwrap();
+        client.send(bin(b"lo")).await.unwrap();
+        let mut buf = [0u8; 5];
+        tunnel.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"hello");
+        tunnel.write_all(b"abc").await.unwrap();
+        tunnel.flush().await.unwrap();
+        assert_eq!(next(&mut client).await, bin(b"abc"));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn the_tunnel_reads_eof_at_a_close_and_shutdown_sends_one() {
-    let (mut tunnel, mut client) = tunnel().await;
-    client.send(bin(b"x")).await.unwrap();
-    client
-        .close(Some(CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        }))
-        .await
-        .unwrap();
-    let mut got = Vec::new();
-    tunnel.read_to_end(&mut got).await.unwrap();
-    assert_eq!(got, b"x");
+    within(async {
+        let (mut tunnel, mut client) = tunnel().await;
+        client.send(bin(b"x")).await.unwrap();
+        client
+            .close(Some(CloseFrame {
+                code: CloseCode::Normal,
+                reason: "".into(),
+            }))
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        tunnel.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"x");
 
-    let (mut tunnel, mut client) = self::tunnel().await;
-    tunnel.shutdown().await.unwrap();
-    let Message::Close(Some(frame)) = next(&mut client).await else {
-        panic!("no close frame");
-    };
-    assert_eq!(frame.code, CloseCode::Normal);
+        let (mut tunnel, mut client) = self::tunnel().await;
+        tunnel.shutdown().await.unwrap();
+        let Message::Close(Some(frame)) = next(&mut client).await else {
+            panic!("no close frame");
+        };
+        assert_eq!(frame.code, CloseCode::Normal);
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn the_tunnel_refuses_text_messages() {
-    let (mut tunnel, mut client) = tunnel().await;
-    client.send(Message::text("hi")).await.unwrap();
-    let mut buf = [0u8; 2];
-    let err = tunnel.read(&mut buf).await.unwrap_err();
-    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+    within(async {
+        let (mut tunnel, mut client) = tunnel().await;
+        client.send(Message::text("hi")).await.unwrap();
+        let mut buf = [0u8; 2];
+        let err = tunnel.read(&mut buf).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn megabytes_cross_the_tunnel_both_ways() {
-    let (tunnel, client) = tunnel().await;
-    let (mut r, mut w) = tokio::io::split(tunnel);
-    let echo = tokio::spawn(async move {
-        let n = tokio::io::copy(&mut r, &mut w).await.unwrap();
-        w.shutdown().await.unwrap();
-        n
-    });
-    let data = pattern(4 << 20);
-    let (mut sink, mut stream) = client.split();
-    let sent = data.clone();
-    let sender = tokio::spawn(async move {
-        for chunk in sent.chunks(30_000) {
-            sink.send(Message::binary(chunk.to_vec())).await.unwrap();
-        }
-        sink
-    });
-    let mut got = Vec::with_capacity(data.len());
-    let mut largest = 0;
-    while got.len() < data.len() {
-        match stream.next().await.unwrap().unwrap() {
-            Message::Binary(m) => {
-                largest = largest.max(m.len());
-                got.extend_from_slice(&m);
+    within(async {
+        let (tunnel, client) = tunnel().await;
+        let (mut r, mut w) = tokio::io::split(tunnel);
+        let echo = tokio::spawn(async move {
+            let n = tokio::io::copy(&mut r, &mut w).await.unwrap();
+            w.shutdown().await.unwrap();
+            n
+        });
+        let data = pattern(4 << 20);
+        let (mut sink, mut stream) = client.split();
+        let sent = data.clone();
+        let sender = tokio::spawn(async move {
+            for chunk in sent.chunks(30_000) {
+                sink.send(Message::binary(chunk.to_vec())).await.unwrap();
             }
-            other => panic!("unexpected {other:?}"),
+            sink
+        });
+        let mut got = Vec::with_capacity(data.len());
+        let mut largest = 0;
+        while got.len() < data.len() {
+            match stream.next().await.unwrap().unwrap() {
+                Message::Binary(m) => {
+                    largest = largest.max(m.len());
+                    got.extend_from_slice(&m);
+                }
+                other => panic!("unexpected {other:?}"),
+            }
         }
-    }
-    assert!(got == data, "the echo differs");
-    assert!(largest <= MAX_CHUNK, "a message of {largest} bytes");
-    // The client closing ends the echo, whose shutdown closes back.
-    let mut sink = sender.await.unwrap();
-    sink.close().await.unwrap();
-    assert_eq!(echo.await.unwrap(), data.len() as u64);
-    assert!(matches!(
-        stream.next().await,
-        Some(Ok(Message::Close(_))) | None
-    ));
+        assert!(got == data, "the echo differs");
+        assert!(largest <= MAX_CHUNK, "a message of {largest} bytes");
+        // The client closing ends the echo, whose shutdown closes back.
+        let mut sink = sender.await.unwrap();
+        sink.close().await.unwrap();
+        assert_eq!(echo.await.unwrap(), data.len() as u64);
+        assert!(matches!(
+            stream.next().await,
+            Some(Ok(Message::Close(_))) | None
+        ));
+    })
+    .await;
 }
 
 #[test]

@@ -386,6 +386,116 @@ impl KubeletApi {
         r.text().await.ok()
     }
 
+    /// A WebSocket session on kubelet's `path` (its `/exec` or `/portForward`), which kubelet
+    /// proxies to the runtime's streaming URL: what `kubectl exec` and `port-forward` do since
+    /// Kubernetes 1.31 (WebSocket first).
+    async fn websocket(
+        &self,
+        path: &str,
+        protocol: &str,
+    ) -> tokio_tungstenite::WebSocketStream<reqwest::Upgraded> {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .header("Sec-WebSocket-Protocol", protocol)
+            .send()
+            .await
+            .expect("kubelet answers the upgrade request");
+        let status = resp.status();
+        assert_eq!(
+            status,
+            reqwest::StatusCode::SWITCHING_PROTOCOLS,
+            "{path}: {:?}",
+            resp.text().await
+        );
+        let upgraded = resp.upgrade().await.expect("upgraded connection");
+        tokio_tungstenite::WebSocketStream::from_raw_socket(
+            upgraded,
+            tokio_tungstenite::tungstenite::protocol::Role::Client,
+            None,
+        )
+        .await
+    }
+
+    /// Runs `cmd` in a container through kubelet's `/exec` over WebSocket
+    /// (`v4.channel.k8s.io`): (stdout, the error channel's status).
+    async fn exec(&self, pod: &str, container: &str, cmd: &[&str]) -> (String, Value) {
+        use futures_util::StreamExt;
+        let mut query = String::from("output=1&error=1");
+        for c in cmd {
+            query.push_str(&format!("&command={c}"));
+        }
+        let path = format!("/exec/default/{pod}-{NODE}/{container}?{query}");
+        let mut ws = self.websocket(&path, "v4.channel.k8s.io").await;
+        let (mut stdout, mut status) = (Vec::new(), Vec::new());
+        let read = async {
+            while let Some(Ok(msg)) = ws.next().await {
+                let tokio_tungstenite::tungstenite::Message::Binary(data) = msg else {
+                    continue;
+                };
+                match data.split_first() {
+                    Some((1, rest)) => stdout.extend_from_slice(rest),
+                    Some((3, rest)) => status.extend_from_slice(rest),
+                    _ => {}
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("the exec session through kubelet ends");
+        let status = serde_json::from_slice(&status).unwrap_or(Value::Null);
+        (String::from_utf8_lossy(&stdout).into_owned(), status)
+    }
+
+    /// Sends `request` to `port` of a pod through kubelet's `/portForward` over WebSocket
+    /// (`portforward.k8s.io`); what comes back on the data channel.
+    async fn port_forward(&self, pod: &str, port: u16, request: &[u8], want: &str) -> String {
+        use futures_util::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::Message;
+        let path = format!("/portForward/default/{pod}-{NODE}?port={port}");
+        let mut ws = self.websocket(&path, "portforward.k8s.io").await;
+        let mut frame = vec![0u8];
+        frame.extend_from_slice(request);
+        ws.send(Message::binary(frame))
+            .await
+            .expect("send through the forward");
+        // Each channel's first message is the port (2 bytes, little endian), then data.
+        let mut seen = std::collections::HashSet::new();
+        let mut data = Vec::new();
+        let read = async {
+            while let Some(Ok(msg)) = ws.next().await {
+                let Message::Binary(bytes) = msg else {
+                    continue;
+                };
+                let Some((&channel, rest)) = bytes.split_first() else {
+                    continue;
+                };
+                if seen.insert(channel) {
+                    assert_eq!(
+                        rest,
+                        port.to_le_bytes(),
+                        "channel {channel} opens with the port"
+                    );
+                    continue;
+                }
+                if channel == 0 {
+                    data.extend_from_slice(rest);
+                    if String::from_utf8_lossy(&data).contains(want) {
+                        break;
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("an answer through the forward");
+        String::from_utf8_lossy(&data).into_owned()
+    }
+
     /// kubelet's pods (its `/pods`), by pod name without the node suffix.
     async fn pods(&self) -> Option<Vec<Value>> {
         let text = self.get("/pods").await?;
@@ -755,6 +865,21 @@ async fn run_suite(gates: &[&str]) {
     }
     let main_log = wait_for_log(&api, "init", "main", "two").await;
     assert_eq!(main_log, "one\ntwo\n", "init containers ran in order");
+
+    // --- kubectl exec's and port-forward's path: kubelet proxies WebSocket to remora ---
+    let (out, status) = api.exec("init", "main", &["cat", "/work/order"]).await;
+    assert_eq!(out, "one\ntwo\n", "exec through kubelet: {status}");
+    assert_eq!(status["status"], "Success", "{status}");
+    let (_, status) = api.exec("init", "main", &["sh", "-c", "exit 7"]).await;
+    assert_eq!(status["reason"], "NonZeroExitCode", "{status}");
+    assert_eq!(status["details"]["causes"][0]["message"], "7", "{status}");
+    let page = api
+        .port_forward("web", 80, b"GET / HTTP/1.0\r\nHost: x\r\n\r\n", "nginx")
+        .await;
+    assert!(
+        page.contains("200 OK"),
+        "port-forward through kubelet: {page}"
+    );
 
     // --- emptyDir shared by two containers ---
     api.wait_pod("shared", "both running", long, |s| {

@@ -208,17 +208,8 @@ impl Pods {
                 }
             });
         }
-        if let Some(mut sizes) = resize.take() {
-            let tasks = self.tasks.clone();
-            let (cid, exec, log) = (cid.to_string(), exec.to_string(), log.clone());
-            feeders.spawn(async move {
-                while let Some(size) = sizes.recv().await {
-                    let size = (u32::from(size.width), u32::from(size.height));
-                    if let Err(e) = tasks.resize_pty(&cid, &exec, size).await {
-                        debug!(log, "cannot resize the exec terminal"; "error" => %e);
-                    }
-                }
-            });
+        if let Some(sizes) = resize.take() {
+            feeders.spawn(self.apply_resizes(cid, exec, sizes, log));
         }
         let exit = tokio::select! {
             exit = self.tasks.wait_exec(cid, exec) => exit,
@@ -302,17 +293,8 @@ impl Pods {
                 }
             });
         }
-        if let (Some(mut sizes), true) = (resize, meta.tty) {
-            let tasks = self.tasks.clone();
-            let (id, log) = (id.clone(), log.clone());
-            feeders.spawn(async move {
-                while let Some(size) = sizes.recv().await {
-                    let size = (u32::from(size.width), u32::from(size.height));
-                    if let Err(e) = tasks.resize_pty(&id, "", size).await {
-                        debug!(log, "cannot resize the container's terminal"; "error" => %e);
-                    }
-                }
-            });
+        if let (Some(sizes), true) = (resize, meta.tty) {
+            feeders.spawn(self.apply_resizes(&id, "", sizes, &log));
         }
 
         loop {
@@ -346,6 +328,27 @@ impl Pods {
             outputs.abort_all();
         }
         Ok(())
+    }
+
+    /// Applies the client's terminal resizes to process `exec_id` ("" for the container's
+    /// init process) until the client stops sending them.
+    fn apply_resizes(
+        &self,
+        cid: &str,
+        exec_id: &str,
+        mut sizes: tokio::sync::mpsc::Receiver<TermSize>,
+        log: &slog::Logger,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let tasks = self.tasks.clone();
+        let (cid, exec_id, log) = (cid.to_string(), exec_id.to_string(), log.clone());
+        async move {
+            while let Some(size) = sizes.recv().await {
+                let size = (u32::from(size.width), u32::from(size.height));
+                if let Err(e) = tasks.resize_pty(&cid, &exec_id, size).await {
+                    debug!(log, "cannot resize the terminal"; "error" => %e);
+                }
+            }
+        }
     }
 
     /// Copies an attach client's stdin into the container's stdin until the client's EOF.

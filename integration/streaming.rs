@@ -237,6 +237,15 @@ async fn exec_errors_are_clear_before_any_url() {
         .await
         .expect_err("unknown pod");
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    let err = rt
+        .port_forward(v1::PortForwardRequest {
+            pod_sandbox_id: pod.id.clone(),
+            port: vec![80, 70000],
+        })
+        .await
+        .expect_err("a port out of range");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("70000"), "{err:?}");
 
     // A URL is single use, and a made-up token is unknown: 404 both.
     let url = rt

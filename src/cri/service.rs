@@ -643,13 +643,25 @@ impl RuntimeService for CriService {
             pod_ids(&id),
             |_log| async move {
                 required_id(&req.pod_sandbox_id)?;
-                // The ports named in the request are not checked: SPDY clients name theirs per
-                // connection, as kubelet allows.
+                // kubelet passes the ports its client named: the channels of a WebSocket
+                // session. SPDY clients name a port per stream (they may name none here).
+                let ports = req
+                    .port
+                    .iter()
+                    .map(|&p| {
+                        u16::try_from(p).ok().filter(|&p| p > 0).ok_or_else(|| {
+                            CriError::InvalidArgument {
+                                what: "port",
+                                reason: format!("{p} is not a TCP port (1-65535)"),
+                            }
+                        })
+                    })
+                    .collect::<Result<Vec<u16>, CriError>>()?;
                 let pod_id = self.rt.pods.check_port_forward(&req.pod_sandbox_id)?;
                 let url = self
                     .rt
                     .streaming
-                    .url_for(StreamRequest::PortForward { pod_id })?;
+                    .url_for(StreamRequest::PortForward { pod_id, ports })?;
                 Ok(v1::PortForwardResponse { url })
             },
         )

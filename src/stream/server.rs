@@ -69,6 +69,10 @@ pub enum Request {
     PortForward {
         /// The pod (full id).
         pod_id: String,
+        /// The ports of the CRI request (kubelet names the client's there): the channels of a
+        /// WebSocket session. Empty: the URL's `port` parameters name them. SPDY clients name
+        /// a port per stream instead.
+        ports: Vec<u16>,
     },
 }
 
@@ -395,7 +399,7 @@ impl StreamServer {
         version: Version,
     ) {
         match request {
-            Request::PortForward { pod_id } => {
+            Request::PortForward { pod_id, .. } => {
                 let forwarder = self.forwarder(&pod_id);
                 portforward::serve_spdy(
                     session,
@@ -460,7 +464,7 @@ impl StreamServer {
         // The client's order, as wsstream's handshake.
         'find: for o in &offered {
             match &request {
-                Request::PortForward { .. } => {
+                Request::PortForward { ports, .. } => {
                     if o == portforward::WS_TUNNEL_PROTOCOL {
                         plan = Some(Plan::Tunnel);
                         chosen = portforward::WS_TUNNEL_PROTOCOL;
@@ -475,9 +479,15 @@ impl StreamServer {
                             .map(|(n, f)| (*n, *f))
                     };
                     if let Some((name, framing)) = framing {
-                        let ports = match portforward::parse_ports(req.uri().query()) {
-                            Ok(p) => p,
-                            Err(e) => return plain(StatusCode::BAD_REQUEST, &e),
+                        // kubelet proxies to this URL as it is, without the client's query:
+                        // its ports came with the CRI request.
+                        let ports = if ports.is_empty() {
+                            match portforward::parse_ports(req.uri().query()) {
+                                Ok(p) => p,
+                                Err(e) => return plain(StatusCode::BAD_REQUEST, &e),
+                            }
+                        } else {
+                            ports.clone()
                         };
                         plan = Some(Plan::Channels(framing, ports));
                         chosen = name;
@@ -518,7 +528,7 @@ impl StreamServer {
                 }
             };
             match (plan, request) {
-                (Plan::Tunnel, Request::PortForward { pod_id }) => {
+                (Plan::Tunnel, Request::PortForward { pod_id, .. }) => {
                     let (session, incoming) = spdy::serve(ws::Tunnel::new(io), me.log.clone());
                     let forwarder = me.forwarder(&pod_id);
                     portforward::serve_spdy(
@@ -531,7 +541,7 @@ impl StreamServer {
                     )
                     .await
                 }
-                (Plan::Channels(framing, ports), Request::PortForward { pod_id }) => {
+                (Plan::Channels(framing, ports), Request::PortForward { pod_id, .. }) => {
                     let options = ws::ChannelOptions {
                         framing,
                         close_signal: false,

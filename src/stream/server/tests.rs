@@ -148,7 +148,10 @@ async fn urls_name_the_kind_and_a_fresh_token() {
     );
     assert_ne!(a, b);
     let pf = server
-        .url_for(Request::PortForward { pod_id: "p".into() })
+        .url_for(Request::PortForward {
+            pod_id: "p".into(),
+            ports: Vec::new(),
+        })
         .unwrap();
     assert!(pf.contains("/portforward/"), "{pf}");
 }
@@ -233,7 +236,10 @@ async fn websocket_protocols_follow_the_clients_order_and_unknown_ones_are_refus
     .await;
     assert!(head.starts_with("HTTP/1.1 400"), "{head}");
     let url = server
-        .url_for(Request::PortForward { pod_id: "p".into() })
+        .url_for(Request::PortForward {
+            pod_id: "p".into(),
+            ports: Vec::new(),
+        })
         .unwrap();
     let head = raw(
         &url,
@@ -241,6 +247,22 @@ async fn websocket_protocols_follow_the_clients_order_and_unknown_ones_are_refus
     )
     .await;
     assert!(head.starts_with("HTTP/1.1 400"), "no port named: {head}");
+    // kubelet proxies to the URL without its client's query: the CRI request's ports count.
+    let url = server
+        .url_for(Request::PortForward {
+            pod_id: "p".into(),
+            ports: vec![80],
+        })
+        .unwrap();
+    let head = raw(
+        &url,
+        &format!("{ws}Sec-WebSocket-Protocol: portforward.k8s.io\r\n"),
+    )
+    .await;
+    assert!(
+        head.starts_with("HTTP/1.1 101"),
+        "ports of the request: {head}"
+    );
 }
 
 #[tokio::test]

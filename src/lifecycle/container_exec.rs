@@ -85,7 +85,7 @@ impl Pods {
             return Err(ContainerError::EmptyCommand);
         }
         let cid = container.id().to_string();
-        let process = self.exec_process(&cid, cmd, false).await?;
+        let process = self.exec_process(&cid, cmd, None).await?;
 
         let me = self.clone();
         tokio::spawn(async move { me.exec_inner(&cid, process, timeout).await })
@@ -95,12 +95,12 @@ impl Pods {
 
     /// The OCI process of an exec in container `cid`: the container's own (user, env, cwd,
     /// capabilities, rlimits...) with `cmd` as its arguments, as containerd's CRI does; as
-    /// JSON for `Tasks.Exec`.
+    /// JSON for `Tasks.Exec`. `terminal`: a TTY, of this size if known.
     pub(crate) async fn exec_process(
         &self,
         cid: &str,
         cmd: Vec<String>,
-        terminal: bool,
+        terminal: Option<Option<crate::io::TermSize>>,
     ) -> Result<Vec<u8>, ContainerError> {
         let record = self
             .containers
@@ -116,10 +116,15 @@ impl Pods {
             serde_json::from_slice(&record.spec).map_err(ContainerError::Encode)?;
         let mut process = spec.process.unwrap_or_default();
         process.set_args(Some(cmd));
-        process.set_terminal(Some(terminal));
-        if !terminal {
-            process.set_console_size(None);
-        }
+        process.set_terminal(Some(terminal.is_some()));
+        let size = terminal.flatten().and_then(|size| {
+            oci_spec::runtime::BoxBuilder::default()
+                .width(u32::from(size.width))
+                .height(u32::from(size.height))
+                .build()
+                .ok()
+        });
+        process.set_console_size(size);
         serde_json::to_vec(&process).map_err(ContainerError::Encode)
     }
 

@@ -71,13 +71,16 @@ impl Pods {
         container_id: &str,
         cmd: Vec<String>,
         tty: bool,
-        io: SessionIo,
+        mut io: SessionIo,
     ) -> Result<i32, ContainerError> {
         let cid = self.check_streamable(container_id)?;
         if cmd.is_empty() {
             return Err(ContainerError::EmptyCommand);
         }
-        let process = self.exec_process(&cid, cmd, tty).await?;
+        // The client sends its terminal's size first thing: if it is here already, the
+        // terminal is made with it (later ones are applied as resizes).
+        let initial = io.resize.as_mut().and_then(|r| r.try_recv().ok());
+        let process = self.exec_process(&cid, cmd, tty.then_some(initial)).await?;
         // Its own task: the session's end must not cancel the clean-up half way.
         let me = self.clone();
         tokio::spawn(async move { me.exec_stream_inner(&cid, process, tty, io).await })

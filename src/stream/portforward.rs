@@ -34,6 +34,9 @@ pub const WS_PROTOCOLS: &[(&str, ws::Framing)] = &[
     ("base64.portforward.k8s.io", ws::Framing::Base64),
 ];
 
+/// Bytes read from the pod's connection at once.
+const COPY_BUFFER: usize = 64 * 1024;
+
 /// Connects to a port of the pod being forwarded to.
 pub type Forwarder = Arc<
     dyn Fn(u16) -> Pin<Box<dyn Future<Output = Result<TcpStream, String>> + Send>> + Send + Sync,
@@ -71,13 +74,16 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let (mut from_pod, mut to_pod) = conn.into_split();
+    let (from_pod, mut to_pod) = conn.into_split();
     let up = async {
         let _ = tokio::io::copy(&mut from_client, &mut to_pod).await;
         let _ = to_pod.shutdown().await;
     };
+    // Reads of up to 64 KiB from the pod: fewer, fuller frames to the client than
+    // `tokio::io::copy`'s 8 KiB buffer makes.
     let down = async {
-        let _ = tokio::io::copy(&mut from_pod, &mut to_client).await;
+        let mut from_pod = tokio::io::BufReader::with_capacity(COPY_BUFFER, from_pod);
+        let _ = tokio::io::copy_buf(&mut from_pod, &mut to_client).await;
         let _ = to_client.shutdown().await;
     };
     tokio::join!(up, down);

@@ -64,6 +64,17 @@ fn wait_child(mut child: Child, limit: Duration) -> Output {
     child.wait_with_output().expect("wait")
 }
 
+/// `crictl exec <id> echo <word>` over transport `t` succeeds and prints the word.
+fn assert_exec_echoes(bed: &BedRemora, t: &str, id: &str, word: &str) {
+    let out = run(
+        crictl(bed, t, &["exec", id, "echo", word]),
+        b"",
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{t}: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("{word}\n"), "{t}");
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -141,13 +152,7 @@ async fn exec_output_exit_codes_and_stdin_over_both_transports() {
     let pod = start_pod(&bed, "stream-exec", logs.path(), false).await;
     let id = pod.run(container("target", &["sleep", "3600"])).await;
     for t in TRANSPORTS {
-        let out = run(
-            crictl(&bed, t, &["exec", &id, "echo", "hello"]),
-            b"",
-            Duration::from_secs(30),
-        );
-        assert!(out.status.success(), "{t}: {}", text(&out.stderr));
-        assert_eq!(text(&out.stdout), "hello\n", "{t}");
+        assert_exec_echoes(&bed, t, &id, "hello");
 
         let out = run(
             crictl(
@@ -713,12 +718,6 @@ async fn with_tls_configured_the_urls_are_https_and_crictl_streams_over_them() {
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     // crictl skips verification when given no CA, as for kubelet's own self-signed server.
     for t in TRANSPORTS {
-        let out = run(
-            crictl(&bed, t, &["exec", &id, "echo", "over-tls"]),
-            b"",
-            Duration::from_secs(30),
-        );
-        assert!(out.status.success(), "{t}: {}", text(&out.stderr));
-        assert_eq!(text(&out.stdout), "over-tls\n", "{t}");
+        assert_exec_echoes(&bed, t, &id, "over-tls");
     }
 }

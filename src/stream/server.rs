@@ -367,16 +367,7 @@ impl StreamServer {
                 .map(|(_, v)| *v)
                 .unwrap_or(Version::V2),
         };
-        let on_upgrade = hyper::upgrade::on(&mut req);
-        let me = self.clone();
-        tokio::spawn(async move {
-            let io = match on_upgrade.await {
-                Ok(u) => TokioIo::new(u),
-                Err(e) => {
-                    debug!(me.log, "SPDY upgrade failed"; "error" => %e);
-                    return;
-                }
-            };
+        self.on_upgraded(&mut req, "SPDY/3.1", move |me, io| async move {
             let (session, incoming) = spdy::serve(io, me.log.clone());
             me.run_spdy(session, incoming, request, version).await;
         });
@@ -389,6 +380,28 @@ impl StreamServer {
             h.insert("X-Stream-Protocol-Version", HeaderValue::from_static(name));
         }
         resp
+    }
+
+    /// Runs `session` on the connection once hyper hands it over, after the 101 answer.
+    fn on_upgraded<F, Fut>(
+        self: &Arc<Self>,
+        req: &mut HttpRequest<Incoming>,
+        protocol: &'static str,
+        session: F,
+    ) where
+        F: FnOnce(Arc<Self>, TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let on_upgrade = hyper::upgrade::on(req);
+        let me = self.clone();
+        tokio::spawn(async move {
+            match on_upgrade.await {
+                Ok(u) => session(me, TokioIo::new(u)).await,
+                Err(e) => {
+                    debug!(me.log, "upgrade failed"; "protocol" => protocol, "error" => %e)
+                }
+            }
+        });
     }
 
     async fn run_spdy(
@@ -517,16 +530,7 @@ impl StreamServer {
                 &format!("requested WebSocket protocol(s) {offered:?} are not supported"),
             );
         };
-        let on_upgrade = hyper::upgrade::on(&mut req);
-        let me = self.clone();
-        tokio::spawn(async move {
-            let io = match on_upgrade.await {
-                Ok(u) => TokioIo::new(u),
-                Err(e) => {
-                    debug!(me.log, "WebSocket upgrade failed"; "error" => %e);
-                    return;
-                }
-            };
+        self.on_upgraded(&mut req, "websocket", move |me, io| async move {
             match (plan, request) {
                 (Plan::Tunnel, Request::PortForward { pod_id, .. }) => {
                     let (session, incoming) = spdy::serve(ws::Tunnel::new(io), me.log.clone());

@@ -1,7 +1,8 @@
 //! A container's exit: the exit monitor on its task, and the recording of the exit (persisted,
 //! task deleted, EXITED once with one STOPPED event) that the event queue retries.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use slog::{info, warn};
@@ -45,6 +46,8 @@ impl Pods {
             return Ok(()); // removed meanwhile
         };
         crate::failpoint::hit("exit.handle", &container.metadata().name).await?;
+        // Until the exit is recorded below, the task this deletes is not "vanished".
+        let _exiting = ExitInFlight::enter(&self.exiting, id);
         // Durable first: the record says EXITED before the task (the shim holding the exit
         // status) goes, so a crash in between loses nothing. Then the task is deleted, and only
         // then the exit becomes visible: Stop/RemoveContainer wait for it, so their own
@@ -102,8 +105,13 @@ impl Pods {
     /// STOPPED event. Returns false if it was not running (nothing done). The transition is
     /// atomic, so of the exit monitor and recovery only one does it.
     pub(crate) async fn mark_vanished(&self, container: &Container) -> bool {
-        if !container.mark_unknown_if_running() {
-            return false;
+        {
+            // Checked and marked under the lock `handle_exit` registers under: its task delete
+            // is not a vanished task (that would be a second STOPPED for one exit).
+            let exiting = lock_set(&self.exiting);
+            if exiting.contains_key(container.id()) || !container.mark_unknown_if_running() {
+                return false;
+            }
         }
         warn!(self.log, "container task vanished; its exit status is unknown"; "container_id" => container.id());
         self.persist(container).await;
@@ -192,5 +200,59 @@ impl Pods {
                 }
             }
         });
+    }
+}
+
+fn lock_set(
+    set: &Mutex<HashMap<String, usize>>,
+) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+    // Only set operations run under this lock.
+    set.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A container's exit being recorded, registered in `Pods::exiting` while it lives.
+struct ExitInFlight<'a> {
+    set: &'a Mutex<HashMap<String, usize>>,
+    id: String,
+}
+
+impl<'a> ExitInFlight<'a> {
+    fn enter(set: &'a Mutex<HashMap<String, usize>>, id: &str) -> Self {
+        *lock_set(set).entry(id.to_string()).or_default() += 1;
+        Self {
+            set,
+            id: id.to_string(),
+        }
+    }
+}
+
+impl Drop for ExitInFlight<'_> {
+    fn drop(&mut self) {
+        let mut set = lock_set(self.set);
+        if let Some(n) = set.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                set.remove(&self.id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exit_stays_in_flight_until_its_last_recorder_is_done() {
+        let set = Mutex::new(HashMap::new());
+        let monitor = ExitInFlight::enter(&set, "c1");
+        let resync = ExitInFlight::enter(&set, "c1");
+        drop(monitor);
+        assert!(
+            lock_set(&set).contains_key("c1"),
+            "the resync still records it"
+        );
+        drop(resync);
+        assert!(lock_set(&set).is_empty());
     }
 }

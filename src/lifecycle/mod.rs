@@ -119,6 +119,10 @@ pub struct Pods {
     exit_queue: OnceLock<crate::events::queue::OrderedQueue<crate::containerd::events::Event>>,
     /// Containers whose exit monitor is attached (their exits reach the queue from it).
     monitored: Mutex<HashSet<String>>,
+    /// Containers whose exit is being recorded (`handle_exit` between deleting the task and
+    /// recording the exit): a task missing then is not a vanished one.
+    /// Counted: the exit monitor and a resync may record one exit at the same time.
+    exiting: Mutex<HashMap<String, usize>>,
     /// Intents of operations in flight, and stale ones from before a crash.
     journal: journal::Journal,
     /// When this remora started (older leases of its own are orphans).
@@ -225,6 +229,7 @@ impl Pods {
             netns_dir: config.state_dir.join("netns"),
             exit_queue: OnceLock::new(),
             monitored: Default::default(),
+            exiting: Default::default(),
             journal: journal::Journal::open(config.state_dir.join("pending")),
             started_at: SystemTime::now(),
             host,

@@ -13,7 +13,6 @@ use tokio::io::AsyncReadExt;
 use super::backend::ExecStdio;
 use super::{ContainerError, Pods};
 use crate::io::{FifoSet, FifoSpec};
-use crate::store::ContainerState;
 
 /// Most bytes kept per stream; more is dropped and marked.
 pub const MAX_OUTPUT: usize = 16 * 1024 * 1024;
@@ -77,10 +76,7 @@ impl Pods {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> Result<ExecOutput, ContainerError> {
-        let container = self.containers_store.get(id)?;
-        if container.state() != ContainerState::Running {
-            return Err(ContainerError::NotRunning(container.id().to_string()));
-        }
+        let container = self.running_container(id)?;
         if cmd.is_empty() {
             return Err(ContainerError::EmptyCommand);
         }

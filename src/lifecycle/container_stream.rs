@@ -57,11 +57,7 @@ impl Pods {
     /// Checks, at the `Exec` / `Attach` RPC, that the container exists and is running (before a
     /// URL is handed out); returns its full id.
     pub fn check_streamable(&self, container_id: &str) -> Result<String, ContainerError> {
-        let container = self.containers_store.get(container_id)?;
-        if container.state() != ContainerState::Running {
-            return Err(ContainerError::NotRunning(container.id().to_string()));
-        }
-        Ok(container.id().to_string())
+        Ok(self.running_container(container_id)?.id().to_string())
     }
 
     /// Runs `cmd` in the container with the client's streams; returns its exit code. The process

@@ -23,10 +23,7 @@ impl Pods {
 
     /// ReopenContainerLog: a new log file at the same path (kubelet rotated the old one).
     pub async fn reopen_container_log(&self, id: &str) -> Result<(), ContainerError> {
-        let container = self.containers_store.get(id)?;
-        if container.state() != ContainerState::Running {
-            return Err(ContainerError::NotRunning(container.id().to_string()));
-        }
+        let container = self.running_container(id)?;
         if let Some(io) = self.io.get(container.id()) {
             if let Some(w) = &io.log {
                 w.reopen().await.map_err(|e| ContainerError::Log {

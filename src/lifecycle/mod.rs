@@ -268,6 +268,18 @@ impl Pods {
         self.state_dir.join("sandboxes").join(id)
     }
 
+    /// Container `id` (or a unique prefix of it), if it is running; `NotRunning` otherwise.
+    pub(crate) fn running_container(
+        &self,
+        id: &str,
+    ) -> Result<crate::store::Container, ContainerError> {
+        let container = self.containers_store.get(id)?;
+        if container.state() != crate::store::ContainerState::Running {
+            return Err(ContainerError::NotRunning(container.id().to_string()));
+        }
+        Ok(container)
+    }
+
     pub(crate) fn io_dir(&self, id: &str) -> PathBuf {
         self.state_dir.join("io").join(id)
     }

@@ -667,7 +667,8 @@ async fn exits_across_a_containerd_outage(handler: &str) -> Vec<(&'static str, D
         },
     )
     .await;
-    // The outage itself: long enough for remora's reconnect backoff to grow (10 s cap).
+    // The outage itself: long enough for a reconnect backoff to reach its 10 s cap, which
+    // remora's return must not depend on.
     tokio::time::sleep(Duration::from_secs(15)).await;
     bed.containerd.restart();
     let back = Instant::now();

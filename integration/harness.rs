@@ -205,8 +205,8 @@ pub fn with_it_handler(extra: &str) -> String {
 
 /// A remora config for tests on a private containerd ([`Bed`]), rendered as TOML. Not the test
 /// bed's template (`scripts/remora-testbed.toml`, see [`testbed_remora_config`]): there is no
-/// registry mirror here, and the fault tests stop and restart this containerd, so remora probes
-/// and reconnects faster than the defaults.
+/// registry mirror here. The fault tests stop and restart this containerd with remora's default
+/// probe and reconnect settings: how fast remora is back is the design's, not the test's.
 pub fn remora_config(socket: &Path, containerd: &Path, cni_conf_dir: &Path, extra: &str) -> String {
     format!(
         r#"[server]
@@ -217,9 +217,6 @@ state_dir = "{root}/state"
 level = "debug"
 [containerd]
 address = "{}"
-probe_interval = "200ms"
-reconnect_backoff_min = "50ms"
-reconnect_backoff_max = "400ms"
 [cni]
 conf_dir = "{}"
 bin_dirs = ["/usr/lib/cni"]

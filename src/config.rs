@@ -79,8 +79,12 @@ namespace = "remora"
 probe_timeout = "2s"
 # While containerd is reachable, remora probes it this often.
 probe_interval = "5s"
-# While containerd is unreachable, remora retries with exponential backoff: first after
-# reconnect_backoff_min, doubling each time...
+# While containerd is unreachable (or a broken event stream suggests it is), remora probes it
+# this often, never less often however long it stays away: its first answer reconnects the
+# event stream, resyncs pods and wakes exit monitors at once.
+down_probe_interval = "200ms"
+# When containerd answers probes but subscribing to its events keeps failing, remora retries
+# with exponential backoff: first after reconnect_backoff_min, doubling each time...
 reconnect_backoff_min = "100ms"
 # ...up to at most reconnect_backoff_max between attempts.
 reconnect_backoff_max = "10s"
@@ -269,7 +273,10 @@ pub struct ContainerdConfig {
     /// Probe period while containerd is reachable.
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
-    /// First retry delay while containerd is unreachable.
+    /// Probe period while containerd is unreachable (fixed, not grown).
+    #[serde(with = "humantime_serde")]
+    pub down_probe_interval: Duration,
+    /// First re-subscription delay while containerd answers but its event stream fails.
     #[serde(with = "humantime_serde")]
     pub reconnect_backoff_min: Duration,
     /// Cap of the retry delay.
@@ -284,6 +291,7 @@ impl Default for ContainerdConfig {
             namespace: "remora".to_string(),
             probe_timeout: Duration::from_secs(2),
             probe_interval: Duration::from_secs(5),
+            down_probe_interval: Duration::from_millis(200),
             reconnect_backoff_min: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(10),
         }
@@ -578,6 +586,10 @@ impl Config {
         for (key, d) in [
             ("containerd.probe_timeout", self.containerd.probe_timeout),
             ("containerd.probe_interval", self.containerd.probe_interval),
+            (
+                "containerd.down_probe_interval",
+                self.containerd.down_probe_interval,
+            ),
             (
                 "containerd.reconnect_backoff_min",
                 self.containerd.reconnect_backoff_min,

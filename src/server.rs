@@ -402,6 +402,7 @@ fn spawn_event_monitor(
         namespace: cd.namespace.clone(),
         backoff_min: cd.reconnect_backoff_min,
         backoff_max: cd.reconnect_backoff_max,
+        reachability: pods.reachability(),
     };
     tokio::spawn(events::monitor::run(
         Arc::new(client.clone()),
@@ -472,8 +473,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         ProbeSchedule {
             timeout: cd.probe_timeout,
             interval: cd.probe_interval,
-            backoff_min: cd.reconnect_backoff_min,
-            backoff_max: cd.reconnect_backoff_max,
+            down_interval: cd.down_probe_interval,
         },
         log.new(slog::o!("component" => "containerd-health")),
     ));
@@ -482,6 +482,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
 
     let images = Arc::new(image_runtime(&config, &client, &log)?);
     let pods = Arc::new(pods(&config, &client, &images, &log));
+    pods.set_reachability(health.reachability());
     let image_events = Arc::new(ImageEvents {
         images: images.backend.images.clone(),
         content: images.backend.content.clone(),

@@ -228,8 +228,7 @@ mod tests {
             ProbeSchedule {
                 timeout: Duration::from_secs(1),
                 interval: Duration::from_secs(5),
-                backoff_min: Duration::from_millis(100),
-                backoff_max: Duration::from_secs(1),
+                down_interval: Duration::from_millis(100),
             },
             log,
         );

@@ -1,6 +1,12 @@
 //! The event monitor loop: one subscription to containerd, events dispatched per subject into
-//! the [`OrderedQueue`](super::queue::OrderedQueue); re-subscribe with backoff when the stream
-//! breaks, and resync after every (re)subscription so nothing that happened in a gap is missed.
+//! the [`OrderedQueue`](super::queue::OrderedQueue); re-subscribe when the stream breaks, and
+//! resync after every (re)subscription so nothing that happened in a gap is missed.
+//!
+//! Re-subscription is driven by containerd's return, not by a timer: a broken stream asks the
+//! health monitor to probe at once ([`Reachability::suspect`]), and the first probe that finds
+//! containerd answering again wakes this loop ([`Reachability::back`]), however long the
+//! outage was. The backoff (`backoff_min` doubling to `backoff_max`) only paces retries while
+//! containerd answers probes but subscribing still fails.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +21,7 @@ use super::queue::{HandleError, Handler, OrderedQueue};
 use crate::backoff::Backoff;
 use crate::containerd::error::ContainerdError;
 use crate::containerd::events::{Event, EventStream};
+use crate::containerd::health::Reachability;
 use crate::images::backend::{Content, Images};
 use crate::images::pull::load_image;
 use crate::images::store::ImageIndex;
@@ -43,14 +50,16 @@ pub struct Subscription {
     pub topics: Vec<&'static str>,
     /// Only events of this containerd namespace are dispatched.
     pub namespace: String,
-    /// First re-subscribe delay.
+    /// First re-subscribe delay while containerd answers.
     pub backoff_min: Duration,
     /// Cap of the re-subscribe delay.
     pub backoff_max: Duration,
+    /// containerd's comings and goings, from the health monitor.
+    pub reachability: Reachability,
 }
 
-/// Runs until `shutdown` turns true: subscribe, resync, dispatch; on a broken stream, back off
-/// (`backoff_min` doubling to `backoff_max`) and start over. `ready` fires once the first
+/// Runs until `shutdown` turns true: subscribe, resync, dispatch; on a broken stream, start
+/// over as soon as containerd is back (or after the backoff, if it never left). `ready` fires once the first
 /// resync completed, or the first subscription failed (containerd is not there: nothing to
 /// rebuild from yet; the resync runs when it comes).
 pub async fn run(
@@ -64,7 +73,7 @@ pub async fn run(
 ) {
     let mut ready = ready;
     let mut delay = Backoff::new(sub.backoff_min, sub.backoff_max);
-    let (topics, namespace) = (sub.topics, sub.namespace);
+    let (topics, namespace, mut reach) = (sub.topics, sub.namespace, sub.reachability);
     let mut was_down = false;
     loop {
         if *shutdown.borrow() {
@@ -81,6 +90,8 @@ pub async fn run(
         };
         match subscribed {
             Ok(mut stream) => {
+                // Transitions until now are behind us: the next `back` is a new outage's end.
+                reach.mark_seen();
                 if std::mem::take(&mut was_down) {
                     info!(log, "event stream re-established; resyncing");
                 }
@@ -103,11 +114,13 @@ pub async fn run(
                             Some(Err(e)) => {
                                 warn!(log, "event stream broke; re-subscribing"; "error" => %e);
                                 was_down = true;
+                                reach.suspect();
                                 break;
                             }
                             None => {
                                 warn!(log, "event stream ended; re-subscribing");
                                 was_down = true;
+                                reach.suspect();
                                 break;
                             }
                         },
@@ -121,9 +134,10 @@ pub async fn run(
             }
             Err(e) => {
                 if !was_down {
-                    warn!(log, "cannot subscribe to containerd events; retrying with backoff"; "error" => %e);
+                    warn!(log, "cannot subscribe to containerd events; retrying when containerd answers"; "error" => %e);
                 }
                 was_down = true;
+                reach.suspect();
                 if let Some(r) = ready.take() {
                     let _ = r.send(());
                 }
@@ -131,6 +145,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = tokio::time::sleep(delay.next_delay()) => {}
+            _ = reach.back() => {}
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
                     return;
@@ -382,6 +397,7 @@ mod tests {
                 namespace: "remora".into(),
                 backoff_min: Duration::from_millis(100),
                 backoff_max: Duration::from_secs(1),
+                reachability: Reachability::never(),
             },
             queue,
             resync,
@@ -416,5 +432,110 @@ mod tests {
             source.subscribes.load(Ordering::SeqCst) >= 3,
             "re-subscribed after each end"
         );
+    }
+
+    /// containerd away until `up_at`, for both the health probe and the event service.
+    struct Outage {
+        up_at: tokio::time::Instant,
+        subscribed_at: Mutex<Vec<tokio::time::Instant>>,
+    }
+
+    impl Outage {
+        fn down(&self) -> Option<ContainerdError> {
+            (tokio::time::Instant::now() < self.up_at).then(|| ContainerdError::Call {
+                address: "/c.sock".into(),
+                op: "test",
+                code: tonic::Code::Unavailable,
+                message: "connection refused".into(),
+            })
+        }
+    }
+
+    #[tonic::async_trait]
+    impl EventSource for Outage {
+        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, ContainerdError> {
+            if let Some(e) = self.down() {
+                return Err(e);
+            }
+            self.subscribed_at
+                .lock()
+                .unwrap()
+                .push(tokio::time::Instant::now());
+            Ok(Box::pin(tokio_stream::pending()))
+        }
+    }
+
+    #[tonic::async_trait]
+    impl crate::containerd::VersionApi for Outage {
+        async fn version(
+            &self,
+            _timeout: Duration,
+        ) -> Result<crate::containerd::ContainerdVersion, ContainerdError> {
+            match self.down() {
+                Some(e) => Err(e),
+                None => Ok(crate::containerd::ContainerdVersion {
+                    version: "v2".into(),
+                    revision: "r".into(),
+                }),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_60_s_outage_the_stream_and_resync_are_back_within_one_probe_interval() {
+        use crate::containerd::health::{HealthMonitor, ProbeSchedule};
+        let start = tokio::time::Instant::now();
+        let outage = Arc::new(Outage {
+            up_at: start + Duration::from_secs(60),
+            subscribed_at: Mutex::new(Vec::new()),
+        });
+        let down_interval = Duration::from_millis(200);
+        let health = Arc::new(HealthMonitor::new(
+            outage.clone(),
+            ProbeSchedule {
+                timeout: Duration::from_secs(2),
+                interval: Duration::from_secs(5),
+                down_interval,
+            },
+            Logger::root(slog::Discard, slog::o!()),
+        ));
+        let resynced_at = Arc::new(Mutex::new(Vec::new()));
+        let r = resynced_at.clone();
+        let resync: Resync = Arc::new(move || {
+            let r = r.clone();
+            Box::pin(async move { r.lock().unwrap().push(tokio::time::Instant::now()) })
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let probing = tokio::spawn(health.clone().run(stop_rx.clone()));
+        let events = tokio::spawn(run(
+            outage.clone(),
+            Subscription {
+                topics: vec!["/tasks/exit"],
+                namespace: "remora".into(),
+                // The defaults: a backoff alone would be 10 s apart by the end of the outage.
+                backoff_min: Duration::from_millis(100),
+                backoff_max: Duration::from_secs(10),
+                reachability: health.reachability(),
+            },
+            OrderedQueue::new(Arc::new(Seen::default()), QueueConfig::default()),
+            resync,
+            stop_rx,
+            Logger::root(slog::Discard, slog::o!()),
+            None,
+        ));
+        tokio::time::sleep(Duration::from_secs(75)).await;
+        stop_tx.send(true).unwrap();
+        events.await.unwrap();
+        probing.await.unwrap();
+
+        let subscribed = outage.subscribed_at.lock().unwrap().clone();
+        assert_eq!(subscribed.len(), 1, "subscribed once, when containerd was back");
+        let late = subscribed[0] - outage.up_at;
+        assert!(
+            late <= down_interval,
+            "subscribed {late:?} after containerd answered"
+        );
+        let resyncs = resynced_at.lock().unwrap().clone();
+        assert_eq!(resyncs, subscribed, "the resync runs at once on subscribing");
     }
 }

@@ -46,17 +46,21 @@ impl Pods {
             return Ok(()); // removed meanwhile
         };
         crate::failpoint::hit("exit.handle", &container.metadata().name).await?;
-        // Until the exit is recorded below, the task this deletes is not "vanished".
-        let _exiting = ExitInFlight::enter(&self.exiting, id);
-        // Durable first: the record says EXITED before the task (the shim holding the exit
-        // status) goes, so a crash in between loses nothing. Then the task is deleted, and only
-        // then the exit becomes visible: Stop/RemoveContainer wait for it, so their own
-        // Tasks.Delete finds the task gone instead of racing this one into a shim that is
-        // shutting down ("ttrpc: closed"), as containerd's CRI orders it too.
+        // Until the task is deleted below, RemoveContainer and StopPodSandbox wait for this
+        // recording to settle rather than delete the task themselves.
+        let _exiting = self.exiting.enter(id);
+        // Durable first: the record says EXITED before anyone is told, so a crash later loses
+        // nothing (a restarted remora finds the record EXITED and the task stopped, records
+        // nothing twice and deletes the task). Then the exit becomes visible — the index, the
+        // STOPPED event, and Stop's waiters — and only then is the task (the shim holding the
+        // exit status) deleted: Stop does not pay for the delete. Remove waits for it (see
+        // `ExitsInFlight`), so its own Tasks.Delete never races this one into a shim that is
+        // shutting down ("ttrpc: closed"). A failed delete fails the handling, and the event
+        // queue's retry finds the exit recorded and deletes again.
         let mut exited = container.snapshot();
         // The OOM event may have been published while nobody listened (containerd or remora
-        // away): the cgroup, kept until the task is deleted below, counts OOM kills. The same
-        // check as recovery's, so however the exit is learnt, the reason is the same.
+        // away): the cgroup, kept until the task is deleted below, counts OOM kills. Recovery
+        // after a restart asks the same question (`oom_killed_in_cgroup_of`).
         if !exited.status.oom_killed && self.oom_killed_in_cgroup_of(&container) {
             exited.status.mark_oom();
             if container.mark_oom() == crate::store::OomOutcome::Marked {
@@ -66,7 +70,11 @@ impl Pods {
         if exited.status.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
             self.persist_snapshot(id, &exited).await;
         }
-        self.tasks.delete(id).await?;
+        if let Some(io) = self.io.get(id) {
+            if let Some(w) = &io.log {
+                w.close().await;
+            }
+        }
         if container.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
             info!(self.log, "container exited"; "container_id" => id, "exit_code" => status);
             // Stamped when published, not with the exit time (which the status carries):
@@ -79,16 +87,12 @@ impl Pods {
                 now_ns(),
             );
         }
-        if let Some(io) = self.io.get(id) {
-            if let Some(w) = &io.log {
-                w.close().await;
-            }
-        }
+        self.tasks.delete(id).await?;
         Ok(())
     }
 
     /// Whether the kernel OOM-killed a process of `container` (its memory cgroup's counter).
-    fn oom_killed_in_cgroup_of(&self, container: &Container) -> bool {
+    pub(crate) fn oom_killed_in_cgroup_of(&self, container: &Container) -> bool {
         let parent = self
             .sandboxes
             .get(&container.metadata().sandbox_id)
@@ -105,13 +109,10 @@ impl Pods {
     /// STOPPED event. Returns false if it was not running (nothing done). The transition is
     /// atomic, so of the exit monitor and recovery only one does it.
     pub(crate) async fn mark_vanished(&self, container: &Container) -> bool {
-        {
-            // Checked and marked under the lock `handle_exit` registers under: its task delete
-            // is not a vanished task (that would be a second STOPPED for one exit).
-            let exiting = lock_set(&self.exiting);
-            if exiting.contains_key(container.id()) || !container.mark_unknown_if_running() {
-                return false;
-            }
+        // `handle_exit` records the exit before it deletes the task, so a task it deleted
+        // belongs to a container that is no longer running: never a second STOPPED.
+        if !container.mark_unknown_if_running() {
+            return false;
         }
         warn!(self.log, "container task vanished; its exit status is unknown"; "container_id" => container.id());
         self.persist(container).await;
@@ -158,7 +159,7 @@ impl Pods {
             let log = me.log.new(slog::o!("container_id" => id.clone()));
             let tasks = me.tasks.clone();
             let waiting = container.clone();
-            match wait_through_outages(tasks.as_ref(), &id, move || {
+            match wait_through_outages(tasks.as_ref(), &id, me.reachability(), move || {
                 waiting.state() == ContainerState::Running
             })
             .await
@@ -203,38 +204,67 @@ impl Pods {
     }
 }
 
-fn lock_set(
-    set: &Mutex<HashMap<String, usize>>,
-) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-    // Only set operations run under this lock.
-    set.lock().unwrap_or_else(|p| p.into_inner())
+/// Containers whose exit is being recorded (`handle_exit` running), counted: the exit monitor
+/// and a resync may record one exit at the same time. Whoever would delete such a container's
+/// task waits for [`ExitsInFlight::settled`] instead.
+#[derive(Debug, Default)]
+pub(crate) struct ExitsInFlight {
+    ids: Mutex<HashMap<String, usize>>,
+    left: tokio::sync::Notify,
 }
 
-/// A container's exit being recorded, registered in `Pods::exiting` while it lives.
-struct ExitInFlight<'a> {
-    set: &'a Mutex<HashMap<String, usize>>,
-    id: String,
-}
+impl ExitsInFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        // Only map operations run under this lock.
+        self.ids.lock().unwrap_or_else(|p| p.into_inner())
+    }
 
-impl<'a> ExitInFlight<'a> {
-    fn enter(set: &'a Mutex<HashMap<String, usize>>, id: &str) -> Self {
-        *lock_set(set).entry(id.to_string()).or_default() += 1;
-        Self {
-            set,
+    /// Registers an exit of `id` being recorded until the guard drops.
+    pub(crate) fn enter(&self, id: &str) -> ExitInFlight<'_> {
+        *self.lock().entry(id.to_string()).or_default() += 1;
+        ExitInFlight {
+            set: self,
             id: id.to_string(),
+        }
+    }
+
+    /// Whether an exit of `id` is being recorded.
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
+    /// Resolves once no exit of `id` is being recorded (at once if none is).
+    pub(crate) async fn settled(&self, id: &str) {
+        loop {
+            let left = self.left.notified();
+            tokio::pin!(left);
+            // Registered before the check, so a guard dropped in between still wakes us.
+            left.as_mut().enable();
+            if !self.contains(id) {
+                return;
+            }
+            left.await;
         }
     }
 }
 
+/// A container's exit being recorded, registered in [`ExitsInFlight`] while it lives.
+pub(crate) struct ExitInFlight<'a> {
+    set: &'a ExitsInFlight,
+    id: String,
+}
+
 impl Drop for ExitInFlight<'_> {
     fn drop(&mut self) {
-        let mut set = lock_set(self.set);
-        if let Some(n) = set.get_mut(&self.id) {
+        let mut ids = self.set.lock();
+        if let Some(n) = ids.get_mut(&self.id) {
             *n -= 1;
             if *n == 0 {
-                set.remove(&self.id);
+                ids.remove(&self.id);
             }
         }
+        drop(ids);
+        self.set.left.notify_waiters();
     }
 }
 
@@ -244,15 +274,35 @@ mod tests {
 
     #[test]
     fn an_exit_stays_in_flight_until_its_last_recorder_is_done() {
-        let set = Mutex::new(HashMap::new());
-        let monitor = ExitInFlight::enter(&set, "c1");
-        let resync = ExitInFlight::enter(&set, "c1");
+        let set = ExitsInFlight::default();
+        let monitor = set.enter("c1");
+        let resync = set.enter("c1");
         drop(monitor);
-        assert!(
-            lock_set(&set).contains_key("c1"),
-            "the resync still records it"
-        );
+        assert!(set.contains("c1"), "the resync still records it");
         drop(resync);
-        assert!(lock_set(&set).is_empty());
+        assert!(!set.contains("c1"));
+    }
+
+    #[tokio::test]
+    async fn settled_waits_for_the_last_recorder_and_not_for_others() {
+        let set = std::sync::Arc::new(ExitsInFlight::default());
+        tokio::time::timeout(Duration::from_secs(5), set.settled("c1"))
+            .await
+            .expect("nothing in flight: settled at once");
+        let guard = set.enter("c1");
+        let other = set.enter("c2");
+        let waiter = tokio::spawn({
+            let set = set.clone();
+            async move { set.settled("c1").await }
+        });
+        tokio::task::yield_now().await;
+        drop(other);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "c2 leaving does not settle c1");
+        drop(guard);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken when c1's recording is done")
+            .unwrap();
     }
 }

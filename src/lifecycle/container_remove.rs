@@ -35,6 +35,8 @@ impl Pods {
             // The exit is recorded by the monitor; removal needs it.
             let _ = tokio::time::timeout(KILL_WAIT, self.wait_exit(container)).await;
         }
+        // An exit being recorded deletes the task itself: not two deletes at once.
+        self.wait_exit_settled(&id).await;
         container.begin_removal()?;
         let result = async {
             let _ = self.tasks.delete(&id).await?;

@@ -7,7 +7,7 @@ use slog::warn;
 
 use super::backend::TaskStatus;
 use super::{image_config, ContainerError, Pods, KILL_WAIT};
-use crate::store::{Container, ContainerState, StoreError};
+use crate::store::{Container, StoreError};
 
 impl Pods {
     /// StopContainer: the image's stop signal (or SIGTERM), `timeout` seconds, then SIGKILL.
@@ -66,14 +66,18 @@ impl Pods {
         Ok(())
     }
 
-    /// Resolves when the exit monitor has recorded the container's exit.
+    /// Resolves when the container's exit is recorded: woken by the recording itself (see
+    /// [`Container::not_running`]), before its task is deleted.
     pub(crate) async fn wait_exit(&self, container: &Container) {
-        loop {
-            if container.state() != ContainerState::Running {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        container.not_running().await;
+    }
+
+    /// Resolves once no exit of `id` is being recorded, so its task delete is done: for callers
+    /// that delete the task (or what it uses) themselves. Bounded by [`KILL_WAIT`]: a recording
+    /// stuck on an unreachable containerd is retried by the event queue, and the caller's own
+    /// delete then fails with containerd's error.
+    pub(crate) async fn wait_exit_settled(&self, id: &str) {
+        let _ = tokio::time::timeout(KILL_WAIT, self.exiting.settled(id)).await;
     }
 
     fn stop_signal(&self, container: &Container) -> u32 {

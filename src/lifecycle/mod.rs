@@ -117,12 +117,12 @@ pub struct Pods {
     netns_dir: PathBuf,
     /// Where exit monitors queue the exits they see (set once the event monitor runs).
     exit_queue: OnceLock<crate::events::queue::OrderedQueue<crate::containerd::events::Event>>,
+    /// containerd's reachability, for exit monitors waiting out an outage.
+    reachability: OnceLock<crate::containerd::health::Reachability>,
     /// Containers whose exit monitor is attached (their exits reach the queue from it).
     monitored: Mutex<HashSet<String>>,
-    /// Containers whose exit is being recorded (`handle_exit` between deleting the task and
-    /// recording the exit): a task missing then is not a vanished one.
-    /// Counted: the exit monitor and a resync may record one exit at the same time.
-    exiting: Mutex<HashMap<String, usize>>,
+    /// Containers whose exit is being recorded (`handle_exit` running, its task delete last).
+    exiting: container_exit::ExitsInFlight,
     /// Intents of operations in flight, and stale ones from before a crash.
     journal: journal::Journal,
     /// When this remora started (older leases of its own are orphans).
@@ -230,6 +230,7 @@ impl Pods {
             exit_queue: OnceLock::new(),
             monitored: Default::default(),
             exiting: Default::default(),
+            reachability: OnceLock::new(),
             journal: journal::Journal::open(config.state_dir.join("pending")),
             started_at: SystemTime::now(),
             host,
@@ -239,6 +240,20 @@ impl Pods {
             handlers: config.handlers,
             log,
         }
+    }
+
+    /// Tells exit monitors when containerd is back after an outage (set once the health
+    /// monitor runs; without it they retry on their own backoff alone).
+    pub fn set_reachability(&self, reachability: crate::containerd::health::Reachability) {
+        let _ = self.reachability.set(reachability);
+    }
+
+    /// A handle on containerd's reachability (one that never fires without a monitor).
+    pub(crate) fn reachability(&self) -> crate::containerd::health::Reachability {
+        self.reachability
+            .get()
+            .cloned()
+            .unwrap_or_else(crate::containerd::health::Reachability::never)
     }
 
     /// Routes exit monitors' exits through the event queue (ordered per container, retried).
@@ -342,16 +357,19 @@ impl Pods {
 }
 
 /// `Task.Wait` that survives containerd restarts: a wait broken by a lost connection is
-/// retried with backoff (the shim keeps the exit status until the task is deleted, so the
-/// real exit is still there when containerd is back) for as long as `still_waiting` holds.
+/// retried (the shim keeps the exit status until the task is deleted, so the real exit is still
+/// there when containerd is back) for as long as `still_waiting` holds — at once when the health
+/// monitor sees containerd answer again, or after a backoff if it never left.
 pub(crate) async fn wait_through_outages(
     tasks: &dyn Tasks,
     id: &str,
+    mut reachability: crate::containerd::health::Reachability,
     still_waiting: impl Fn() -> bool,
 ) -> Result<Exit, ContainerdError> {
     let mut backoff =
         crate::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
+        reachability.mark_seen();
         match tasks.wait(id).await {
             Ok(exit) => return Ok(exit),
             // The task is gone (deleted by Stop/Remove, or lost): nothing to wait for.
@@ -360,7 +378,11 @@ pub(crate) async fn wait_through_outages(
                 if !still_waiting() {
                     return Err(e);
                 }
-                tokio::time::sleep(backoff.next_delay()).await;
+                reachability.suspect();
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                    _ = reachability.back() => {}
+                }
             }
         }
     }

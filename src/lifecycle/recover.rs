@@ -41,37 +41,34 @@ pub struct Recovered {
 }
 
 /// Whether the kernel OOM-killed a process in the (exited, not yet deleted) container's memory
-/// cgroup: cgroup v1 `memory.oom_control` counts `oom_kill`s, and runc removes the cgroup only
-/// when the task is deleted. The cgroup is the spec's `cgroupsPath` (`<parent>/<id>`, see
-/// [`crate::spec::cgroups_path`]); without one runc nests `<id>` under its caller's cgroup,
-/// so the memory hierarchy is searched (a few levels) for a directory named `id`.
-pub(crate) fn oom_killed_in_cgroup(spec: &[u8], id: &str) -> bool {
-    let from_spec = serde_json::from_slice::<serde_json::Value>(spec)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/linux/cgroupsPath")
-                .and_then(|p| p.as_str())
-                .map(str::to_string)
-        })
-        .filter(|p| !p.is_empty());
-    oom_killed_in_cgroup_at(from_spec.as_deref(), id)
+/// cgroup, whose `oom_kill` counter says so (cgroup v1 `memory.oom_control`, v2
+/// `memory.events`); runc removes the cgroup only when the task is deleted. The cgroup is
+/// `cgroups_path` (`<parent>/<id>`, see [`crate::spec::cgroups_path`]) under the memory
+/// hierarchy; without one runc nests `<id>` under its caller's cgroup, so the hierarchy is
+/// searched (a few levels) for a directory named `id`. The one answer to "was it an OOM?" for
+/// an exit nobody saw the event of: [`Pods::oom_killed_in_cgroup_of`] asks it for every exit.
+pub(crate) fn oom_killed_in_cgroup_at(cgroups_path: Option<&str>, id: &str) -> bool {
+    let unified = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let root = if unified {
+        std::path::Path::new("/sys/fs/cgroup")
+    } else {
+        std::path::Path::new("/sys/fs/cgroup/memory")
+    };
+    oom_kills_under(root, cgroups_path, id).is_some_and(|n| n > 0)
 }
 
-/// [`oom_killed_in_cgroup`] for a known `cgroupsPath` (`None`: search for `id`).
-pub(crate) fn oom_killed_in_cgroup_at(cgroups_path: Option<&str>, id: &str) -> bool {
-    let root = std::path::Path::new("/sys/fs/cgroup/memory");
+/// The `oom_kill` count of cgroup `cgroups_path` (or of the directory named `id`) below the
+/// memory hierarchy `root`, from whichever of v1's `memory.oom_control` and v2's
+/// `memory.events` it has; `None` without such a cgroup.
+fn oom_kills_under(root: &std::path::Path, cgroups_path: Option<&str>, id: &str) -> Option<u64> {
     let from_spec = cgroups_path.map(|p| root.join(p.trim_start_matches('/')));
-    let Some(dir) = from_spec.or_else(|| find_dir_named(root, id, 6)) else {
-        return false;
-    };
-    std::fs::read_to_string(dir.join("memory.oom_control"))
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("oom_kill "))
-                .and_then(|n| n.trim().parse::<u64>().ok())
-        })
-        .is_some_and(|n| n > 0)
+    let dir = from_spec.or_else(|| find_dir_named(root, id, 6))?;
+    ["memory.oom_control", "memory.events"]
+        .iter()
+        .find_map(|file| std::fs::read_to_string(dir.join(file)).ok())?
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
 }
 
 /// When process `pid` started, in ns since the epoch: its start time in clock ticks after
@@ -289,9 +286,7 @@ impl Pods {
                 if let Some(s) = state.filter(|s| {
                     s.status == TaskStatus::Stopped && existing.state() == ContainerState::Running
                 }) {
-                    if oom_killed_in_cgroup(&r.spec, &r.id) {
-                        existing.mark_oom();
-                    }
+                    // `handle_exit` looks for an OOM kill in the cgroup, as for every exit.
                     match self.handle_exit(&r.id, s.exit_status, s.exited_at).await {
                         Ok(()) => done.exits += 1,
                         Err(e) => {
@@ -355,8 +350,9 @@ impl Pods {
                     self.monitor_container_exit(container.clone(), copiers);
                 }
                 Some(s) if s.status == TaskStatus::Stopped => {
-                    // The OOM event, if any, was published while nobody listened.
-                    if oom_killed_in_cgroup(&r.spec, &r.id) {
+                    // The OOM event, if any, was published while nobody listened: the same
+                    // check as `handle_exit`'s (its sandbox is indexed above).
+                    if self.oom_killed_in_cgroup_of(&container) {
                         container.mark_oom();
                     }
                     if container.state() == ContainerState::Created {
@@ -496,7 +492,38 @@ mod tests {
 
     #[test]
     fn no_cgroup_means_no_oom() {
-        let spec = br#"{"linux":{"cgroupsPath":"/remora-test-none/xyz"}}"#;
-        assert!(!oom_killed_in_cgroup(spec, "xyz"));
+        assert!(!oom_killed_in_cgroup_at(Some("/remora-test-none/xyz"), "xyz"));
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(oom_kills_under(tmp.path(), Some("pod/xyz"), "xyz"), None);
+    }
+
+    #[test]
+    fn oom_kills_are_read_from_cgroup_v1_and_v2_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let v1 = tmp.path().join("v1/kubepods/pod1/c1");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(
+            v1.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        )
+        .unwrap();
+        let v2 = tmp.path().join("v2/kubepods/pod1/c2");
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(
+            v2.join("memory.events"),
+            "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n",
+        )
+        .unwrap();
+        let none = tmp.path().join("v2/kubepods/pod1/c3");
+        std::fs::create_dir_all(&none).unwrap();
+        std::fs::write(none.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+
+        let v1_root = tmp.path().join("v1");
+        let v2_root = tmp.path().join("v2");
+        assert_eq!(oom_kills_under(&v1_root, Some("/kubepods/pod1/c1"), "c1"), Some(2));
+        assert_eq!(oom_kills_under(&v2_root, Some("kubepods/pod1/c2"), "c2"), Some(1));
+        assert_eq!(oom_kills_under(&v2_root, Some("kubepods/pod1/c3"), "c3"), Some(0));
+        // Without a cgroupsPath the directory is found by the container's id.
+        assert_eq!(oom_kills_under(&v2_root, None, "c2"), Some(1));
     }
 }

@@ -266,9 +266,10 @@ impl Pods {
     /// Records the pause task's exit when it happens (Task.Wait is the truth for exits).
     pub(crate) fn monitor_exit(self: &Arc<Self>, sandbox: Sandbox) {
         let tasks = self.tasks.clone();
+        let reachability = self.reachability();
         let log = self.log.new(slog::o!("pod_id" => sandbox.id().to_string()));
         tokio::spawn(async move {
-            match wait_through_outages(tasks.as_ref(), sandbox.id(), || {
+            match wait_through_outages(tasks.as_ref(), sandbox.id(), reachability, || {
                 sandbox.status().exit_code.is_none()
             })
             .await

@@ -32,14 +32,22 @@ impl Pods {
     pub(crate) async fn stop_sandbox_inner(&self, sandbox: &Sandbox) -> Result<(), SandboxError> {
         let id = sandbox.id();
         let log = self.log.new(slog::o!("pod_id" => id.to_string()));
-        // The pod's containers go first (kubelet has stopped them gracefully already).
-        for c in self.containers_store.by_sandbox(id) {
-            self.stop_container_inner(&c, Duration::ZERO)
+        // The pod's containers go first, all at once (kubelet has stopped them gracefully
+        // already), and their task deletes finish before the pause task's: the last task of a
+        // pod ends its shim.
+        let containers = self.containers_store.by_sandbox(id);
+        let stops = containers.iter().map(|c| async move {
+            self.stop_container_inner(c, Duration::ZERO)
                 .await
                 .map_err(|e| SandboxError::Container {
                     id: c.id().to_string(),
                     source: Box::new(e),
                 })?;
+            self.wait_exit_settled(c.id()).await;
+            Ok::<(), SandboxError>(())
+        });
+        for result in futures_util::future::join_all(stops).await {
+            result?;
         }
         if let Some(state) = self.tasks.state(id).await? {
             if state.status != TaskStatus::Stopped {

@@ -113,6 +113,9 @@ impl ContainerMetadata {
 struct ContainerInner {
     metadata: Arc<ContainerMetadata>,
     status: Mutex<ContainerStatus>,
+    /// The status's state, sent on every change (under the status lock, so in order): what
+    /// Stop and Remove wait on instead of polling.
+    state: tokio::sync::watch::Sender<ContainerState>,
 }
 
 /// A container in the store: a cheap handle (an `Arc`). It stays usable after removal from
@@ -134,10 +137,12 @@ pub struct ContainerSnapshot {
 impl Container {
     /// A container with this metadata and status, not yet in a store.
     pub fn new(metadata: ContainerMetadata, status: ContainerStatus) -> Self {
+        let (state, _) = tokio::sync::watch::channel(status.state);
         Container {
             inner: Arc::new(ContainerInner {
                 metadata: Arc::new(metadata),
                 status: Mutex::new(status),
+                state,
             }),
         }
     }
@@ -161,6 +166,27 @@ impl Container {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Applies a transition under the lock and publishes the resulting state.
+    fn update<R>(&self, transition: impl FnOnce(&mut ContainerStatus) -> R) -> R {
+        let mut status = self.lock();
+        let result = transition(&mut status);
+        let now = status.state;
+        self.inner.state.send_if_modified(|s| {
+            let changed = *s != now;
+            *s = now;
+            changed
+        });
+        result
+    }
+
+    /// Resolves once the container is not RUNNING (at once if it is not): its exit recorded,
+    /// or it was marked UNKNOWN. No wake-up is lost: the state is checked after subscribing.
+    pub async fn not_running(&self) {
+        let mut rx = self.inner.state.subscribe();
+        // The sender lives as long as `self`, so the wait cannot fail.
+        let _ = rx.wait_for(|s| *s != ContainerState::Running).await;
+    }
+
     /// A copy of its status.
     pub fn status(&self) -> ContainerStatus {
         self.lock().clone()
@@ -181,22 +207,22 @@ impl Container {
 
     /// See [`ContainerStatus::begin_start`].
     pub fn begin_start(&self) -> Result<(), TransitionError> {
-        self.lock().begin_start(self.id())
+        self.update(|s| s.begin_start(self.id()))
     }
 
     /// See [`ContainerStatus::abort_start`].
     pub fn abort_start(&self) {
-        self.lock().abort_start();
+        self.update(|s| s.abort_start());
     }
 
     /// See [`ContainerStatus::record_started`].
     pub fn record_started(&self, pid: u32, started_at: i64) -> Result<(), TransitionError> {
-        self.lock().record_started(self.id(), pid, started_at)
+        self.update(|s| s.record_started(self.id(), pid, started_at))
     }
 
     /// See [`ContainerStatus::record_exit`].
     pub fn record_exit(&self, exit_code: i32, finished_at: i64) -> ExitOutcome {
-        self.lock().record_exit(exit_code, finished_at)
+        self.update(|s| s.record_exit(exit_code, finished_at))
     }
 
     /// See [`ContainerStatus::start_failed`].
@@ -205,36 +231,33 @@ impl Container {
         message: &str,
         finished_at: i64,
     ) -> Result<ExitOutcome, TransitionError> {
-        self.lock().start_failed(self.id(), message, finished_at)
+        self.update(|s| s.start_failed(self.id(), message, finished_at))
     }
 
     /// See [`ContainerStatus::mark_oom`].
     pub fn mark_oom(&self) -> OomOutcome {
-        self.lock().mark_oom()
+        self.update(|s| s.mark_oom())
     }
 
     /// See [`ContainerStatus::mark_unknown`].
     pub fn mark_unknown(&self) -> Result<(), TransitionError> {
-        self.lock().mark_unknown(self.id())
+        self.update(|s| s.mark_unknown(self.id()))
     }
 
     /// RUNNING → UNKNOWN in one step (a vanished task); false if it was not running.
     pub fn mark_unknown_if_running(&self) -> bool {
-        let mut s = self.lock();
-        if s.state != ContainerState::Running {
-            return false;
-        }
-        s.mark_unknown(self.id()).is_ok()
+        let id = self.id();
+        self.update(|s| s.state == ContainerState::Running && s.mark_unknown(id).is_ok())
     }
 
     /// See [`ContainerStatus::begin_removal`].
     pub fn begin_removal(&self) -> Result<(), TransitionError> {
-        self.lock().begin_removal(self.id())
+        self.update(|s| s.begin_removal(self.id()))
     }
 
     /// See [`ContainerStatus::abort_removal`].
     pub fn abort_removal(&self) {
-        self.lock().abort_removal();
+        self.update(|s| s.abort_removal());
     }
 }
 
@@ -677,5 +700,62 @@ pub(crate) mod tests {
         let _ = c.record_exit(137, 9);
         assert_eq!(c.status().reason, REASON_OOM_KILLED);
         assert_eq!(c.snapshot().status.state, ContainerState::Exited);
+    }
+
+    #[tokio::test]
+    async fn not_running_resolves_at_once_for_a_container_that_is_not_running() {
+        let c = container("c1", "sb1aaa", &[]);
+        // CREATED: nothing to wait for.
+        tokio::time::timeout(std::time::Duration::from_secs(5), c.not_running())
+            .await
+            .expect("a created container is not running");
+        start(&c);
+        let _ = c.record_exit(0, 3);
+        tokio::time::timeout(std::time::Duration::from_secs(5), c.not_running())
+            .await
+            .expect("an exited container is not running");
+    }
+
+    #[tokio::test]
+    async fn not_running_wakes_on_the_exit_and_on_unknown() {
+        for exit in [true, false] {
+            let c = container("c1", "sb1aaa", &[]);
+            start(&c);
+            let waiter = tokio::spawn({
+                let c = c.clone();
+                async move { c.not_running().await }
+            });
+            // Still running: the waiter must not have resolved.
+            tokio::task::yield_now().await;
+            assert!(!waiter.is_finished(), "resolved while running");
+            if exit {
+                let _ = c.record_exit(3, 9);
+            } else {
+                assert!(c.mark_unknown_if_running());
+            }
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+                .await
+                .expect("woken by the state change")
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_state_change_between_the_check_and_the_wait_is_not_lost() {
+        // The exit lands after the waiter was created but before it is first polled: the
+        // watch's value is read at the first poll, so it still resolves.
+        let c = container("c1", "sb1aaa", &[]);
+        start(&c);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let wait = c.not_running();
+        let _ = c.record_exit(0, 3);
+        rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), wait)
+                .await
+                .expect("the exit before the first poll is seen")
+        });
     }
 }

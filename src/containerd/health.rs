@@ -293,7 +293,10 @@ mod tests {
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(monitor.clone().run(stop_rx));
         tokio::time::sleep(Duration::from_millis(1)).await;
-        assert!(rx.has_changed().unwrap(), "Unknown -> Reachable is a transition");
+        assert!(
+            rx.has_changed().unwrap(),
+            "Unknown -> Reachable is a transition"
+        );
         rx.borrow_and_update();
         reach.mark_seen();
         // A probe finding it up again is not a transition: nobody is woken.

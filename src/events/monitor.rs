@@ -529,13 +529,20 @@ mod tests {
         probing.await.unwrap();
 
         let subscribed = outage.subscribed_at.lock().unwrap().clone();
-        assert_eq!(subscribed.len(), 1, "subscribed once, when containerd was back");
+        assert_eq!(
+            subscribed.len(),
+            1,
+            "subscribed once, when containerd was back"
+        );
         let late = subscribed[0] - outage.up_at;
         assert!(
             late <= down_interval,
             "subscribed {late:?} after containerd answered"
         );
         let resyncs = resynced_at.lock().unwrap().clone();
-        assert_eq!(resyncs, subscribed, "the resync runs at once on subscribing");
+        assert_eq!(
+            resyncs, subscribed,
+            "the resync runs at once on subscribing"
+        );
     }
 }

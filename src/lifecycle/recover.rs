@@ -492,7 +492,10 @@ mod tests {
 
     #[test]
     fn no_cgroup_means_no_oom() {
-        assert!(!oom_killed_in_cgroup_at(Some("/remora-test-none/xyz"), "xyz"));
+        assert!(!oom_killed_in_cgroup_at(
+            Some("/remora-test-none/xyz"),
+            "xyz"
+        ));
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(oom_kills_under(tmp.path(), Some("pod/xyz"), "xyz"), None);
     }
@@ -520,9 +523,18 @@ mod tests {
 
         let v1_root = tmp.path().join("v1");
         let v2_root = tmp.path().join("v2");
-        assert_eq!(oom_kills_under(&v1_root, Some("/kubepods/pod1/c1"), "c1"), Some(2));
-        assert_eq!(oom_kills_under(&v2_root, Some("kubepods/pod1/c2"), "c2"), Some(1));
-        assert_eq!(oom_kills_under(&v2_root, Some("kubepods/pod1/c3"), "c3"), Some(0));
+        assert_eq!(
+            oom_kills_under(&v1_root, Some("/kubepods/pod1/c1"), "c1"),
+            Some(2)
+        );
+        assert_eq!(
+            oom_kills_under(&v2_root, Some("kubepods/pod1/c2"), "c2"),
+            Some(1)
+        );
+        assert_eq!(
+            oom_kills_under(&v2_root, Some("kubepods/pod1/c3"), "c3"),
+            Some(0)
+        );
         // Without a cgroupsPath the directory is found by the container's id.
         assert_eq!(oom_kills_under(&v2_root, None, "c2"), Some(1));
     }

@@ -156,6 +156,7 @@ impl Content for Client {
             write_ref: write_ref.to_string(),
             blob: blob.clone(),
             offset,
+            batch: Batcher::default(),
         })))
     }
 
@@ -207,14 +208,54 @@ impl Client {
     }
 }
 
+/// Largest data payload of one `Content.Write` message. containerd's gRPC server refuses
+/// messages over its 16 MiB receive limit (a 64 MiB config sent whole failed with "received
+/// message larger than max"); 1 MiB stays far below it whatever the blob, and batching the
+/// registry's small body chunks (a few KiB each) up to it saves a round trip per chunk.
+pub const WRITE_CHUNK: usize = 1 << 20;
+
+/// Batches written data into messages of exactly [`WRITE_CHUNK`] bytes (the last one of a
+/// blob shorter), whatever sizes it is fed in: never more than one chunk is held.
+#[derive(Debug, Default)]
+struct Batcher {
+    pending: Vec<u8>,
+}
+
+impl Batcher {
+    /// Moves bytes from the front of `data` into the batch; returns the batch once it holds
+    /// a full chunk (call again while `data` is not empty).
+    fn fill(&mut self, data: &mut &[u8]) -> Option<Vec<u8>> {
+        let take = (WRITE_CHUNK - self.pending.len()).min(data.len());
+        if self.pending.capacity() == 0 && take < WRITE_CHUNK {
+            self.pending.reserve_exact(WRITE_CHUNK);
+        }
+        self.pending.extend_from_slice(&data[..take]);
+        *data = &data[take..];
+        (self.pending.len() == WRITE_CHUNK).then(|| self.take())
+    }
+
+    /// What is held (possibly empty).
+    fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.pending)
+    }
+
+    fn len(&self) -> usize {
+        self.pending.len()
+    }
+}
+
 /// A bidirectional Content.Write stream, driven in lockstep: one request, one response.
+/// Data goes out in [`WRITE_CHUNK`]-sized messages.
 struct Writer {
     client: Client,
     tx: mpsc::Sender<WriteContentRequest>,
     responses: tonic::Streaming<WriteContentResponse>,
     write_ref: String,
     blob: Blob,
+    /// Bytes containerd holds under the ref (sent and acknowledged).
     offset: u64,
+    /// Bytes written but not sent yet (less than one chunk).
+    batch: Batcher,
 }
 
 impl Writer {
@@ -233,15 +274,9 @@ impl Writer {
             None => Err(self.client.closed_write(step)),
         }
     }
-}
 
-#[tonic::async_trait]
-impl ContentWriter for Writer {
-    fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError> {
+    /// Sends `data` as one Write message at the current offset.
+    async fn send(&mut self, data: Vec<u8>) -> Result<(), ContainerdError> {
         let len = data.len() as u64;
         let req = WriteContentRequest {
             action: WriteAction::Write as i32,
@@ -249,11 +284,30 @@ impl ContentWriter for Writer {
             total: self.blob.size,
             expected: self.blob.digest.clone(),
             offset: self.offset as i64,
-            data: data.to_vec(),
+            data,
             ..Default::default()
         };
         self.round_trip(req, "write").await?;
         self.offset += len;
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl ContentWriter for Writer {
+    fn offset(&self) -> u64 {
+        // Batched bytes count: they go out before the commit, so a resumed transfer continues
+        // after them.
+        self.offset + self.batch.len() as u64
+    }
+
+    async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError> {
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            if let Some(chunk) = self.batch.fill(&mut rest) {
+                self.send(chunk).await?;
+            }
+        }
         Ok(())
     }
 
@@ -261,6 +315,10 @@ impl ContentWriter for Writer {
         mut self: Box<Self>,
         labels: HashMap<String, String>,
     ) -> Result<(), ContainerdError> {
+        let last = self.batch.take();
+        if !last.is_empty() {
+            self.send(last).await?;
+        }
         let req = WriteContentRequest {
             action: WriteAction::Commit as i32,
             r#ref: self.write_ref.clone(),
@@ -621,5 +679,60 @@ impl Differ for Client {
             .map_err(|s| self.call_error("Diff.Apply", s))?
             .into_inner();
         Ok(r.applied.map(|d| d.digest).unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `pieces` through a batcher; returns the sizes of the messages it would send,
+    /// the last (partial) one included, and checks no byte is lost or reordered.
+    fn batch(pieces: &[usize]) -> Vec<usize> {
+        let mut b = Batcher::default();
+        let mut sent: Vec<u8> = Vec::new();
+        let mut sizes = Vec::new();
+        let mut fed: Vec<u8> = Vec::new();
+        for (i, n) in pieces.iter().enumerate() {
+            let data: Vec<u8> = (0..*n).map(|j| (i * 7 + j) as u8).collect();
+            fed.extend_from_slice(&data);
+            let mut rest = &data[..];
+            while !rest.is_empty() {
+                if let Some(chunk) = b.fill(&mut rest) {
+                    sizes.push(chunk.len());
+                    sent.extend_from_slice(&chunk);
+                }
+            }
+        }
+        let last = b.take();
+        if !last.is_empty() {
+            sizes.push(last.len());
+            sent.extend_from_slice(&last);
+        }
+        assert_eq!(sent, fed, "bytes kept in order");
+        sizes
+    }
+
+    #[test]
+    fn a_blob_written_whole_goes_out_in_bounded_messages() {
+        // A 64 MiB config (plus a few bytes) written in one call: 64 full messages and the rest.
+        let sizes = batch(&[64 * WRITE_CHUNK + 323]);
+        assert_eq!(sizes.len(), 65);
+        assert!(sizes[..64].iter().all(|s| *s == WRITE_CHUNK), "{sizes:?}");
+        assert_eq!(sizes[64], 323);
+    }
+
+    #[test]
+    fn small_chunks_are_batched_into_full_messages() {
+        // A registry body in 16 KiB pieces with an odd one in between.
+        let mut pieces = vec![16 << 10; 200];
+        pieces.insert(17, 5);
+        let total: usize = pieces.iter().sum();
+        let sizes = batch(&pieces);
+        assert_eq!(sizes.len(), total.div_ceil(WRITE_CHUNK));
+        assert!(sizes.iter().all(|s| *s <= WRITE_CHUNK));
+        assert!(sizes[..sizes.len() - 1].iter().all(|s| *s == WRITE_CHUNK));
+        assert_eq!(batch(&[]), Vec::<usize>::new());
+        assert_eq!(batch(&[WRITE_CHUNK]), vec![WRITE_CHUNK]);
     }
 }

@@ -93,13 +93,18 @@ impl Content for Client {
         }))
     }
 
-    async fn read(&self, digest: &str) -> Result<Bytes, ContainerdError> {
+    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError> {
         let mut c = self.content_client();
+        // containerd answers in messages of at most 1 MiB; it reads `size` bytes (0 would
+        // mean "to the end", so an empty blob needs no call).
+        if size == 0 {
+            return Ok(Bytes::new());
+        }
         let req = self.request(
             ReadContentRequest {
                 digest: digest.to_string(),
                 offset: 0,
-                size: 0,
+                size: size as i64,
             },
             None,
         );
@@ -108,10 +113,16 @@ impl Content for Client {
             .await
             .map_err(|s| self.call_error("Content.Read", s))?
             .into_inner();
-        let mut buf = Vec::new();
+        let want = usize::try_from(size).unwrap_or(usize::MAX);
+        let mut buf = Vec::with_capacity(want);
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|s| self.call_error("Content.Read", s))?;
-            buf.extend_from_slice(&chunk.data);
+            // Never more than asked for, whatever the server sends.
+            let room = want - buf.len();
+            buf.extend_from_slice(&chunk.data[..chunk.data.len().min(room)]);
+            if buf.len() == want {
+                break;
+            }
         }
         Ok(Bytes::from(buf))
     }

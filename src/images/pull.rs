@@ -43,6 +43,7 @@ use super::backend::{
 use super::coalesce::Coalescer;
 use super::manifest::{
     is_index_media_type, select_platform, Descriptor, ImageConfig, Manifest, ManifestError,
+    MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
 };
 use super::reference::{Reference, ReferenceError};
 use super::registry::auth::Credentials;
@@ -408,7 +409,9 @@ impl Inner {
     ) -> Result<ImageInfo, PullError> {
         // Manifest (through an index if the reference names one).
         let (manifest_desc, manifest_bytes, index) = if is_index_media_type(&target.media_type) {
-            let index_bytes = self.small_blob(reference, target, creds, lease).await?;
+            let index_bytes = self
+                .small_blob(reference, target, creds, lease, Small::Index)
+                .await?;
             let parsed = Manifest::parse(&target.media_type, &index_bytes)
                 .map_err(|e| self.manifest_err(reference, e))?;
             let Manifest::Index(idx) = parsed else {
@@ -420,10 +423,14 @@ impl Inner {
             let chosen = select_platform(&idx, &self.config.os, &self.config.architecture, None)
                 .map_err(|e| self.manifest_err(reference, e))?
                 .clone();
-            let bytes = self.small_blob(reference, &chosen, creds, lease).await?;
+            let bytes = self
+                .small_blob(reference, &chosen, creds, lease, Small::Manifest)
+                .await?;
             (chosen, bytes, Some((target.clone(), index_bytes)))
         } else {
-            let bytes = self.small_blob(reference, target, creds, lease).await?;
+            let bytes = self
+                .small_blob(reference, target, creds, lease, Small::Manifest)
+                .await?;
             (target.clone(), bytes, None)
         };
         let manifest = match Manifest::parse(&manifest_desc.media_type, &manifest_bytes)
@@ -440,7 +447,7 @@ impl Inner {
 
         // Config.
         let config_bytes = self
-            .small_blob(reference, &manifest.config, creds, lease)
+            .small_blob(reference, &manifest.config, creds, lease, Small::Config)
             .await?;
         let config =
             ImageConfig::parse(&config_bytes).map_err(|e| self.manifest_err(reference, e))?;
@@ -621,20 +628,23 @@ impl Inner {
     }
 
     /// A manifest, index or config: from the content store if present, else fetched, verified
-    /// and stored.
+    /// and stored. One over its kind's size limit is refused before anything is read.
     async fn small_blob(
         &self,
         reference: &Reference,
         desc: &Descriptor,
         creds: &Credentials,
         lease: &str,
+        kind: Small,
     ) -> Result<Bytes, PullError> {
         let digest = desc.digest.to_string();
+        kind.check(&digest, desc.size)
+            .map_err(|e| self.manifest_err(reference, e))?;
         if self.protect(reference, lease, &digest).await? {
             return self
                 .backend
                 .content
-                .read(&digest)
+                .read(&digest, desc.size)
                 .await
                 .map_err(|e| self.containerd_err(reference, e));
         }
@@ -796,6 +806,26 @@ impl BlobJob {
     }
 }
 
+/// The kinds of blob read into memory whole, each with its size limit.
+#[derive(Debug, Clone, Copy)]
+enum Small {
+    Index,
+    Manifest,
+    Config,
+}
+
+impl Small {
+    /// Refuses a blob of `size` bytes over this kind's limit.
+    fn check(self, digest: &str, size: u64) -> Result<(), ManifestError> {
+        let (what, limit) = match self {
+            Small::Index => ("image index", MAX_MANIFEST_SIZE),
+            Small::Manifest => ("image manifest", MAX_MANIFEST_SIZE),
+            Small::Config => ("image config", MAX_CONFIG_SIZE),
+        };
+        ManifestError::check_size(what, digest, size, limit)
+    }
+}
+
 /// Errors that mean the downloaded bytes are wrong (not merely incomplete).
 fn is_bad_data(e: &PullError) -> bool {
     match e {
@@ -826,12 +856,20 @@ pub async fn load_image(
     architecture: &str,
 ) -> Result<ImageInfo, LoadError> {
     let target = &record.target;
-    let bytes = content.read(&target.digest).await?;
+    let target_size = u64::try_from(target.size).unwrap_or(0);
+    let kind = if is_index_media_type(&target.media_type) {
+        Small::Index
+    } else {
+        Small::Manifest
+    };
+    kind.check(&target.digest, target_size)?;
+    let bytes = content.read(&target.digest, target_size).await?;
     let (manifest_size, manifest) = match Manifest::parse(&target.media_type, &bytes)? {
-        Manifest::Image(m) => (target.size as u64, *m),
+        Manifest::Image(m) => (target_size, *m),
         Manifest::Index(idx) => {
             let chosen = select_platform(&idx, os, architecture, None)?;
-            let bytes = content.read(chosen.digest.as_str()).await?;
+            Small::Manifest.check(chosen.digest.as_str(), chosen.size)?;
+            let bytes = content.read(chosen.digest.as_str(), chosen.size).await?;
             match Manifest::parse(&chosen.media_type, &bytes)? {
                 Manifest::Image(m) => (chosen.size, *m),
                 Manifest::Index(_) => {
@@ -842,7 +880,10 @@ pub async fn load_image(
             }
         }
     };
-    let config_bytes = content.read(manifest.config.digest.as_str()).await?;
+    Small::Config.check(manifest.config.digest.as_str(), manifest.config.size)?;
+    let config_bytes = content
+        .read(manifest.config.digest.as_str(), manifest.config.size)
+        .await?;
     let config = ImageConfig::parse(&config_bytes)?;
     let diff_ids: Vec<String> = config
         .rootfs

@@ -226,11 +226,11 @@ impl Content for FakeContainerd {
         }))
     }
 
-    async fn read(&self, digest: &str) -> Result<Bytes, ContainerdError> {
+    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError> {
         self.st()
             .blobs
             .get(digest)
-            .map(|b| b.data.clone())
+            .map(|b| b.data.slice(..b.data.len().min(size as usize)))
             .ok_or_else(|| call_err("Content.Read", Code::NotFound, digest.to_string()))
     }
 
@@ -1302,4 +1302,148 @@ async fn pulling_an_index_records_it_and_links_it_for_gc() {
         want,
         "the lease is gone; index → manifest → config/layers labels keep the image"
     );
+}
+
+/// `img`'s manifest, with the config descriptor's size replaced by `config_size` and an
+/// annotation of `pad` bytes.
+fn manifest_with(img: &TestImage, config_size: u64, pad: usize) -> Bytes {
+    let mut m: serde_json::Value = serde_json::from_slice(&img.manifest).unwrap();
+    m["config"]["size"] = config_size.into();
+    if pad > 0 {
+        m["annotations"] = serde_json::json!({ "pad": "x".repeat(pad) });
+    }
+    Bytes::from(serde_json::to_vec(&m).unwrap())
+}
+
+/// After a refused pull: no record, no lease (the pull's was deleted synchronously), no
+/// content, nothing indexed.
+async fn assert_rolled_back(env: &Env) {
+    env.settled().await;
+    assert!(env.ctr.st().images.is_empty());
+    assert!(env.index.list().is_empty());
+    assert!(env.leases().is_empty(), "{:?}", env.leases());
+    assert!(
+        env.ctr.blob_digests().is_empty(),
+        "{:?}",
+        env.ctr.blob_digests()
+    );
+    assert!(env.ctr.st().ingests.is_empty());
+    let log = env.lease_log();
+    assert!(
+        log.iter()
+            .any(|e| matches!(e, LeaseEvent::Deleted { id, sync: true } if id.contains("pull"))),
+        "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_config_over_the_limit_is_refused_before_it_is_downloaded() {
+    let img = TestImage::new(&[b"layer"], "");
+    let env = env(&[&img], Opts::default()).await;
+    let manifest = manifest_with(&img, MAX_CONFIG_SIZE + 1, 0);
+    let digest = Digest::of(&manifest).to_string();
+    let m = (MEDIA_TYPE_OCI_MANIFEST.to_string(), manifest);
+    env.reg
+        .st()
+        .manifests
+        .insert(format!("{REPO}/manifests/1"), m.clone());
+    env.reg
+        .st()
+        .manifests
+        .insert(format!("{REPO}/manifests/{digest}"), m);
+    env.reg.push(REPO, "unused", &img); // the blobs, so only the limit can refuse it
+
+    let err = env.pull(&image_ref("1")).await.unwrap_err();
+    let PullError::Manifest { source, .. } = &err else {
+        panic!("{err:?}")
+    };
+    let ManifestError::TooLarge {
+        what,
+        digest: d,
+        size,
+        limit,
+    } = source.as_ref()
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (*what, d.as_str(), *size, *limit),
+        (
+            "image config",
+            img.id().as_str(),
+            MAX_CONFIG_SIZE + 1,
+            MAX_CONFIG_SIZE
+        )
+    );
+    let msg = err.to_string();
+    for part in [
+        image_ref("1"),
+        img.id(),
+        (MAX_CONFIG_SIZE + 1).to_string(),
+        MAX_CONFIG_SIZE.to_string(),
+    ] {
+        assert!(msg.contains(&part), "{msg} names {part}");
+    }
+    assert_eq!(env.reg.gets(&img.id()), 0, "not downloaded");
+    assert_eq!(
+        env.reg.blob_gets(),
+        0,
+        "no layer either: {:?}",
+        env.reg.log()
+    );
+    assert_rolled_back(&env).await;
+}
+
+#[tokio::test]
+async fn a_manifest_over_the_limit_is_refused_when_resolved() {
+    let img = TestImage::new(&[b"layer"], "");
+    let env = env(&[&img], Opts::default()).await;
+    let manifest = manifest_with(&img, img.config.len() as u64, MAX_MANIFEST_SIZE as usize);
+    assert!(manifest.len() as u64 > MAX_MANIFEST_SIZE);
+    env.reg.st().manifests.insert(
+        format!("{REPO}/manifests/1"),
+        (MEDIA_TYPE_OCI_MANIFEST.to_string(), manifest.clone()),
+    );
+
+    let err = env.pull(&image_ref("1")).await.unwrap_err();
+    let PullError::Registry(RegistryError::TooLarge { size, limit, .. }) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!((*size, *limit), (manifest.len() as u64, MAX_MANIFEST_SIZE));
+    assert!(err.to_string().contains(&image_ref("1")), "{err}");
+    assert_eq!(
+        env.reg.count("GET", "/manifests/1"),
+        0,
+        "{:?}",
+        env.reg.log()
+    );
+    assert!(env.ctr.st().images.is_empty());
+    assert!(env.leases().is_empty());
+    assert!(env.ctr.blob_digests().is_empty());
+}
+
+#[tokio::test]
+async fn a_manifest_of_exactly_the_limit_is_accepted() {
+    // containerd's bound is inclusive; so is remora's.
+    let img = TestImage::new(&[b"layer"], "");
+    let env = env(&[&img], Opts::default()).await;
+    let base = manifest_with(&img, img.config.len() as u64, 1).len();
+    let manifest = manifest_with(
+        &img,
+        img.config.len() as u64,
+        1 + MAX_MANIFEST_SIZE as usize - base,
+    );
+    assert_eq!(manifest.len() as u64, MAX_MANIFEST_SIZE);
+    let digest = Digest::of(&manifest).to_string();
+    let m = (MEDIA_TYPE_OCI_MANIFEST.to_string(), manifest);
+    env.reg.push(REPO, "unused", &img);
+    env.reg
+        .st()
+        .manifests
+        .insert(format!("{REPO}/manifests/1"), m.clone());
+    env.reg
+        .st()
+        .manifests
+        .insert(format!("{REPO}/manifests/{digest}"), m);
+    assert_eq!(env.pull(&image_ref("1")).await.unwrap().id, img.id());
 }

@@ -138,7 +138,6 @@ fn container_code(e: &ContainerError) -> Code {
         // A failed rollback does not change what the caller did wrong (or not).
         ContainerError::RolledBackPartly { source, .. } => container_code(source),
         ContainerError::Id(_)
-        | ContainerError::ImageConfig { .. }
         | ContainerError::Rootfs(_)
         | ContainerError::Host { .. }
         | ContainerError::Fifo { .. }
@@ -162,7 +161,6 @@ fn sandbox_code(e: &SandboxError) -> Code {
         SandboxError::NotReady(_) => Code::FailedPrecondition,
         SandboxError::Forward { .. } => Code::Unavailable,
         SandboxError::Id(_)
-        | SandboxError::ImageConfig { .. }
         | SandboxError::Netns(_)
         | SandboxError::Network(_)
         | SandboxError::Files(_)

@@ -409,6 +409,9 @@ pub enum ManifestError {
         /// [`MAX_MANIFEST_SIZE`] or [`MAX_CONFIG_SIZE`].
         limit: u64,
     },
+    /// The blocking task parsing a config did not finish (the runtime is shutting down).
+    #[error("parsing the image config was aborted: {0}")]
+    ParseAborted(String),
     /// No manifest in the index is for the wanted platform.
     #[error("no manifest for platform {wanted} in the image index; it offers: {offered}")]
     NoMatchingPlatform {
@@ -519,6 +522,10 @@ pub struct ImageConfig {
     pub rootfs: RootFs,
 }
 
+/// Configs at least this big are parsed on a blocking thread (a 64 MiB one takes a good
+/// fraction of a CPU-second): the async threads keep serving every other call meanwhile.
+const PARSE_INLINE_MAX: usize = 256 << 10;
+
 impl ImageConfig {
     /// Parses a config blob.
     pub fn parse(data: &[u8]) -> Result<Self, ManifestError> {
@@ -526,6 +533,17 @@ impl ImageConfig {
             what: "image config",
             source,
         })
+    }
+
+    /// [`ImageConfig::parse`], off the async threads for a big blob. The blob is dropped
+    /// once parsed: only the parsed fields stay.
+    pub async fn parse_off_thread(data: bytes::Bytes) -> Result<Self, ManifestError> {
+        if data.len() < PARSE_INLINE_MAX {
+            return Self::parse(&data);
+        }
+        tokio::task::spawn_blocking(move || Self::parse(&data))
+            .await
+            .map_err(|e| ManifestError::ParseAborted(e.to_string()))?
     }
 }
 

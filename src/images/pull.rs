@@ -449,8 +449,9 @@ impl Inner {
         let config_bytes = self
             .small_blob(reference, &manifest.config, creds, lease, Small::Config)
             .await?;
-        let config =
-            ImageConfig::parse(&config_bytes).map_err(|e| self.manifest_err(reference, e))?;
+        let config = ImageConfig::parse_off_thread(config_bytes)
+            .await
+            .map_err(|e| self.manifest_err(reference, e))?;
         let diff_ids: Vec<String> = config
             .rootfs
             .diff_ids
@@ -552,7 +553,7 @@ impl Inner {
             user: config.config.user.clone().unwrap_or_default(),
             chain_id: top,
             pinned: false,
-            config_json: String::from_utf8_lossy(&config_bytes).into_owned(),
+            config: Arc::new(config),
         };
         self.record(reference, target, &info).await?;
         Ok(info)
@@ -884,7 +885,7 @@ pub async fn load_image(
     let config_bytes = content
         .read(manifest.config.digest.as_str(), manifest.config.size)
         .await?;
-    let config = ImageConfig::parse(&config_bytes)?;
+    let config = ImageConfig::parse_off_thread(config_bytes).await?;
     let diff_ids: Vec<String> = config
         .rootfs
         .diff_ids
@@ -902,7 +903,7 @@ pub async fn load_image(
         user: config.config.user.clone().unwrap_or_default(),
         chain_id,
         pinned: record.labels.get(LABEL_PINNED).map(String::as_str) == Some("pinned"),
-        config_json: String::from_utf8_lossy(&config_bytes).into_owned(),
+        config: Arc::new(config),
     })
 }
 

@@ -1222,7 +1222,7 @@ async fn load_image_from_a_manifest_record() {
             user: "nobody".into(),
             chain_id: chain_ids(&img.diff_ids).pop().unwrap(),
             pinned: true,
-            config_json: String::from_utf8(img.config.to_vec()).unwrap(),
+            config: Arc::new(ImageConfig::parse(&img.config).unwrap()),
         }
     );
 }
@@ -1446,4 +1446,52 @@ async fn a_manifest_of_exactly_the_limit_is_accepted() {
         .manifests
         .insert(format!("{REPO}/manifests/{digest}"), m);
     assert_eq!(env.pull(&image_ref("1")).await.unwrap().id, img.id());
+}
+
+#[tokio::test]
+async fn the_index_keeps_the_parsed_config_not_the_blob() {
+    // A config of about 2 MiB, nearly all build history: parsed off the async threads, and
+    // the index keeps the fields CRI uses, not the history.
+    let img = TestImage::new(&[b"layer"], "1000");
+    let mut config: serde_json::Value = serde_json::from_slice(&img.config).unwrap();
+    config["config"]["Env"] = serde_json::json!(["PATH=/bin", "A=b"]);
+    config["config"]["Labels"] = serde_json::json!({"team": "x"});
+    config["history"] = (0..32)
+        .map(|i| serde_json::json!({"created_by": format!("step {i} {}", "y".repeat(64 << 10))}))
+        .collect();
+    let config = Bytes::from(serde_json::to_vec(&config).unwrap());
+    assert!(config.len() > 2 << 20);
+    let mut m: serde_json::Value = serde_json::from_slice(&img.manifest).unwrap();
+    m["config"] = serde_json::to_value(desc(&config, MEDIA_TYPE_OCI_CONFIG)).unwrap();
+    let manifest = Bytes::from(serde_json::to_vec(&m).unwrap());
+    let env = env(&[&img], Opts::default()).await;
+    env.reg.push(REPO, "unused", &img);
+    {
+        let mut st = env.reg.st();
+        st.blobs
+            .insert(Digest::of(&config).to_string(), config.clone());
+        let mt = MEDIA_TYPE_OCI_MANIFEST.to_string();
+        st.manifests.insert(
+            format!("{REPO}/manifests/{}", Digest::of(&manifest)),
+            (mt.clone(), manifest.clone()),
+        );
+        st.manifests
+            .insert(format!("{REPO}/manifests/1"), (mt, manifest));
+    }
+
+    let info = env.pull(&image_ref("1")).await.unwrap();
+    assert_eq!(info.id, Digest::of(&config).to_string());
+    let c = &info.config.config;
+    assert_eq!(c.env, vec!["PATH=/bin", "A=b"]);
+    assert_eq!(c.labels["team"], "x");
+    assert_eq!(c.user.as_deref(), Some("1000"));
+    assert_eq!(info.config.rootfs.diff_ids.len(), 1);
+    let kept = serde_json::to_vec(info.config.as_ref()).unwrap();
+    assert!(kept.len() < 1024, "{} bytes kept", kept.len());
+    // Indexed again from containerd (a restart's resync): the same parsed config.
+    let record = env.ctr.st().images[&image_ref("1")].clone();
+    let loaded = load_image(&env.ctr, &record, "linux", "amd64")
+        .await
+        .unwrap();
+    assert_eq!(loaded.config, info.config);
 }

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::join_all;
+use futures_util::future::{join_all, FutureExt};
 use futures_util::StreamExt;
 use slog::{debug, Logger};
 use thiserror::Error;
@@ -50,7 +50,7 @@ use super::registry::auth::Credentials;
 use super::registry::{RegistryClient, RegistryError};
 use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
 use super::store::{ImageIndex, ImageInfo};
-use super::unpack::{chain_ids, unpack, UnpackError};
+use super::unpack::{chain_ids, UnpackError, Unpacker};
 use crate::backoff::Backoff;
 use crate::containerd::error::ContainerdError;
 
@@ -468,10 +468,15 @@ impl Inner {
             });
         }
 
-        // Layers, concurrently, de-duplicated by digest across pulls.
+        // Layers download concurrently, de-duplicated by digest across pulls and bounded by
+        // the download semaphore; each is applied as soon as it and every layer below it are
+        // stored, while the layers above still download: a big pull costs about its slowest
+        // stage (download, or containerd's decompress-and-write in Diff.Apply), not their sum.
         let source_label = format!("containerd.io/distribution.source.{}", reference.registry);
         let source_repo = reference.repository.clone();
-        let fetches = manifest
+        // Shared: the download of layer i is awaited both by the join below and, in order,
+        // by the unpacking; it runs once, polled by either.
+        let fetches: Vec<_> = manifest
             .layers
             .iter()
             .zip(&diff_ids)
@@ -481,29 +486,44 @@ impl Inner {
                     (source_label.clone(), source_repo.clone()),
                 ]);
                 self.layer(reference, layer, creds, lease, labels)
-            });
-        // Wait for every layer even after one fails (no fail-fast): each download deletes its
-        // own lease when it ends, so once all have ended, deleting this pull's lease with
-        // sync GC leaves nothing of a failed pull behind.
-        for result in join_all(fetches).await {
+                    .boxed()
+                    .shared()
+            })
+            .collect();
+        let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();
+        let unpacking = async {
+            let mut unpacker = Unpacker::new(
+                self.backend.snapshots.as_ref(),
+                self.backend.differ.as_ref(),
+                lease,
+                &self.config.snapshotter,
+                &diff_ids,
+            );
+            for (blob, fetched) in layer_blobs.iter().zip(&fetches) {
+                // A failed download stops the unpacking; the join reports it.
+                fetched.clone().await?;
+                unpacker
+                    .apply_next(blob)
+                    .await
+                    .map_err(|e| PullError::Unpack {
+                        reference: reference.to_string(),
+                        source: Arc::new(e),
+                    })?;
+            }
+            Ok::<String, PullError>(unpacker.into_top())
+        };
+        // Wait for every download even after a failure (no fail-fast), the unpacking's
+        // included: each download deletes its own lease when it ends, so once all have
+        // ended, deleting this pull's lease with sync GC leaves nothing of a failed pull
+        // behind (the snapshots applied so far were made in it too). A download's failure
+        // comes first: it is why the unpacking stopped.
+        let (downloaded, unpacked) = tokio::join!(join_all(fetches.iter().cloned()), unpacking);
+        for result in downloaded {
             result?;
         }
+        let top = unpacked?;
 
-        // Unpack, then GC labels bottom-up, then the image records.
-        let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();
-        let top = unpack(
-            self.backend.snapshots.as_ref(),
-            self.backend.differ.as_ref(),
-            lease,
-            &self.config.snapshotter,
-            &layer_blobs,
-            &diff_ids,
-        )
-        .await
-        .map_err(|e| PullError::Unpack {
-            reference: reference.to_string(),
-            source: Arc::new(e),
-        })?;
+        // GC labels bottom-up, then the image records.
         let label = |k: String, v: String| (k, v);
         self.set_labels(
             reference,

@@ -631,10 +631,35 @@ fn digest_ref(digest: &str) -> String {
     format!("{}/{REPO}@{digest}", fake::REGISTRY)
 }
 
+/// The fake differ, recording each apply with the layer blobs stored at that moment.
+struct RecordingDiffer {
+    inner: FakeDiffer,
+    ctr: FakeContainerd,
+    /// (layer applied, digests of the blobs containerd held when it was applied).
+    applied: Mutex<Vec<(String, BTreeSet<String>)>>,
+}
+
+#[tonic::async_trait]
+impl Differ for RecordingDiffer {
+    async fn apply(
+        &self,
+        layer: &Blob,
+        mounts: Vec<crate::images::backend::Mount>,
+    ) -> Result<String, ContainerdError> {
+        let stored = self.ctr.blob_digests().into_iter().collect();
+        self.applied
+            .lock()
+            .unwrap()
+            .push((layer.digest.clone(), stored));
+        self.inner.apply(layer, mounts).await
+    }
+}
+
 struct Env {
     puller: Arc<Puller>,
     ctr: FakeContainerd,
     snaps: Arc<FakeSnapshots>,
+    differ: Arc<RecordingDiffer>,
     index: Arc<ImageIndex>,
     reg: Registry,
     _hosts: tempfile::TempDir,
@@ -672,12 +697,17 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
     let ctr = FakeContainerd::default();
     let snaps = Arc::new(FakeSnapshots::default());
     let index = Arc::new(ImageIndex::new());
+    let differ = Arc::new(RecordingDiffer {
+        inner: FakeDiffer(diffs),
+        ctr: ctr.clone(),
+        applied: Mutex::default(),
+    });
     let backend = Backend {
         content: Arc::new(ctr.clone()),
         images: Arc::new(ctr.clone()),
         leases: Arc::new(ctr.clone()),
         snapshots: snaps.clone(),
-        differ: Arc::new(FakeDiffer(diffs)),
+        differ: differ.clone(),
     };
     let puller = Puller::new(
         PullConfig {
@@ -704,6 +734,7 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
         puller: Arc::new(puller),
         ctr,
         snaps,
+        differ,
         index,
         reg,
         _hosts: hosts,
@@ -1494,4 +1525,156 @@ async fn the_index_keeps_the_parsed_config_not_the_blob() {
         .await
         .unwrap();
     assert_eq!(loaded.config, info.config);
+}
+
+/// Eight layers of distinct content.
+fn eight_layers() -> TestImage {
+    let layers: Vec<Vec<u8>> = (0..8)
+        .map(|i| format!("layer number {i}").into_bytes())
+        .collect();
+    let refs: Vec<&[u8]> = layers.iter().map(Vec::as_slice).collect();
+    TestImage::new(&refs, "")
+}
+
+#[tokio::test]
+async fn layers_are_applied_in_order_while_later_ones_still_download() {
+    let img = eight_layers();
+    let env = env(&[&img], Opts::default()).await;
+    env.reg.push(REPO, "1", &img);
+    let last = img.layer_digest(7);
+    env.reg
+        .st()
+        .delay
+        .insert(last.clone(), Duration::from_millis(300));
+
+    let info = env.pull(&image_ref("1")).await.unwrap();
+    assert_eq!(info.chain_id, *chain_ids(&img.diff_ids).last().unwrap());
+    let applied = env.differ.applied.lock().unwrap().clone();
+    let order: Vec<&String> = applied.iter().map(|(l, _)| l).collect();
+    let want: Vec<String> = (0..8).map(|i| img.layer_digest(i)).collect();
+    assert_eq!(order, want.iter().collect::<Vec<_>>(), "bottom first");
+    for (i, (layer, stored)) in applied.iter().enumerate() {
+        // Each layer is applied only once it and every layer below it are stored.
+        for below in &want[..=i] {
+            assert!(
+                stored.contains(below),
+                "{layer} applied before {below} was stored"
+            );
+        }
+    }
+    assert!(
+        !applied[0].1.contains(&last),
+        "layer 1 was applied only after layer 8 finished downloading"
+    );
+    assert!(
+        !applied[6].1.contains(&last),
+        "layer 7 was applied only after layer 8 finished downloading"
+    );
+    // The chains were committed in order, each in the pull's lease.
+    let committed = env.snaps.committed.lock().unwrap().clone();
+    let chains = chain_ids(&img.diff_ids);
+    assert_eq!(
+        committed.iter().map(|(c, _)| c).collect::<Vec<_>>(),
+        chains.iter().collect::<Vec<_>>()
+    );
+    assert!(committed.iter().all(|(_, l)| l.starts_with("remora-pull-")));
+    assert!(env.leases().is_empty());
+}
+
+/// After a pull that failed mid-way: no record, lease, content or active snapshot; the
+/// snapshots committed before the failure were made in the pull's lease (deleted with
+/// synchronous GC, which removes them in containerd).
+async fn assert_nothing_left_of(env: &Env) {
+    env.settled().await;
+    assert!(env.ctr.st().images.is_empty());
+    assert!(env.index.list().is_empty());
+    assert!(env.leases().is_empty(), "{:?}", env.leases());
+    assert!(
+        env.ctr.blob_digests().is_empty(),
+        "{:?}",
+        env.ctr.blob_digests()
+    );
+    assert!(env.ctr.st().ingests.is_empty());
+    let snaps = env.snaps.snaps.lock().unwrap().clone();
+    assert!(
+        snaps.values().all(|(_, committed)| *committed),
+        "active left: {snaps:?}"
+    );
+    let pull_lease = env
+        .lease_log()
+        .iter()
+        .find_map(|e| match e {
+            LeaseEvent::Created(id) if id.starts_with("remora-pull-") => Some(id.clone()),
+            _ => None,
+        })
+        .expect("a pull lease");
+    assert!(env.lease_log().contains(&LeaseEvent::Deleted {
+        id: pull_lease.clone(),
+        sync: true
+    }));
+    let committed = env.snaps.committed.lock().unwrap().clone();
+    assert_eq!(committed.len(), snaps.len());
+    assert!(
+        committed.iter().all(|(_, l)| *l == pull_lease),
+        "{committed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_download_failing_after_lower_layers_were_applied_leaves_nothing() {
+    let img = eight_layers();
+    let env = env(&[&img], Opts::default()).await;
+    env.reg.push(REPO, "1", &img);
+    // Layer 6 arrives late and corrupt: layers below it are applied by then.
+    let bad = img.layer_digest(5);
+    {
+        let mut reg = env.reg.st();
+        reg.corrupt
+            .insert(bad.clone(), Bytes::from_static(b"layer number X"));
+        reg.delay.insert(bad.clone(), Duration::from_millis(200));
+    }
+    let err = env.pull(&image_ref("1")).await.unwrap_err();
+    assert!(
+        matches!(&err, PullError::Registry(RegistryError::Verify { .. })),
+        "{err:?}"
+    );
+    let applied = env.differ.applied.lock().unwrap().len();
+    assert!(applied >= 1, "lower layers were applied before the failure");
+    assert!(
+        applied <= 5,
+        "nothing above the failed layer is applied: {applied}"
+    );
+    assert_nothing_left_of(&env).await;
+}
+
+#[tokio::test]
+async fn an_unpack_failing_mid_way_waits_for_the_downloads_and_leaves_nothing() {
+    let img = eight_layers();
+    let mut wrong = img.clone();
+    // The differ reports another digest for layer 4 than the config promises.
+    wrong.diff_ids[3] = Digest::of(b"something else").to_string();
+    let env = env(&[&wrong], Opts::default()).await;
+    env.reg.push(REPO, "1", &img);
+    env.reg
+        .st()
+        .delay
+        .insert(img.layer_digest(7), Duration::from_millis(200));
+    let err = env.pull(&image_ref("1")).await.unwrap_err();
+    let PullError::Unpack { source, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(source.as_ref(), UnpackError::DiffId { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        env.differ.applied.lock().unwrap().len(),
+        4,
+        "stopped at layer 4"
+    );
+    // The pull ended only after the slow layer's download had: nothing was writing any more
+    // when its lease went.
+    assert!(env.ctr.st().locked.is_empty(), "a writer is still open");
+    assert!(env.leases().is_empty(), "{:?}", env.leases());
+    assert_nothing_left_of(&env).await;
 }

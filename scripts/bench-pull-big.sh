@@ -40,10 +40,17 @@ if [[ -z "${REMORA_BIN:-}" ]]; then
 	(cd "$REPO_ROOT" && cargo build --release --locked --bin remora 2>&1 | tail -n 1 >&2)
 	REMORA_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/remora"
 fi
+# The test bed restarts remora only for a binary newer than the running one: make sure the
+# one measured is REMORA_BIN.
+if [[ -s "$TB_RUN/remora.pid" ]] &&
+	[[ "$(readlink "/proc/$(<"$TB_RUN/remora.pid")/exe" || true)" != "$(realpath "$REMORA_BIN")" ]]; then
+	touch "$REMORA_BIN"
+fi
 REMORA_BIN="$REMORA_BIN" "$SCRIPTS_DIR/testbed.sh" up >/dev/null
 CRICTL="$TOOLS_BIN/crictl"
 REG_STORE="$TB_ROOT/registry/docker/registry/v2"
 remora_pid=$(<"$TB_RUN/remora.pid")
+info "measuring remora $(readlink "/proc/$remora_pid/exe") (pid $remora_pid)"
 
 kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
 

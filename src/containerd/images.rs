@@ -134,7 +134,7 @@ impl Content for Client {
         blob: &Blob,
     ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
         let mut c = self.content_client();
-        let (tx, rx) = mpsc::channel::<WriteContentRequest>(1);
+        let (tx, rx) = mpsc::channel::<WriteContentRequest>(WRITE_WINDOW);
         let stat = WriteContentRequest {
             action: WriteAction::Stat as i32,
             r#ref: write_ref.to_string(),
@@ -167,6 +167,7 @@ impl Content for Client {
             write_ref: write_ref.to_string(),
             blob: blob.clone(),
             offset,
+            in_flight: std::collections::VecDeque::new(),
             batch: Batcher::default(),
         })))
     }
@@ -255,8 +256,13 @@ impl Batcher {
     }
 }
 
-/// A bidirectional Content.Write stream, driven in lockstep: one request, one response.
-/// Data goes out in [`WRITE_CHUNK`]-sized messages.
+/// Write messages sent ahead of containerd's answers. containerd answers every message, in
+/// order; waiting for each answer before the next message made a pull pay one round trip per
+/// MiB. At most this many MiB are unacknowledged.
+const WRITE_WINDOW: usize = 8;
+
+/// A bidirectional Content.Write stream: data goes out in [`WRITE_CHUNK`]-sized messages, up to
+/// [`WRITE_WINDOW`] ahead of containerd's answers; the commit waits for all of them.
 struct Writer {
     client: Client,
     tx: mpsc::Sender<WriteContentRequest>,
@@ -265,6 +271,8 @@ struct Writer {
     blob: Blob,
     /// Bytes containerd holds under the ref (sent and acknowledged).
     offset: u64,
+    /// Sizes of the data messages sent but not answered yet, oldest first.
+    in_flight: std::collections::VecDeque<u64>,
     /// Bytes written but not sent yet (less than one chunk).
     batch: Batcher,
 }
@@ -286,30 +294,49 @@ impl Writer {
         }
     }
 
-    /// Sends `data` as one Write message at the current offset.
+    /// Sends `data` as one Write message after what was sent before, once fewer than
+    /// [`WRITE_WINDOW`] messages await their answer.
     async fn send(&mut self, data: Vec<u8>) -> Result<(), ContainerdError> {
+        while self.in_flight.len() >= WRITE_WINDOW {
+            self.acknowledge().await?;
+        }
         let len = data.len() as u64;
         let req = WriteContentRequest {
             action: WriteAction::Write as i32,
             r#ref: self.write_ref.clone(),
             total: self.blob.size,
             expected: self.blob.digest.clone(),
-            offset: self.offset as i64,
+            offset: (self.offset + self.in_flight.iter().sum::<u64>()) as i64,
             data,
             ..Default::default()
         };
-        self.round_trip(req, "write").await?;
-        self.offset += len;
+        self.tx
+            .send(req)
+            .await
+            .map_err(|_| self.client.closed_write("write"))?;
+        self.in_flight.push_back(len);
         Ok(())
+    }
+
+    /// Reads containerd's answer to the oldest unanswered data message.
+    async fn acknowledge(&mut self) -> Result<(), ContainerdError> {
+        match self.responses.next().await {
+            Some(Ok(_)) => {
+                self.offset += self.in_flight.pop_front().unwrap_or(0);
+                Ok(())
+            }
+            Some(Err(s)) => Err(self.client.call_error("Content.Write", s)),
+            None => Err(self.client.closed_write("write")),
+        }
     }
 }
 
 #[tonic::async_trait]
 impl ContentWriter for Writer {
     fn offset(&self) -> u64 {
-        // Batched bytes count: they go out before the commit, so a resumed transfer continues
-        // after them.
-        self.offset + self.batch.len() as u64
+        // Sent and batched bytes count: they go out before the commit, so a resumed transfer
+        // continues after them.
+        self.offset + self.in_flight.iter().sum::<u64>() + self.batch.len() as u64
     }
 
     async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError> {
@@ -329,6 +356,9 @@ impl ContentWriter for Writer {
         let last = self.batch.take();
         if !last.is_empty() {
             self.send(last).await?;
+        }
+        while !self.in_flight.is_empty() {
+            self.acknowledge().await?;
         }
         let req = WriteContentRequest {
             action: WriteAction::Commit as i32,

@@ -783,6 +783,17 @@ fn sha256_hex(data: &[u8]) -> String {
 /// Pushes an image with `layers` uncompressed tar layers of `layer_bytes` random-ish bytes
 /// each to the test bed registry under a unique repository.
 pub async fn push_image(layers: usize, layer_bytes: usize) -> PushedImage {
+    push_image_with(layers, layer_bytes, 0, None).await
+}
+
+/// [`push_image`], with the config padded by about `history_bytes` of build history, and its
+/// descriptor in the manifest stating `config_size` instead of its real size if given.
+pub async fn push_image_with(
+    layers: usize,
+    layer_bytes: usize,
+    history_bytes: usize,
+    config_size: Option<u64>,
+) -> PushedImage {
     let repository = format!("remora-it/{}", unique("img"));
     let http = reqwest::Client::new();
     let base = format!("http://{TESTBED_REGISTRY}/v2/{repository}");
@@ -826,14 +837,34 @@ pub async fn push_image(layers: usize, layer_bytes: usize) -> PushedImage {
             "size": blob.len(),
         }));
     }
+    // Build history entries of 64 KiB of text each (hex of xorshift output).
+    let mut history = Vec::new();
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D ^ seed.len() as u64;
+    let mut left = history_bytes;
+    while left > 0 {
+        let n = left.min(64 << 10);
+        let mut raw = Vec::with_capacity(n / 2 + 8);
+        while raw.len() * 2 < n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            raw.extend_from_slice(&x.to_le_bytes());
+        }
+        let mut text = hex::encode(raw);
+        text.truncate(n);
+        history.push(serde_json::json!({"created_by": text}));
+        left -= n;
+    }
     let config = serde_json::json!({
         "architecture": "amd64",
         "os": "linux",
         "config": {"User": "1234:5678", "Cmd": ["/bin/true"], "Labels": {"seed": seed}},
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "history": history,
     })
     .to_string()
     .into_bytes();
+    let config_len = config.len() as u64;
     let config_digest = format!("sha256:{}", sha256_hex(&config));
     upload_blob(&http, &base, &config_digest, config.clone()).await;
     let manifest = serde_json::json!({
@@ -842,7 +873,7 @@ pub async fn push_image(layers: usize, layer_bytes: usize) -> PushedImage {
         "config": {
             "mediaType": "application/vnd.oci.image.config.v1+json",
             "digest": config_digest,
-            "size": config.len(),
+            "size": config_size.unwrap_or(config_len),
         },
         "layers": layer_descs,
     })

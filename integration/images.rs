@@ -7,7 +7,7 @@ use k8s_cri::v1;
 use tonic::Code;
 
 use crate::cri;
-use crate::harness::{push_image, registry_gets, wait_until, BedRemora};
+use crate::harness::{push_image, push_image_with, registry_gets, wait_until, BedRemora};
 
 fn spec(image: &str) -> Option<v1::ImageSpec> {
     Some(cri::image_spec(image))
@@ -391,6 +391,91 @@ async fn a_blob_cut_short_by_the_registry_fails_the_pull_cleanly() {
         err.message().contains(&pushed.repository),
         "{}",
         err.message()
+    );
+    assert!(status(&bed, &pushed.reference).await.is_none());
+    assert_nothing_left(&bed);
+}
+
+/// Waits (bounded) until containerd's GC has removed every blob and snapshot of the test's
+/// namespace (it collects after an image record goes, in the background).
+async fn wait_content_gone(bed: &BedRemora) {
+    wait_until(
+        "containerd's GC to remove the image's content and snapshots",
+        Duration::from_secs(30),
+        || async {
+            bed.ctr_ids(&["content", "ls", "-q"]).is_empty()
+                && bed.ctr_ids(&["snapshots", "ls"]).len() <= 1
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn an_image_with_a_64_mib_config_pulls_answers_and_leaves_nothing_once_removed() {
+    // Over containerd's 16 MiB gRPC message limit: written to the content store in bounded
+    // messages, under remora's config limit.
+    let bed = BedRemora::start();
+    let pushed = push_image_with(1, 64 * 1024, 64 << 20, None).await;
+    let id = cri::pull(&bed.remora, &pushed.reference)
+        .await
+        .expect("pull of the 64 MiB-config image");
+    assert_eq!(id, pushed.config);
+    let img = status(&bed, &pushed.reference).await.expect("present");
+    assert_eq!(img.id, pushed.config);
+    assert!(img.size > 64 << 20, "the config counts: {}", img.size);
+    assert_eq!(img.uid.map(|u| u.value), Some(1234));
+    let verbose = bed
+        .remora
+        .images()
+        .image_status(v1::ImageStatusRequest {
+            image: spec(&pushed.reference),
+            verbose: true,
+        })
+        .await
+        .expect("verbose ImageStatus")
+        .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&verbose.info["info"]).unwrap();
+    assert_eq!(info["imageSpec"]["os"], "linux");
+    assert_eq!(info["imageSpec"]["config"]["Cmd"][0], "/bin/true");
+    assert!(
+        verbose.info["info"].len() < 64 << 10,
+        "the parsed config is answered, not the 64 MiB blob: {} bytes",
+        verbose.info["info"].len()
+    );
+    assert!(bed.ctr_ids(&["leases", "ls", "-q"]).is_empty());
+
+    remove(&bed, &pushed.reference).await;
+    assert!(status(&bed, &pushed.reference).await.is_none());
+    assert!(bed.ctr_ids(&["images", "ls", "-q"]).is_empty());
+    wait_content_gone(&bed).await;
+    assert_nothing_left(&bed);
+}
+
+#[tokio::test]
+async fn a_config_over_the_limit_is_refused_naming_it_and_leaves_nothing() {
+    let bed = BedRemora::start();
+    // The manifest states a config of 128 MiB + 1: refused before a byte of it is read.
+    let limit: u64 = 128 << 20;
+    let pushed = push_image_with(1, 4096, 0, Some(limit + 1)).await;
+    let err = cri::pull(&bed.remora, &pushed.reference)
+        .await
+        .expect_err("over-limit config");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    let msg = err.message();
+    for part in [
+        pushed.repository.as_str(),
+        "image config",
+        pushed.config.as_str(),
+        &(limit + 1).to_string(),
+        &limit.to_string(),
+    ] {
+        assert!(msg.contains(part), "names {part}: {msg}");
+    }
+    let config_path = format!("/v2/{}/blobs/{}", pushed.repository, pushed.config);
+    assert_eq!(
+        registry_gets(&config_path),
+        0,
+        "the config was never fetched"
     );
     assert!(status(&bed, &pushed.reference).await.is_none());
     assert_nothing_left(&bed);

@@ -93,13 +93,18 @@ impl Content for Client {
         }))
     }
 
-    async fn read(&self, digest: &str) -> Result<Bytes, ContainerdError> {
+    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError> {
         let mut c = self.content_client();
+        // containerd answers in messages of at most 1 MiB; it reads `size` bytes (0 would
+        // mean "to the end", so an empty blob needs no call).
+        if size == 0 {
+            return Ok(Bytes::new());
+        }
         let req = self.request(
             ReadContentRequest {
                 digest: digest.to_string(),
                 offset: 0,
-                size: 0,
+                size: size as i64,
             },
             None,
         );
@@ -108,10 +113,16 @@ impl Content for Client {
             .await
             .map_err(|s| self.call_error("Content.Read", s))?
             .into_inner();
-        let mut buf = Vec::new();
+        let want = usize::try_from(size).unwrap_or(usize::MAX);
+        let mut buf = Vec::with_capacity(want);
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|s| self.call_error("Content.Read", s))?;
-            buf.extend_from_slice(&chunk.data);
+            // Never more than asked for, whatever the server sends.
+            let room = want - buf.len();
+            buf.extend_from_slice(&chunk.data[..chunk.data.len().min(room)]);
+            if buf.len() == want {
+                break;
+            }
         }
         Ok(Bytes::from(buf))
     }
@@ -123,7 +134,7 @@ impl Content for Client {
         blob: &Blob,
     ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
         let mut c = self.content_client();
-        let (tx, rx) = mpsc::channel::<WriteContentRequest>(1);
+        let (tx, rx) = mpsc::channel::<WriteContentRequest>(WRITE_WINDOW);
         let stat = WriteContentRequest {
             action: WriteAction::Stat as i32,
             r#ref: write_ref.to_string(),
@@ -156,6 +167,8 @@ impl Content for Client {
             write_ref: write_ref.to_string(),
             blob: blob.clone(),
             offset,
+            in_flight: std::collections::VecDeque::new(),
+            batch: Batcher::default(),
         })))
     }
 
@@ -207,14 +220,61 @@ impl Client {
     }
 }
 
-/// A bidirectional Content.Write stream, driven in lockstep: one request, one response.
+/// Largest data payload of one `Content.Write` message. containerd's gRPC server refuses
+/// messages over its 16 MiB receive limit (a 64 MiB config sent whole failed with "received
+/// message larger than max"); 1 MiB stays far below it whatever the blob, and batching the
+/// registry's small body chunks (a few KiB each) up to it saves a round trip per chunk.
+pub const WRITE_CHUNK: usize = 1 << 20;
+
+/// Batches written data into messages of exactly [`WRITE_CHUNK`] bytes (the last one of a
+/// blob shorter), whatever sizes it is fed in: never more than one chunk is held.
+#[derive(Debug, Default)]
+struct Batcher {
+    pending: Vec<u8>,
+}
+
+impl Batcher {
+    /// Moves bytes from the front of `data` into the batch; returns the batch once it holds
+    /// a full chunk (call again while `data` is not empty).
+    fn fill(&mut self, data: &mut &[u8]) -> Option<Vec<u8>> {
+        let take = (WRITE_CHUNK - self.pending.len()).min(data.len());
+        if self.pending.capacity() == 0 && take < WRITE_CHUNK {
+            self.pending.reserve_exact(WRITE_CHUNK);
+        }
+        self.pending.extend_from_slice(&data[..take]);
+        *data = &data[take..];
+        (self.pending.len() == WRITE_CHUNK).then(|| self.take())
+    }
+
+    /// What is held (possibly empty).
+    fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.pending)
+    }
+
+    fn len(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+/// Write messages sent ahead of containerd's answers. containerd answers every message, in
+/// order; waiting for each answer before the next message made a pull pay one round trip per
+/// MiB. At most this many MiB are unacknowledged.
+const WRITE_WINDOW: usize = 8;
+
+/// A bidirectional Content.Write stream: data goes out in [`WRITE_CHUNK`]-sized messages, up to
+/// [`WRITE_WINDOW`] ahead of containerd's answers; the commit waits for all of them.
 struct Writer {
     client: Client,
     tx: mpsc::Sender<WriteContentRequest>,
     responses: tonic::Streaming<WriteContentResponse>,
     write_ref: String,
     blob: Blob,
+    /// Bytes containerd holds under the ref (sent and acknowledged).
     offset: u64,
+    /// Sizes of the data messages sent but not answered yet, oldest first.
+    in_flight: std::collections::VecDeque<u64>,
+    /// Bytes written but not sent yet (less than one chunk).
+    batch: Batcher,
 }
 
 impl Writer {
@@ -233,27 +293,59 @@ impl Writer {
             None => Err(self.client.closed_write(step)),
         }
     }
-}
 
-#[tonic::async_trait]
-impl ContentWriter for Writer {
-    fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError> {
+    /// Sends `data` as one Write message after what was sent before, once fewer than
+    /// [`WRITE_WINDOW`] messages await their answer.
+    async fn send(&mut self, data: Vec<u8>) -> Result<(), ContainerdError> {
+        while self.in_flight.len() >= WRITE_WINDOW {
+            self.acknowledge().await?;
+        }
         let len = data.len() as u64;
         let req = WriteContentRequest {
             action: WriteAction::Write as i32,
             r#ref: self.write_ref.clone(),
             total: self.blob.size,
             expected: self.blob.digest.clone(),
-            offset: self.offset as i64,
-            data: data.to_vec(),
+            offset: (self.offset + self.in_flight.iter().sum::<u64>()) as i64,
+            data,
             ..Default::default()
         };
-        self.round_trip(req, "write").await?;
-        self.offset += len;
+        self.tx
+            .send(req)
+            .await
+            .map_err(|_| self.client.closed_write("write"))?;
+        self.in_flight.push_back(len);
+        Ok(())
+    }
+
+    /// Reads containerd's answer to the oldest unanswered data message.
+    async fn acknowledge(&mut self) -> Result<(), ContainerdError> {
+        match self.responses.next().await {
+            Some(Ok(_)) => {
+                self.offset += self.in_flight.pop_front().unwrap_or(0);
+                Ok(())
+            }
+            Some(Err(s)) => Err(self.client.call_error("Content.Write", s)),
+            None => Err(self.client.closed_write("write")),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl ContentWriter for Writer {
+    fn offset(&self) -> u64 {
+        // Sent and batched bytes count: they go out before the commit, so a resumed transfer
+        // continues after them.
+        self.offset + self.in_flight.iter().sum::<u64>() + self.batch.len() as u64
+    }
+
+    async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError> {
+        let mut rest = &data[..];
+        while !rest.is_empty() {
+            if let Some(chunk) = self.batch.fill(&mut rest) {
+                self.send(chunk).await?;
+            }
+        }
         Ok(())
     }
 
@@ -261,6 +353,13 @@ impl ContentWriter for Writer {
         mut self: Box<Self>,
         labels: HashMap<String, String>,
     ) -> Result<(), ContainerdError> {
+        let last = self.batch.take();
+        if !last.is_empty() {
+            self.send(last).await?;
+        }
+        while !self.in_flight.is_empty() {
+            self.acknowledge().await?;
+        }
         let req = WriteContentRequest {
             action: WriteAction::Commit as i32,
             r#ref: self.write_ref.clone(),
@@ -621,5 +720,60 @@ impl Differ for Client {
             .map_err(|s| self.call_error("Diff.Apply", s))?
             .into_inner();
         Ok(r.applied.map(|d| d.digest).unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `pieces` through a batcher; returns the sizes of the messages it would send,
+    /// the last (partial) one included, and checks no byte is lost or reordered.
+    fn batch(pieces: &[usize]) -> Vec<usize> {
+        let mut b = Batcher::default();
+        let mut sent: Vec<u8> = Vec::new();
+        let mut sizes = Vec::new();
+        let mut fed: Vec<u8> = Vec::new();
+        for (i, n) in pieces.iter().enumerate() {
+            let data: Vec<u8> = (0..*n).map(|j| (i * 7 + j) as u8).collect();
+            fed.extend_from_slice(&data);
+            let mut rest = &data[..];
+            while !rest.is_empty() {
+                if let Some(chunk) = b.fill(&mut rest) {
+                    sizes.push(chunk.len());
+                    sent.extend_from_slice(&chunk);
+                }
+            }
+        }
+        let last = b.take();
+        if !last.is_empty() {
+            sizes.push(last.len());
+            sent.extend_from_slice(&last);
+        }
+        assert_eq!(sent, fed, "bytes kept in order");
+        sizes
+    }
+
+    #[test]
+    fn a_blob_written_whole_goes_out_in_bounded_messages() {
+        // A 64 MiB config (plus a few bytes) written in one call: 64 full messages and the rest.
+        let sizes = batch(&[64 * WRITE_CHUNK + 323]);
+        assert_eq!(sizes.len(), 65);
+        assert!(sizes[..64].iter().all(|s| *s == WRITE_CHUNK), "{sizes:?}");
+        assert_eq!(sizes[64], 323);
+    }
+
+    #[test]
+    fn small_chunks_are_batched_into_full_messages() {
+        // A registry body in 16 KiB pieces with an odd one in between.
+        let mut pieces = vec![16 << 10; 200];
+        pieces.insert(17, 5);
+        let total: usize = pieces.iter().sum();
+        let sizes = batch(&pieces);
+        assert_eq!(sizes.len(), total.div_ceil(WRITE_CHUNK));
+        assert!(sizes.iter().all(|s| *s <= WRITE_CHUNK));
+        assert!(sizes[..sizes.len() - 1].iter().all(|s| *s == WRITE_CHUNK));
+        assert_eq!(batch(&[]), Vec::<usize>::new());
+        assert_eq!(batch(&[WRITE_CHUNK]), vec![WRITE_CHUNK]);
     }
 }

@@ -70,12 +70,16 @@ fn pull_code(e: &PullError) -> Code {
             RegistryError::NotFound { .. } => Code::NotFound,
             RegistryError::AccessDenied { .. } => Code::PermissionDenied,
             RegistryError::Verify { .. } => Code::DataLoss,
+            // Like the oversized manifests and configs of `PullError::Manifest`: the image is
+            // one remora will not read into memory, whatever the caller retries.
+            RegistryError::TooLarge { .. } => Code::FailedPrecondition,
             r if r.is_retriable() => Code::Unavailable,
             RegistryError::Stalled { .. } => Code::Unavailable,
             _ => Code::Unknown,
         },
         PullError::Containerd { source, .. } => containerd_error_code(source),
         PullError::ShuttingDown { .. } => Code::Unavailable,
+        // Includes `ManifestError::TooLarge`: a manifest or config over remora's limits.
         PullError::Manifest { .. } | PullError::Unpack { .. } => Code::FailedPrecondition,
     }
 }
@@ -134,7 +138,6 @@ fn container_code(e: &ContainerError) -> Code {
         // A failed rollback does not change what the caller did wrong (or not).
         ContainerError::RolledBackPartly { source, .. } => container_code(source),
         ContainerError::Id(_)
-        | ContainerError::ImageConfig { .. }
         | ContainerError::Rootfs(_)
         | ContainerError::Host { .. }
         | ContainerError::Fifo { .. }
@@ -158,7 +161,6 @@ fn sandbox_code(e: &SandboxError) -> Code {
         SandboxError::NotReady(_) => Code::FailedPrecondition,
         SandboxError::Forward { .. } => Code::Unavailable,
         SandboxError::Id(_)
-        | SandboxError::ImageConfig { .. }
         | SandboxError::Netns(_)
         | SandboxError::Network(_)
         | SandboxError::Files(_)
@@ -240,5 +242,41 @@ mod tests {
         })
         .into();
         assert_eq!(s.code(), Code::NotFound);
+    }
+
+    #[test]
+    fn an_image_over_remora_limits_is_failed_precondition_naming_blob_size_and_limit() {
+        use crate::images::manifest::{ManifestError, MAX_CONFIG_SIZE};
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let s: tonic::Status = CriError::from(PullError::Manifest {
+            reference: "registry.k8s.io/big:1".into(),
+            source: std::sync::Arc::new(ManifestError::TooLarge {
+                what: "image config",
+                digest: digest.clone(),
+                size: MAX_CONFIG_SIZE + 1,
+                limit: MAX_CONFIG_SIZE,
+            }),
+        })
+        .into();
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        for part in [
+            "registry.k8s.io/big:1",
+            "image config",
+            digest.as_str(),
+            &(MAX_CONFIG_SIZE + 1).to_string(),
+            &MAX_CONFIG_SIZE.to_string(),
+        ] {
+            assert!(s.message().contains(part), "{part}: {}", s.message());
+        }
+        let s: tonic::Status = CriError::from(PullError::Registry(RegistryError::TooLarge {
+            reference: "registry.k8s.io/big:1".into(),
+            host: "127.0.0.1:5000".into(),
+            what: "manifest 1".into(),
+            size: 5 << 20,
+            limit: 4 << 20,
+        }))
+        .into();
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert!(s.message().contains("manifest 1"), "{}", s.message());
     }
 }

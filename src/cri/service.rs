@@ -933,12 +933,12 @@ impl ImageService for CriService {
             let mut info = std::collections::HashMap::new();
             if req.verbose {
                 if let Some(i) = &found {
-                    let config: serde_json::Value =
-                        serde_json::from_str(&i.config_json).unwrap_or(serde_json::Value::Null);
+                    // The parsed config, in the OCI field names: what remora keeps of it (no
+                    // build history, no keys it does not read).
                     let verbose = serde_json::json!({
                         "id": i.id,
                         "chainID": i.chain_id,
-                        "imageSpec": config,
+                        "imageSpec": i.config.as_ref(),
                     });
                     info.insert("info".to_string(), verbose.to_string());
                 }

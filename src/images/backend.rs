@@ -86,8 +86,11 @@ pub trait ContentWriter: Send {
 pub trait Content: Send + Sync + 'static {
     /// The blob's info, or `None` if absent.
     async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, ContainerdError>;
-    /// The whole blob (manifests and configs: small).
-    async fn read(&self, digest: &str) -> Result<Bytes, ContainerdError>;
+    /// The first `size` bytes of the blob: its whole content when `size` is the size its
+    /// descriptor states. For manifests and configs only, whose size the caller has checked
+    /// against its limit (`MAX_MANIFEST_SIZE`, `MAX_CONFIG_SIZE`): nothing larger is read
+    /// into memory.
+    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError>;
     /// Opens a write of `blob` under `write_ref` within `lease`. `Ok(None)` means the blob is
     /// already stored.
     async fn writer(

@@ -52,6 +52,18 @@ pub const MEDIA_TYPE_DOCKER_LAYER_GZIP: &str = "application/vnd.docker.image.roo
 pub const MEDIA_TYPE_DOCKER_FOREIGN_LAYER_GZIP: &str =
     "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip";
 
+/// Largest manifest or index remora reads (from a registry or from the content store): they
+/// are held in memory whole to be parsed. containerd's resolver refuses manifests over this
+/// same size (`MaxManifestSize`, 4 × 1048 × 1048 bytes, about 4.2 MiB), so remora takes every
+/// manifest containerd takes. Real manifests are a few KiB (about 256 bytes per layer).
+pub const MAX_MANIFEST_SIZE: u64 = 4 * 1048 * 1048;
+
+/// Largest image config remora reads. containerd sets no limit on configs; remora needs one
+/// because a config is read into memory whole to be parsed, and its parsed fields are kept.
+/// 128 MiB is twice the largest config known to be in use (64 MiB, which containerd's CRI
+/// pulls and so must remora), and bounds the memory one pull can take for its config.
+pub const MAX_CONFIG_SIZE: u64 = 128 << 20;
+
 /// The media types a registry may answer a manifest request with, in the order of the
 /// `Accept` header.
 pub const MANIFEST_MEDIA_TYPES: [&str; 4] = [
@@ -385,6 +397,21 @@ pub enum ManifestError {
         /// The parser's message.
         source: serde_json::Error,
     },
+    /// A manifest, index or config larger than remora reads into memory.
+    #[error("{what} {digest} is {size} bytes, over remora's limit of {limit} bytes")]
+    TooLarge {
+        /// "image index", "image manifest" or "image config".
+        what: &'static str,
+        /// The blob.
+        digest: String,
+        /// Its size, as its descriptor states it.
+        size: u64,
+        /// [`MAX_MANIFEST_SIZE`] or [`MAX_CONFIG_SIZE`].
+        limit: u64,
+    },
+    /// The blocking task parsing a config did not finish (the runtime is shutting down).
+    #[error("parsing the image config was aborted: {0}")]
+    ParseAborted(String),
     /// No manifest in the index is for the wanted platform.
     #[error("no manifest for platform {wanted} in the image index; it offers: {offered}")]
     NoMatchingPlatform {
@@ -393,6 +420,26 @@ pub enum ManifestError {
         /// The platforms in the index, comma-separated ("none" if empty).
         offered: String,
     },
+}
+
+impl ManifestError {
+    /// `Err(TooLarge)` if a blob of `size` bytes is over `limit`.
+    pub fn check_size(
+        what: &'static str,
+        digest: &str,
+        size: u64,
+        limit: u64,
+    ) -> Result<(), ManifestError> {
+        if size > limit {
+            return Err(ManifestError::TooLarge {
+                what,
+                digest: digest.to_owned(),
+                size,
+                limit,
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Manifest {
@@ -475,6 +522,10 @@ pub struct ImageConfig {
     pub rootfs: RootFs,
 }
 
+/// Configs at least this big are parsed on a blocking thread (a 64 MiB one takes a good
+/// fraction of a CPU-second): the async threads keep serving every other call meanwhile.
+const PARSE_INLINE_MAX: usize = 256 << 10;
+
 impl ImageConfig {
     /// Parses a config blob.
     pub fn parse(data: &[u8]) -> Result<Self, ManifestError> {
@@ -482,6 +533,17 @@ impl ImageConfig {
             what: "image config",
             source,
         })
+    }
+
+    /// [`ImageConfig::parse`], off the async threads for a big blob. The blob is dropped
+    /// once parsed: only the parsed fields stay.
+    pub async fn parse_off_thread(data: bytes::Bytes) -> Result<Self, ManifestError> {
+        if data.len() < PARSE_INLINE_MAX {
+            return Self::parse(&data);
+        }
+        tokio::task::spawn_blocking(move || Self::parse(&data))
+            .await
+            .map_err(|e| ManifestError::ParseAborted(e.to_string()))?
     }
 }
 

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::join_all;
+use futures_util::future::{join_all, FutureExt};
 use futures_util::StreamExt;
 use slog::{debug, Logger};
 use thiserror::Error;
@@ -43,13 +43,14 @@ use super::backend::{
 use super::coalesce::Coalescer;
 use super::manifest::{
     is_index_media_type, select_platform, Descriptor, ImageConfig, Manifest, ManifestError,
+    MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
 };
 use super::reference::{Reference, ReferenceError};
 use super::registry::auth::Credentials;
 use super::registry::{RegistryClient, RegistryError};
 use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
 use super::store::{ImageIndex, ImageInfo};
-use super::unpack::{chain_ids, unpack, UnpackError};
+use super::unpack::{chain_ids, UnpackError, Unpacker};
 use crate::backoff::Backoff;
 use crate::containerd::error::ContainerdError;
 
@@ -408,7 +409,9 @@ impl Inner {
     ) -> Result<ImageInfo, PullError> {
         // Manifest (through an index if the reference names one).
         let (manifest_desc, manifest_bytes, index) = if is_index_media_type(&target.media_type) {
-            let index_bytes = self.small_blob(reference, target, creds, lease).await?;
+            let index_bytes = self
+                .small_blob(reference, target, creds, lease, Small::Index)
+                .await?;
             let parsed = Manifest::parse(&target.media_type, &index_bytes)
                 .map_err(|e| self.manifest_err(reference, e))?;
             let Manifest::Index(idx) = parsed else {
@@ -420,10 +423,14 @@ impl Inner {
             let chosen = select_platform(&idx, &self.config.os, &self.config.architecture, None)
                 .map_err(|e| self.manifest_err(reference, e))?
                 .clone();
-            let bytes = self.small_blob(reference, &chosen, creds, lease).await?;
+            let bytes = self
+                .small_blob(reference, &chosen, creds, lease, Small::Manifest)
+                .await?;
             (chosen, bytes, Some((target.clone(), index_bytes)))
         } else {
-            let bytes = self.small_blob(reference, target, creds, lease).await?;
+            let bytes = self
+                .small_blob(reference, target, creds, lease, Small::Manifest)
+                .await?;
             (target.clone(), bytes, None)
         };
         let manifest = match Manifest::parse(&manifest_desc.media_type, &manifest_bytes)
@@ -440,10 +447,11 @@ impl Inner {
 
         // Config.
         let config_bytes = self
-            .small_blob(reference, &manifest.config, creds, lease)
+            .small_blob(reference, &manifest.config, creds, lease, Small::Config)
             .await?;
-        let config =
-            ImageConfig::parse(&config_bytes).map_err(|e| self.manifest_err(reference, e))?;
+        let config = ImageConfig::parse_off_thread(config_bytes)
+            .await
+            .map_err(|e| self.manifest_err(reference, e))?;
         let diff_ids: Vec<String> = config
             .rootfs
             .diff_ids
@@ -460,10 +468,15 @@ impl Inner {
             });
         }
 
-        // Layers, concurrently, de-duplicated by digest across pulls.
+        // Layers download concurrently, de-duplicated by digest across pulls and bounded by
+        // the download semaphore; each is applied as soon as it and every layer below it are
+        // stored, while the layers above still download: a big pull costs about its slowest
+        // stage (download, or containerd's decompress-and-write in Diff.Apply), not their sum.
         let source_label = format!("containerd.io/distribution.source.{}", reference.registry);
         let source_repo = reference.repository.clone();
-        let fetches = manifest
+        // Shared: the download of layer i is awaited both by the join below and, in order,
+        // by the unpacking; it runs once, polled by either.
+        let fetches: Vec<_> = manifest
             .layers
             .iter()
             .zip(&diff_ids)
@@ -473,29 +486,44 @@ impl Inner {
                     (source_label.clone(), source_repo.clone()),
                 ]);
                 self.layer(reference, layer, creds, lease, labels)
-            });
-        // Wait for every layer even after one fails (no fail-fast): each download deletes its
-        // own lease when it ends, so once all have ended, deleting this pull's lease with
-        // sync GC leaves nothing of a failed pull behind.
-        for result in join_all(fetches).await {
+                    .boxed()
+                    .shared()
+            })
+            .collect();
+        let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();
+        let unpacking = async {
+            let mut unpacker = Unpacker::new(
+                self.backend.snapshots.as_ref(),
+                self.backend.differ.as_ref(),
+                lease,
+                &self.config.snapshotter,
+                &diff_ids,
+            );
+            for (blob, fetched) in layer_blobs.iter().zip(&fetches) {
+                // A failed download stops the unpacking; the join reports it.
+                fetched.clone().await?;
+                unpacker
+                    .apply_next(blob)
+                    .await
+                    .map_err(|e| PullError::Unpack {
+                        reference: reference.to_string(),
+                        source: Arc::new(e),
+                    })?;
+            }
+            Ok::<String, PullError>(unpacker.into_top())
+        };
+        // Wait for every download even after a failure (no fail-fast), the unpacking's
+        // included: each download deletes its own lease when it ends, so once all have
+        // ended, deleting this pull's lease with sync GC leaves nothing of a failed pull
+        // behind (the snapshots applied so far were made in it too). A download's failure
+        // comes first: it is why the unpacking stopped.
+        let (downloaded, unpacked) = tokio::join!(join_all(fetches.iter().cloned()), unpacking);
+        for result in downloaded {
             result?;
         }
+        let top = unpacked?;
 
-        // Unpack, then GC labels bottom-up, then the image records.
-        let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();
-        let top = unpack(
-            self.backend.snapshots.as_ref(),
-            self.backend.differ.as_ref(),
-            lease,
-            &self.config.snapshotter,
-            &layer_blobs,
-            &diff_ids,
-        )
-        .await
-        .map_err(|e| PullError::Unpack {
-            reference: reference.to_string(),
-            source: Arc::new(e),
-        })?;
+        // GC labels bottom-up, then the image records.
         let label = |k: String, v: String| (k, v);
         self.set_labels(
             reference,
@@ -545,7 +573,7 @@ impl Inner {
             user: config.config.user.clone().unwrap_or_default(),
             chain_id: top,
             pinned: false,
-            config_json: String::from_utf8_lossy(&config_bytes).into_owned(),
+            config: Arc::new(config),
         };
         self.record(reference, target, &info).await?;
         Ok(info)
@@ -621,20 +649,23 @@ impl Inner {
     }
 
     /// A manifest, index or config: from the content store if present, else fetched, verified
-    /// and stored.
+    /// and stored. One over its kind's size limit is refused before anything is read.
     async fn small_blob(
         &self,
         reference: &Reference,
         desc: &Descriptor,
         creds: &Credentials,
         lease: &str,
+        kind: Small,
     ) -> Result<Bytes, PullError> {
         let digest = desc.digest.to_string();
+        kind.check(&digest, desc.size)
+            .map_err(|e| self.manifest_err(reference, e))?;
         if self.protect(reference, lease, &digest).await? {
             return self
                 .backend
                 .content
-                .read(&digest)
+                .read(&digest, desc.size)
                 .await
                 .map_err(|e| self.containerd_err(reference, e));
         }
@@ -796,6 +827,26 @@ impl BlobJob {
     }
 }
 
+/// The kinds of blob read into memory whole, each with its size limit.
+#[derive(Debug, Clone, Copy)]
+enum Small {
+    Index,
+    Manifest,
+    Config,
+}
+
+impl Small {
+    /// Refuses a blob of `size` bytes over this kind's limit.
+    fn check(self, digest: &str, size: u64) -> Result<(), ManifestError> {
+        let (what, limit) = match self {
+            Small::Index => ("image index", MAX_MANIFEST_SIZE),
+            Small::Manifest => ("image manifest", MAX_MANIFEST_SIZE),
+            Small::Config => ("image config", MAX_CONFIG_SIZE),
+        };
+        ManifestError::check_size(what, digest, size, limit)
+    }
+}
+
 /// Errors that mean the downloaded bytes are wrong (not merely incomplete).
 fn is_bad_data(e: &PullError) -> bool {
     match e {
@@ -826,12 +877,20 @@ pub async fn load_image(
     architecture: &str,
 ) -> Result<ImageInfo, LoadError> {
     let target = &record.target;
-    let bytes = content.read(&target.digest).await?;
+    let target_size = u64::try_from(target.size).unwrap_or(0);
+    let kind = if is_index_media_type(&target.media_type) {
+        Small::Index
+    } else {
+        Small::Manifest
+    };
+    kind.check(&target.digest, target_size)?;
+    let bytes = content.read(&target.digest, target_size).await?;
     let (manifest_size, manifest) = match Manifest::parse(&target.media_type, &bytes)? {
-        Manifest::Image(m) => (target.size as u64, *m),
+        Manifest::Image(m) => (target_size, *m),
         Manifest::Index(idx) => {
             let chosen = select_platform(&idx, os, architecture, None)?;
-            let bytes = content.read(chosen.digest.as_str()).await?;
+            Small::Manifest.check(chosen.digest.as_str(), chosen.size)?;
+            let bytes = content.read(chosen.digest.as_str(), chosen.size).await?;
             match Manifest::parse(&chosen.media_type, &bytes)? {
                 Manifest::Image(m) => (chosen.size, *m),
                 Manifest::Index(_) => {
@@ -842,8 +901,11 @@ pub async fn load_image(
             }
         }
     };
-    let config_bytes = content.read(manifest.config.digest.as_str()).await?;
-    let config = ImageConfig::parse(&config_bytes)?;
+    Small::Config.check(manifest.config.digest.as_str(), manifest.config.size)?;
+    let config_bytes = content
+        .read(manifest.config.digest.as_str(), manifest.config.size)
+        .await?;
+    let config = ImageConfig::parse_off_thread(config_bytes).await?;
     let diff_ids: Vec<String> = config
         .rootfs
         .diff_ids
@@ -861,7 +923,7 @@ pub async fn load_image(
         user: config.config.user.clone().unwrap_or_default(),
         chain_id,
         pinned: record.labels.get(LABEL_PINNED).map(String::as_str) == Some("pinned"),
-        config_json: String::from_utf8_lossy(&config_bytes).into_owned(),
+        config: Arc::new(config),
     })
 }
 

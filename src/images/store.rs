@@ -8,7 +8,9 @@
 //! with two tags, and removing it by id drops every reference.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
+
+use super::manifest::ImageConfig;
 
 /// What CRI reports about an image.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,8 +29,12 @@ pub struct ImageInfo {
     pub chain_id: String,
     /// Never garbage-collected by kubelet (e.g. the sandbox image).
     pub pinned: bool,
-    /// The raw image config JSON (for verbose status and container spec generation).
-    pub config_json: String,
+    /// The image config as parsed: every field CRI answers and container specs use (platform,
+    /// creation time, user, env, entrypoint, cmd, working dir, labels, exposed ports,
+    /// volumes, stop signal, diff IDs). Not the raw blob: a config can be tens of MiB (build
+    /// history, keys no runtime reads), and the index keeps every image's for its lifetime.
+    /// Shared: the index hands out clones of `ImageInfo`.
+    pub config: Arc<ImageConfig>,
 }
 
 impl ImageInfo {
@@ -206,7 +212,7 @@ mod tests {
             user: String::new(),
             chain_id: "sha256:c".into(),
             pinned: false,
-            config_json: "{}".into(),
+            config: Default::default(),
         }
     }
 

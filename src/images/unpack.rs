@@ -8,6 +8,12 @@
 //! config's diff ID), then `Commit`ted. Two pulls racing on the same layer both apply, one
 //! commit wins, the loser drops its work. On any failure the active snapshot is removed, so
 //! nothing half-applied is left behind.
+//!
+//! [`Unpacker`] applies the layers one at a time, bottom first, so a pull can apply each
+//! layer as soon as its blob (and every blob below it) is in the content store, while the
+//! layers above it still download. Decompression, hashing of the uncompressed stream and
+//! writing the files all happen inside containerd's `Diff.Apply`; remora only orders the
+//! calls.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,25 +94,94 @@ pub async fn unpack(
             diff_ids: diff_ids.len(),
         });
     }
-    let chains = chain_ids(diff_ids);
-    let mut parent = String::new();
-    for (i, layer) in layers.iter().enumerate() {
-        let chain = &chains[i];
-        if snapshots.exists(snapshotter, chain).await? {
-            parent = chain.clone();
-            continue;
+    let mut unpacker = Unpacker::new(snapshots, differ, lease, snapshotter, diff_ids);
+    for layer in layers {
+        unpacker.apply_next(layer).await?;
+    }
+    Ok(unpacker.into_top())
+}
+
+/// Applies an image's layers in order, one call per layer, as the caller has them.
+pub struct Unpacker<'a> {
+    snapshots: &'a dyn Snapshots,
+    differ: &'a dyn Differ,
+    lease: &'a str,
+    snapshotter: &'a str,
+    diff_ids: &'a [String],
+    chains: Vec<String>,
+    /// The chain ID of the layers applied so far ("" before the first).
+    parent: String,
+    /// Index of the next layer.
+    next: usize,
+}
+
+impl<'a> Unpacker<'a> {
+    /// An unpacker for an image whose config lists `diff_ids`.
+    pub fn new(
+        snapshots: &'a dyn Snapshots,
+        differ: &'a dyn Differ,
+        lease: &'a str,
+        snapshotter: &'a str,
+        diff_ids: &'a [String],
+    ) -> Self {
+        Self {
+            snapshots,
+            differ,
+            lease,
+            snapshotter,
+            diff_ids,
+            chains: chain_ids(diff_ids),
+            parent: String::new(),
+            next: 0,
         }
+    }
+
+    /// Applies the next layer (bottom first), whose blob must be in the content store, unless
+    /// its chain is already a snapshot. On failure the active snapshot is removed.
+    pub async fn apply_next(&mut self, layer: &Blob) -> Result<(), UnpackError> {
+        let i = self.next;
+        let (Some(chain), Some(diff_id)) = (self.chains.get(i), self.diff_ids.get(i)) else {
+            return Err(UnpackError::LayerCount {
+                layers: i + 1,
+                diff_ids: self.diff_ids.len(),
+            });
+        };
+        let chain = chain.clone();
+        if !self.snapshots.exists(self.snapshotter, &chain).await? {
+            self.apply(layer, &chain, diff_id).await?;
+        }
+        self.parent = chain;
+        self.next += 1;
+        Ok(())
+    }
+
+    /// The top chain ID: the image's rootfs parent.
+    pub fn into_top(self) -> String {
+        self.parent
+    }
+
+    async fn apply(&self, layer: &Blob, chain: &str, diff_id: &str) -> Result<(), UnpackError> {
+        let (snapshots, snapshotter, lease) = (self.snapshots, self.snapshotter, self.lease);
         let key = unique_key(chain);
-        let applied = apply_one(snapshots, differ, lease, snapshotter, &key, &parent, layer).await;
+        let applied = apply_one(
+            snapshots,
+            self.differ,
+            lease,
+            snapshotter,
+            &key,
+            &self.parent,
+            layer,
+        )
+        .await;
         let result = match applied {
-            Ok(got) if got != diff_ids[i] => Err(UnpackError::DiffId {
+            Ok(got) if got != diff_id => Err(UnpackError::DiffId {
                 layer: layer.digest.clone(),
-                expected: diff_ids[i].clone(),
+                expected: diff_id.to_string(),
                 got,
             }),
             Ok(_) => {
                 let labels =
-                    HashMap::from([("containerd.io/snapshot.ref".to_string(), chain.clone())]);
+                    HashMap::from([("containerd.io/snapshot.ref".to_string(), chain.to_string())]);
                 match snapshots
                     .commit(lease, snapshotter, chain, &key, labels)
                     .await
@@ -131,9 +206,8 @@ pub async fn unpack(
             let _ = snapshots.remove(snapshotter, &key).await;
             return Err(e);
         }
-        parent = chain.clone();
+        Ok(())
     }
-    Ok(parent)
 }
 
 async fn apply_one(
@@ -161,6 +235,8 @@ pub(crate) mod tests {
     pub struct FakeSnapshots {
         pub snaps: Mutex<BTreeMap<String, (String, bool)>>,
         pub prepared: Mutex<Vec<String>>,
+        /// (committed name, lease), in commit order.
+        pub committed: Mutex<Vec<(String, String)>>,
     }
 
     #[tonic::async_trait]
@@ -214,6 +290,10 @@ pub(crate) mod tests {
             }
             let (parent, _) = snaps.remove(key).expect("commit of a prepared key");
             snaps.insert(name.into(), (parent, true));
+            self.committed
+                .lock()
+                .unwrap()
+                .push((name.to_string(), _l.to_string()));
             Ok(())
         }
         async fn remove(&self, _s: &str, key: &str) -> Result<(), ContainerdError> {

@@ -89,10 +89,7 @@ impl Pods {
         let image: ImageInfo = self
             .find_image(&req.image)
             .ok_or_else(|| ContainerError::ImageNotFound(req.image.clone()))?;
-        let image_cfg = image_config(&image).map_err(|reason| ContainerError::ImageConfig {
-            image: req.image.clone(),
-            reason,
-        })?;
+        let image_cfg = image_config(&image);
 
         let mut metadata = req.metadata.clone();
         metadata.id = id.to_string();

@@ -83,7 +83,7 @@ impl Pods {
     fn stop_signal(&self, container: &Container) -> u32 {
         let image = self.find_image(&container.metadata().image.id);
         let name = image
-            .and_then(|i| image_config(&i).ok())
+            .map(|i| image_config(&i))
             .map(|c| c.stop_signal)
             .unwrap_or_default();
         parse_signal(&name).unwrap_or(libc::SIGTERM as u32)

@@ -33,14 +33,6 @@ pub enum SandboxError {
     /// The pause image could not be pulled.
     #[error("sandbox image: {0}")]
     Image(#[source] Box<PullError>),
-    /// The pause image's config is unreadable.
-    #[error("sandbox image {image}: invalid config: {reason}")]
-    ImageConfig {
-        /// The image.
-        image: String,
-        /// Why (the image side's parse error, as text: its type is the image side's).
-        reason: String,
-    },
     /// Creating or removing the network namespace failed.
     #[error("network namespace: {0}")]
     Netns(#[from] NetnsError),
@@ -133,14 +125,6 @@ pub enum ContainerError {
     /// No id could be generated.
     #[error(transparent)]
     Id(#[from] IdError),
-    /// The image config is unreadable.
-    #[error("image {image}: invalid config: {reason}")]
-    ImageConfig {
-        /// The image.
-        image: String,
-        /// Why (the image side's parse error, as text: its type is the image side's).
-        reason: String,
-    },
     /// The root filesystem could not be mounted to resolve the user.
     #[error("reading the container's root filesystem: {0}")]
     Rootfs(#[from] MountError),

@@ -415,19 +415,17 @@ pub(crate) fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// The spec-relevant parts of an image's config.
-pub fn image_config(image: &ImageInfo) -> Result<ImageConfig, String> {
-    let parsed = crate::images::manifest::ImageConfig::parse(image.config_json.as_bytes())
-        .map_err(|e| e.to_string())?;
-    let c = parsed.config;
-    Ok(ImageConfig {
-        user: c.user.unwrap_or_default(),
-        env: c.env,
-        entrypoint: c.entrypoint,
-        cmd: c.cmd,
-        working_dir: c.working_dir.unwrap_or_default(),
-        stop_signal: c.stop_signal.unwrap_or_default(),
-    })
+/// The spec-relevant parts of an image's config (parsed when the image was indexed).
+pub fn image_config(image: &ImageInfo) -> ImageConfig {
+    let c = &image.config.config;
+    ImageConfig {
+        user: c.user.clone().unwrap_or_default(),
+        env: c.env.clone(),
+        entrypoint: c.entrypoint.clone(),
+        cmd: c.cmd.clone(),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        stop_signal: c.stop_signal.clone().unwrap_or_default(),
+    }
 }
 
 /// Runs blocking file-system work off the async threads.

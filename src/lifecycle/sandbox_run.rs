@@ -91,10 +91,7 @@ impl Pods {
         let reservation = self.names.reserve_guarded(&name_key, id)?;
 
         let image = self.sandbox_image().await?;
-        let image_config = image_config(&image).map_err(|reason| SandboxError::ImageConfig {
-            image: self.sandbox_image.clone(),
-            reason,
-        })?;
+        let image_config = image_config(&image);
 
         let ns = &cfg.security.namespaces;
         let host_network = ns.network == NamespaceMode::Node;

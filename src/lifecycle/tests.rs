@@ -48,7 +48,12 @@ fn image(id: &str) -> ImageInfo {
         user: String::new(),
         chain_id: format!("{id}-chain"),
         pinned: false,
-        config_json: r#"{"architecture":"amd64","os":"linux","config":{"Cmd":["/bin/sh"]},"rootfs":{"type":"layers","diff_ids":[]}}"#.into(),
+        config: std::sync::Arc::new(
+            crate::images::manifest::ImageConfig::parse(
+                br#"{"architecture":"amd64","os":"linux","config":{"Cmd":["/bin/sh"]},"rootfs":{"type":"layers","diff_ids":[]}}"#,
+            )
+            .unwrap(),
+        ),
     }
 }
 

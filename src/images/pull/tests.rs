@@ -226,11 +226,11 @@ impl Content for FakeContainerd {
         }))
     }
 
-    async fn read(&self, digest: &str) -> Result<Bytes, ContainerdError> {
+    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError> {
         self.st()
             .blobs
             .get(digest)
-            .map(|b| b.data.clone())
+            .map(|b| b.data.slice(..b.data.len().min(size as usize)))
             .ok_or_else(|| call_err("Content.Read", Code::NotFound, digest.to_string()))
     }
 
@@ -631,10 +631,35 @@ fn digest_ref(digest: &str) -> String {
     format!("{}/{REPO}@{digest}", fake::REGISTRY)
 }
 
+/// The fake differ, recording each apply with the layer blobs stored at that moment.
+struct RecordingDiffer {
+    inner: FakeDiffer,
+    ctr: FakeContainerd,
+    /// (layer applied, digests of the blobs containerd held when it was applied).
+    applied: Mutex<Vec<(String, BTreeSet<String>)>>,
+}
+
+#[tonic::async_trait]
+impl Differ for RecordingDiffer {
+    async fn apply(
+        &self,
+        layer: &Blob,
+        mounts: Vec<crate::images::backend::Mount>,
+    ) -> Result<String, ContainerdError> {
+        let stored = self.ctr.blob_digests().into_iter().collect();
+        self.applied
+            .lock()
+            .unwrap()
+            .push((layer.digest.clone(), stored));
+        self.inner.apply(layer, mounts).await
+    }
+}
+
 struct Env {
     puller: Arc<Puller>,
     ctr: FakeContainerd,
     snaps: Arc<FakeSnapshots>,
+    differ: Arc<RecordingDiffer>,
     index: Arc<ImageIndex>,
     reg: Registry,
     _hosts: tempfile::TempDir,
@@ -672,12 +697,17 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
     let ctr = FakeContainerd::default();
     let snaps = Arc::new(FakeSnapshots::default());
     let index = Arc::new(ImageIndex::new());
+    let differ = Arc::new(RecordingDiffer {
+        inner: FakeDiffer(diffs),
+        ctr: ctr.clone(),
+        applied: Mutex::default(),
+    });
     let backend = Backend {
         content: Arc::new(ctr.clone()),
         images: Arc::new(ctr.clone()),
         leases: Arc::new(ctr.clone()),
         snapshots: snaps.clone(),
-        differ: Arc::new(FakeDiffer(diffs)),
+        differ: differ.clone(),
     };
     let puller = Puller::new(
         PullConfig {
@@ -704,6 +734,7 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
         puller: Arc::new(puller),
         ctr,
         snaps,
+        differ,
         index,
         reg,
         _hosts: hosts,
@@ -1222,7 +1253,7 @@ async fn load_image_from_a_manifest_record() {
             user: "nobody".into(),
             chain_id: chain_ids(&img.diff_ids).pop().unwrap(),
             pinned: true,
-            config_json: String::from_utf8(img.config.to_vec()).unwrap(),
+            config: Arc::new(ImageConfig::parse(&img.config).unwrap()),
         }
     );
 }
@@ -1302,4 +1333,348 @@ async fn pulling_an_index_records_it_and_links_it_for_gc() {
         want,
         "the lease is gone; index → manifest → config/layers labels keep the image"
     );
+}
+
+/// `img`'s manifest, with the config descriptor's size replaced by `config_size` and an
+/// annotation of `pad` bytes.
+fn manifest_with(img: &TestImage, config_size: u64, pad: usize) -> Bytes {
+    let mut m: serde_json::Value = serde_json::from_slice(&img.manifest).unwrap();
+    m["config"]["size"] = config_size.into();
+    if pad > 0 {
+        m["annotations"] = serde_json::json!({ "pad": "x".repeat(pad) });
+    }
+    Bytes::from(serde_json::to_vec(&m).unwrap())
+}
+
+/// After a refused pull: no record, no lease (the pull's was deleted synchronously), no
+/// content, nothing indexed.
+async fn assert_rolled_back(env: &Env) {
+    env.settled().await;
+    assert!(env.ctr.st().images.is_empty());
+    assert!(env.index.list().is_empty());
+    assert!(env.leases().is_empty(), "{:?}", env.leases());
+    assert!(
+        env.ctr.blob_digests().is_empty(),
+        "{:?}",
+        env.ctr.blob_digests()
+    );
+    assert!(env.ctr.st().ingests.is_empty());
+    let log = env.lease_log();
+    assert!(
+        log.iter()
+            .any(|e| matches!(e, LeaseEvent::Deleted { id, sync: true } if id.contains("pull"))),
+        "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_config_over_the_limit_is_refused_before_it_is_downloaded() {
+    let img = TestImage::new(&[b"layer"], "");
+    let env = env(&[&img], Opts::default()).await;
+    let manifest = manifest_with(&img, MAX_CONFIG_SIZE + 1, 0);
+    let digest = Digest::of(&manifest).to_string();
+    let m = (MEDIA_TYPE_OCI_MANIFEST.to_string(), manifest);
+    env.reg
+        .st()
+        .manifests
+        .insert(format!("{REPO}/manifests/1"), m.clone());
+    env.reg
+        .st()
+        .manifests
+        .insert(format!("{REPO}/manifests/{digest}"), m);
+    env.reg.push(REPO, "unused", &img); // the blobs, so only the limit can refuse it
+
+    let err = env.pull(&image_ref("1")).await.unwrap_err();
+    let PullError::Manifest { source, .. } = &err else {
+        panic!("{err:?}")
+    };
+    let ManifestError::TooLarge {
+        what,
+        digest: d,
+        size,
+        limit,
+    } = source.as_ref()
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (*what, d.as_str(), *size, *limit),
+        (
+            "image config",
+            img.id().as_str(),
+            MAX_CONFIG_SIZE + 1,
+            MAX_CONFIG_SIZE
+        )
+    );
+    let msg = err.to_string();
+    for part in [
+        image_ref("1"),
+        img.id(),
+        (MAX_CONFIG_SIZE + 1).to_string(),
+        MAX_CONFIG_SIZE.to_string(),
+    ] {
+        assert!(msg.contains(&part), "{msg} names {part}");
+    }
+    assert_eq!(env.reg.gets(&img.id()), 0, "not downloaded");
+    assert_eq!(
+        env.reg.blob_gets(),
+        0,
+        "no layer either: {:?}",
+        env.reg.log()
+    );
+    assert_rolled_back(&env).await;
+}
+
+#[tokio::test]
+async fn a_manifest_over_the_limit_is_refused_when_resolved() {
+    let img = TestImage::new(&[b"layer"], "");
+    let env = env(&[&img], Opts::default()).await;
+    let manifest = manifest_with(&img, img.config.len() as u64, MAX_MANIFEST_SIZE as usize);
+    assert!(manifest.len() as u64 > MAX_MANIFEST_SIZE);
+    env.reg.st().manifests.insert(
+        format!("{REPO}/manifests/1"),
+        (MEDIA_TYPE_OCI_MANIFEST.to_string(), manifest.clone()),
+    );
+
+    let err = env.pull(&image_ref("1")).await.unwrap_err();
+    let PullError::Registry(RegistryError::TooLarge { size, limit, .. }) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!((*size, *limit), (manifest.len() as u64, MAX_MANIFEST_SIZE));
+    assert!(err.to_string().contains(&image_ref("1")), "{err}");
+    assert_eq!(
+        env.reg.count("GET", "/manifests/1"),
+        0,
+        "{:?}",
+        env.reg.log()
+    );
+    assert!(env.ctr.st().images.is_empty());
+    assert!(env.leases().is_empty());
+    assert!(env.ctr.blob_digests().is_empty());
+}
+
+#[tokio::test]
+async fn a_manifest_of_exactly_the_limit_is_accepted() {
+    // containerd's bound is inclusive; so is remora's.
+    let img = TestImage::new(&[b"layer"], "");
+    let env = env(&[&img], Opts::default()).await;
+    let base = manifest_with(&img, img.config.len() as u64, 1).len();
+    let manifest = manifest_with(
+        &img,
+        img.config.len() as u64,
+        1 + MAX_MANIFEST_SIZE as usize - base,
+    );
+    assert_eq!(manifest.len() as u64, MAX_MANIFEST_SIZE);
+    let digest = Digest::of(&manifest).to_string();
+    let m = (MEDIA_TYPE_OCI_MANIFEST.to_string(), manifest);
+    env.reg.push(REPO, "unused", &img);
+    env.reg
+        .st()
+        .manifests
+        .insert(format!("{REPO}/manifests/1"), m.clone());
+    env.reg
+        .st()
+        .manifests
+        .insert(format!("{REPO}/manifests/{digest}"), m);
+    assert_eq!(env.pull(&image_ref("1")).await.unwrap().id, img.id());
+}
+
+#[tokio::test]
+async fn the_index_keeps_the_parsed_config_not_the_blob() {
+    // A config of about 2 MiB, nearly all build history: parsed off the async threads, and
+    // the index keeps the fields CRI uses, not the history.
+    let img = TestImage::new(&[b"layer"], "1000");
+    let mut config: serde_json::Value = serde_json::from_slice(&img.config).unwrap();
+    config["config"]["Env"] = serde_json::json!(["PATH=/bin", "A=b"]);
+    config["config"]["Labels"] = serde_json::json!({"team": "x"});
+    config["history"] = (0..32)
+        .map(|i| serde_json::json!({"created_by": format!("step {i} {}", "y".repeat(64 << 10))}))
+        .collect();
+    let config = Bytes::from(serde_json::to_vec(&config).unwrap());
+    assert!(config.len() > 2 << 20);
+    let mut m: serde_json::Value = serde_json::from_slice(&img.manifest).unwrap();
+    m["config"] = serde_json::to_value(desc(&config, MEDIA_TYPE_OCI_CONFIG)).unwrap();
+    let manifest = Bytes::from(serde_json::to_vec(&m).unwrap());
+    let env = env(&[&img], Opts::default()).await;
+    env.reg.push(REPO, "unused", &img);
+    {
+        let mut st = env.reg.st();
+        st.blobs
+            .insert(Digest::of(&config).to_string(), config.clone());
+        let mt = MEDIA_TYPE_OCI_MANIFEST.to_string();
+        st.manifests.insert(
+            format!("{REPO}/manifests/{}", Digest::of(&manifest)),
+            (mt.clone(), manifest.clone()),
+        );
+        st.manifests
+            .insert(format!("{REPO}/manifests/1"), (mt, manifest));
+    }
+
+    let info = env.pull(&image_ref("1")).await.unwrap();
+    assert_eq!(info.id, Digest::of(&config).to_string());
+    let c = &info.config.config;
+    assert_eq!(c.env, vec!["PATH=/bin", "A=b"]);
+    assert_eq!(c.labels["team"], "x");
+    assert_eq!(c.user.as_deref(), Some("1000"));
+    assert_eq!(info.config.rootfs.diff_ids.len(), 1);
+    let kept = serde_json::to_vec(info.config.as_ref()).unwrap();
+    assert!(kept.len() < 1024, "{} bytes kept", kept.len());
+    // Indexed again from containerd (a restart's resync): the same parsed config.
+    let record = env.ctr.st().images[&image_ref("1")].clone();
+    let loaded = load_image(&env.ctr, &record, "linux", "amd64")
+        .await
+        .unwrap();
+    assert_eq!(loaded.config, info.config);
+}
+
+/// Eight layers of distinct content.
+fn eight_layers() -> TestImage {
+    let layers: Vec<Vec<u8>> = (0..8)
+        .map(|i| format!("layer number {i}").into_bytes())
+        .collect();
+    let refs: Vec<&[u8]> = layers.iter().map(Vec::as_slice).collect();
+    TestImage::new(&refs, "")
+}
+
+#[tokio::test]
+async fn layers_are_applied_in_order_while_later_ones_still_download() {
+    let img = eight_layers();
+    let env = env(&[&img], Opts::default()).await;
+    env.reg.push(REPO, "1", &img);
+    let last = img.layer_digest(7);
+    env.reg
+        .st()
+        .delay
+        .insert(last.clone(), Duration::from_millis(300));
+
+    let info = env.pull(&image_ref("1")).await.unwrap();
+    assert_eq!(info.chain_id, *chain_ids(&img.diff_ids).last().unwrap());
+    let applied = env.differ.applied.lock().unwrap().clone();
+    let order: Vec<&String> = applied.iter().map(|(l, _)| l).collect();
+    let want: Vec<String> = (0..8).map(|i| img.layer_digest(i)).collect();
+    assert_eq!(order, want.iter().collect::<Vec<_>>(), "bottom first");
+    for (i, (layer, stored)) in applied.iter().enumerate() {
+        // Each layer is applied only once it and every layer below it are stored.
+        for below in &want[..=i] {
+            assert!(
+                stored.contains(below),
+                "{layer} applied before {below} was stored"
+            );
+        }
+    }
+    assert!(
+        !applied[0].1.contains(&last),
+        "layer 1 was applied only after layer 8 finished downloading"
+    );
+    assert!(
+        !applied[6].1.contains(&last),
+        "layer 7 was applied only after layer 8 finished downloading"
+    );
+    // The chains were committed in order, each in the pull's lease.
+    let committed = env.snaps.committed.lock().unwrap().clone();
+    let chains = chain_ids(&img.diff_ids);
+    assert_eq!(
+        committed.iter().map(|(c, _)| c).collect::<Vec<_>>(),
+        chains.iter().collect::<Vec<_>>()
+    );
+    assert!(committed.iter().all(|(_, l)| l.starts_with("remora-pull-")));
+    assert!(env.leases().is_empty());
+}
+
+/// After a pull that failed mid-way: no record, lease, content or active snapshot; the
+/// snapshots committed before the failure were made in the pull's lease (deleted with
+/// synchronous GC, which removes them in containerd).
+async fn assert_nothing_left_of(env: &Env) {
+    env.settled().await;
+    assert!(env.ctr.st().images.is_empty());
+    assert!(env.index.list().is_empty());
+    assert!(env.leases().is_empty(), "{:?}", env.leases());
+    assert!(
+        env.ctr.blob_digests().is_empty(),
+        "{:?}",
+        env.ctr.blob_digests()
+    );
+    assert!(env.ctr.st().ingests.is_empty());
+    let snaps = env.snaps.snaps.lock().unwrap().clone();
+    assert!(
+        snaps.values().all(|(_, committed)| *committed),
+        "active left: {snaps:?}"
+    );
+    let pull_lease = env
+        .lease_log()
+        .iter()
+        .find_map(|e| match e {
+            LeaseEvent::Created(id) if id.starts_with("remora-pull-") => Some(id.clone()),
+            _ => None,
+        })
+        .expect("a pull lease");
+    assert!(env.lease_log().contains(&LeaseEvent::Deleted {
+        id: pull_lease.clone(),
+        sync: true
+    }));
+    let committed = env.snaps.committed.lock().unwrap().clone();
+    assert_eq!(committed.len(), snaps.len());
+    assert!(
+        committed.iter().all(|(_, l)| *l == pull_lease),
+        "{committed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_download_failing_after_lower_layers_were_applied_leaves_nothing() {
+    let img = eight_layers();
+    let env = env(&[&img], Opts::default()).await;
+    env.reg.push(REPO, "1", &img);
+    // Layer 6 arrives late and corrupt: layers below it are applied by then.
+    let bad = img.layer_digest(5);
+    {
+        let mut reg = env.reg.st();
+        reg.corrupt
+            .insert(bad.clone(), Bytes::from_static(b"layer number X"));
+        reg.delay.insert(bad.clone(), Duration::from_millis(200));
+    }
+    let err = env.pull(&image_ref("1")).await.unwrap_err();
+    assert!(
+        matches!(&err, PullError::Registry(RegistryError::Verify { .. })),
+        "{err:?}"
+    );
+    let applied = env.differ.applied.lock().unwrap().len();
+    assert!(applied >= 1, "lower layers were applied before the failure");
+    assert!(
+        applied <= 5,
+        "nothing above the failed layer is applied: {applied}"
+    );
+    assert_nothing_left_of(&env).await;
+}
+
+#[tokio::test]
+async fn an_unpack_failing_mid_way_waits_for_the_downloads_and_leaves_nothing() {
+    let img = eight_layers();
+    let mut wrong = img.clone();
+    // The differ reports another digest for layer 4 than the config promises.
+    wrong.diff_ids[3] = Digest::of(b"something else").to_string();
+    let env = env(&[&wrong], Opts::default()).await;
+    env.reg.push(REPO, "1", &img);
+    env.reg
+        .st()
+        .delay
+        .insert(img.layer_digest(7), Duration::from_millis(200));
+    let err = env.pull(&image_ref("1")).await.unwrap_err();
+    let PullError::Unpack { source, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(source.as_ref(), UnpackError::DiffId { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        env.differ.applied.lock().unwrap().len(),
+        4,
+        "stopped at layer 4"
+    );
+    // The pull ended only after the slow layer's download had: nothing was writing any more
+    // when its lease went.
+    assert!(env.ctr.st().locked.is_empty(), "a writer is still open");
+    assert!(env.leases().is_empty(), "{:?}", env.leases());
+    assert_nothing_left_of(&env).await;
 }

@@ -43,8 +43,8 @@ use crate::images::manifest::{
 };
 use crate::images::reference::Reference;
 
-/// Largest manifest accepted (containerd's limit too): a manifest is read into memory.
-pub const MAX_MANIFEST_SIZE: u64 = 4 << 20;
+// Largest manifest accepted: a manifest is read into memory (see the constant's docs).
+pub use crate::images::manifest::MAX_MANIFEST_SIZE;
 const DOCKER_CONTENT_DIGEST: &str = "docker-content-digest";
 
 /// Settings of a [`RegistryClient`].
@@ -178,6 +178,10 @@ impl RegistryClient {
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.trim().parse::<u64>().ok())
             .filter(|n| *n > 0);
+        // containerd's resolver refuses an oversized manifest here too.
+        if let Some(size) = size.filter(|s| *s > MAX_MANIFEST_SIZE) {
+            return Err(ctx.too_large(size, MAX_MANIFEST_SIZE));
+        }
         if let (Some(digest), Some(size), Some(mt)) =
             (header_digest.or(pinned.clone()), size, media_type.clone())
         {
@@ -199,7 +203,11 @@ impl RegistryClient {
         };
         let header_digest = content_digest(resp.headers(), &ctx)?;
         let media_type = content_type(resp.headers());
-        let body = self.read_body(resp, MAX_MANIFEST_SIZE, &ctx).await?;
+        // One byte over the limit tells a manifest cut off at the limit from one of its size.
+        let body = self.read_body(resp, MAX_MANIFEST_SIZE + 1, &ctx).await?;
+        if body.len() as u64 > MAX_MANIFEST_SIZE {
+            return Err(ctx.too_large(body.len() as u64, MAX_MANIFEST_SIZE));
+        }
         let actual = Digest::of(&body);
         if let Some(expected) = pinned.or(header_digest) {
             if expected != actual {
@@ -232,18 +240,20 @@ impl RegistryClient {
             accept: Some(accept_with(&desc.media_type)),
             range_from: 0,
         };
+        if desc.size > MAX_MANIFEST_SIZE {
+            return Err(Ctx {
+                reference: reference.to_string(),
+                host: &reference.registry,
+                what: &what,
+            }
+            .too_large(desc.size, MAX_MANIFEST_SIZE));
+        }
         let (resp, host) = self.execute(reference, creds, &req).await?;
         let ctx = Ctx {
             reference: reference.to_string(),
             host: &host,
             what: &what,
         };
-        if desc.size > MAX_MANIFEST_SIZE {
-            return Err(ctx.invalid(format!(
-                "manifest is {} bytes, more than the {MAX_MANIFEST_SIZE} allowed",
-                desc.size
-            )));
-        }
         // One byte over the expected size is enough to report a size mismatch.
         let body = self.read_body(resp, desc.size + 1, &ctx).await?;
         let mut v = DigestVerifier::new(desc.digest.clone(), Some(desc.size));

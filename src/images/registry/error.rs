@@ -177,6 +177,23 @@ pub enum RegistryError {
         /// What is wrong.
         reason: String,
     },
+    /// A manifest larger than remora reads into memory
+    /// ([`MAX_MANIFEST_SIZE`](crate::images::manifest::MAX_MANIFEST_SIZE)).
+    #[error(
+        "{reference}: {what} from {host} is {size} bytes, over remora's limit of {limit} bytes"
+    )]
+    TooLarge {
+        /// The image reference.
+        reference: String,
+        /// The host.
+        host: String,
+        /// `manifest <tag or digest>`.
+        what: String,
+        /// Its size (from `Content-Length`, or "at least" this when the body was cut off).
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// A blob download that made too little progress.
     #[error(
         "{reference}: download of blob {digest} from {host} stalled: {window_bytes} bytes in \
@@ -277,6 +294,15 @@ impl Ctx<'_> {
             host: self.host.to_owned(),
             what: self.what.to_owned(),
             reason,
+        }
+    }
+    pub(super) fn too_large(&self, size: u64, limit: u64) -> RegistryError {
+        RegistryError::TooLarge {
+            reference: self.reference.clone(),
+            host: self.host.to_owned(),
+            what: self.what.to_owned(),
+            size,
+            limit,
         }
     }
     pub(super) fn verify(&self, source: VerifyError) -> RegistryError {

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Big-image pull benchmark, remora vs the test bed containerd's built-in CRI, in one run on the
+# same test bed: cold pulls (crictl) of
+#   layers: an image of L layers of M MiB of random, incompressible data (gzip'ed tar);
+#   config: an image of one small layer whose config is C MiB (build history entries).
+# Both images are generated from /dev/urandom (python's os.urandom) and pushed to the local
+# registry just before each pull, never committed; each pull gets a fresh image, so nothing of
+# it is in containerd's content store (which is shared across namespaces). The runtimes
+# alternate, and which one goes first flips every round. After each pull the image is
+# removed and its blobs deleted from the registry's storage.
+#
+#   scripts/bench-pull-big.sh [--layers 8] [--layer-mb 64] [--config-mb 64] [--rounds 3]
+#                             [--only layers|config]
+#
+# Prints per image the median wall time and MiB/s (blob bytes of the image / wall time) of
+# each runtime with the ratio remora/containerd (higher is better for remora), and remora's
+# RSS around the pull: before, peak during (VmHWM, reset before the pull), after the pull,
+# and after the image's removal. The release build is used: REMORA_BIN, or
+# $CARGO_TARGET_DIR/release/remora (default target/), built first.
+# Nothing here is a pass/fail assertion: it reports numbers.
+set -euo pipefail
+
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+layers=8 layer_mb=64 config_mb=64 rounds=3 only=""
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--layers) layers=$2; shift 2 ;;
+	--layer-mb) layer_mb=$2; shift 2 ;;
+	--config-mb) config_mb=$2; shift 2 ;;
+	--rounds) rounds=$2; shift 2 ;;
+	--only) only=$2; shift 2 ;;
+	*) die "unknown argument $1" ;;
+	esac
+done
+
+if [[ -z "${REMORA_BIN:-}" ]]; then
+	info "cargo build --release --locked --bin remora"
+	(cd "$REPO_ROOT" && cargo build --release --locked --bin remora 2>&1 | tail -n 1 >&2)
+	REMORA_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/remora"
+fi
+# The test bed restarts remora only for a binary newer than the running one: make sure the
+# one measured is REMORA_BIN.
+if [[ -s "$TB_RUN/remora.pid" ]] &&
+	[[ "$(readlink "/proc/$(<"$TB_RUN/remora.pid")/exe" || true)" != "$(realpath "$REMORA_BIN")" ]]; then
+	touch "$REMORA_BIN"
+fi
+REMORA_BIN="$REMORA_BIN" "$SCRIPTS_DIR/testbed.sh" up >/dev/null
+CRICTL="$TOOLS_BIN/crictl"
+REG_STORE="$TB_ROOT/registry/docker/registry/v2"
+remora_pid=$(<"$TB_RUN/remora.pid")
+info "measuring remora $(readlink "/proc/$remora_pid/exe") (pid $remora_pid)"
+
+kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
+
+# push KIND REPO: pushes a fresh image of KIND; prints push_random.py's JSON.
+push() {
+	case $1 in
+	layers) "$SCRIPTS_DIR/images/push_random.py" "$2" --layers "$layers" \
+		--layer-kb "$((layer_mb * 1024))" --gzip-level 1 ;;
+	config) "$SCRIPTS_DIR/images/push_random.py" "$2" --layers 1 --layer-kb 64 \
+		--config-kb "$((config_mb * 1024))" ;;
+	esac
+}
+
+# forget REPO JSON: deletes the image's repository and blobs from the registry's storage.
+forget() {
+	local d
+	rm -rf "${REG_STORE:?}/repositories/$1"
+	for d in $(jq -r '(.layers + [.config, .manifest])[]' <<<"$2"); do
+		d=${d#sha256:}
+		rm -rf "${REG_STORE:?}/blobs/sha256/${d:0:2}/$d"
+	done
+}
+
+# one KIND RT: one cold pull; prints "seconds bytes rss_before peak rss_after rss_removed"
+# (RSS fields in KiB, remora only; "-" for containerd).
+one() {
+	local kind=$1 rt=$2 repo json ref start end before="-" peak="-" after="-" removed="-"
+	repo="bench-big/$rt-$kind-$(date +%s%N)"
+	json=$(push "$kind" "$repo")
+	ref="registry.k8s.io/$repo:v1"
+	if [[ $rt == remora ]]; then
+		before=$(kib "$remora_pid" VmRSS)
+		echo 5 >"/proc/$remora_pid/clear_refs" # VmHWM := VmRSS
+	fi
+	start=$(date +%s.%N)
+	"$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" pull "$ref" >/dev/null ||
+		die "pull of $ref ($kind) through $rt failed"
+	end=$(date +%s.%N)
+	if [[ $rt == remora ]]; then
+		peak=$(kib "$remora_pid" VmHWM)
+		after=$(kib "$remora_pid" VmRSS)
+	fi
+	"$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" rmi "$ref" >/dev/null
+	[[ $rt == remora ]] && removed=$(kib "$remora_pid" VmRSS)
+	forget "$repo" "$json"
+	awk -v s="$start" -v e="$end" -v b="$(jq .bytes <<<"$json")" \
+		-v r="$before $peak $after $removed" 'BEGIN { printf "%.3f %d %s\n", e - s, b, r }'
+}
+
+median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+
+kinds=(layers config)
+[[ -n $only ]] && kinds=("$only")
+for kind in "${kinds[@]}"; do
+	declare -A secs=() last=()
+	bytes=0
+	for ((round = 1; round <= rounds; round++)); do
+		order=(remora containerd)
+		((round % 2 == 0)) && order=(containerd remora)
+		for rt in "${order[@]}"; do
+			read -r s b rb rp ra rr <<<"$(one "$kind" "$rt")"
+			info "$kind round $round: $rt ${s}s"
+			secs[$rt]+="$s "
+			bytes=$b
+			[[ $rt == remora ]] && last[rss]="$rb $rp $ra $rr"
+		done
+	done
+	r_s=$(tr ' ' '\n' <<<"${secs[remora]}" | grep . | median)
+	c_s=$(tr ' ' '\n' <<<"${secs[containerd]}" | grep . | median)
+	case $kind in
+	layers) what="$layers x $layer_mb MiB incompressible layers" ;;
+	config) what="a $config_mb MiB config" ;;
+	esac
+	echo "cold pull of an image with $what ($bytes bytes), median of $rounds, alternating"
+	printf '%-28s %12s %12s %12s\n' "" remora containerd "remora/ctrd"
+	awk -v r="$r_s" -v c="$c_s" -v b="$bytes" 'BEGIN {
+		printf "%-28s %12.3f %12.3f %11.2fx\n", "wall time (s)", r, c, c / r
+		printf "%-28s %12.1f %12.1f %11.2fx\n", "MiB/s", b / r / 1048576, b / c / 1048576, c / r }'
+	read -r rb rp ra rr <<<"${last[rss]}"
+	echo "remora RSS (KiB, last round): before $rb, peak $rp, after pull $ra, after removal $rr"
+	echo
+done

@@ -28,9 +28,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 # Benchmarks run the optimised build: the test bed restarts remora when its binary changes.
-info "cargo build --release --locked --bin remora"
-(cd "$REPO_ROOT" && cargo build --release --locked --bin remora 2>&1 | tail -n 1 >&2)
-REMORA_BIN="$REPO_ROOT/target/release/remora" "$SCRIPTS_DIR/testbed.sh" up >/dev/null
+up_release_remora
 REG_LOG="$TB_ROOT/logs/registry.log"
 CRICTL="$TOOLS_BIN/crictl"
 

@@ -33,6 +33,13 @@ pub struct ContainerRecord {
     pub snapshotter: String,
     /// Snapshot key of the rootfs.
     pub snapshot_key: String,
+    /// The pod sandbox an application container belongs to ("" for a pause container).
+    /// containerd then creates the container's task in the sandbox's shim directly, as it
+    /// does for its own CRI's containers, instead of running the shim binary's `start` to
+    /// find that shim (containerd's `ShimManager.Start`: a sandbox-store record with this id
+    /// — the pause task's exit keeper — and a shim of bootstrap version 3 or later; else it
+    /// runs the binary as before).
+    pub sandbox: String,
     /// Extensions: key → JSON bytes (remora's full CRI metadata lives here).
     pub extensions: HashMap<String, Vec<u8>>,
 }

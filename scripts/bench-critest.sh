@@ -8,12 +8,15 @@
 # RemovePodSandbox). Prints each operation's mean in ms for both runtimes and the ratio
 # remora/containerd (below 1.00 is remora faster).
 #
-#   scripts/bench-critest.sh [--n N] [--rounds R]
+#   scripts/bench-critest.sh [--n N] [--rounds R] [--socket PATH]
 #
 #   --n N       samples per benchmark and runtime per round (default 20), one at a time
 #   --rounds R  rounds (default 3); each round runs remora and containerd one after the
 #               other, the order alternating between rounds, so that a noisy stretch of a
 #               shared machine does not land on one runtime only
+#   --socket P  benchmark the remora already serving on unix socket P (e.g. one run with
+#               `[log] level = "debug"` for its step timings) instead of the test bed's;
+#               nothing is built or restarted
 #
 # Means are over every sample of every round. remora runs its release build (built here,
 # in CARGO_TARGET_DIR if set). Raw data: $TB_ROOT/logs/bench-critest/<runtime>-<round>/.
@@ -23,7 +26,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-n=20 rounds=3
+n=20 rounds=3 socket=
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--n | --rounds)
@@ -31,15 +34,24 @@ while [[ $# -gt 0 ]]; do
 		[[ $1 == --n ]] && n=$2 || rounds=$2
 		shift 2
 		;;
+	--socket)
+		[[ $# -ge 2 && -S $2 ]] || die "--socket needs a unix socket"
+		socket=$2
+		shift 2
+		;;
 	-h | --help)
-		sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument $1 (see --help)" ;;
 	esac
 done
 
-up_release_remora
+if [[ -n "$socket" ]]; then
+	REMORA_SOCK=$socket
+else
+	up_release_remora
+fi
 [[ -x "$TOOLS_BIN/critest" ]] || die "$TOOLS_BIN/critest is missing; run scripts/setup.sh"
 
 out="$TB_ROOT/logs/bench-critest"

@@ -33,12 +33,10 @@ pub struct ContainerRecord {
     pub snapshotter: String,
     /// Snapshot key of the rootfs.
     pub snapshot_key: String,
-    /// The pod sandbox an application container belongs to ("" for a pause container).
-    /// containerd then creates the container's task in the sandbox's shim directly, as it
-    /// does for its own CRI's containers, instead of running the shim binary's `start` to
-    /// find that shim (containerd's `ShimManager.Start`: a sandbox-store record with this id
-    /// — the pause task's exit keeper — and a shim of bootstrap version 3 or later; else it
-    /// runs the binary as before).
+    /// containerd's `sandbox` field of the record. remora leaves it empty: set to the pod's id
+    /// (whose exit keeper is a sandbox-store record), containerd creates the container's task
+    /// in the pod's shim directly instead of running the shim binary's `start`, but loads
+    /// that shim without its dead-shim cleanup, and a killed shim's tasks never exit.
     pub sandbox: String,
     /// Extensions: key → JSON bytes (remora's full CRI metadata lives here).
     pub extensions: HashMap<String, Vec<u8>>,

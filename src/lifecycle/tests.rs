@@ -443,9 +443,8 @@ async fn create_container_succeeds_and_a_failed_lease_release_is_no_failure() {
         b.pods.containers_store.get(&id).expect("indexed").state(),
         ContainerState::Created
     );
-    // The record names its pod (containerd then puts the task in the pod's shim directly);
-    // the pause container's record names none.
-    assert_eq!(b.containerd.record(&id).expect("record").sandbox, pod);
+    // No record names a sandbox (see ContainerRecord::sandbox).
+    assert_eq!(b.containerd.record(&id).expect("record").sandbox, "");
     assert_eq!(b.containerd.record(&pod).expect("record").sandbox, "");
     assert!(!b
         .state_dir

@@ -21,9 +21,7 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 
-info "cargo build --release --locked --bin remora"
-(cd "$REPO_ROOT" && cargo build --release --locked --bin remora 2>&1 | tail -n 1 >&2)
-REMORA_BIN="$REPO_ROOT/target/release/remora" "$SCRIPTS_DIR/testbed.sh" up >/dev/null
+up_release_remora
 CRICTL="$TOOLS_BIN/crictl"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

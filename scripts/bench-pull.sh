@@ -27,14 +27,8 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 
-# Benchmarks run the optimised build (REMORA_BIN, or built here into $CARGO_TARGET_DIR,
-# default target/): the test bed restarts remora when its binary changes.
-if [[ -z "${REMORA_BIN:-}" ]]; then
-	info "cargo build --release --locked --bin remora"
-	(cd "$REPO_ROOT" && cargo build --release --locked --bin remora 2>&1 | tail -n 1 >&2)
-	REMORA_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/remora"
-fi
-REMORA_BIN="$REMORA_BIN" "$SCRIPTS_DIR/testbed.sh" up >/dev/null
+# Benchmarks run the optimised build: the test bed restarts remora when its binary changes.
+up_release_remora
 REG_LOG="$TB_ROOT/logs/registry.log"
 CRICTL="$TOOLS_BIN/crictl"
 

@@ -69,3 +69,33 @@ pid_alive() {
 	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
 	proc_running "$pid"
 }
+
+# cargo_target_dir: cargo's target directory for this repo (honours CARGO_TARGET_DIR and
+# .cargo/config).
+cargo_target_dir() {
+	(cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
+}
+
+# up_release_remora: builds remora's release binary and makes it the test bed's remora
+# (testbed.sh restarts remora when the binary changed). Benchmarks run the optimised build.
+# REMORA_BIN set: that binary instead, nothing built (to compare two builds).
+up_release_remora() {
+	local bin=${REMORA_BIN:-}
+	if [[ -z "$bin" ]]; then
+		info "cargo build --release --locked --bin remora"
+		(cd "$REPO_ROOT" && cargo build --release --locked --bin remora 2>&1 | tail -n 1 >&2)
+		bin="$(cargo_target_dir)/release/remora" || die "cannot find cargo's target directory"
+	fi
+	# testbed.sh restarts remora for a binary newer than the running one; make sure a
+	# different (older) binary counts as new too.
+	local pid running
+	pid=$(cat "$TB_RUN/remora.pid" 2>/dev/null) || pid=
+	running=$(readlink "/proc/${pid:-0}/exe" 2>/dev/null) || running=
+	[[ -n "$running" && "$running" != "$(realpath "$bin")" ]] && touch "$bin"
+	# The shim the test bed has installed stays (setup.sh would otherwise build one in this
+	# target directory too); REMORA_SHIM_BIN set by the caller wins.
+	local shim="$TOOLS_BIN/containerd-shim-remora-v2"
+	[[ -x "$shim" ]] || shim=
+	REMORA_SHIM_BIN="${REMORA_SHIM_BIN:-$shim}" REMORA_BIN="$bin" \
+		"$SCRIPTS_DIR/testbed.sh" up >/dev/null
+}

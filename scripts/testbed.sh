@@ -302,8 +302,15 @@ start_daemon() {
 	pf=$(pidfile "$name")
 	rm -f "$pf"
 	printf '\n==== %s: starting %s\n' "$(date -u +%FT%TZ)" "$*" >>"$log"
+	# The daemon gets no descriptor beyond stdio: one inherited from the caller would outlive
+	# it, e.g. the caller's `flock /tmp/remora-bed.lock` lock, held by the daemon for good.
 	# shellcheck disable=SC2016 # $$ and $1 belong to the inner shell
-	setsid -f bash -c 'echo $$ >"$1"; shift; exec "$@"' start-daemon "$pf" "$@" \
+	setsid -f bash -c '
+		for fd in /proc/$$/fd/*; do
+			fd=${fd##*/}
+			if [[ $fd -gt 2 ]]; then eval "exec $fd>&-"; fi
+		done
+		echo $$ >"$1"; shift; exec "$@"' start-daemon "$pf" "$@" \
 		</dev/null >>"$log" 2>&1
 	local i
 	for ((i = 0; i < 50; i++)); do

@@ -156,6 +156,7 @@ fn record_from_pb(c: Container) -> ContainerRecord {
             .unwrap_or_default(),
         snapshotter: c.snapshotter,
         snapshot_key: c.snapshot_key,
+        sandbox: c.sandbox,
         extensions: c
             .extensions
             .into_iter()
@@ -194,7 +195,7 @@ fn record_to_pb(r: ContainerRecord) -> Container {
                 )
             })
             .collect(),
-        sandbox: String::new(),
+        sandbox: r.sandbox,
     }
 }
 
@@ -667,6 +668,18 @@ mod tests {
         let pb = record_to_pb(record(None));
         assert_eq!(pb.runtime.as_ref().and_then(|r| r.options.as_ref()), None);
         assert_eq!(record_from_pb(pb).runtime.options, None);
+    }
+
+    #[test]
+    fn the_sandbox_a_container_belongs_to_goes_on_the_record() {
+        let r = ContainerRecord {
+            sandbox: "pod1".into(),
+            ..record(None)
+        };
+        let pb = record_to_pb(r);
+        assert_eq!(pb.sandbox, "pod1");
+        assert_eq!(record_from_pb(pb).sandbox, "pod1");
+        assert_eq!(record_to_pb(record(None)).sandbox, "");
     }
 
     #[test]

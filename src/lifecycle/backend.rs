@@ -33,6 +33,11 @@ pub struct ContainerRecord {
     pub snapshotter: String,
     /// Snapshot key of the rootfs.
     pub snapshot_key: String,
+    /// containerd's `sandbox` field of the record. remora leaves it empty: set to the pod's id
+    /// (whose exit keeper is a sandbox-store record), containerd creates the container's task
+    /// in the pod's shim directly instead of running the shim binary's `start`, but loads
+    /// that shim without its dead-shim cleanup, and a killed shim's tasks never exit.
+    pub sandbox: String,
     /// Extensions: key → JSON bytes (remora's full CRI metadata lives here).
     pub extensions: HashMap<String, Vec<u8>>,
 }

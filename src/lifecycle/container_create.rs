@@ -1,5 +1,6 @@
 //! CreateContainer, all or nothing: name reserved → creation lease → rootfs snapshot → OCI
-//! spec (the rootfs mounted briefly to resolve the user) → containerd container record →
+//! spec (the user resolved from the image's passwd and group files, read from the snapshot's
+//! layers, or from the rootfs mounted briefly when they cannot be) → containerd container record →
 //! indexed as CREATED → lease dropped. Every step that makes something registers its undo on
 //! the transaction ([`super::tx`]).
 
@@ -12,7 +13,8 @@ use slog::{info, warn};
 use super::backend::ContainerRecord;
 use super::events::EventKind;
 use super::journal::Intent;
-use super::mount::with_temp_mount;
+use super::mount::{snapshot_root, with_temp_mount};
+use super::timing::Steps;
 use super::tx::Tx;
 use super::{blocking, image_config, now_ns, ContainerError, Pods};
 use crate::images::store::ImageInfo;
@@ -70,6 +72,7 @@ impl Pods {
         tx: &mut Tx,
     ) -> Result<(), ContainerError> {
         let id = &tx.id().to_string();
+        let mut steps = Steps::start();
         let sandbox = match self.sandboxes.get(&req.sandbox_id) {
             Ok(s) => s,
             Err(StoreError::NotFound { .. }) => {
@@ -112,12 +115,15 @@ impl Pods {
             metadata.attempt,
         );
         let reservation = self.names.reserve_guarded(&name_key, id)?;
+        steps.mark("lookup");
 
         let lease = self.creation_lease(tx).await?;
+        steps.mark("lease");
         let mounts = self
             .snapshots
             .prepare(&lease, &self.snapshotter, id, &image.chain_id)
             .await?;
+        steps.mark("prepare");
         let (snaps, sn, key) = (
             self.snapshots.clone(),
             self.snapshotter.clone(),
@@ -159,7 +165,7 @@ impl Pods {
         let tmp = self.state_dir.join("tmpmounts").join(id);
         let id_owned = id.to_string();
         let generated = blocking(move || {
-            with_temp_mount(&mounts, &tmp, |rootfs| {
+            let generate = |rootfs: spec::RootFs<'_>| {
                 spec::container_spec(&spec::ContainerInputs {
                     id: &id_owned,
                     config: &config,
@@ -170,10 +176,17 @@ impl Pods {
                     host: &host,
                     device_lookup: &host_device,
                 })
-            })
+            };
+            // The image's passwd and group files read in place where the snapshot's layers
+            // allow it; a mount (a syscall pair and its mount point) only for the others.
+            match snapshot_root(&mounts) {
+                Some(root) => Ok(generate(root.as_rootfs())),
+                None => with_temp_mount(&mounts, &tmp, |dir| generate(spec::RootFs::Dir(dir))),
+            }
         })
         .await
         .map_err(ContainerError::Aborted)???;
+        steps.mark("spec");
         for dir in &generated.host_dirs_to_create {
             super::host::ensure_bind_source(dir).map_err(|source| ContainerError::Host {
                 action: "prepare bind mount source",
@@ -182,6 +195,7 @@ impl Pods {
             })?;
         }
         let spec_json = serde_json::to_vec(&generated.spec).map_err(ContainerError::Encode)?;
+        steps.mark("bind_sources+encode");
 
         let container = Container::new(metadata.clone(), ContainerStatus::created(now_ns()));
         let snapshot = container.snapshot();
@@ -194,12 +208,18 @@ impl Pods {
                 runtime,
                 snapshotter: self.snapshotter.clone(),
                 snapshot_key: id.to_string(),
+                // Not the pod's id: containerd would then put the task in the pod's shim
+                // without the shim-start path (faster, as for its own CRI), but it also loads
+                // that shim without the dead-shim cleanup, so a killed shim's tasks would never
+                // report an exit (integration faults::a_killed_remora_shim_…).
+                sandbox: String::new(),
                 extensions: HashMap::from([(
                     CONTAINER_EXTENSION.to_string(),
                     encode_extension(&snapshot),
                 )]),
             })
             .await?;
+        steps.mark("record");
         let (containers, key) = (self.containers.clone(), id.to_string());
         tx.on_undo("delete container record", async move {
             containers.delete(&key).await
@@ -211,11 +231,16 @@ impl Pods {
         if let Err(e) = self.leases.delete(&lease, false).await {
             warn!(self.log, "cannot delete the creation lease"; "container_id" => id, "error" => %e);
         }
+        steps.mark("lease_delete");
         reservation.keep();
         tx.commit();
         self.events
             .emit(id, sandbox.id(), EventKind::Created, now_ns());
         info!(self.log, "container created"; "container_id" => id, "pod_id" => sandbox.id(), "image" => &req.image);
+        steps.log(
+            &self.log.new(slog::o!("container_id" => id.clone())),
+            "CreateContainer",
+        );
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ use slog::info;
 
 use super::backend::TaskSpec;
 use super::events::EventKind;
+use super::timing::Steps;
 use super::{now_ns, ContainerError, ContainerIo, Pods};
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::store::{Container, SandboxState};
@@ -39,6 +40,7 @@ impl Pods {
 
     async fn start_inner(self: &Arc<Self>, container: &Container) -> Result<(), ContainerError> {
         let id = container.id().to_string();
+        let mut steps = Steps::start();
         let meta = container.metadata().clone();
         let sandbox = self.sandboxes.get(&meta.sandbox_id)?;
         if sandbox.status().state != SandboxState::Ready {
@@ -49,6 +51,7 @@ impl Pods {
             .pod_runtime(sandbox.id(), &sandbox.metadata().runtime_handler)?
             .runtime_path
             .clone();
+        steps.mark("lookup");
         let dir = self.io_dir(&id);
         let fifos = FifoSet::create(
             &dir,
@@ -97,9 +100,11 @@ impl Pods {
         }
         let io = Arc::new(ContainerIo::new(fifos, Some(log)));
         self.io.insert(&id, io.clone());
+        steps.mark("io");
 
         let stdio = io.fifos.task_stdio();
         let mounts = self.snapshots.mounts(&self.snapshotter, &id).await?;
+        steps.mark("mounts");
         self.tasks
             .create(TaskSpec {
                 container_id: id.clone(),
@@ -111,6 +116,7 @@ impl Pods {
                 runtime_path,
             })
             .await?;
+        steps.mark("task_create");
         // Taken before the start: a process that exits at once must not finish before it
         // started (its exit time comes from containerd).
         let started_at = now_ns();
@@ -124,12 +130,18 @@ impl Pods {
                 return Err(e.into());
             }
         };
+        steps.mark("task_start");
         container.record_started(pid, started_at)?;
         self.persist(container).await;
+        steps.mark("persist");
         self.monitor_container_exit(container.clone(), copiers);
         self.events
             .emit(&id, &meta.sandbox_id, EventKind::Started, now_ns());
         info!(self.log, "container started"; "container_id" => &id, "pid" => pid);
+        steps.log(
+            &self.log.new(slog::o!("container_id" => id.clone())),
+            "StartContainer",
+        );
         Ok(())
     }
 }

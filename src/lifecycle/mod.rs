@@ -65,6 +65,7 @@ mod sandbox_run;
 mod sandbox_stop;
 #[cfg(test)]
 mod tests;
+mod timing;
 mod tx;
 
 use std::collections::{HashMap, HashSet};

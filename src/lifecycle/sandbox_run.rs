@@ -16,6 +16,7 @@ use super::backend::{ContainerRecord, TaskSpec};
 use super::events::EventKind;
 use super::journal::Intent;
 use super::sandbox_files::{self, Dns, FilesRequest};
+use super::timing::Steps;
 use super::tx::Tx;
 use super::SandboxError;
 use super::{exit_ns, image_config, kill_and_delete, now_ns, wait_through_outages, Pods};
@@ -82,6 +83,7 @@ impl Pods {
         log: &Logger,
     ) -> Result<(), SandboxError> {
         let id = &tx.id().to_string();
+        let mut steps = Steps::start();
         let cfg = &req.config;
         let (handler, runtime) = match self.handlers.resolve(&req.runtime_handler) {
             Ok((name, rt)) => (name.to_string(), rt.clone()),
@@ -91,6 +93,7 @@ impl Pods {
         let reservation = self.names.reserve_guarded(&name_key, id)?;
 
         let image = self.sandbox_image().await?;
+        steps.mark("image");
         let image_config = image_config(&image);
 
         let ns = &cfg.security.namespaces;
@@ -99,6 +102,7 @@ impl Pods {
         let mut ips = Vec::new();
         if !host_network {
             let path = self.network.create_netns(id).await?;
+            steps.mark("netns");
             let (network, p) = (self.network.clone(), path.clone());
             tx.on_undo("remove network namespace", async move {
                 network.remove_netns(&p).await
@@ -115,6 +119,7 @@ impl Pods {
             };
             // The network undoes its own partial ADD; once it succeeded, DEL is ours.
             ips = self.network.setup(&info).await?;
+            steps.mark("cni_add");
             let network = self.network.clone();
             tx.on_undo("CNI DEL", async move { network.teardown(&info).await });
             netns_path = Some(path);
@@ -138,6 +143,7 @@ impl Pods {
                 host_ipc: ns.ipc == NamespaceMode::Node,
             },
         )?;
+        steps.mark("pod_files");
         let d = dir.clone();
         tx.on_undo("remove pod files", async move {
             super::blocking(move || sandbox_files::remove(&d)).await??;
@@ -145,10 +151,12 @@ impl Pods {
         });
 
         let lease = self.creation_lease(tx).await?;
+        steps.mark("lease");
         let mounts = self
             .snapshots
             .prepare(&lease, &self.snapshotter, id, &image.chain_id)
             .await?;
+        steps.mark("prepare");
         let (snaps, snapshotter, key) = (
             self.snapshots.clone(),
             self.snapshotter.clone(),
@@ -214,12 +222,14 @@ impl Pods {
                 runtime: runtime.runtime,
                 snapshotter: self.snapshotter.clone(),
                 snapshot_key: id.to_string(),
+                sandbox: String::new(),
                 extensions: HashMap::from([(
                     SANDBOX_EXTENSION.to_string(),
                     encode_extension(&metadata),
                 )]),
             })
             .await?;
+        steps.mark("spec+record");
         let (containers, key) = (self.containers.clone(), id.to_string());
         tx.on_undo("delete container record", async move {
             containers.delete(&key).await
@@ -233,14 +243,17 @@ impl Pods {
                 ..Default::default()
             })
             .await?;
+        steps.mark("task_create");
         let (tasks, key) = (self.tasks.clone(), id.to_string());
         tx.on_undo("delete task", async move {
             kill_and_delete(tasks.as_ref(), &key).await
         });
         crate::failpoint::hit("sandbox.after_task", &cfg.name).await?;
         let pid = self.tasks.start(id).await?;
+        steps.mark("task_start");
         // The container record now holds the snapshot; the creation lease can go.
         self.leases.delete(&lease, false).await?;
+        steps.mark("lease_delete");
 
         let sandbox = Sandbox::new(metadata, SandboxStatus::ready(pid));
         self.sandboxes.add(sandbox.clone())?;
@@ -250,6 +263,7 @@ impl Pods {
         self.events.emit(id, id, EventKind::Created, now_ns());
         self.events.emit(id, id, EventKind::Started, now_ns());
         info!(log, "pod sandbox running"; "pid" => pid, "runtime_handler" => &handler, "name" => &cfg.name, "namespace" => &cfg.namespace);
+        steps.log(log, "RunPodSandbox");
         Ok(())
     }
 

@@ -448,6 +448,9 @@ async fn create_container_succeeds_and_a_failed_lease_release_is_no_failure() {
         b.pods.containers_store.get(&id).expect("indexed").state(),
         ContainerState::Created
     );
+    // No record names a sandbox (see ContainerRecord::sandbox).
+    assert_eq!(b.containerd.record(&id).expect("record").sandbox, "");
+    assert_eq!(b.containerd.record(&pod).expect("record").sandbox, "");
     assert!(!b
         .state_dir
         .join("pending")

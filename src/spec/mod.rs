@@ -17,6 +17,7 @@ pub mod mounts;
 pub mod namespaces;
 pub mod process;
 pub mod resources;
+pub mod rootfs;
 pub mod seccomp;
 pub mod security;
 pub mod sysctl;
@@ -34,6 +35,7 @@ use thiserror::Error;
 
 pub use devices::DeviceLookup;
 pub use process::{merge_env, process_args};
+pub use rootfs::RootFs;
 pub use types::*;
 pub use user::resolve_user;
 
@@ -229,8 +231,9 @@ pub struct ContainerInputs<'a> {
     pub image: &'a ImageConfig,
     /// The sandbox the container joins.
     pub sandbox: &'a SandboxInfo,
-    /// The container's root filesystem on the host (mounted), to resolve user names.
-    pub rootfs: &'a Path,
+    /// The container's root filesystem (a mounted one, or the snapshot's layers), to resolve
+    /// user names.
+    pub rootfs: RootFs<'a>,
     /// The pid of the container a `Target` PID namespace mode points at.
     pub target_pid: Option<u32>,
     /// Host facts.
@@ -554,7 +557,7 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
 
     let args = process_args(&[], &[], &inputs.image.entrypoint, &inputs.image.cmd)?;
     let db = match inputs.rootfs {
-        Some(root) => user::UserDb::load(root)?,
+        Some(root) => user::UserDb::load(RootFs::Dir(root))?,
         None => user::UserDb::default(),
     };
     let supplemental = sec

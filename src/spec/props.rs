@@ -380,7 +380,7 @@ fn container_specs_are_valid_or_typed_errors() {
                         config: &cfg,
                         image: &image,
                         sandbox: &sandbox,
-                        rootfs: root.path(),
+                        rootfs: crate::spec::RootFs::Dir(root.path()),
                         target_pid,
                         host: &host,
                         device_lookup: &fake_devices,

@@ -111,7 +111,7 @@ fn build(
         config: cfg,
         image: &img,
         sandbox: sb,
-        rootfs: root.path(),
+        rootfs: RootFs::Dir(root.path()),
         target_pid: None,
         host: h,
         device_lookup: &no_devices,

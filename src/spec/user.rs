@@ -19,6 +19,7 @@ use std::path::{Component, Path, PathBuf};
 
 use oci_spec::runtime::{User, UserBuilder};
 
+use super::rootfs::RootFs;
 use super::types::{SecurityContext, SupplementalGroupsPolicy};
 use super::SpecError;
 
@@ -112,10 +113,10 @@ fn id_string(field: &'static str, id: i64) -> Result<String, SpecError> {
         .map_err(|_| SpecError::InvalidId { field, value: id })
 }
 
-/// The OCI process user for a container, reading `<rootfs>/etc/passwd` and
-/// `<rootfs>/etc/group` as needed.
+/// The OCI process user for a container, reading the rootfs's `/etc/passwd` and
+/// `/etc/group` as needed.
 pub fn resolve_user(
-    rootfs: &Path,
+    rootfs: RootFs<'_>,
     sc: &SecurityContext,
     image_user: &str,
 ) -> Result<User, SpecError> {
@@ -160,14 +161,18 @@ impl UserDb {
     /// Reads both files from the rootfs; a missing file is `None`, other read errors fail.
     /// Each must be a regular file of at most [`MAX_USER_DB_LEN`] bytes: an image's FIFO or
     /// device node there is refused, not read (it would block or never end).
-    pub fn load(rootfs: &Path) -> Result<UserDb, SpecError> {
+    pub fn load(rootfs: RootFs<'_>) -> Result<UserDb, SpecError> {
         let read = |rel: &str| -> Result<(Option<String>, PathBuf), SpecError> {
-            let path = resolve_in_root(rootfs, Path::new(rel)).map_err(|source| {
-                SpecError::ReadUserDb {
-                    path: rootfs.join(rel),
-                    source,
-                }
-            })?;
+            let resolved =
+                rootfs
+                    .resolve(Path::new(rel))
+                    .map_err(|source| SpecError::ReadUserDb {
+                        path: rootfs.display_path(Path::new(rel)),
+                        source,
+                    })?;
+            let Some(path) = resolved else {
+                return Ok((None, rootfs.display_path(Path::new(rel))));
+            };
             match super::read_regular_file(&path, MAX_USER_DB_LEN) {
                 Ok(text) => Ok((Some(text), path)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((None, path)),
@@ -308,7 +313,7 @@ pub fn resolve_in_root(root: &Path, path: &Path) -> io::Result<PathBuf> {
     Ok(root.join(resolved))
 }
 
-fn components(path: &Path) -> VecDeque<OsString> {
+pub(crate) fn components(path: &Path) -> VecDeque<OsString> {
     path.components()
         .filter_map(|c| match c {
             Component::Normal(s) => Some(s.to_owned()),
@@ -360,14 +365,14 @@ mod tests {
     #[test]
     fn no_user_is_root_with_roots_groups() {
         let r = rootfs(Some(PASSWD), Some(GROUP));
-        let u = resolve_user(r.path(), &sc(), "").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "").unwrap();
         assert_eq!(ids(&u), (0, 0, vec![0, 10]));
     }
 
     #[test]
     fn image_user_by_name() {
         let r = rootfs(Some(PASSWD), Some(GROUP));
-        let u = resolve_user(r.path(), &sc(), "alice").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "alice").unwrap();
         // alice's own group (named alice) is the primary gid; wheel and audio are
         // memberships.
         assert_eq!(ids(&u), (1000, 1000, vec![10, 29, 1000]));
@@ -376,46 +381,46 @@ mod tests {
     #[test]
     fn image_user_numeric_uses_passwd_gid() {
         let r = rootfs(Some(PASSWD), Some(GROUP));
-        let u = resolve_user(r.path(), &sc(), "33").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "33").unwrap();
         assert_eq!(ids(&u), (33, 33, vec![33]));
     }
 
     #[test]
     fn numeric_uid_not_in_passwd_gets_gid_zero() {
         let r = rootfs(Some(PASSWD), Some(GROUP));
-        let u = resolve_user(r.path(), &sc(), "4242").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "4242").unwrap();
         assert_eq!(ids(&u), (4242, 0, vec![0]));
     }
 
     #[test]
     fn name_and_group_forms() {
         let r = rootfs(Some(PASSWD), Some(GROUP));
-        let u = resolve_user(r.path(), &sc(), "alice:staff").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "alice:staff").unwrap();
         assert_eq!(ids(&u), (1000, 50, vec![10, 29, 50]));
-        let u = resolve_user(r.path(), &sc(), "1000:29").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "1000:29").unwrap();
         assert_eq!(ids(&u), (1000, 29, vec![10, 29]));
-        let u = resolve_user(r.path(), &sc(), "www:10").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "www:10").unwrap();
         assert_eq!(ids(&u), (33, 10, vec![10]));
     }
 
     #[test]
     fn missing_files_allow_numeric_only() {
         let r = rootfs(None, None);
-        let u = resolve_user(r.path(), &sc(), "1234:5678").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "1234:5678").unwrap();
         assert_eq!(ids(&u), (1234, 5678, vec![5678]));
-        let u = resolve_user(r.path(), &sc(), "1234").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "1234").unwrap();
         assert_eq!(ids(&u), (1234, 0, vec![0]));
-        let err = resolve_user(r.path(), &sc(), "alice").unwrap_err();
+        let err = resolve_user(RootFs::Dir(r.path()), &sc(), "alice").unwrap_err();
         assert!(matches!(err, SpecError::UserNotFound { ref name, .. } if name == "alice"));
     }
 
     #[test]
     fn unknown_names_are_errors() {
         let r = rootfs(Some(PASSWD), Some(GROUP));
-        let err = resolve_user(r.path(), &sc(), "bob").unwrap_err();
+        let err = resolve_user(RootFs::Dir(r.path()), &sc(), "bob").unwrap_err();
         assert!(matches!(err, SpecError::UserNotFound { ref name, .. } if name == "bob"));
         assert!(err.to_string().contains("bob"));
-        let err = resolve_user(r.path(), &sc(), "alice:nogroup").unwrap_err();
+        let err = resolve_user(RootFs::Dir(r.path()), &sc(), "alice:nogroup").unwrap_err();
         assert!(matches!(err, SpecError::GroupNotFound { ref name, .. } if name == "nogroup"));
     }
 
@@ -423,7 +428,7 @@ mod tests {
     fn malformed_user_strings_are_errors() {
         let r = rootfs(Some(PASSWD), Some(GROUP));
         for bad in [":1", "1:", "1:2:3"] {
-            let err = resolve_user(r.path(), &sc(), bad).unwrap_err();
+            let err = resolve_user(RootFs::Dir(r.path()), &sc(), bad).unwrap_err();
             assert!(matches!(err, SpecError::InvalidUser { .. }), "{bad}");
         }
     }
@@ -436,7 +441,7 @@ mod tests {
             ..sc()
         };
         assert_eq!(
-            ids(&resolve_user(r.path(), &s, "alice").unwrap()),
+            ids(&resolve_user(RootFs::Dir(r.path()), &s, "alice").unwrap()),
             (33, 33, vec![33])
         );
         let s = SecurityContext {
@@ -445,14 +450,17 @@ mod tests {
             ..sc()
         };
         // The username wins over the uid.
-        assert_eq!(resolve_user(r.path(), &s, "").unwrap().uid(), 1000);
+        assert_eq!(
+            resolve_user(RootFs::Dir(r.path()), &s, "").unwrap().uid(),
+            1000
+        );
         let s = SecurityContext {
             run_as_user: Some(1000),
             run_as_group: Some(50),
             ..sc()
         };
         assert_eq!(
-            ids(&resolve_user(r.path(), &s, "").unwrap()),
+            ids(&resolve_user(RootFs::Dir(r.path()), &s, "").unwrap()),
             (1000, 50, vec![10, 29, 50])
         );
     }
@@ -464,7 +472,7 @@ mod tests {
             run_as_group: Some(5),
             ..sc()
         };
-        let err = resolve_user(r.path(), &s, "alice").unwrap_err();
+        let err = resolve_user(RootFs::Dir(r.path()), &s, "alice").unwrap_err();
         assert!(matches!(err, SpecError::GroupWithoutUser { .. }));
     }
 
@@ -476,7 +484,7 @@ mod tests {
             ..sc()
         };
         assert!(matches!(
-            resolve_user(r.path(), &s, "").unwrap_err(),
+            resolve_user(RootFs::Dir(r.path()), &s, "").unwrap_err(),
             SpecError::InvalidId {
                 field: "run_as_user",
                 ..
@@ -487,7 +495,7 @@ mod tests {
             ..sc()
         };
         assert!(matches!(
-            resolve_user(r.path(), &s, "").unwrap_err(),
+            resolve_user(RootFs::Dir(r.path()), &s, "").unwrap_err(),
             SpecError::InvalidId {
                 field: "supplemental_groups",
                 ..
@@ -503,7 +511,7 @@ mod tests {
             ..sc()
         };
         assert_eq!(
-            ids(&resolve_user(r.path(), &s, "alice").unwrap()).2,
+            ids(&resolve_user(RootFs::Dir(r.path()), &s, "alice").unwrap()).2,
             vec![10, 29, 1000, 5000]
         );
         let s = SecurityContext {
@@ -512,7 +520,7 @@ mod tests {
             ..sc()
         };
         assert_eq!(
-            ids(&resolve_user(r.path(), &s, "alice").unwrap()).2,
+            ids(&resolve_user(RootFs::Dir(r.path()), &s, "alice").unwrap()).2,
             vec![1000, 5000]
         );
     }
@@ -526,7 +534,7 @@ mod tests {
             nix::sys::stat::Mode::from_bits_truncate(0o644),
         )
         .unwrap();
-        let err = resolve_user(r.path(), &sc(), "img").unwrap_err();
+        let err = resolve_user(RootFs::Dir(r.path()), &sc(), "img").unwrap_err();
         assert!(
             matches!(&err, SpecError::ReadUserDb { source, .. } if source.kind() == io::ErrorKind::InvalidInput),
             "{err}"
@@ -540,7 +548,7 @@ mod tests {
         fs::write(r.path().join("data/passwd"), "img:x:7:8::/:/bin/sh\n").unwrap();
         // An absolute target must land inside the rootfs, not on the host's /data.
         std::os::unix::fs::symlink("/data/passwd", r.path().join("etc/passwd")).unwrap();
-        let u = resolve_user(r.path(), &sc(), "img").unwrap();
+        let u = resolve_user(RootFs::Dir(r.path()), &sc(), "img").unwrap();
         assert_eq!((u.uid(), u.gid()), (7, 8));
         // `..` cannot climb out either.
         std::os::unix::fs::symlink("../../../../../../etc/hostname", r.path().join("etc/group"))

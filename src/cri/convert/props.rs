@@ -732,7 +732,7 @@ fn check_container(
         config: &cfg,
         image: &image,
         sandbox: &sandbox,
-        rootfs,
+        rootfs: spec::RootFs::Dir(rootfs),
         target_pid: Some(99),
         host: &spec::HostFacts::default(),
         device_lookup: &fake_devices,

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Daemon memory benchmark, remora vs the test bed containerd (which serves its CRI in-process),
+# same load one after the other: RSS (VmRSS) fresh, with 20 pods up, with 100 pods up, and
+# idle after the load (the 100 pods removed, then pod cycles — start M pods at once, remove
+# them — until CYCLES pods have run in all; then 10 s idle). A pod is a pause sandbox and one
+# busybox `sleep` container (RunPodSandbox + CreateContainer + StartContainer, crictl).
+#
+#   scripts/bench-memory.sh [--cycles N] [--concurrent M] [--bin PATH] [--env VAR=VALUE]...
+#                           [--only remora|containerd]
+#
+#   --cycles N      pods started and removed in all (default 900, the first 100 included)
+#   --concurrent M  pods started at once in the cycles (default 10)
+#   --bin PATH      the remora binary (default: the release build, built here in
+#                   CARGO_TARGET_DIR if set)
+#   --env VAR=VAL   environment for remora (repeatable), e.g. MALLOC_ARENA_MAX=2 or
+#                   MALLOC_TRIM_THRESHOLD_=0, to compare allocator settings
+#
+# remora here is a private one (own socket, state dirs and containerd namespace
+# `remora-bench-mem`, on the test bed's containerd), started fresh for the run; the test
+# bed's own remora is not touched. containerd cannot be restarted on a shared bed: its "fresh"
+# is its RSS before this run's load. Only this script's pods are removed. Numbers are
+# reported, never asserted; not part of scripts/test.sh.
+set -euo pipefail
+
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+cycles=900 m=10 bin='' only='' envs=()
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--cycles | --concurrent)
+		[[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "$1 needs a positive number"
+		[[ $1 == --cycles ]] && cycles=$2 || m=$2
+		shift 2
+		;;
+	--bin)
+		[[ $# -ge 2 && -x $2 ]] || die "--bin needs an executable"
+		bin=$2
+		shift 2
+		;;
+	--env)
+		[[ $# -ge 2 && $2 == *=* ]] || die "--env needs VAR=VALUE"
+		envs+=("$2")
+		shift 2
+		;;
+	--only)
+		[[ $# -ge 2 && ($2 == remora || $2 == containerd) ]] || die "--only remora|containerd"
+		only=$2
+		shift 2
+		;;
+	-h | --help)
+		sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+		exit 0
+		;;
+	*) die "unknown argument $1 (see --help)" ;;
+	esac
+done
+((cycles >= 100)) || die "--cycles must be at least 100 (the 100 pods are part of them)"
+
+if [[ -z "$bin" && $only != containerd ]]; then
+	info "cargo build --release --locked --bin remora"
+	(cd "$REPO_ROOT" && cargo build --release --locked --bin remora 2>&1 | tail -n 1 >&2)
+	bin="$(cargo_target_dir)/release/remora"
+fi
+CRICTL="$TOOLS_BIN/crictl"
+work=$(mktemp -d)
+state="/run/remora-bench-mem-$$"
+remora_pid=
+
+# A private remora from the test bed's template.
+start_remora() {
+	local t
+	t=$(<"$SCRIPTS_DIR/remora-testbed.toml")
+	t=${t//@SOCKET@/$work/remora.sock}
+	t=${t//@ROOT_DIR@/$work/root}
+	t=${t//@STATE_DIR@/$state}
+	t=${t//@CONTAINERD_SOCK@/$CONTAINERD_SOCK}
+	t=${t//@NAMESPACE@/remora-bench-mem}
+	t=${t//@CERTS_DIR@/$TB_ROOT/certs.d}
+	t=${t//@CNI_CONF_DIR@/$TB_ROOT/cni/net.d}
+	t=${t//@CNI_BIN_DIR@//usr/lib/cni}
+	t=${t//@HANDLER@/runc}
+	printf '%s\n' "$t" >"$work/remora.toml"
+	env "${envs[@]}" "$bin" --config "$work/remora.toml" </dev/null >"$work/remora.log" 2>&1 &
+	remora_pid=$!
+	local i
+	for ((i = 0; i < 100; i++)); do
+		"$CRICTL" --runtime-endpoint "unix://$work/remora.sock" --timeout 2s version >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	tail -n 20 "$work/remora.log" >&2
+	die "the benchmark's remora did not start"
+}
+
+endpoint() { if [[ $1 == remora ]]; then echo "unix://$work/remora.sock"; else echo "unix://$CONTAINERD_SOCK"; fi; }
+cri() {
+	local ep
+	ep=$(endpoint "$1")
+	"$CRICTL" --runtime-endpoint "$ep" --image-endpoint "$ep" --timeout 60s "${@:2}"
+}
+
+# remove_pods RUNTIME: this script's pods only (label bench=memory).
+remove_pods() {
+	local ids
+	ids=$(cri "$1" pods --label bench=memory -q 2>/dev/null) || return 0
+	[[ -z "$ids" ]] && return 0
+	# shellcheck disable=SC2086 # one id per word
+	cri "$1" rmp -f $ids >/dev/null 2>&1 || warn "could not remove every benchmark pod of $1"
+}
+
+cleanup() {
+	if [[ -n "$remora_pid" ]]; then
+		remove_pods remora
+		kill -TERM "$remora_pid" 2>/dev/null || true
+		wait "$remora_pid" 2>/dev/null || true
+	fi
+	[[ $only == remora ]] || remove_pods containerd
+	rm -rf "$work"
+	# The private remora's netns and pod-file mounts are gone with its pods.
+	if [[ -d "$state" ]]; then
+		awk -v d="$state/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+			while read -r mp; do umount -l "$mp" 2>/dev/null || true; done
+		rm -rf "$state"
+	fi
+}
+trap cleanup EXIT
+
+# one_pod RUNTIME NAME: runs a pod with one busybox container.
+one_pod() {
+	local rt=$1 name=$2 pod ctr
+	cat >"$work/$name-pod.json" <<JSON
+{"metadata": {"name": "$name", "namespace": "bench-memory", "uid": "$name-uid"}, "labels": {"bench": "memory"}, "log_directory": "$work/logs/$name", "linux": {}}
+JSON
+	cat >"$work/$name-ctr.json" <<JSON
+{"metadata": {"name": "c"}, "image": {"image": "busybox"}, "command": ["sleep", "3600"], "log_path": "c.log", "linux": {}}
+JSON
+	pod=$(cri "$rt" runp "$work/$name-pod.json" 2>/dev/null) || return 1
+	ctr=$(cri "$rt" create "$pod" "$work/$name-ctr.json" "$work/$name-pod.json" 2>/dev/null) || return 1
+	cri "$rt" start "$ctr" >/dev/null 2>&1
+}
+
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+
+declare -A fresh p20 p100 idle
+for rt in remora containerd; do
+	[[ -n $only && $only != "$rt" ]] && continue
+	if [[ $rt == remora ]]; then
+		start_remora
+		pid=$remora_pid
+	else
+		pid=$(<"$TB_RUN/containerd.pid")
+	fi
+	cri "$rt" pull busybox >/dev/null
+	cri "$rt" pull "registry.k8s.io/pause:3.10" >/dev/null
+	sleep 2
+	fresh[$rt]=$(rss_kb "$pid")
+	info "$rt: 100 pods"
+	for ((i = 0; i < 100; i++)); do
+		one_pod "$rt" "mem-$rt-$i" || die "$rt: pod $i failed"
+		((i == 19)) && p20[$rt]=$(rss_kb "$pid")
+	done
+	p100[$rt]=$(rss_kb "$pid")
+	remove_pods "$rt"
+	info "$rt: $((cycles - 100)) more pods, $m at a time"
+	for ((done_ = 100; done_ < cycles; done_ += m)); do
+		batch=()
+		for ((j = 0; j < m; j++)); do
+			one_pod "$rt" "mem-$rt-c$done_-$j" &
+			batch+=($!)
+		done
+		# Not a bare `wait`: remora is a child of this shell too.
+		wait "${batch[@]}" || warn "$rt: a pod of the batch failed"
+		remove_pods "$rt"
+	done
+	sleep 10
+	idle[$rt]=$(rss_kb "$pid")
+done
+
+echo "daemon RSS (KiB): remora $(basename "${bin:-none}")${envs[*]:+ with ${envs[*]}} vs containerd (CRI in-process); $cycles pods in all, $m at a time after the first 100"
+printf '%-34s %10s %12s %10s\n' "" remora containerd remora/ctrd
+row() { printf '%-34s %10s %12s %10s\n' "$1" "${2:--}" "${3:--}" "$(awk -v a="${2:-0}" -v b="${3:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }')"; }
+row "fresh (images pulled)" "${fresh[remora]:-}" "${fresh[containerd]:-}"
+row "with 20 pods" "${p20[remora]:-}" "${p20[containerd]:-}"
+row "with 100 pods" "${p100[remora]:-}" "${p100[containerd]:-}"
+row "idle after the load, 0 pods" "${idle[remora]:-}" "${idle[containerd]:-}"

@@ -1035,13 +1035,21 @@ async fn run_suite(gates: &[&str]) {
             .is_some_and(|b| b > rotated_batch)
     })
     .await;
-    let tail = api
-        .logs("logs", "app", "?tailLines=3")
-        .await
-        .expect("/containerLogs");
-    let tail_lines: Vec<&str> = tail.lines().collect();
-    assert_eq!(tail_lines.len(), 3, "{tail}");
-    assert!(tail_lines.iter().all(|l| l.starts_with("line ")), "{tail}");
+    // kubelet keeps rotating this busy log: a tail read just after a rotation finds the new
+    // file empty (it fills at the container's next lines), so wait for a full tail.
+    let tail = std::cell::RefCell::new(String::new());
+    wait_until("a tail of 3 lines through /containerLogs", long, || async {
+        let got = api
+            .logs("logs", "app", "?tailLines=3")
+            .await
+            .expect("/containerLogs");
+        let full = got.lines().count() == 3;
+        *tail.borrow_mut() = got;
+        full
+    })
+    .await;
+    let tail = tail.into_inner();
+    assert!(tail.lines().all(|l| l.starts_with("line ")), "{tail}");
 
     // Pod IPs, for the leak checks at the end.
     let mut ips = BTreeSet::new();

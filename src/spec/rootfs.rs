@@ -12,8 +12,6 @@
 //! resolved in the merged view, with the root as `/` ([`super::user::resolve_in_root`]'s rule),
 //! so an image cannot make remora read a host file.
 
-use std::collections::VecDeque;
-use std::ffi::OsString;
 use std::fs::{self, FileType};
 use std::io;
 use std::os::unix::fs::FileTypeExt;
@@ -56,38 +54,17 @@ impl RootFs<'_> {
 
 /// [`RootFs::resolve`] over layers.
 fn resolve_layered(layers: &[PathBuf], path: &Path) -> io::Result<Option<PathBuf>> {
-    const MAX_LINKS: usize = 40; // Linux's MAXSYMLINKS
-    let mut pending: VecDeque<OsString> = super::user::components(path);
-    // The merged-view path so far: no symlinks, no `..`.
-    let mut resolved = PathBuf::new();
-    let mut links = 0;
-    while let Some(c) = pending.pop_front() {
-        if c == ".." {
-            resolved.pop();
-            continue;
-        }
-        let candidate = resolved.join(&c);
-        match lookup(layers, &candidate)? {
-            Some((host, kind)) if kind.is_symlink() => {
-                links += 1;
-                if links > MAX_LINKS {
-                    return Err(io::Error::other(format!(
-                        "too many levels of symbolic links at {}",
-                        host.display()
-                    )));
-                }
-                let target = fs::read_link(&host)?;
-                if target.is_absolute() {
-                    resolved = PathBuf::new();
-                }
-                let mut next = super::user::components(&target);
-                next.extend(pending);
-                pending = next;
-            }
-            Some(_) => resolved = candidate,
-            None => return Ok(None),
-        }
-    }
+    use super::user::Entry;
+    let Some(resolved) = super::user::walk_in_root(path, |rel| {
+        Ok(match lookup(layers, rel)? {
+            Some((host, kind)) if kind.is_symlink() => Entry::Symlink(host),
+            Some(_) => Entry::Other,
+            None => Entry::Missing,
+        })
+    })?
+    else {
+        return Ok(None);
+    };
     Ok(lookup(layers, &resolved)?.map(|(host, _)| host))
 }
 

@@ -757,3 +757,206 @@ async fn bind_mount_sources_files_symlinks_and_missing_ones() {
     assert!(!host.path().join("nowhere").exists());
     pod.remove_pod().await;
 }
+
+/// Recursive read-only mounts: with `recursive_read_only` a submount of the mount's source
+/// (a tmpfs here) is read-only too, without it only the top mount is; the handler's
+/// `RuntimeStatus` features say rro is supported (runc has the `rro` option, the kernel
+/// `mount_setattr`), and the CRI's invalid combinations are refused naming the field.
+#[tokio::test]
+async fn recursive_read_only_mounts_cover_submounts() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let host = crate::harness::scratch();
+    let status = bed
+        .remora
+        .runtime()
+        .status(v1::StatusRequest { verbose: false })
+        .await
+        .expect("Status")
+        .into_inner();
+    let default = status
+        .runtime_handlers
+        .iter()
+        .find(|h| h.name.is_empty())
+        .expect("the default handler is reported under \"\"");
+    // Debian's runc 1.1.5 lists the `rro` option and this kernel has mount_setattr; crun 1.8
+    // has no `features` command, so its handler claims nothing.
+    let supported = crate::harness::oci_binary_of(&crate::harness::it_handler()) == "runc";
+    assert_eq!(
+        default
+            .features
+            .as_ref()
+            .expect("features")
+            .recursive_read_only_mounts,
+        supported,
+        "{status:?}"
+    );
+    assert!(
+        status
+            .features
+            .as_ref()
+            .is_some_and(|f| f.supplemental_groups_policy),
+        "{status:?}"
+    );
+
+    let sub = host.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &sub,
+        Some("tmpfs"),
+        nix::mount::MsFlags::empty(),
+        Some("size=1m"),
+    )
+    .expect("mount a tmpfs under the host path");
+    /// Unmounts the tmpfs however the test ends.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _unmount = Unmount(sub.clone());
+    let pod = start_pod(&bed, "rro", logs.path()).await;
+    let mut rt = bed.remora.runtime();
+    let touch = |id: &str| v1::ExecSyncRequest {
+        container_id: id.to_string(),
+        cmd: vec!["sh".into(), "-c".into(), "touch /mnt/sub/f 2>&1".into()],
+        timeout: 10,
+    };
+    let mount = |recursive: bool| v1::Mount {
+        host_path: host.path().display().to_string(),
+        container_path: "/mnt".into(),
+        readonly: true,
+        recursive_read_only: recursive,
+        ..Default::default()
+    };
+
+    let mut plain = container("ro", &["sleep", "3600"]);
+    plain.mounts = vec![mount(false)];
+    let plain = pod.create(plain).await.expect("create with a ro mount");
+    pod.start(&plain).await;
+    let r = rt.exec_sync(touch(&plain)).await.unwrap().into_inner();
+    assert_eq!(
+        r.exit_code,
+        0,
+        "ro alone leaves the submount writable: {}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+
+    let mut rro = container("rro", &["sleep", "3600"]);
+    rro.mounts = vec![mount(true)];
+    if !supported {
+        let err = pod
+            .create(rro)
+            .await
+            .expect_err("rro on a handler without it");
+        assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+        pod.remove_pod().await;
+        return;
+    }
+    let rro = pod.create(rro).await.expect("create with an rro mount");
+    pod.start(&rro).await;
+    let status = pod.status(&rro).await.expect("ContainerStatus");
+    assert!(status.mounts[0].recursive_read_only, "{status:?}");
+    let r = rt.exec_sync(touch(&rro)).await.unwrap().into_inner();
+    assert_ne!(r.exit_code, 0, "rro makes the submount read-only too");
+    assert!(
+        String::from_utf8_lossy(&r.stdout).contains("Read-only file system"),
+        "{}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+
+    for (readonly, propagation, what) in [
+        (false, v1::MountPropagation::PropagationPrivate, "readonly"),
+        (
+            true,
+            v1::MountPropagation::PropagationHostToContainer,
+            "PROPAGATION_PRIVATE",
+        ),
+        (
+            true,
+            v1::MountPropagation::PropagationBidirectional,
+            "PROPAGATION_PRIVATE",
+        ),
+    ] {
+        let mut bad = container("bad-rro", &["sleep", "3600"]);
+        bad.mounts = vec![v1::Mount {
+            readonly,
+            propagation: propagation as i32,
+            ..mount(true)
+        }];
+        let err = pod.create(bad).await.expect_err("an invalid rro mount");
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(
+            err.message()
+                .contains("config.mounts[0].recursive_read_only")
+                && err.message().contains(what),
+            "{err:?}"
+        );
+    }
+    pod.remove_pod().await;
+}
+
+/// SupplementalGroupsPolicy: `Merge` adds the groups the image's `/etc/group` gives the user,
+/// `Strict` only the configured ones; the first process, an exec'd one and
+/// `ContainerStatus.user` agree.
+#[tokio::test]
+async fn supplemental_groups_policies_merge_and_strict() {
+    const IMAGE: &str = "gcr.io/k8s-staging-cri-tools/test-image-predefined-group:latest";
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "groups", logs.path()).await;
+    cri::pull(&bed.remora, IMAGE)
+        .await
+        .expect("pull the predefined-group image");
+    let mut rt = bed.remora.runtime();
+    for (policy, want) in [
+        (v1::SupplementalGroupsPolicy::Merge, vec![1000, 1234, 50000]),
+        (v1::SupplementalGroupsPolicy::Strict, vec![1000, 1234]),
+    ] {
+        let mut c = container(&format!("{policy:?}").to_lowercase(), &["sleep", "3600"]);
+        c.image = Some(cri::image_spec(IMAGE));
+        c.linux = Some(v1::LinuxContainerConfig {
+            security_context: Some(v1::LinuxContainerSecurityContext {
+                run_as_user: Some(v1::Int64Value { value: 1000 }),
+                supplemental_groups: vec![1234],
+                supplemental_groups_policy: policy as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let id = pod.create(c).await.expect("create");
+        pod.start(&id).await;
+        let r = rt
+            .exec_sync(v1::ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: vec!["id".into(), "-G".into()],
+                timeout: 10,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut seen: Vec<i64> = String::from_utf8_lossy(&r.stdout)
+            .split_whitespace()
+            .map(|g| g.parse().expect("a gid"))
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, want, "{policy:?}: id -G");
+        let user = pod
+            .status(&id)
+            .await
+            .expect("ContainerStatus")
+            .user
+            .and_then(|u| u.linux)
+            .expect("ContainerStatus.user.linux");
+        let mut groups = user.supplemental_groups.clone();
+        groups.sort_unstable();
+        assert_eq!(
+            (user.uid, user.gid, groups),
+            (1000, 1000, want),
+            "{policy:?}"
+        );
+    }
+    pod.remove_pod().await;
+}

@@ -441,15 +441,21 @@ impl Bed {
 
     /// Starts both; `extra` is appended to remora's config.
     pub fn start(extra: &str) -> Self {
+        Self::start_edited(extra, |config| config)
+    }
+
+    /// Starts both; remora's config is `edit` of the usual one (with `extra` appended), for
+    /// keys in a table the usual config has already opened (`[cni]`).
+    pub fn start_edited(extra: &str, edit: impl FnOnce(String) -> String) -> Self {
         let dir = scratch();
         let containerd = Containerd::start(dir.path());
         let socket = dir.path().join("remora.sock");
-        let config = remora_config(
+        let config = edit(remora_config(
             &socket,
             &containerd.socket(),
             &dir.path().join("net.d"),
             extra,
-        );
+        ));
         let remora = Remora::start(dir.path(), &config, &socket);
         Bed {
             remora,

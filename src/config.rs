@@ -151,6 +151,12 @@ conf_dir = "/etc/cni/net.d"
 bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
 # Bound on one CNI plugin run.
 plugin_timeout = "1m"
+# A network config template, rendered into conf_dir/10-remora-net.conflist when kubelet
+# names the node's pod CIDRs (UpdateRuntimeConfig) and no usable network config is there
+# yet, as containerd's conf_template. Placeholders: {{.PodCIDR}} (the first CIDR),
+# {{.PodCIDRRanges}} (a JSON array of host-local range sets, one per CIDR) and {{.Routes}}
+# (a JSON array of default routes, one per address family). Empty: remora writes nothing.
+conf_template = ""
 
 [streaming]
 # Where the streaming server for exec, attach and port-forward listens ("ip:port"; port 0
@@ -448,6 +454,8 @@ pub struct CniConfig {
     /// Bound on one plugin run.
     #[serde(with = "humantime_serde")]
     pub plugin_timeout: Duration,
+    /// Network config template for `UpdateRuntimeConfig` (empty: none).
+    pub conf_template: PathBuf,
 }
 
 impl Default for CniConfig {
@@ -456,6 +464,7 @@ impl Default for CniConfig {
             conf_dir: PathBuf::from("/etc/cni/net.d"),
             bin_dirs: vec![PathBuf::from("/opt/cni/bin"), PathBuf::from("/usr/lib/cni")],
             plugin_timeout: Duration::from_secs(60),
+            conf_template: PathBuf::new(),
         }
     }
 }

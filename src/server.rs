@@ -6,6 +6,7 @@
 //! serves there, and we refuse to start rather than steal its socket. The socket is created
 //! mode 0660 and removed on clean shutdown (only if it is still the one we bound).
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -37,6 +38,7 @@ use crate::images::store::ImageIndex;
 use crate::lifecycle::backend::{RuncOptions, Runtime as HandlerShim};
 use crate::lifecycle::host::host_facts;
 use crate::lifecycle::host_network::HostNetwork;
+use crate::lifecycle::oci_features::{self, HandlerFeatures};
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::net::{PodNetwork, PodNetworkConfig};
 use crate::stream::server::{StreamConfig, StreamServer, TlsFiles};
@@ -268,10 +270,51 @@ fn image_runtime(
     })
 }
 
-/// The configured runtime handlers as lifecycle uses them. A handler gets shim options
-/// (`containerd.runc.v1.Options`) only when it sets something: a binary, a root, or systemd
-/// cgroups; otherwise none are sent and the shim keeps its defaults, as before handlers.
-pub fn runtime_handlers(config: &RuntimeConfig) -> RuntimeHandlers {
+/// What each configured handler's OCI runtime supports, asked of each distinct runtime binary
+/// once (`<binary> features`, [`oci_features`]). A runtime that cannot answer supports no
+/// optional feature; that is logged once here, at start-up.
+pub async fn probe_handler_features(
+    config: &RuntimeConfig,
+    log: &Logger,
+) -> BTreeMap<String, HandlerFeatures> {
+    let kernel = oci_features::kernel_version();
+    let mut by_binary: BTreeMap<&str, HandlerFeatures> = BTreeMap::new();
+    for h in config.handlers.values() {
+        let binary = oci_features::runtime_binary(h.binary_name.as_deref());
+        if by_binary.contains_key(binary) {
+            continue;
+        }
+        let features = match oci_features::probe(binary, kernel).await {
+            Ok(f) => f,
+            Err(e) => {
+                info!(log, "OCI runtime does not report its features; its handlers claim none"; "runtime" => binary, "error" => %e);
+                HandlerFeatures::default()
+            }
+        };
+        by_binary.insert(binary, features);
+    }
+    config
+        .handlers
+        .iter()
+        .map(|(name, h)| {
+            let binary = oci_features::runtime_binary(h.binary_name.as_deref());
+            (
+                name.clone(),
+                by_binary.get(binary).copied().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// The configured runtime handlers as lifecycle uses them, with their `features`
+/// ([`probe_handler_features`]; a handler missing there supports nothing optional). A handler
+/// gets shim options (`containerd.runc.v1.Options`) only when it sets something: a binary, a
+/// root, or systemd cgroups; otherwise none are sent and the shim keeps its defaults, as
+/// before handlers.
+pub fn runtime_handlers(
+    config: &RuntimeConfig,
+    features: &BTreeMap<String, HandlerFeatures>,
+) -> RuntimeHandlers {
     let systemd = config.cgroup_driver == CgroupDriver::Systemd;
     let by_name = config
         .handlers
@@ -297,6 +340,7 @@ pub fn runtime_handlers(config: &RuntimeConfig) -> RuntimeHandlers {
                     .as_ref()
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
+                features: features.get(name).copied().unwrap_or_default(),
             };
             (name.clone(), runtime)
         })
@@ -306,7 +350,13 @@ pub fn runtime_handlers(config: &RuntimeConfig) -> RuntimeHandlers {
 
 /// Builds the pod side: network namespaces, CNI, host facts, over containerd's containers and
 /// tasks.
-fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logger) -> Pods {
+fn pods(
+    config: &Config,
+    client: &Client,
+    images: &Arc<ImageRuntime>,
+    features: &BTreeMap<String, HandlerFeatures>,
+    log: &Logger,
+) -> Pods {
     let cni = PodNetwork::new(PodNetworkConfig {
         conf_dir: config.cni.conf_dir.clone(),
         bin_dirs: config.cni.bin_dirs.clone(),
@@ -320,7 +370,7 @@ fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logg
             state_dir: config.server.state_dir.clone(),
             sandbox_image: config.images.sandbox_image.clone(),
             snapshotter: config.images.snapshotter.clone(),
-            handlers: runtime_handlers(&config.runtime),
+            handlers: runtime_handlers(&config.runtime, features),
         },
         Backends {
             containers: shared.clone(),
@@ -481,7 +531,8 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let monitor = tokio::spawn(health.clone().run(stop_rx.clone()));
 
     let images = Arc::new(image_runtime(&config, &client, &log)?);
-    let pods = Arc::new(pods(&config, &client, &images, &log));
+    let features = probe_handler_features(&config.runtime, &log).await;
+    let pods = Arc::new(pods(&config, &client, &images, &features, &log));
     pods.set_reachability(health.reachability());
     let image_events = Arc::new(ImageEvents {
         images: images.backend.images.clone(),
@@ -625,7 +676,7 @@ mod tests {
                 ..RuntimeHandler::of_type("io.containerd.remora.v2")
             },
         );
-        let h = super::runtime_handlers(&config);
+        let h = super::runtime_handlers(&config, &BTreeMap::new());
         assert_eq!(h.default_name(), "runc");
         let (_, runc) = h.resolve("").unwrap();
         assert_eq!(runc.runtime.name, "io.containerd.runc.v2");
@@ -649,7 +700,7 @@ mod tests {
 
         // systemd cgroups reach every handler's shim, the plain runc one included.
         config.cgroup_driver = CgroupDriver::Systemd;
-        let h = super::runtime_handlers(&config);
+        let h = super::runtime_handlers(&config, &BTreeMap::new());
         for name in ["runc", "remora", "crun", "rooted"] {
             let (_, rt) = h.resolve(name).unwrap();
             assert_eq!(

@@ -13,6 +13,7 @@ use crate::images::pull::PullError;
 use crate::images::registry::client::RegistryError;
 use crate::lifecycle::ContainerError;
 use crate::lifecycle::SandboxError;
+use crate::net::cni::template::TemplateError;
 use crate::store::StoreError;
 
 /// The error of a CRI operation. Converted to a gRPC status only by `From<CriError>`.
@@ -61,6 +62,15 @@ pub enum CriError {
     /// The streaming server cannot take another request now.
     #[error(transparent)]
     Streaming(#[from] crate::stream::token::TokenError),
+    /// The CNI config template could not be applied (`UpdateRuntimeConfig`).
+    #[error(transparent)]
+    CniTemplate(TemplateError),
+    /// Blocking work on remora's behalf panicked or was cancelled.
+    #[error("{what} was aborted")]
+    Aborted {
+        /// What was being done.
+        what: &'static str,
+    },
 }
 
 fn pull_code(e: &PullError) -> Code {
@@ -118,6 +128,14 @@ impl CriError {
             CriError::Streaming(crate::stream::token::TokenError::Random(_)) => Code::Internal,
             CriError::Container(e) => container_code(e),
             CriError::Sandbox(e) => sandbox_code(e),
+            CriError::CniTemplate(e) => match e {
+                TemplateError::InvalidCidr { .. } => Code::InvalidArgument,
+                TemplateError::ReadTemplate { .. } | TemplateError::NotJson { .. } => {
+                    Code::FailedPrecondition
+                }
+                TemplateError::Write { .. } => Code::Internal,
+            },
+            CriError::Aborted { .. } => Code::Internal,
         }
     }
 }
@@ -127,7 +145,8 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::SandboxNotFound(_) | ContainerError::ImageNotFound(_) => Code::NotFound,
         ContainerError::SandboxNotReady(_)
         | ContainerError::NotRunning(_)
-        | ContainerError::PodHandlerGone { .. } => Code::FailedPrecondition,
+        | ContainerError::PodHandlerGone { .. }
+        | ContainerError::RecursiveReadOnlyUnsupported { .. } => Code::FailedPrecondition,
         ContainerError::EmptyCommand => Code::InvalidArgument,
         ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
         ContainerError::Name(_) => Code::AlreadyExists,

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use crate::config::{CgroupDriver, Config};
 use crate::containerd::health::HealthMonitor;
 use crate::cri::error::CriError;
+use crate::lifecycle::RuntimeHandlers;
 use crate::net::cni;
 
 /// The runtime name reported by `Version`.
@@ -64,6 +65,10 @@ pub struct StatusReport {
     /// The configured handlers in name order, the default one repeated under `""` right after
     /// it (as containerd's CRI reports them, `internal/cri/server/status.go`).
     pub handlers: Vec<HandlerInfo>,
+    /// Whether `SupplementalGroupsPolicy` (`Merge` and `Strict`) is honoured: always, the
+    /// image's `/etc/group` is read for `Merge` and left out for `Strict`
+    /// ([`crate::spec::user`]).
+    pub supplemental_groups_policy: bool,
     /// JSON values by key; filled only for verbose requests.
     pub info: BTreeMap<String, String>,
 }
@@ -83,6 +88,7 @@ pub fn version() -> VersionInfo {
 pub async fn status(
     config: &Config,
     health: &HealthMonitor,
+    handlers: &RuntimeHandlers,
     verbose: bool,
 ) -> Result<StatusReport, CriError> {
     let containerd = health.probe().await;
@@ -141,24 +147,24 @@ pub async fn status(
     }
     Ok(StatusReport {
         conditions: vec![runtime, network],
-        handlers: runtime_handlers(config),
+        handlers: runtime_handlers(handlers),
+        supplemental_groups_policy: true,
         info,
     })
 }
 
-/// The handlers `Status` reports: one per configured handler, and the default one again under
-/// the name `""`.
-pub fn runtime_handlers(config: &Config) -> Vec<HandlerInfo> {
+/// The handlers `Status` reports: one per configured handler with what its OCI runtime
+/// supports (probed at start-up, [`crate::lifecycle::oci_features`]), and the default one
+/// again under the name `""`.
+pub fn runtime_handlers(handlers: &RuntimeHandlers) -> Vec<HandlerInfo> {
     let mut out = Vec::new();
-    for name in config.runtime.handlers.keys() {
-        // Both features false for now: issue 14 derives them from `runc features` (the
-        // "rro" mount option with a kernel >= 5.12, and idmap mounts), as containerd does.
+    for (name, features) in handlers.features() {
         let info = HandlerInfo {
-            name: name.clone(),
-            recursive_read_only_mounts: false,
-            user_namespaces: false,
+            name: name.to_string(),
+            recursive_read_only_mounts: features.recursive_read_only_mounts,
+            user_namespaces: features.user_namespaces,
         };
-        let is_default = *name == config.runtime.default_handler;
+        let is_default = name == handlers.default_name();
         out.push(info.clone());
         if is_default {
             out.push(HandlerInfo {
@@ -168,6 +174,26 @@ pub fn runtime_handlers(config: &Config) -> Vec<HandlerInfo> {
         }
     }
     out
+}
+
+/// `UpdateRuntimeConfig`: kubelet names the node's pod CIDRs (comma-separated); the network
+/// config is rendered from `[cni] conf_template` unless a usable one is already loaded
+/// ([`cni::template`]).
+pub async fn update_runtime_config(
+    config: &Config,
+    pod_cidrs: &str,
+) -> Result<cni::template::Applied, CriError> {
+    let cni_conf = config.cni.clone();
+    let cidrs = pod_cidrs.to_string();
+    tokio::task::spawn_blocking(move || {
+        let ready = cni::load_network(&cni_conf.conf_dir, &cni_conf.bin_dirs).is_ok();
+        cni::template::apply(&cni_conf.conf_dir, &cni_conf.conf_template, &cidrs, ready)
+    })
+    .await
+    .map_err(|_| CriError::Aborted {
+        what: "rendering the CNI config template",
+    })?
+    .map_err(CriError::CniTemplate)
 }
 
 /// `RuntimeConfig`: the cgroup driver kubelet must use.
@@ -190,6 +216,7 @@ mod tests {
     use crate::containerd::error::ContainerdError;
     use crate::containerd::health::ProbeSchedule;
     use crate::containerd::{ContainerdVersion, VersionApi};
+    use crate::lifecycle::oci_features::HandlerFeatures;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
@@ -235,11 +262,19 @@ mod tests {
         ((config, health), switch)
     }
 
+    fn handlers_of(c: &Config, features: &[(&str, HandlerFeatures)]) -> RuntimeHandlers {
+        let features = features.iter().map(|(n, f)| (n.to_string(), *f)).collect();
+        crate::server::runtime_handlers(&c.runtime, &features)
+    }
+
     #[test]
     fn handlers_are_reported_with_the_default_repeated_under_the_empty_name() {
         let mut config = Config::default();
         let names = |c: &Config| -> Vec<String> {
-            runtime_handlers(c).into_iter().map(|h| h.name).collect()
+            runtime_handlers(&handlers_of(c, &[]))
+                .into_iter()
+                .map(|h| h.name)
+                .collect()
         };
         assert_eq!(names(&config), ["crun", "remora", "runc", ""]);
         config.runtime.default_handler = "crun".into();
@@ -247,9 +282,33 @@ mod tests {
         config.runtime.handlers.remove("remora");
         config.runtime.handlers.remove("runc");
         assert_eq!(names(&config), ["crun", ""]);
-        assert!(runtime_handlers(&config)
+        assert!(runtime_handlers(&handlers_of(&config, &[]))
             .iter()
             .all(|h| !h.recursive_read_only_mounts && !h.user_namespaces));
+    }
+
+    #[test]
+    fn handler_features_are_reported_as_probed_the_default_twice() {
+        let config = Config::default();
+        let rro = HandlerFeatures {
+            recursive_read_only_mounts: true,
+            user_namespaces: false,
+        };
+        let report = runtime_handlers(&handlers_of(&config, &[("runc", rro), ("remora", rro)]));
+        let rro_of = |name: &str| {
+            report
+                .iter()
+                .find(|h| h.name == name)
+                .map(|h| h.recursive_read_only_mounts)
+        };
+        assert_eq!(rro_of("runc"), Some(true));
+        assert_eq!(rro_of(""), Some(true), "the default handler is runc");
+        assert_eq!(rro_of("remora"), Some(true));
+        assert_eq!(
+            rro_of("crun"),
+            Some(false),
+            "crun was not probed as supporting it"
+        );
     }
 
     #[test]
@@ -267,7 +326,8 @@ mod tests {
         let bin = tempfile::tempdir().unwrap();
         let (rt, switch) = runtime(false, conf.path(), bin.path());
 
-        let s = status(&rt.0, &rt.1, false).await.unwrap();
+        let handlers = handlers_of(&rt.0, &[]);
+        let s = status(&rt.0, &rt.1, &handlers, false).await.unwrap();
         assert_eq!(s.conditions[0].kind, RUNTIME_READY);
         assert!(!s.conditions[0].status);
         assert_eq!(s.conditions[0].reason, "ContainerdUnreachable");
@@ -281,8 +341,9 @@ mod tests {
         assert!(s.conditions[1].message.contains("no CNI network config"));
         assert!(s.info.is_empty(), "info must be empty unless verbose");
         // Handlers do not depend on containerd being reachable.
-        assert_eq!(s.handlers, runtime_handlers(&rt.0));
+        assert_eq!(s.handlers, runtime_handlers(&handlers));
         assert_eq!(s.handlers.len(), 4);
+        assert!(s.supplemental_groups_policy);
 
         switch.0.store(true, Ordering::SeqCst);
         std::fs::write(bin.path().join("bridge"), "").unwrap();
@@ -291,7 +352,7 @@ mod tests {
             r#"{"name":"pods","plugins":[{"type":"bridge"}]}"#,
         )
         .unwrap();
-        let s = status(&rt.0, &rt.1, true).await.unwrap();
+        let s = status(&rt.0, &rt.1, &handlers, true).await.unwrap();
         assert!(s.conditions[0].status && s.conditions[0].reason.is_empty());
         assert!(s.conditions[1].status, "{:?}", s.conditions[1]);
         let cfg: serde_json::Value = serde_json::from_str(&s.info["config"]).unwrap();

@@ -9,6 +9,7 @@ use std::pin::Pin;
 use k8s_cri::v1;
 use k8s_cri::v1::image_service_server::ImageService;
 use k8s_cri::v1::runtime_service_server::RuntimeService;
+use slog::info;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
@@ -21,6 +22,7 @@ use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
 use crate::lifecycle::CreateRequest;
 use crate::lifecycle::RunSandbox;
+use crate::net::cni::template::Applied;
 use crate::stream::server::Request as StreamRequest;
 
 const RUNTIME: &str = "RuntimeService";
@@ -106,7 +108,13 @@ impl RuntimeService for CriService {
     ) -> Result<Response<v1::StatusResponse>, Status> {
         let verbose = request.into_inner().verbose;
         instrument::run(&self.rt.log, "Status", Ids::none(), |_log| async move {
-            let report = runtime_info::status(&self.rt.config, &self.rt.health, verbose).await?;
+            let report = runtime_info::status(
+                &self.rt.config,
+                &self.rt.health,
+                self.rt.pods.handlers(),
+                verbose,
+            )
+            .await?;
             Ok(v1::StatusResponse {
                 status: Some(v1::RuntimeStatus {
                     conditions: report
@@ -132,7 +140,9 @@ impl RuntimeService for CriService {
                         }),
                     })
                     .collect(),
-                ..Default::default()
+                features: Some(v1::RuntimeFeatures {
+                    supplemental_groups_policy: report.supplemental_groups_policy,
+                }),
             })
         })
         .await
@@ -684,9 +694,27 @@ impl RuntimeService for CriService {
 
     async fn update_runtime_config(
         &self,
-        _request: Request<v1::UpdateRuntimeConfigRequest>,
+        request: Request<v1::UpdateRuntimeConfigRequest>,
     ) -> Result<Response<v1::UpdateRuntimeConfigResponse>, Status> {
-        self.unimplemented(RUNTIME, "UpdateRuntimeConfig").await
+        let pod_cidr = request
+            .into_inner()
+            .runtime_config
+            .and_then(|c| c.network_config)
+            .map(|n| n.pod_cidr)
+            .unwrap_or_default();
+        instrument::run(
+            &self.rt.log,
+            "UpdateRuntimeConfig",
+            Ids::none(),
+            |log| async move {
+                let applied = runtime_info::update_runtime_config(&self.rt.config, &pod_cidr).await?;
+                if let Applied::Written(file) = &applied {
+                    info!(log, "CNI config written from the template"; "pod_cidr" => &pod_cidr, "file" => %file.display());
+                }
+                Ok(v1::UpdateRuntimeConfigResponse {})
+            },
+        )
+        .await
     }
 
     async fn checkpoint_container(

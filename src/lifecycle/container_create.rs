@@ -22,7 +22,7 @@ use crate::spec::{self, ContainerConfig, HostDevice, SandboxFiles, SandboxInfo};
 use crate::store::persist::CONTAINER_EXTENSION;
 use crate::store::{
     container_name_key, encode_extension, generate_id, to_labels, Container, ContainerMetadata,
-    ContainerStatus, SandboxMetadata, SandboxState, StoreError,
+    ContainerStatus, ContainerUser, SandboxMetadata, SandboxState, StoreError,
 };
 
 /// A CreateContainer request in domain terms.
@@ -85,10 +85,16 @@ impl Pods {
             return Err(ContainerError::SandboxNotReady(sandbox.id().to_string()));
         }
         // Every container runs with its pod's handler (shim and options), as in containerd.
-        let runtime = self
-            .pod_runtime(sandbox.id(), &sb.metadata.runtime_handler)?
-            .runtime
-            .clone();
+        let handler = self.pod_runtime(sandbox.id(), &sb.metadata.runtime_handler)?;
+        if !handler.features.recursive_read_only_mounts {
+            if let Some(m) = req.config.mounts.iter().find(|m| m.recursive_read_only) {
+                return Err(ContainerError::RecursiveReadOnlyUnsupported {
+                    handler: sb.metadata.runtime_handler.clone(),
+                    mount: m.container_path.clone(),
+                });
+            }
+        }
+        let runtime = handler.runtime.clone();
         let image: ImageInfo = self
             .find_image(&req.image)
             .ok_or_else(|| ContainerError::ImageNotFound(req.image.clone()))?;
@@ -196,6 +202,14 @@ impl Pods {
         }
         let spec_json = serde_json::to_vec(&generated.spec).map_err(ContainerError::Encode)?;
         steps.mark("bind_sources+encode");
+        metadata.user = generated.spec.process().as_ref().map(|p| {
+            let u = p.user();
+            ContainerUser {
+                uid: u.uid(),
+                gid: u.gid(),
+                supplemental_groups: u.additional_gids().clone().unwrap_or_default(),
+            }
+        });
 
         let container = Container::new(metadata.clone(), ContainerStatus::created(now_ns()));
         let snapshot = container.snapshot();

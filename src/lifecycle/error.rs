@@ -116,6 +116,17 @@ pub enum ContainerError {
         /// The handler recorded for it.
         handler: String,
     },
+    /// A recursive read-only mount was asked of a handler whose OCI runtime (or kernel) cannot
+    /// make one (`RuntimeStatus` says so; kubelet checks before asking).
+    #[error(
+        "mount {mount}: runtime handler {handler:?} does not support recursive read-only mounts"
+    )]
+    RecursiveReadOnlyUnsupported {
+        /// The pod's handler (`""` = the default).
+        handler: String,
+        /// The mount's container path.
+        mount: String,
+    },
     /// The image is not present (kubelet pulls before it creates).
     #[error("image {0:?} not found: pull it first")]
     ImageNotFound(String),

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::backend::Runtime;
+use super::oci_features::HandlerFeatures;
 
 /// One handler: what its pods' container records and tasks are created with.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -19,6 +20,8 @@ pub struct HandlerRuntime {
     pub runtime: Runtime,
     /// Absolute path of the shim binary ("" = containerd resolves the runtime type).
     pub runtime_path: String,
+    /// What its OCI runtime supports ([`super::oci_features`]).
+    pub features: HandlerFeatures,
 }
 
 /// The configured handlers and the default one.
@@ -47,6 +50,7 @@ impl RuntimeHandlers {
                 options: None,
             },
             runtime_path: String::new(),
+            features: HandlerFeatures::default(),
         };
         Self::new("runc", BTreeMap::from([("runc".to_string(), runc)]))
     }
@@ -59,6 +63,11 @@ impl RuntimeHandlers {
     /// The configured handler names, in order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.by_name.keys().map(String::as_str)
+    }
+
+    /// The configured handlers with what they support, in name order.
+    pub fn features(&self) -> impl Iterator<Item = (&str, HandlerFeatures)> {
+        self.by_name.iter().map(|(k, v)| (k.as_str(), v.features))
     }
 
     /// Resolves a CRI handler name (`""` = the default) to the configured name and its
@@ -91,6 +100,7 @@ mod tests {
                 }),
             },
             runtime_path: "/opt/shim".into(),
+            features: HandlerFeatures::default(),
         };
         let mut h = RuntimeHandlers::single_runc("io.containerd.runc.v2");
         h.by_name.insert("remora".into(), remora);

@@ -55,6 +55,7 @@ pub mod journal;
 #[cfg(target_os = "linux")]
 #[path = "mount_linux.rs"]
 pub mod mount;
+pub mod oci_features;
 #[cfg(target_os = "linux")]
 pub mod recover;
 #[cfg(target_os = "linux")]

@@ -703,6 +703,7 @@ fn two_handlers(default: &str) -> RuntimeHandlers {
             options: None,
         },
         runtime_path: String::new(),
+        features: Default::default(),
     };
     RuntimeHandlers::new(
         default,
@@ -724,6 +725,7 @@ fn remora_handler() -> HandlerRuntime {
             }),
         },
         runtime_path: "/opt/bin/containerd-shim-remora-v2".into(),
+        features: Default::default(),
     }
 }
 
@@ -831,4 +833,83 @@ async fn recorded_handlers_resolve_on_container_create() {
             }
         }
     }
+}
+
+/// A recursive read-only mount is built only for a handler whose runtime supports it; on any
+/// other it is refused before anything is made (kubelet checks the handler's features first).
+#[tokio::test]
+async fn recursive_read_only_mounts_only_on_handlers_that_support_them() {
+    let mut handlers = two_handlers("runc");
+    let mut remora = remora_handler();
+    remora.features.recursive_read_only_mounts = true;
+    handlers = RuntimeHandlers::new(
+        handlers.default_name(),
+        handlers
+            .names()
+            .map(|n| {
+                let h = if n == "remora" {
+                    remora.clone()
+                } else {
+                    handlers.resolve(n).expect("configured").1.clone()
+                };
+                (n.to_string(), h)
+            })
+            .collect(),
+    );
+    let b = bed_with_handlers(handlers);
+    let data = tempfile::tempdir().expect("tempdir");
+    let rro_request = |pod: &str| {
+        let mut req = create_request(pod);
+        req.config.mounts = vec![crate::spec::MountRequest {
+            container_path: "/data".into(),
+            host_path: data.path().to_path_buf(),
+            readonly: true,
+            recursive_read_only: true,
+            ..Default::default()
+        }];
+        req
+    };
+
+    let plain = b.pods.run_sandbox(pod_request()).await.expect("a runc pod");
+    b.log.clear();
+    let err = b
+        .pods
+        .create_container(rro_request(&plain))
+        .await
+        .expect_err("runc's handler was not probed as supporting rro");
+    assert!(
+        matches!(&err, ContainerError::RecursiveReadOnlyUnsupported { handler, mount }
+            if handler == "runc" && mount == "/data"),
+        "{err:?}"
+    );
+    assert!(
+        !b.log.calls().iter().any(|c| matches!(
+            c,
+            Call::LeaseCreate(_) | Call::SnapshotPrepare(..) | Call::RecordCreate(_)
+        )),
+        "nothing is made: {:?}",
+        b.log.calls()
+    );
+
+    let mut req = pod_request();
+    req.config.name = "rro-pod".into();
+    req.runtime_handler = "remora".into();
+    let pod = b.pods.run_sandbox(req).await.expect("a remora pod");
+    let id = b
+        .pods
+        .create_container(rro_request(&pod))
+        .await
+        .expect("remora's handler supports rro");
+    let spec: serde_json::Value =
+        serde_json::from_slice(&b.containerd.record(&id).expect("record").spec).expect("json");
+    let data_mount = spec["mounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["destination"] == "/data")
+        .expect("the /data mount");
+    assert_eq!(
+        data_mount["options"],
+        serde_json::json!(["rbind", "rprivate", "ro", "rro"])
+    );
 }

@@ -126,27 +126,27 @@ pub fn clean_destination(dest: &str) -> Result<String, SpecError> {
 }
 
 /// A bind mount as containerd builds it for a CRI mount: `rbind`, the propagation option,
-/// then `ro` / `rw`.
-fn bind(
-    dest: &str,
-    source: &Path,
-    readonly: bool,
-    propagation: MountPropagation,
-) -> Result<Mount, SpecError> {
-    let prop = match propagation {
+/// then `ro` / `rw`, and `rro` for a recursive read-only one (the OCI runtime then makes
+/// every submount read-only too; `ro` alone covers only the top mount).
+fn bind(m: &MountRequest, dest: &str) -> Result<Mount, SpecError> {
+    let prop = match m.propagation {
         MountPropagation::Private => "rprivate",
         MountPropagation::HostToContainer => "rslave",
         MountPropagation::Bidirectional => "rshared",
     };
+    let mut options = vec![
+        "rbind".to_owned(),
+        prop.to_owned(),
+        if m.readonly { "ro" } else { "rw" }.to_owned(),
+    ];
+    if m.recursive_read_only {
+        options.push("rro".to_owned());
+    }
     Ok(MountBuilder::default()
         .destination(dest)
         .typ("bind")
-        .source(source)
-        .options(vec![
-            "rbind".to_owned(),
-            prop.to_owned(),
-            if readonly { "ro" } else { "rw" }.to_owned(),
-        ])
+        .source(&m.host_path)
+        .options(options)
         .build()?)
 }
 
@@ -219,8 +219,7 @@ pub fn container_mounts(
         plan.mounts.push(m);
     }
     for (dest, m) in &binds {
-        plan.mounts
-            .push(bind(dest, &m.host_path, m.readonly, m.propagation)?);
+        plan.mounts.push(bind(m, dest)?);
         match m.propagation {
             MountPropagation::Bidirectional => plan.rootfs_propagation = Some("rshared".into()),
             MountPropagation::HostToContainer => {
@@ -274,7 +273,13 @@ pub fn sandbox_mounts(
         (RESOLV_CONF, &files.resolv_conf),
     ] {
         if let Some(src) = src {
-            mounts.push(bind(dest, src, true, MountPropagation::Private)?);
+            let file = MountRequest {
+                container_path: dest.to_owned(),
+                host_path: src.clone(),
+                readonly: true,
+                ..MountRequest::default()
+            };
+            mounts.push(bind(&file, dest)?);
         }
     }
     Ok(mounts)
@@ -449,6 +454,20 @@ mod tests {
                 PathBuf::from("/h/a"),
                 PathBuf::from("/h/b")
             ]
+        );
+    }
+
+    #[test]
+    fn recursive_read_only_adds_rro_after_ro() {
+        let reqs = vec![MountRequest {
+            readonly: true,
+            recursive_read_only: true,
+            ..req("/data", "/h/data")
+        }];
+        let plan = container_mounts(&reqs, &SandboxFiles::default(), false, false, false).unwrap();
+        assert_eq!(
+            opts(find(&plan.mounts, "/data")),
+            ["rbind", "rprivate", "ro", "rro"]
         );
     }
 

@@ -213,6 +213,7 @@ prop_compose! {
                     readonly,
                     selinux_relabel: false,
                     propagation,
+                    recursive_read_only: false,
                 })
                 .collect(),
             devices: devices

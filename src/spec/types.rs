@@ -176,6 +176,10 @@ pub struct MountRequest {
     pub selinux_relabel: bool,
     /// Propagation mode.
     pub propagation: MountPropagation,
+    /// Read-only recursively: submounts of `host_path` are read-only too (the `rro` option,
+    /// `mount_setattr(2)` with `AT_RECURSIVE`). Only with `readonly` and private propagation
+    /// (the adapter checks; a shared or slave mount could receive writable mounts later).
+    pub recursive_read_only: bool,
 }
 
 /// CRI `Device`: a host device made available in the container.

@@ -57,6 +57,22 @@ pub struct MountSummary {
     /// Propagation.
     #[serde(with = "propagation_serde")]
     pub propagation: MountPropagation,
+    /// Read-only recursively (`rro`).
+    pub recursive_read_only: bool,
+}
+
+/// The identity a container's first process starts with, as its OCI spec sets it (CRI
+/// `ContainerStatus.user`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ContainerUser {
+    /// Primary uid.
+    pub uid: u32,
+    /// Primary gid.
+    pub gid: u32,
+    /// Supplementary groups (the spec's `additionalGids`: the primary gid, the image's groups
+    /// of the user under `Merge`, and the configured ones).
+    pub supplemental_groups: Vec<u32>,
 }
 
 /// Everything CRI said about a container and what remora resolved for it; fixed after
@@ -94,6 +110,8 @@ pub struct ContainerMetadata {
     pub stdin: bool,
     /// Stdin is closed after the first attach ends.
     pub stdin_once: bool,
+    /// Its first process's identity; `None` in records written before remora kept it.
+    pub user: Option<ContainerUser>,
 }
 
 impl ContainerMetadata {

@@ -30,8 +30,8 @@ use std::io::Read;
 use thiserror::Error;
 
 pub use container::{
-    Container, ContainerFilter, ContainerMetadata, ContainerSnapshot, ContainerStore, ImageRefs,
-    MountSummary, PodRef,
+    Container, ContainerFilter, ContainerMetadata, ContainerSnapshot, ContainerStore,
+    ContainerUser, ImageRefs, MountSummary, PodRef,
 };
 pub use name::{container_name_key, sandbox_name_key, NameError, NameIndex, NameReservation};
 pub use persist::{decode_extension, encode_extension, to_labels, PersistError, Persisted};

@@ -281,7 +281,7 @@ pub(crate) mod base64_bytes {
 mod tests {
     use super::*;
     use crate::spec::{MountPropagation, NamespaceMode, NamespaceOptions};
-    use crate::store::container::{ImageRefs, MountSummary, PodRef};
+    use crate::store::container::{ContainerUser, ImageRefs, MountSummary, PodRef};
     use crate::store::status::ContainerState;
 
     fn sandbox() -> SandboxMetadata {
@@ -340,11 +340,17 @@ mod tests {
                 readonly: true,
                 selinux_relabel: false,
                 propagation: MountPropagation::HostToContainer,
+                recursive_read_only: false,
             }],
             resources_json: br#"{"linux":{"cpu_shares":2}}"#.to_vec(),
             tty: true,
             stdin: true,
             stdin_once: false,
+            user: Some(ContainerUser {
+                uid: 1000,
+                gid: 1000,
+                supplemental_groups: vec![1000, 1234, 50000],
+            }),
         };
         let mut status = ContainerStatus::created(10);
         status.begin_start("b").unwrap();

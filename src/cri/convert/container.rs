@@ -191,6 +191,7 @@ pub fn container_metadata(
                 readonly: r.readonly,
                 selinux_relabel: r.selinux_relabel,
                 propagation: r.propagation,
+                recursive_read_only: r.recursive_read_only,
             })
         })
         .collect::<Result<_, _>>()?;
@@ -216,13 +217,15 @@ pub fn container_metadata(
         tty: config.tty,
         stdin: config.stdin,
         stdin_once: config.stdin_once,
+        // Filled by CreateContainer from the spec it generates.
+        user: None,
     })
 }
 
-/// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. Image volumes, ID
-/// mapped mounts and recursive read-only mounts are refused: remora does not implement
-/// them, and quietly mounting a writable or unmapped host path instead would be worse than
-/// failing. Both paths must be absolute without `..`, and the mount not at the container's
+/// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. Image volumes and ID
+/// mapped mounts are refused: remora does not implement them, and quietly mounting a
+/// writable or unmapped host path instead would be worse than failing. A recursive
+/// read-only mount must be readonly and private. Both paths must be absolute without `..`, and the mount not at the container's
 /// root.
 pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, ConvertError> {
     validate::mount_destination(&format!("{prefix}.container_path"), &m.container_path)?;
@@ -236,21 +239,39 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
     if !m.gid_mappings.is_empty() {
         return Err(unsupported(format!("{prefix}.gid_mappings")));
     }
-    if m.recursive_read_only {
-        return Err(unsupported(format!("{prefix}.recursive_read_only")));
-    }
     let propagation = match v1::MountPropagation::try_from(m.propagation) {
         Ok(v1::MountPropagation::PropagationPrivate) => MountPropagation::Private,
         Ok(v1::MountPropagation::PropagationHostToContainer) => MountPropagation::HostToContainer,
         Ok(v1::MountPropagation::PropagationBidirectional) => MountPropagation::Bidirectional,
         Err(_) => return Err(unknown_enum(format!("{prefix}.propagation"), m.propagation)),
     };
+    // The CRI's rules for recursive read-only mounts (api.proto `Mount.recursive_read_only`),
+    // as containerd's CRI applies them: a writable or non-private mount cannot be made
+    // read-only for good (a propagated mount could arrive writable later).
+    if m.recursive_read_only {
+        let field = format!("{prefix}.recursive_read_only");
+        if !m.readonly {
+            return Err(ConvertError::Invalid {
+                field,
+                value: "true".into(),
+                reason: "a recursive read-only mount must also be readonly",
+            });
+        }
+        if propagation != MountPropagation::Private {
+            return Err(ConvertError::Invalid {
+                field,
+                value: "true".into(),
+                reason: "a recursive read-only mount must have PROPAGATION_PRIVATE",
+            });
+        }
+    }
     Ok(MountRequest {
         container_path: m.container_path.clone(),
         host_path: PathBuf::from(&m.host_path),
         readonly: m.readonly,
         selinux_relabel: m.selinux_relabel,
         propagation,
+        recursive_read_only: m.recursive_read_only,
     })
 }
 

@@ -166,8 +166,8 @@ fn exit_reason(exit_code: i32) -> &'static str {
 /// A container as `ContainerStatus` reports it, following containerd's
 /// `toCRIContainerStatus`: `started_at` only once started (RUNNING, EXITED, UNKNOWN),
 /// `finished_at` only once exited (EXITED, UNKNOWN), and an exited container always has a
-/// reason. `resources` and `user` are left for the caller (the resources are stored as
-/// opaque JSON).
+/// reason; `user` is the identity the spec gave its first process. `resources` are left for
+/// the caller (they are stored as opaque JSON).
 pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
     let m = &c.metadata;
     let s = &c.status;
@@ -204,13 +204,24 @@ pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
                 readonly: mt.readonly,
                 selinux_relabel: mt.selinux_relabel,
                 propagation: propagation_to_cri(mt.propagation) as i32,
+                recursive_read_only: mt.recursive_read_only,
                 ..Default::default()
             })
             .collect(),
         log_path: m.log_path.clone(),
         resources: None,
         image_id: m.image.id.clone(),
-        user: None,
+        user: m.user.as_ref().map(|u| v1::ContainerUser {
+            linux: Some(v1::LinuxContainerUser {
+                uid: i64::from(u.uid),
+                gid: i64::from(u.gid),
+                supplemental_groups: u
+                    .supplemental_groups
+                    .iter()
+                    .map(|&g| i64::from(g))
+                    .collect(),
+            }),
+        }),
     }
 }
 

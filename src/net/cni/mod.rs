@@ -18,12 +18,14 @@
 //! Layout: [`config`] loads the network configuration (which network, is it usable);
 //! [`invoke`] runs one plugin (stdin, `CNI_*` environment, timeout, process group, errors);
 //! [`result`] parses what ADD returns; [`cache`] keeps the ADD result on disk for DEL and
-//! CHECK; this file holds the ADD/DEL/CHECK chains over a list ([`CniExec`]).
+//! CHECK; [`template`] writes the network config from a template once kubelet names the pod
+//! CIDRs; this file holds the ADD/DEL/CHECK chains over a list ([`CniExec`]).
 
 pub mod cache;
 pub mod config;
 pub mod invoke;
 pub mod result;
+pub mod template;
 #[cfg(test)]
 mod tests;
 

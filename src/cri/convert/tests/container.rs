@@ -23,6 +23,7 @@ fn container_config_maps_every_field() {
                     readonly: true,
                     selinux_relabel: false,
                     propagation: MountPropagation::Private,
+                    recursive_read_only: false,
                 },
                 MountRequest {
                     container_path: "/dev/termination-log".into(),
@@ -30,6 +31,7 @@ fn container_config_maps_every_field() {
                     readonly: false,
                     selinux_relabel: false,
                     propagation: MountPropagation::HostToContainer,
+                    recursive_read_only: false,
                 },
             ],
             devices: vec![DeviceRequest {
@@ -245,10 +247,6 @@ fn container_unsupported_and_unknown_fields_are_named() {
         }
     );
     assert_eq!(
-        err(&|c| c.mounts[0].recursive_read_only = true),
-        unsupported("config.mounts[0].recursive_read_only")
-    );
-    assert_eq!(
         err(&|c| c.mounts[0].image = Some(v1::ImageSpec::default())),
         unsupported("config.mounts[0].image")
     );
@@ -279,6 +277,38 @@ fn container_unsupported_and_unknown_fields_are_named() {
             value: -1
         }
     );
+}
+
+#[test]
+fn recursive_read_only_mounts_must_be_readonly_and_private() {
+    let pod = kubelet_pod();
+    let with = |readonly: bool, propagation: v1::MountPropagation| {
+        let mut c = kubelet_container();
+        c.mounts[0].recursive_read_only = true;
+        c.mounts[0].readonly = readonly;
+        c.mounts[0].propagation = propagation as i32;
+        container_config(&c, &pod)
+    };
+    let ok = with(true, v1::MountPropagation::PropagationPrivate).unwrap();
+    assert!(ok.mounts[0].recursive_read_only && ok.mounts[0].readonly);
+    let invalid = |reason: &'static str| ConvertError::Invalid {
+        field: "config.mounts[0].recursive_read_only".into(),
+        value: "true".into(),
+        reason,
+    };
+    assert_eq!(
+        with(false, v1::MountPropagation::PropagationPrivate).unwrap_err(),
+        invalid("a recursive read-only mount must also be readonly")
+    );
+    for p in [
+        v1::MountPropagation::PropagationHostToContainer,
+        v1::MountPropagation::PropagationBidirectional,
+    ] {
+        assert_eq!(
+            with(true, p).unwrap_err(),
+            invalid("a recursive read-only mount must have PROPAGATION_PRIVATE")
+        );
+    }
 }
 
 #[test]

@@ -315,6 +315,14 @@ fn pod_config(slot: usize, logs: &Path) -> v1::PodSandboxConfig {
 fn container_config(slot: usize) -> v1::ContainerConfig {
     v1::ContainerConfig {
         log_path: format!("churn-{slot}.log"),
+        // An image volume (the container's own image): a view snapshot and a host mount per
+        // container, both counted by the census.
+        mounts: vec![v1::Mount {
+            container_path: "/image".into(),
+            image: Some(cri::image_spec("busybox")),
+            readonly: true,
+            ..Default::default()
+        }],
         // Writes to its log, and exits on SIGTERM (PID 1 has no default handler), so
         // StopContainer takes the graceful path.
         ..cri::shell_container(
@@ -560,6 +568,8 @@ async fn churn_of_200_pod_cycles_leaks_nothing() {
         ("shim processes", 1),
         ("mounts of namespace tasks", 2),
         ("state/io", 1),
+        ("state/image-volumes", 1),
+        ("mounts under remora dirs", 1),
         ("state/netns", 1),
         ("state/sandboxes", 1),
         ("root/cni-cache", 1),

@@ -960,3 +960,78 @@ async fn supplemental_groups_policies_merge_and_strict() {
     }
     pod.remove_pod().await;
 }
+
+/// Image volumes: an image's files appear read-only at the mount; ContainerStatus names the
+/// image as asked and as resolved; an image not pulled is NOT_FOUND naming the mount; removal
+/// leaves no mount and no view snapshot.
+#[tokio::test]
+async fn image_volumes_mount_an_image_read_only() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "imagevol", logs.path()).await;
+    let mut rt = bed.remora.runtime();
+    let volume = |image: &str| v1::Mount {
+        container_path: "/image".into(),
+        image: Some(cri::image_spec(image)),
+        ..Default::default()
+    };
+
+    let mut absent = container("absent", &["sleep", "3600"]);
+    absent.mounts = vec![volume("docker.io/library/never-pulled:1")];
+    let err = pod.create(absent).await.expect_err("an image not pulled");
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert!(
+        err.message().contains("/image") && err.message().contains("never-pulled"),
+        "{err:?}"
+    );
+
+    let mut c = container("vol", &["sleep", "3600"]);
+    c.mounts = vec![volume("busybox")];
+    let id = pod.create(c).await.expect("create with an image volume");
+    pod.start(&id).await;
+    let run = |cmd: &str| v1::ExecSyncRequest {
+        container_id: id.clone(),
+        cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+        timeout: 10,
+    };
+    let r = rt
+        .exec_sync(run("test -x /image/bin/busybox && echo present"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "present\n");
+    let r = rt
+        .exec_sync(run("touch /image/x 2>&1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(r.exit_code, 0, "an image volume is read-only");
+    assert!(
+        String::from_utf8_lossy(&r.stdout).contains("Read-only file system"),
+        "{}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+    let status = pod.status(&id).await.expect("ContainerStatus");
+    let image = status.mounts[0].image.as_ref().expect("the mount's image");
+    assert_eq!(image.user_specified_image, "busybox");
+    assert!(image.image.contains("@sha256:"), "{image:?}");
+    let view = format!("{id}-imagevolume-0");
+    assert!(
+        bed.ctr(&["snapshots", "ls"]).contains(&view),
+        "the view snapshot exists"
+    );
+
+    pod.remove_pod().await;
+    assert!(
+        !bed.ctr(&["snapshots", "ls"]).contains(&view),
+        "the view snapshot is removed with the container"
+    );
+    let dir = bed.state_dir().join("image-volumes").join(&id);
+    assert!(!dir.exists(), "{} is left", dir.display());
+    assert!(
+        !crate::harness::mount_points()
+            .iter()
+            .any(|m| m.contains(&id)),
+        "no mount names the container"
+    );
+}

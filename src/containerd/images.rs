@@ -9,7 +9,7 @@ use containerd_client::services::v1::diff_client::DiffClient;
 use containerd_client::services::v1::introspection_client::IntrospectionClient;
 use containerd_client::services::v1::snapshots::{
     CommitSnapshotRequest, ListSnapshotsRequest, MountsRequest, PrepareSnapshotRequest,
-    RemoveSnapshotRequest, StatSnapshotRequest, UsageRequest,
+    RemoveSnapshotRequest, StatSnapshotRequest, UsageRequest, ViewSnapshotRequest,
 };
 use containerd_client::services::v1::{
     AbortRequest, AddResourceRequest, ApplyRequest, CreateImageRequest,
@@ -574,6 +574,30 @@ impl Snapshots for Client {
             .prepare(req)
             .await
             .map_err(|s| self.call_error("Snapshots.Prepare", s))?;
+        Ok(mounts_from_pb(r.into_inner().mounts))
+    }
+
+    async fn view(
+        &self,
+        lease: &str,
+        snapshotter: &str,
+        key: &str,
+        parent: &str,
+    ) -> Result<Vec<Mount>, ContainerdError> {
+        let mut c = self.snapshots_client();
+        let req = self.request(
+            ViewSnapshotRequest {
+                snapshotter: snapshotter.to_string(),
+                key: key.to_string(),
+                parent: parent.to_string(),
+                labels: HashMap::new(),
+            },
+            Some(lease),
+        );
+        let r = c
+            .view(req)
+            .await
+            .map_err(|s| self.call_error("Snapshots.View", s))?;
         Ok(mounts_from_pb(r.into_inner().mounts))
     }
 

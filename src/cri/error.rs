@@ -142,7 +142,9 @@ impl CriError {
 
 fn container_code(e: &ContainerError) -> Code {
     match e {
-        ContainerError::SandboxNotFound(_) | ContainerError::ImageNotFound(_) => Code::NotFound,
+        ContainerError::SandboxNotFound(_)
+        | ContainerError::ImageNotFound(_)
+        | ContainerError::ImageVolumeNotFound { .. } => Code::NotFound,
         ContainerError::SandboxNotReady(_)
         | ContainerError::NotRunning(_)
         | ContainerError::PodHandlerGone { .. }
@@ -158,6 +160,7 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::RolledBackPartly { source, .. } => container_code(source),
         ContainerError::Id(_)
         | ContainerError::Rootfs(_)
+        | ContainerError::ImageVolumeMount { .. }
         | ContainerError::Host { .. }
         | ContainerError::Fifo { .. }
         | ContainerError::Log { .. }

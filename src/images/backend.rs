@@ -152,6 +152,14 @@ pub trait Snapshots: Send + Sync + 'static {
         key: &str,
         parent: &str,
     ) -> Result<Vec<Mount>, ContainerdError>;
+    /// A read-only view of committed snapshot `parent`, within `lease` (image volumes).
+    async fn view(
+        &self,
+        lease: &str,
+        snapshotter: &str,
+        key: &str,
+        parent: &str,
+    ) -> Result<Vec<Mount>, ContainerdError>;
     /// The mounts of an existing (active) snapshot.
     async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, ContainerdError>;
     /// Commits active snapshot `key` as `name`, with `labels`.

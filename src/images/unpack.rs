@@ -263,6 +263,21 @@ pub(crate) mod tests {
                 options: vec![],
             }])
         }
+        async fn view(
+            &self,
+            _l: &str,
+            _s: &str,
+            _key: &str,
+            _parent: &str,
+        ) -> Result<Vec<Mount>, ContainerdError> {
+            // Unpacking never makes views.
+            Err(ContainerdError::Call {
+                address: "/fake".into(),
+                op: "Snapshots.View",
+                code: tonic::Code::Unimplemented,
+                message: "the unpack fake makes no views".into(),
+            })
+        }
         async fn mounts(&self, _s: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
             Ok(vec![Mount {
                 kind: "bind".into(),

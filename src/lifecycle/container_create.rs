@@ -139,6 +139,11 @@ impl Pods {
             snaps.remove(&sn, &key).await
         });
         crate::failpoint::hit("container.after_snapshot", &metadata.name).await?;
+        let mut config = req.config.clone();
+        let volume_labels = self
+            .make_image_volumes(id, &lease, &mut config.mounts, &mut metadata.mounts, tx)
+            .await?;
+        steps.mark("image_volumes");
 
         let target_pid = match &req.target_id {
             Some(t) => Some(self.containers_store.get(t)?.snapshot().status.pid),
@@ -167,7 +172,6 @@ impl Pods {
             },
         };
         let host = self.host.clone();
-        let config = req.config.clone();
         let tmp = self.state_dir.join("tmpmounts").join(id);
         let id_owned = id.to_string();
         let generated = blocking(move || {
@@ -213,11 +217,14 @@ impl Pods {
 
         let container = Container::new(metadata.clone(), ContainerStatus::created(now_ns()));
         let snapshot = container.snapshot();
+        let mut labels = to_labels(&snapshot);
+        // The record keeps its image volumes' views once the creation lease is gone.
+        labels.extend(volume_labels);
         self.containers
             .create(ContainerRecord {
                 id: id.to_string(),
                 image: image.id.clone(),
-                labels: to_labels(&snapshot),
+                labels,
                 spec: spec_json,
                 runtime,
                 snapshotter: self.snapshotter.clone(),

@@ -1,5 +1,5 @@
-//! RemoveContainer: a running container is killed first; then its task, record, snapshot,
-//! FIFOs and name go.
+//! RemoveContainer: a running container is killed first; then its task, image volumes,
+//! record, snapshot, FIFOs and name go.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +40,8 @@ impl Pods {
         container.begin_removal()?;
         let result = async {
             let _ = self.tasks.delete(&id).await?;
+            self.remove_image_volumes(&id, &container.metadata().mounts)
+                .await?;
             self.containers.delete(&id).await?;
             self.snapshots.remove(&self.snapshotter, &id).await?;
             if let Some(io) = self.io.remove(&id) {

@@ -127,6 +127,23 @@ pub enum ContainerError {
         /// The mount's container path.
         mount: String,
     },
+    /// An image volume's image is not present (kubelet pulls it before it creates).
+    #[error("image volume {mount}: image {image:?} not found: pull it first")]
+    ImageVolumeNotFound {
+        /// The mount's container path.
+        mount: String,
+        /// The image asked for.
+        image: String,
+    },
+    /// An image volume's view could not be mounted on the host.
+    #[error("image volume {mount}: {source}")]
+    ImageVolumeMount {
+        /// The mount's container path.
+        mount: String,
+        /// Why.
+        #[source]
+        source: super::mount::MountError,
+    },
     /// The image is not present (kubelet pulls before it creates).
     #[error("image {0:?} not found: pull it first")]
     ImageNotFound(String),

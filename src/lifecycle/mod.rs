@@ -51,6 +51,9 @@ pub mod host;
 #[path = "host_network_linux.rs"]
 pub mod host_network;
 #[cfg(target_os = "linux")]
+#[path = "image_volume_linux.rs"]
+mod image_volume;
+#[cfg(target_os = "linux")]
 pub mod journal;
 #[cfg(target_os = "linux")]
 #[path = "mount_linux.rs"]

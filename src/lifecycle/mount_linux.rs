@@ -45,34 +45,57 @@ pub fn with_temp_mount<T>(
     target: &Path,
     f: impl FnOnce(&Path) -> T,
 ) -> Result<T, MountError> {
+    mount_on(mounts, target)?;
+    let out = f(target);
+    unmount_and_remove(target);
+    Ok(out)
+}
+
+/// Mounts `mounts` (one `overlay` or `bind` mount, as a snapshotter returns them) on `target`,
+/// which is created; on failure it is removed again. A bind mount honours `ro` (a bind ignores
+/// the flag on its first mount: it is remounted read-only).
+pub fn mount_on(mounts: &[Mount], target: &Path) -> Result<(), MountError> {
     let m = mounts.first().ok_or(MountError::NoMounts)?;
     std::fs::create_dir_all(target).map_err(|source| MountError::Target {
         path: target.to_path_buf(),
         source,
     })?;
+    let readonly = m.options.iter().any(|o| o == "ro");
     let result = match m.kind.as_str() {
-        "bind" => mount(
+        "bind" | "rbind" => mount(
             Some(m.source.as_str()),
             target,
             None::<&str>,
             MsFlags::MS_BIND | MsFlags::MS_REC,
             None::<&str>,
-        ),
+        )
+        .and_then(|()| {
+            if !readonly {
+                return Ok(());
+            }
+            mount(
+                None::<&str>,
+                target,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                None::<&str>,
+            )
+            .inspect_err(|_| {
+                let _ = umount2(target, MntFlags::MNT_DETACH);
+            })
+        }),
         kind => {
             // Only data options go to the filesystem; "ro"/"rw" become flags.
-            let mut flags = MsFlags::empty();
+            let flags = if readonly {
+                MsFlags::MS_RDONLY
+            } else {
+                MsFlags::empty()
+            };
             let data: Vec<&str> = m
                 .options
                 .iter()
                 .map(String::as_str)
-                .filter(|o| match *o {
-                    "ro" => {
-                        flags |= MsFlags::MS_RDONLY;
-                        false
-                    }
-                    "rw" => false,
-                    _ => true,
-                })
+                .filter(|o| !matches!(*o, "ro" | "rw"))
                 .collect();
             let data = data.join(",");
             mount(
@@ -92,10 +115,14 @@ pub fn with_temp_mount<T>(
             errno,
         });
     }
-    let out = f(target);
+    Ok(())
+}
+
+/// Detaches whatever is mounted on `target` and removes the (then empty) directory; a target
+/// that is not mounted or not there is no error.
+pub fn unmount_and_remove(target: &Path) {
     let _ = umount2(target, MntFlags::MNT_DETACH);
     let _ = std::fs::remove_dir(target);
-    Ok(out)
 }
 
 /// A snapshot's root filesystem readable without mounting it: a `bind` mount's directory, or

@@ -204,6 +204,9 @@ impl Pods {
                 }
             }
             Intent::Container { .. } => {
+                // Its image volumes' mounts; their views went with the creation lease.
+                let volumes = self.image_volume_dir(id);
+                super::blocking(move || super::image_volume::unmount_all_below(&volumes)).await?;
                 let dir = self.io_dir(id);
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => {}

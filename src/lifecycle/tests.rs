@@ -913,3 +913,136 @@ async fn recursive_read_only_mounts_only_on_handlers_that_support_them() {
         serde_json::json!(["rbind", "rprivate", "ro", "rro"])
     );
 }
+
+fn image_volume_request(pod: &str, image: &str) -> CreateRequest {
+    let mut req = create_request(pod);
+    let volume = crate::spec::MountRequest {
+        container_path: "/image".into(),
+        readonly: true,
+        image: Some(crate::spec::ImageVolume {
+            image: image.into(),
+        }),
+        ..Default::default()
+    };
+    req.config.mounts = vec![volume];
+    req.metadata.mounts = vec![crate::store::MountSummary {
+        container_path: "/image".into(),
+        readonly: true,
+        image: image.into(),
+        ..Default::default()
+    }];
+    req
+}
+
+/// An image volume whose image is not pulled: NOT_FOUND naming it, and the rootfs snapshot
+/// and creation lease already made are undone.
+#[tokio::test]
+async fn an_image_volume_of_an_image_not_pulled_is_refused_and_undone() {
+    let (b, pod) = bed_with_pod().await;
+    let err = b
+        .pods
+        .create_container(image_volume_request(&pod, "docker.io/library/absent:1"))
+        .await
+        .expect_err("not pulled");
+    assert!(
+        matches!(&err, ContainerError::ImageVolumeNotFound { mount, image }
+            if mount == "/image" && image == "docker.io/library/absent:1"),
+        "{err:?}"
+    );
+    let id = first_id(&b.log);
+    let calls = b.log.calls();
+    assert_eq!(
+        calls[calls.len().saturating_sub(2)..],
+        [
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(creation_lease_id(&id))
+        ],
+        "{calls:?}"
+    );
+    assert!(!calls.iter().any(|c| matches!(c, Call::SnapshotView(..))));
+}
+
+/// An image volume is a view of the image mounted on the host under the state dir; the
+/// record references the view (GC); a failed create unmounts and removes it, and
+/// RemoveContainer does too.
+#[tokio::test]
+async fn image_volumes_are_mounted_views_kept_by_the_record_and_removed_with_it() {
+    let (b, pod) = bed_with_pod().await;
+    let id = b
+        .pods
+        .create_container(image_volume_request(&pod, APP))
+        .await
+        .expect("a container with an image volume");
+    let view = format!("{id}-imagevolume-0");
+    assert!(b.log.calls().contains(&Call::SnapshotView(
+        creation_lease_id(&id),
+        view.clone(),
+        "sha256:app-chain".to_string(),
+    )));
+    let record = b.containerd.record(&id).expect("record");
+    assert_eq!(
+        record
+            .labels
+            .get("containerd.io/gc.ref.snapshot.overlayfs/0")
+            .map(String::as_str),
+        Some(view.as_str()),
+        "{:?}",
+        record.labels
+    );
+    let mounted = b.state_dir.join("image-volumes").join(&id).join("0");
+    let spec: serde_json::Value = serde_json::from_slice(&record.spec).expect("json");
+    let bind = spec["mounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["destination"] == "/image")
+        .expect("the /image mount")
+        .clone();
+    assert_eq!(bind["source"], mounted.display().to_string());
+    assert_eq!(
+        bind["options"],
+        serde_json::json!(["rbind", "rprivate", "ro"])
+    );
+    assert!(
+        crate::lifecycle::sandbox_files::is_mount_point(&mounted),
+        "the view is mounted on the host"
+    );
+    let status = b
+        .pods
+        .containers_store
+        .get(&id)
+        .expect("indexed")
+        .snapshot();
+    assert!(!status.metadata.mounts[0].image_ref.is_empty());
+
+    b.log.clear();
+    b.pods.remove_container(&id).await.expect("removed");
+    assert!(b.log.calls().contains(&Call::SnapshotRemove(view)));
+    assert!(!mounted.exists(), "unmounted and removed");
+    assert!(!b.state_dir.join("image-volumes").join(&id).exists());
+}
+
+#[tokio::test]
+async fn a_create_failing_after_its_image_volume_unmounts_and_removes_the_view() {
+    let (b, pod) = bed_with_pod().await;
+    b.log.fail("containers.create", 1);
+    b.pods
+        .create_container(image_volume_request(&pod, APP))
+        .await
+        .expect_err("the scripted failure");
+    let id = first_id(&b.log);
+    assert_eq!(
+        b.log.after_failure(),
+        [
+            Call::SnapshotRemove(format!("{id}-imagevolume-0")),
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(creation_lease_id(&id))
+        ]
+    );
+    assert!(!b
+        .state_dir
+        .join("image-volumes")
+        .join(&id)
+        .join("0")
+        .exists());
+}

@@ -231,7 +231,12 @@ pub fn container_mounts(
             MountPropagation::Private => {}
         }
     }
-    plan.host_dirs_to_create = cri.iter().map(|(_, m)| m.host_path.clone()).collect();
+    // Image volumes are mounted already; nothing of the host is made for them.
+    plan.host_dirs_to_create = cri
+        .iter()
+        .filter(|(_, m)| m.image.is_none())
+        .map(|(_, m)| m.host_path.clone())
+        .collect();
     Ok(plan)
 }
 

@@ -214,6 +214,7 @@ prop_compose! {
                     selinux_relabel: false,
                     propagation,
                     recursive_read_only: false,
+                    image: None,
                 })
                 .collect(),
             devices: devices

@@ -180,6 +180,17 @@ pub struct MountRequest {
     /// `mount_setattr(2)` with `AT_RECURSIVE`). Only with `readonly` and private propagation
     /// (the adapter checks; a shared or slave mount could receive writable mounts later).
     pub recursive_read_only: bool,
+    /// An image volume: the image's files are mounted here read-only. CreateContainer mounts
+    /// the image on the host and sets `host_path` to it before the spec is generated.
+    pub image: Option<ImageVolume>,
+}
+
+/// CRI `Mount.image`: the image mounted, at its root. (`Mount.image_sub_path` is newer than
+/// the CRI bindings remora builds with, k8s-cri 0.11: it cannot be read, see the README.)
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageVolume {
+    /// The image, as kubelet names it (it pulls it first).
+    pub image: String,
 }
 
 /// CRI `Device`: a host device made available in the container.

@@ -59,6 +59,10 @@ pub struct MountSummary {
     pub propagation: MountPropagation,
     /// Read-only recursively (`rro`).
     pub recursive_read_only: bool,
+    /// An image volume's image as requested ("" for a host path mount).
+    pub image: String,
+    /// The image volume's image as resolved: its repo digest, else its id.
+    pub image_ref: String,
 }
 
 /// The identity a container's first process starts with, as its OCI spec sets it (CRI

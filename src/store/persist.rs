@@ -341,6 +341,8 @@ mod tests {
                 selinux_relabel: false,
                 propagation: MountPropagation::HostToContainer,
                 recursive_read_only: false,
+                image: String::new(),
+                image_ref: String::new(),
             }],
             resources_json: br#"{"linux":{"cpu_shares":2}}"#.to_vec(),
             tty: true,

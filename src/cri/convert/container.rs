@@ -12,8 +12,8 @@ use super::security::{
 use super::{missing, non_empty, unknown_enum, unsupported, ConvertError};
 use crate::cri::validate;
 use crate::spec::{
-    CapabilityChanges, ContainerConfig, DeviceRequest, HugepageLimit, MountPropagation,
-    MountRequest, NamespaceOptions, Resources, SecurityContext,
+    CapabilityChanges, ContainerConfig, DeviceRequest, HugepageLimit, ImageVolume,
+    MountPropagation, MountRequest, NamespaceOptions, Resources, SecurityContext,
 };
 use crate::store::{ContainerMetadata, ImageRefs, MountSummary, PodRef};
 
@@ -185,13 +185,18 @@ pub fn container_metadata(
         .iter()
         .enumerate()
         .map(|(i, mount)| {
-            mount_request(mount, &format!("config.mounts[{i}]")).map(|r| MountSummary {
-                container_path: r.container_path,
-                host_path: r.host_path.to_string_lossy().into_owned(),
-                readonly: r.readonly,
-                selinux_relabel: r.selinux_relabel,
-                propagation: r.propagation,
-                recursive_read_only: r.recursive_read_only,
+            mount_request(mount, &format!("config.mounts[{i}]")).map(|r| {
+                let image = r.image.map(|v| v.image).unwrap_or_default();
+                MountSummary {
+                    container_path: r.container_path,
+                    host_path: r.host_path.to_string_lossy().into_owned(),
+                    readonly: r.readonly,
+                    selinux_relabel: r.selinux_relabel,
+                    propagation: r.propagation,
+                    recursive_read_only: r.recursive_read_only,
+                    image,
+                    image_ref: String::new(),
+                }
             })
         })
         .collect::<Result<_, _>>()?;
@@ -222,17 +227,29 @@ pub fn container_metadata(
     })
 }
 
-/// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. Image volumes and ID
-/// mapped mounts are refused: remora does not implement them, and quietly mounting a
-/// writable or unmapped host path instead would be worse than failing. A recursive
-/// read-only mount must be readonly and private. Both paths must be absolute without `..`, and the mount not at the container's
+/// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. ID mapped mounts are
+/// refused: remora does not implement them, and quietly mounting an unmapped host path
+/// instead would be worse than failing. A recursive read-only mount must be readonly and
+/// private. An image volume names its image (and maybe a sub path) instead of a host path. Both paths must be absolute without `..`, and the mount not at the container's
 /// root.
 pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, ConvertError> {
     validate::mount_destination(&format!("{prefix}.container_path"), &m.container_path)?;
-    validate::absolute_path(&format!("{prefix}.host_path"), &m.host_path)?;
-    if m.image.is_some() {
-        return Err(unsupported(format!("{prefix}.image")));
-    }
+    // An image volume (`image` set) has no host path: CreateContainer mounts the image. It is
+    // always read-only, as the CRI says.
+    let image = match &m.image {
+        Some(spec) => {
+            if spec.image.is_empty() {
+                return Err(missing(format!("{prefix}.image.image")));
+            }
+            Some(ImageVolume {
+                image: spec.image.clone(),
+            })
+        }
+        None => {
+            validate::absolute_path(&format!("{prefix}.host_path"), &m.host_path)?;
+            None
+        }
+    };
     if !m.uid_mappings.is_empty() {
         return Err(unsupported(format!("{prefix}.uid_mappings")));
     }
@@ -267,11 +284,16 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
     }
     Ok(MountRequest {
         container_path: m.container_path.clone(),
-        host_path: PathBuf::from(&m.host_path),
-        readonly: m.readonly,
+        host_path: if image.is_some() {
+            PathBuf::new()
+        } else {
+            PathBuf::from(&m.host_path)
+        },
+        readonly: m.readonly || image.is_some(),
         selinux_relabel: m.selinux_relabel,
         propagation,
         recursive_read_only: m.recursive_read_only,
+        image,
     })
 }
 

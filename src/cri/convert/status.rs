@@ -205,6 +205,12 @@ pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
                 selinux_relabel: mt.selinux_relabel,
                 propagation: propagation_to_cri(mt.propagation) as i32,
                 recursive_read_only: mt.recursive_read_only,
+                // An image volume: the image as resolved (its digest), and as asked for.
+                image: (!mt.image.is_empty()).then(|| v1::ImageSpec {
+                    image: mt.image_ref.clone(),
+                    user_specified_image: mt.image.clone(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             })
             .collect(),

@@ -44,6 +44,8 @@ pub enum Call {
     TaskDelete(String),
     /// `Snapshots::prepare` (lease, key, parent).
     SnapshotPrepare(String, String, String),
+    /// `Snapshots::view` (lease, key, parent).
+    SnapshotView(String, String, String),
     /// `Snapshots::mounts`.
     SnapshotMounts(String),
     /// `Snapshots::remove`.
@@ -79,6 +81,7 @@ impl Call {
             Call::TaskState(_) => "tasks.state",
             Call::TaskDelete(_) => "tasks.delete",
             Call::SnapshotPrepare(..) => "snapshots.prepare",
+            Call::SnapshotView(..) => "snapshots.view",
             Call::SnapshotMounts(_) => "snapshots.mounts",
             Call::SnapshotRemove(_) => "snapshots.remove",
             Call::LeaseCreate(_) => "leases.create",
@@ -376,6 +379,16 @@ impl Snapshots for FakeContainerd {
             key.into(),
             parent.into(),
         ))?;
+        Ok(self.mounts())
+    }
+    async fn view(
+        &self,
+        lease: &str,
+        _snapshotter: &str,
+        key: &str,
+        parent: &str,
+    ) -> Result<Vec<Mount>, ContainerdError> {
+        self.check(Call::SnapshotView(lease.into(), key.into(), parent.into()))?;
         Ok(self.mounts())
     }
     async fn mounts(&self, _: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {

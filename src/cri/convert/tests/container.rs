@@ -24,6 +24,7 @@ fn container_config_maps_every_field() {
                     selinux_relabel: false,
                     propagation: MountPropagation::Private,
                     recursive_read_only: false,
+                    image: None,
                 },
                 MountRequest {
                     container_path: "/dev/termination-log".into(),
@@ -32,6 +33,7 @@ fn container_config_maps_every_field() {
                     selinux_relabel: false,
                     propagation: MountPropagation::HostToContainer,
                     recursive_read_only: false,
+                    image: None,
                 },
             ],
             devices: vec![DeviceRequest {
@@ -248,7 +250,9 @@ fn container_unsupported_and_unknown_fields_are_named() {
     );
     assert_eq!(
         err(&|c| c.mounts[0].image = Some(v1::ImageSpec::default())),
-        unsupported("config.mounts[0].image")
+        ConvertError::Missing {
+            field: "config.mounts[0].image.image".into()
+        }
     );
     assert_eq!(
         err(&|c| c.mounts[1].uid_mappings = vec![v1::IdMapping::default()]),
@@ -277,6 +281,27 @@ fn container_unsupported_and_unknown_fields_are_named() {
             value: -1
         }
     );
+}
+
+#[test]
+fn image_volumes_name_their_image_and_are_readonly() {
+    let pod = kubelet_pod();
+    let mut c = kubelet_container();
+    c.mounts[0].host_path.clear();
+    c.mounts[0].readonly = false;
+    c.mounts[0].image = Some(v1::ImageSpec {
+        image: "busybox:1".into(),
+        ..Default::default()
+    });
+    let ok = container_config(&c, &pod).unwrap();
+    assert_eq!(
+        ok.mounts[0].image,
+        Some(crate::spec::ImageVolume {
+            image: "busybox:1".into()
+        })
+    );
+    assert!(ok.mounts[0].readonly, "image volumes are always read-only");
+    assert_eq!(ok.mounts[0].host_path, std::path::PathBuf::new());
 }
 
 #[test]

@@ -1,0 +1,139 @@
+//! Image volumes (CRI `Mount.image`): an image's files mounted read-only into a container.
+//!
+//! Design, as containerd's CRI does it: CreateContainer takes a read-only *view* snapshot of
+//! the image's top layer chain (`<container id>-imagevolume-<mount index>`, made under the
+//! creation lease), mounts it on the host under `<state_dir>/image-volumes/<container id>/
+//! <mount index>`, and the container's spec bind-mounts that directory read-only. Once the
+//! container record exists it keeps the views from containerd's garbage collector through
+//! `containerd.io/gc.ref.snapshot.<snapshotter>/…` labels (the creation lease then goes, as for
+//! the rootfs). RemoveContainer unmounts and removes them after the task is gone; a create
+//! that fails undoes them through its transaction, and one that died with remora is undone by
+//! the start-up sweep (the mounts here, the views with the creation lease).
+//!
+//! The image must be pulled (kubelet pulls image volumes before it creates the container); a
+//! missing one is `NOT_FOUND` naming the mount, before anything is made.
+
+use std::path::PathBuf;
+
+use super::mount::{mount_on, unmount_and_remove};
+use super::tx::Tx;
+use super::{blocking, ContainerError, Pods};
+use crate::spec::MountRequest;
+use crate::store::MountSummary;
+
+/// The label prefix by which a containerd record references snapshots for GC.
+const GC_SNAPSHOT_REF: &str = "containerd.io/gc.ref.snapshot.";
+
+/// The view snapshot of image volume `index` of container `id`.
+pub fn view_key(id: &str, index: usize) -> String {
+    format!("{id}-imagevolume-{index}")
+}
+
+impl Pods {
+    /// The host directory of container `id`'s image volumes.
+    pub(crate) fn image_volume_dir(&self, id: &str) -> PathBuf {
+        self.state_dir.join("image-volumes").join(id)
+    }
+
+    /// Makes every image volume among `mounts` (CreateContainer): a view of the image under
+    /// `lease`, mounted on the host; the mount's `host_path` then points at it, and its
+    /// `summaries` entry names the image as resolved. Each step registers its undo on `tx`.
+    /// Returns the labels by which the container record keeps the views.
+    pub(super) async fn make_image_volumes(
+        &self,
+        id: &str,
+        lease: &str,
+        mounts: &mut [MountRequest],
+        summaries: &mut [MountSummary],
+        tx: &mut Tx,
+    ) -> Result<Vec<(String, String)>, ContainerError> {
+        let mut labels = Vec::new();
+        for (index, m) in mounts.iter_mut().enumerate() {
+            let Some(volume) = &m.image else { continue };
+            let image = self.find_image(&volume.image).ok_or_else(|| {
+                ContainerError::ImageVolumeNotFound {
+                    mount: m.container_path.clone(),
+                    image: volume.image.clone(),
+                }
+            })?;
+            let key = view_key(id, index);
+            let views = self
+                .snapshots
+                .view(lease, &self.snapshotter, &key, &image.chain_id)
+                .await?;
+            let (snaps, sn, k) = (
+                self.snapshots.clone(),
+                self.snapshotter.clone(),
+                key.clone(),
+            );
+            tx.on_undo("remove image volume view", async move {
+                snaps.remove(&sn, &k).await
+            });
+            let target = self.image_volume_dir(id).join(index.to_string());
+            let dir = target.clone();
+            blocking(move || mount_on(&views, &dir))
+                .await
+                .map_err(ContainerError::Aborted)?
+                .map_err(|source| ContainerError::ImageVolumeMount {
+                    mount: m.container_path.clone(),
+                    source,
+                })?;
+            let undo_dir = target.clone();
+            tx.on_undo("unmount image volume", async move {
+                blocking(move || unmount_and_remove(&undo_dir)).await
+            });
+            m.host_path = target;
+            m.readonly = true;
+            if let Some(s) = summaries.get_mut(index) {
+                s.image_ref = image
+                    .repo_digests
+                    .iter()
+                    .next()
+                    .cloned()
+                    .unwrap_or_else(|| image.id.clone());
+            }
+            labels.push((
+                format!("{GC_SNAPSHOT_REF}{}/{index}", self.snapshotter),
+                key,
+            ));
+        }
+        Ok(labels)
+    }
+
+    /// Unmounts container `id`'s image volumes and removes their views (RemoveContainer, after
+    /// its task is gone). `summaries` are its mounts, as recorded.
+    pub(super) async fn remove_image_volumes(
+        &self,
+        id: &str,
+        summaries: &[MountSummary],
+    ) -> Result<(), ContainerError> {
+        if summaries.iter().all(|s| s.image.is_empty()) {
+            return Ok(());
+        }
+        let dir = self.image_volume_dir(id);
+        blocking(move || unmount_all_below(&dir))
+            .await
+            .map_err(ContainerError::Aborted)?;
+        for (index, _) in summaries
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.image.is_empty())
+        {
+            self.snapshots
+                .remove(&self.snapshotter, &view_key(id, index))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Unmounts every directory directly below `dir` and removes them and `dir` (best effort: an
+/// absent `dir` is nothing to do).
+pub(super) fn unmount_all_below(dir: &std::path::Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            unmount_and_remove(&e.path());
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}

@@ -11,6 +11,7 @@ use tonic::Code;
 use crate::containerd::error::ContainerdError;
 use crate::images::pull::PullError;
 use crate::images::registry::client::RegistryError;
+use crate::lifecycle::sandbox_stats::StatsError;
 use crate::lifecycle::ContainerError;
 use crate::lifecycle::SandboxError;
 use crate::store::StoreError;
@@ -58,6 +59,9 @@ pub enum CriError {
     /// The sandbox or container index refused.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A pod's stats could not be read.
+    #[error(transparent)]
+    Stats(#[from] StatsError),
     /// The streaming server cannot take another request now.
     #[error(transparent)]
     Streaming(#[from] crate::stream::token::TokenError),
@@ -118,6 +122,9 @@ impl CriError {
             CriError::Streaming(crate::stream::token::TokenError::Random(_)) => Code::Internal,
             CriError::Container(e) => container_code(e),
             CriError::Sandbox(e) => sandbox_code(e),
+            // containerd answers ErrUnavailable for the stats of a pod that is not ready.
+            CriError::Stats(StatsError::NotReady { .. }) => Code::Unavailable,
+            CriError::Stats(StatsError::Store(e)) => store_code(e),
         }
     }
 }

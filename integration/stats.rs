@@ -229,13 +229,13 @@ async fn pod_stats_move_with_cpu_memory_and_network() {
         ..Default::default()
     })
     .await;
-    assert_eq!(by_label, [pod.clone()]);
+    assert_eq!(by_label, std::slice::from_ref(&pod));
     let by_prefix = list(v1::PodSandboxStatsFilter {
         id: pod[..12].to_string(),
         ..Default::default()
     })
     .await;
-    assert_eq!(by_prefix, [pod.clone()]);
+    assert_eq!(by_prefix, std::slice::from_ref(&pod));
     let none = list(v1::PodSandboxStatsFilter {
         label_selector: [("stats-test".to_string(), "other".to_string())].into(),
         ..Default::default()

@@ -88,7 +88,7 @@ fn exec(id: &str, cmd: &[&str]) -> v1::ExecSyncRequest {
 }
 
 /// A kubelet-like pod (its own cgroup parent) with a CPU burner capped at 20% of a CPU and a
-/// container that allocates 32 MiB when told to: pod and container CPU and memory grow between
+/// container that is made to allocate 32 MiB: pod and container CPU and memory grow between
 /// readings, and so do the pod's eth0 counters when datagrams reach it.
 #[tokio::test]
 async fn pod_stats_move_with_cpu_memory_and_network() {
@@ -121,11 +121,7 @@ async fn pod_stats_move_with_cpu_memory_and_network() {
         &bed.remora,
         &pod,
         &config,
-        cri::shell_container(
-            "mem",
-            "while [ ! -e /tmp/go ]; do sleep 0.1; done; a=$(yes | head -c 33554432); \
-             touch /tmp/allocated; sleep 3600",
-        ),
+        cri::container_config("mem", &["sleep", "3600"]),
     )
     .await;
 
@@ -155,25 +151,28 @@ async fn pod_stats_move_with_cpu_memory_and_network() {
     })
     .await;
 
-    // Memory: 32 MiB in a shell variable shows in the container's and the pod's working set.
+    // Memory: 32 MiB written to the pod's /dev/shm (a tmpfs: memory, charged to the cgroup
+    // of the process that writes it, and kept until the file goes) shows in the container's
+    // and the pod's working set.
     let mem0 = working_set(&container(&first, &mem).memory);
     let pod_mem0 = working_set(&l.memory);
-    let mut rt = bed.remora.runtime();
-    let r = rt
-        .exec_sync(exec(&mem, &["touch", "/tmp/go"]))
+    let r = bed
+        .remora
+        .runtime()
+        .exec_sync(exec(
+            &mem,
+            &[
+                "dd",
+                "if=/dev/zero",
+                "of=/dev/shm/fill",
+                "bs=1048576",
+                "count=32",
+            ],
+        ))
         .await
         .expect("ExecSync")
         .into_inner();
     assert_eq!(r.exit_code, 0, "{r:?}");
-    wait_until("the allocation", LIMIT, || async {
-        let r = bed
-            .remora
-            .runtime()
-            .exec_sync(exec(&mem, &["test", "-e", "/tmp/allocated"]))
-            .await;
-        r.is_ok_and(|r| r.into_inner().exit_code == 0)
-    })
-    .await;
     let s = pod_stats(&bed, &pod).await.expect("PodSandboxStats");
     let grown = 24 << 20;
     assert!(

@@ -336,12 +336,27 @@ async fn pod_metrics_follow_their_descriptors() {
         ws.label_values[2..],
         ["sleeper".to_string(), sleeper.clone(), "busybox".into()]
     );
-    let procs = c
-        .metrics
-        .iter()
-        .find(|m| m.name == "container_processes")
-        .expect("processes");
-    assert_eq!(procs.value.as_ref().map(|v| v.value), Some(1), "just sleep");
+    // One task once runc's init (several Go threads) has exec'd sleep.
+    wait_until("sleep to be the container's only task", LIMIT, || async {
+        let pods = bed
+            .remora
+            .runtime()
+            .list_pod_sandbox_metrics(v1::ListPodSandboxMetricsRequest {})
+            .await
+            .expect("ListPodSandboxMetrics")
+            .into_inner()
+            .pod_metrics;
+        pods.iter()
+            .filter(|p| p.pod_sandbox_id == pod)
+            .flat_map(|p| &p.container_metrics)
+            .filter(|c| c.container_id == sleeper)
+            .flat_map(|c| &c.metrics)
+            .find(|m| m.name == "container_processes")
+            .and_then(|m| m.value.as_ref())
+            .map(|v| v.value)
+            == Some(1)
+    })
+    .await;
     cri::remove_pod(&bed.remora, &pod).await;
 }
 
@@ -378,15 +393,22 @@ async fn host_network_and_stopped_pods() {
         c_ws > 0 && pod_ws > c_ws,
         "pause + sleeper: {pod_ws} vs {c_ws}"
     );
-    assert_eq!(
-        linux(&s)
-            .process
-            .as_ref()
-            .and_then(|p| p.process_count.as_ref())
-            .map(|v| v.value),
-        Some(2),
-        "pause and sleep"
-    );
+    // Tasks, as `pids.current` counts them: right after StartContainer, runc's init (several
+    // Go threads) may not have exec'd sleep yet, so wait for the count to settle.
+    wait_until(
+        "pause and sleep to be the pod's only tasks",
+        LIMIT,
+        || async {
+            let s = pod_stats(&bed, &pod).await.expect("PodSandboxStats");
+            linux(&s)
+                .process
+                .as_ref()
+                .and_then(|p| p.process_count.as_ref())
+                .map(|v| v.value)
+                == Some(2)
+        },
+    )
+    .await;
 
     let err = pod_stats(&bed, "0123456789abcdef-no-such-pod")
         .await

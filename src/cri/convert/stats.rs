@@ -164,3 +164,88 @@ pub fn pod_sandbox_metrics(p: &PodMetrics) -> v1::PodSandboxMetrics {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::cgroup_stats::MemoryStats;
+
+    fn iface(name: &str, rx: u64) -> InterfaceStats {
+        InterfaceStats {
+            name: name.into(),
+            rx_bytes: rx,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_default_interface_is_not_repeated_among_the_others() {
+        let n = network(&NetworkStats {
+            timestamp_ns: 7,
+            interfaces: vec![iface("net1", 1), iface("eth0", 2), iface("net2", 3)],
+        });
+        assert_eq!(n.timestamp, 7);
+        let d = n.default_interface.expect("default");
+        assert_eq!(
+            (d.name.as_str(), d.rx_bytes.map(|v| v.value)),
+            ("eth0", Some(2))
+        );
+        let others: Vec<_> = n.interfaces.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(others, ["net1", "net2"]);
+    }
+
+    #[test]
+    fn available_memory_only_under_a_limit() {
+        let mut c = CgroupStats {
+            memory: Some(MemoryStats {
+                usage: 100,
+                working_set: 60,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let m = memory(&c, 1);
+        assert_eq!(m.working_set_bytes.map(|v| v.value), Some(60));
+        assert_eq!(
+            m.available_bytes, None,
+            "unlimited: nothing to subtract from"
+        );
+        c.memory = c.memory.map(|m| MemoryStats {
+            limit: Some(1000),
+            ..m
+        });
+        assert_eq!(memory(&c, 1).available_bytes.map(|v| v.value), Some(940));
+        let none = memory(&CgroupStats::default(), 1);
+        assert!(none.usage_bytes.is_none() && none.working_set_bytes.is_none());
+    }
+
+    #[test]
+    fn metrics_are_typed_and_gathered_live() {
+        let m = metric(&Metric {
+            name: "container_processes",
+            kind: MetricKind::Gauge,
+            label_values: vec!["a".into()],
+            value: 4,
+        });
+        assert_eq!(m.metric_type, v1::MetricType::Gauge as i32);
+        assert_eq!(m.timestamp, 0);
+        assert_eq!(m.value.map(|v| v.value), Some(4));
+    }
+
+    #[test]
+    fn stats_filter_keeps_id_and_labels_and_ignores_state() {
+        let f = sandbox_stats_filter(Some(&v1::PodSandboxStatsFilter {
+            id: "abc".into(),
+            label_selector: [("app".to_string(), "web".to_string())].into(),
+        }));
+        assert_eq!(f.id.as_deref(), Some("abc"));
+        assert_eq!(f.label_selector.get("app").map(String::as_str), Some("web"));
+        assert_eq!(f.state, None);
+        assert_eq!(sandbox_stats_filter(None), SandboxFilter::default());
+        assert_eq!(
+            sandbox_stats_filter(Some(&v1::PodSandboxStatsFilter::default())).id,
+            None,
+            "an empty id filters nothing"
+        );
+    }
+}

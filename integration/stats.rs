@@ -1,7 +1,6 @@
 //! Pod stats and CRI metrics on the test bed: the numbers move when a container burns CPU,
 //! allocates memory, and when traffic reaches the pod's network namespace.
 
-use std::path::Path;
 use std::time::Duration;
 
 use k8s_cri::v1;
@@ -12,21 +11,18 @@ use crate::harness::{unique, wait_until, BedRemora};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// The cgroup controllers a pod's cgroup parent is made in (runc creates the parents of a
-/// container's cgroup; kubelet, not the runtime, removes a pod's cgroup).
-const CONTROLLERS: &[&str] = &[
-    "cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids",
-];
-
-/// Removes the pod cgroup `parent` (and its own parent) the containers were created under.
+/// Removes the pod cgroup `parent` (and its own parent) the containers were created under, in
+/// every mounted hierarchy (runc makes it in each, `name=systemd` and the hybrid `unified` one
+/// included; kubelet, not the runtime, removes a pod's cgroup).
 struct CgroupParent(String);
 
 impl Drop for CgroupParent {
     fn drop(&mut self) {
-        for c in CONTROLLERS {
-            let pod = Path::new("/sys/fs/cgroup")
-                .join(c)
-                .join(self.0.trim_start_matches('/'));
+        let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        for h in hierarchies.flatten() {
+            let pod = h.path().join(self.0.trim_start_matches('/'));
             let _ = std::fs::remove_dir(&pod);
             if let Some(top) = pod.parent() {
                 let _ = std::fs::remove_dir(top);

@@ -17,4 +17,5 @@ mod images;
 mod pods;
 mod recovery;
 mod runtime_info;
+mod stats;
 mod streaming;

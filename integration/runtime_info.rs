@@ -310,28 +310,8 @@ async fn every_rpc_not_built_yet_is_unimplemented_with_its_name() {
     let bed = Bed::start("");
     let mut rt = bed.remora.runtime();
     assert_unimplemented(
-        "PodSandboxStats",
-        rt.pod_sandbox_stats(v1::PodSandboxStatsRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "ListPodSandboxStats",
-        rt.list_pod_sandbox_stats(v1::ListPodSandboxStatsRequest::default())
-            .await,
-    );
-    assert_unimplemented(
         "CheckpointContainer",
         rt.checkpoint_container(v1::CheckpointContainerRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "ListMetricDescriptors",
-        rt.list_metric_descriptors(v1::ListMetricDescriptorsRequest::default())
-            .await,
-    );
-    assert_unimplemented(
-        "ListPodSandboxMetrics",
-        rt.list_pod_sandbox_metrics(v1::ListPodSandboxMetricsRequest::default())
             .await,
     );
 }

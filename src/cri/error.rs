@@ -11,6 +11,7 @@ use tonic::Code;
 use crate::containerd::error::ContainerdError;
 use crate::images::pull::PullError;
 use crate::images::registry::client::RegistryError;
+use crate::lifecycle::sandbox_stats::StatsError;
 use crate::lifecycle::ContainerError;
 use crate::lifecycle::SandboxError;
 use crate::net::cni::template::TemplateError;
@@ -59,6 +60,9 @@ pub enum CriError {
     /// The sandbox or container index refused.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A pod's stats could not be read.
+    #[error(transparent)]
+    Stats(#[from] StatsError),
     /// The streaming server cannot take another request now.
     #[error(transparent)]
     Streaming(#[from] crate::stream::token::TokenError),
@@ -136,6 +140,9 @@ impl CriError {
                 TemplateError::Write { .. } => Code::Internal,
             },
             CriError::Aborted { .. } => Code::Internal,
+            // containerd answers ErrUnavailable for the stats of a pod that is not ready.
+            CriError::Stats(StatsError::NotReady { .. }) => Code::Unavailable,
+            CriError::Stats(StatsError::Store(e)) => store_code(e),
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::cri::instrument::{self, Ids};
 use crate::cri::{image_fs_info, image_pull, image_remove, image_status, runtime_info, Runtime};
 use crate::images::registry::auth::Credentials;
 use crate::images::store::ImageInfo;
+use crate::lifecycle::sandbox_metrics;
 use crate::lifecycle::CreateRequest;
 use crate::lifecycle::RunSandbox;
 use crate::net::cni::template::Applied;
@@ -500,7 +501,7 @@ impl RuntimeService for CriService {
                 required_container_id(&id)?;
                 let stats = self.rt.pods.container_stats(&id).await?;
                 Ok(v1::ContainerStatsResponse {
-                    stats: Some(stats_to_pb(stats)),
+                    stats: Some(convert::container_stats(&stats)),
                 })
             },
         )
@@ -526,7 +527,7 @@ impl RuntimeService for CriService {
                 let filter = convert::container_filter(filter.as_ref())?;
                 let stats = self.rt.pods.list_container_stats(&filter).await;
                 Ok(v1::ListContainerStatsResponse {
-                    stats: stats.into_iter().map(stats_to_pb).collect(),
+                    stats: stats.iter().map(convert::container_stats).collect(),
                 })
             },
         )
@@ -680,16 +681,42 @@ impl RuntimeService for CriService {
 
     async fn pod_sandbox_stats(
         &self,
-        _request: Request<v1::PodSandboxStatsRequest>,
+        request: Request<v1::PodSandboxStatsRequest>,
     ) -> Result<Response<v1::PodSandboxStatsResponse>, Status> {
-        self.unimplemented(RUNTIME, "PodSandboxStats").await
+        let id = request.into_inner().pod_sandbox_id;
+        instrument::run(
+            &self.rt.log,
+            "PodSandboxStats",
+            pod_ids(&id),
+            |_log| async move {
+                required_id(&id)?;
+                let stats = self.rt.pods.sandbox_stats(&id).await?;
+                Ok(v1::PodSandboxStatsResponse {
+                    stats: Some(convert::pod_sandbox_stats(&stats)),
+                })
+            },
+        )
+        .await
     }
 
     async fn list_pod_sandbox_stats(
         &self,
-        _request: Request<v1::ListPodSandboxStatsRequest>,
+        request: Request<v1::ListPodSandboxStatsRequest>,
     ) -> Result<Response<v1::ListPodSandboxStatsResponse>, Status> {
-        self.unimplemented(RUNTIME, "ListPodSandboxStats").await
+        let filter = request.into_inner().filter;
+        instrument::run(
+            &self.rt.log,
+            "ListPodSandboxStats",
+            Ids::none(),
+            |_log| async move {
+                let filter = convert::sandbox_stats_filter(filter.as_ref());
+                let stats = self.rt.pods.list_sandbox_stats(&filter).await;
+                Ok(v1::ListPodSandboxStatsResponse {
+                    stats: stats.iter().map(convert::pod_sandbox_stats).collect(),
+                })
+            },
+        )
+        .await
     }
 
     async fn update_runtime_config(
@@ -728,14 +755,41 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<v1::ListMetricDescriptorsRequest>,
     ) -> Result<Response<v1::ListMetricDescriptorsResponse>, Status> {
-        self.unimplemented(RUNTIME, "ListMetricDescriptors").await
+        instrument::run(
+            &self.rt.log,
+            "ListMetricDescriptors",
+            Ids::none(),
+            |_log| async move {
+                Ok(v1::ListMetricDescriptorsResponse {
+                    descriptors: sandbox_metrics::DESCRIPTORS
+                        .iter()
+                        .map(convert::metric_descriptor)
+                        .collect(),
+                })
+            },
+        )
+        .await
     }
 
     async fn list_pod_sandbox_metrics(
         &self,
         _request: Request<v1::ListPodSandboxMetricsRequest>,
     ) -> Result<Response<v1::ListPodSandboxMetricsResponse>, Status> {
-        self.unimplemented(RUNTIME, "ListPodSandboxMetrics").await
+        instrument::run(
+            &self.rt.log,
+            "ListPodSandboxMetrics",
+            Ids::none(),
+            |_log| async move {
+                let stats = self.rt.pods.list_sandbox_stats(&Default::default()).await;
+                Ok(v1::ListPodSandboxMetricsResponse {
+                    pod_metrics: stats
+                        .iter()
+                        .map(|s| convert::pod_sandbox_metrics(&sandbox_metrics::pod_metrics(s)))
+                        .collect(),
+                })
+            },
+        )
+        .await
     }
 }
 
@@ -817,42 +871,6 @@ fn container_event(
         created_at: e.at_ns,
         pod_sandbox_status,
         containers_statuses,
-    }
-}
-
-fn stats_to_pb(s: crate::lifecycle::container_stats::Stats) -> v1::ContainerStats {
-    let u = |value: u64| Some(v1::UInt64Value { value });
-    let c = convert::container(&s.container);
-    v1::ContainerStats {
-        attributes: Some(v1::ContainerAttributes {
-            id: c.id,
-            metadata: c.metadata,
-            labels: c.labels,
-            annotations: c.annotations,
-        }),
-        cpu: Some(v1::CpuUsage {
-            timestamp: s.timestamp_ns,
-            usage_core_nano_seconds: s.cpu_ns.and_then(u),
-            usage_nano_cores: None,
-        }),
-        memory: Some(v1::MemoryUsage {
-            timestamp: s.timestamp_ns,
-            working_set_bytes: s.memory.and_then(|m| u(m.working_set)),
-            available_bytes: None,
-            usage_bytes: s.memory.and_then(|m| u(m.usage)),
-            rss_bytes: s.memory.and_then(|m| u(m.rss)),
-            page_faults: s.memory.and_then(|m| u(m.page_faults)),
-            major_page_faults: s.memory.and_then(|m| u(m.major_page_faults)),
-        }),
-        writable_layer: s.writable.map(|(bytes, inodes, root)| v1::FilesystemUsage {
-            timestamp: s.timestamp_ns,
-            fs_id: Some(v1::FilesystemIdentifier {
-                mountpoint: root.display().to_string(),
-            }),
-            used_bytes: u(bytes),
-            inodes_used: u(inodes),
-        }),
-        swap: None,
     }
 }
 

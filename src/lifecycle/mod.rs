@@ -14,6 +14,8 @@
 //! | (a container's exit) | `container_exit.rs` |
 //! | ExecSync | `container_exec.rs` |
 //! | ContainerStats, ListContainerStats | `container_stats_linux.rs` |
+//! | PodSandboxStats, ListPodSandboxStats | `sandbox_stats_linux.rs` |
+//! | ListMetricDescriptors, ListPodSandboxMetrics | `sandbox_metrics.rs` |
 //! | (restart: sweep and recovery) | `recover.rs` |
 //!
 //! - [`backend`]: what lifecycle needs from below, as narrow traits (containerd's records and
@@ -22,12 +24,17 @@
 //!   operation failed, with a failed rollback reported beside the failure.
 //! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares;
 //!   [`mount`]: temporary mounts; [`host`]: facts about this host that specs depend on.
+//! - [`cgroup_stats`]: a cgroup's CPU, memory and process figures (v1 and v2), behind every
+//!   stats RPC.
 //!
 //! Every mutating operation runs in a task of its own, so a kubelet that gives up (cancelling
 //! the RPC) cannot interrupt it half way and skip the rollback: the caller's cancellation is
 //! never the cleanup's.
 
 pub mod backend;
+#[cfg(target_os = "linux")]
+#[path = "cgroup_stats_linux.rs"]
+pub mod cgroup_stats;
 mod container_create;
 #[cfg(target_os = "linux")]
 pub mod container_exec;
@@ -64,8 +71,13 @@ pub mod recover;
 #[cfg(target_os = "linux")]
 #[path = "sandbox_files_linux.rs"]
 pub mod sandbox_files;
+#[cfg(target_os = "linux")]
+pub mod sandbox_metrics;
 mod sandbox_remove;
 mod sandbox_run;
+#[cfg(target_os = "linux")]
+#[path = "sandbox_stats_linux.rs"]
+pub mod sandbox_stats;
 mod sandbox_stop;
 #[cfg(test)]
 mod tests;

@@ -28,8 +28,8 @@
 //!
 //! Layout, one file per seam: `sandbox` (RunPodSandbox request side), `security` (security
 //! contexts and profiles, shared by pods and containers), `container` (CreateContainer and
-//! UpdateContainerResources request side) and `status` (store snapshots → list items and
-//! statuses, and the List filters). Every public function is re-exported here, so callers name
+//! UpdateContainerResources request side), `status` (store snapshots → list items and
+//! statuses, and the List filters) and `stats` (container and pod stats, CRI metrics). Every public function is re-exported here, so callers name
 //! it `convert::sandbox_config` wherever it lives. The tests sit in `tests/`, split by the
 //! same seams (the convention: tests beside the code while short, `<module>/tests.rs` or
 //! `<module>/tests/` once they pass ~300 lines), and the property tests in `props`.
@@ -39,6 +39,8 @@ mod container;
 mod props;
 mod sandbox;
 mod security;
+#[cfg(target_os = "linux")]
+mod stats;
 mod status;
 #[cfg(test)]
 mod tests;
@@ -53,6 +55,11 @@ pub use container::{
 pub use sandbox::sandbox_dns;
 pub use sandbox::{sandbox_cni_dns, sandbox_config, sandbox_metadata, sandbox_port_mappings};
 pub use security::{namespace_options, sandbox_security};
+#[cfg(target_os = "linux")]
+pub use stats::{
+    container_stats, metric_descriptor, pod_sandbox_metrics, pod_sandbox_stats,
+    sandbox_stats_filter,
+};
 pub use status::{
     container, container_filter, container_status, pod_sandbox, pod_sandbox_status, sandbox_filter,
 };

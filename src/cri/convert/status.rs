@@ -16,7 +16,7 @@ fn sandbox_state(state: SandboxState) -> v1::PodSandboxState {
     }
 }
 
-fn pod_sandbox_metadata(m: &SandboxMetadata) -> v1::PodSandboxMetadata {
+pub(super) fn pod_sandbox_metadata(m: &SandboxMetadata) -> v1::PodSandboxMetadata {
     v1::PodSandboxMetadata {
         name: m.name.clone(),
         uid: m.uid.clone(),

@@ -1,0 +1,544 @@
+//! A cgroup's CPU, memory and process figures, read from cgroupfs: v1 (one hierarchy per
+//! controller, `/sys/fs/cgroup/<controller>/<path>`) or v2 (one unified hierarchy), the one
+//! reader behind ContainerStats, PodSandboxStats and the CRI metrics.
+//!
+//! Where a cgroup is: a container's from its init process's `/proc/<pid>/cgroup` (whatever
+//! parent runc chose), a pod's from its `CgroupParent` (kubelet's pod cgroup, e.g.
+//! `/kubepods/besteffort/pod<uid>`, or a systemd slice name, expanded as systemd lays it out).
+//! The figures are those cAdvisor and kubelet use: the working set is usage minus inactive
+//! file pages, `rss` is anonymous memory, a limit at the kernel's "unlimited" is no limit.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Where cgroupfs is mounted on Linux hosts.
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Limits at or above this are the kernel's "no limit" (v1 reports `PAGE_COUNTER_MAX` pages,
+/// about 2^63 bytes rounded down to a page).
+const UNLIMITED: u64 = 1 << 62;
+
+/// CPU time of a cgroup, in ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuStats {
+    /// Total CPU time (v1 `cpuacct.usage`, v2 `cpu.stat` `usage_usec`).
+    pub usage_ns: u64,
+    /// Time in user mode (v1 `cpuacct.stat`, in clock ticks; v2 `user_usec`).
+    pub user_ns: Option<u64>,
+    /// Time in kernel mode.
+    pub system_ns: Option<u64>,
+}
+
+/// Memory figures of a cgroup (bytes, except the fault and failure counters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryStats {
+    /// `memory.usage_in_bytes` (v2 `memory.current`).
+    pub usage: u64,
+    /// Usage minus inactive file cache, as kubelet and cAdvisor define it.
+    pub working_set: u64,
+    /// Anonymous and swap cache memory (v1 `total_rss`, v2 `anon`).
+    pub rss: u64,
+    /// Page cache (v1 `total_cache`, v2 `file`).
+    pub cache: u64,
+    /// Memory-mapped files (v1 `total_mapped_file`, v2 `file_mapped`).
+    pub mapped_file: u64,
+    /// Minor page faults (`total_pgfault`, v2 `pgfault`).
+    pub page_faults: u64,
+    /// Major page faults.
+    pub major_page_faults: u64,
+    /// The limit; `None` when unlimited.
+    pub limit: Option<u64>,
+    /// Peak usage (v1 `memory.max_usage_in_bytes`, v2 `memory.peak` where the kernel has it).
+    pub max_usage: Option<u64>,
+    /// How often usage hit the limit (v1 `memory.failcnt`; v2 has no such counter).
+    pub failcnt: Option<u64>,
+}
+
+/// What a cgroup reports; a controller that could not be read is `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CgroupStats {
+    /// CPU time.
+    pub cpu: Option<CpuStats>,
+    /// Memory.
+    pub memory: Option<MemoryStats>,
+    /// Processes (tasks) in it: `pids.current`.
+    pub pids: Option<u64>,
+}
+
+fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl CgroupStats {
+    /// The sum of several cgroups' figures: a pod without a cgroup of its own is the sum of its
+    /// containers'. Limits and peaks do not add up, so the sum has none.
+    pub fn sum<'a>(parts: impl IntoIterator<Item = &'a CgroupStats>) -> CgroupStats {
+        let mut out = CgroupStats::default();
+        for p in parts {
+            out.cpu = match (out.cpu, p.cpu) {
+                (Some(a), Some(b)) => Some(CpuStats {
+                    usage_ns: a.usage_ns.saturating_add(b.usage_ns),
+                    user_ns: add_opt(a.user_ns, b.user_ns),
+                    system_ns: add_opt(a.system_ns, b.system_ns),
+                }),
+                (a, b) => a.or(b),
+            };
+            out.memory = match (out.memory, p.memory) {
+                (Some(a), Some(b)) => Some(MemoryStats {
+                    usage: a.usage.saturating_add(b.usage),
+                    working_set: a.working_set.saturating_add(b.working_set),
+                    rss: a.rss.saturating_add(b.rss),
+                    cache: a.cache.saturating_add(b.cache),
+                    mapped_file: a.mapped_file.saturating_add(b.mapped_file),
+                    page_faults: a.page_faults.saturating_add(b.page_faults),
+                    major_page_faults: a.major_page_faults.saturating_add(b.major_page_faults),
+                    limit: None,
+                    max_usage: None,
+                    failcnt: add_opt(a.failcnt, b.failcnt),
+                }),
+                (a, b) => a.or(b).map(|m| MemoryStats {
+                    limit: None,
+                    max_usage: None,
+                    ..m
+                }),
+            };
+            out.pids = add_opt(out.pids, p.pids);
+        }
+        out
+    }
+}
+
+/// Where a cgroup is, relative to the mount of each hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupPath {
+    /// v1: each controller's path in its own hierarchy.
+    V1(HashMap<String, String>),
+    /// v2: the path in the unified hierarchy.
+    V2(String),
+}
+
+/// cgroupfs, mounted at `root` (tests point it at a fixture directory).
+#[derive(Debug, Clone)]
+pub struct CgroupFs {
+    root: PathBuf,
+    /// Clock ticks per second, the unit of v1's `cpuacct.stat`.
+    ticks_per_second: u64,
+}
+
+impl CgroupFs {
+    /// The host's cgroupfs.
+    pub fn host() -> Self {
+        // SAFETY: sysconf only reads a constant of the C library.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        Self::at(
+            PathBuf::from(CGROUP_ROOT),
+            if ticks > 0 { ticks as u64 } else { 100 },
+        )
+    }
+
+    /// cgroupfs mounted at `root`, v1's `cpuacct.stat` counting `ticks_per_second`.
+    pub fn at(root: PathBuf, ticks_per_second: u64) -> Self {
+        Self {
+            root,
+            ticks_per_second,
+        }
+    }
+
+    /// Whether the host runs the unified hierarchy alone (v2): then its root has
+    /// `cgroup.controllers`. A hybrid host (v1 controllers, v2 only for systemd) is v1 here.
+    pub fn is_v2(&self) -> bool {
+        self.root.join("cgroup.controllers").exists()
+    }
+
+    /// The cgroup of process `pid`, from the text of its `/proc/<pid>/cgroup`.
+    pub fn path_of_process(&self, proc_cgroup: &str) -> CgroupPath {
+        let v2 = self.is_v2();
+        let mut v1 = HashMap::new();
+        for line in proc_cgroup.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(_), Some(controllers), Some(path)) =
+                (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if controllers.is_empty() {
+                if v2 {
+                    return CgroupPath::V2(path.to_string());
+                }
+                continue;
+            }
+            for c in controllers.split(',') {
+                v1.insert(c.to_string(), path.to_string());
+            }
+        }
+        if v2 {
+            // No unified entry: the process is gone or the text is not a cgroup file.
+            CgroupPath::V2(String::new())
+        } else {
+            CgroupPath::V1(v1)
+        }
+    }
+
+    /// The cgroup at `path` in every hierarchy (a pod's cgroup parent). A systemd slice name
+    /// (`kubepods-besteffort-pod<uid>.slice`) is expanded to the path systemd gives it.
+    pub fn path_of_dir(&self, path: &str) -> CgroupPath {
+        let path = expand_slice(path);
+        if self.is_v2() {
+            CgroupPath::V2(path)
+        } else {
+            CgroupPath::V1(
+                ["cpuacct", "cpu", "memory", "pids"]
+                    .iter()
+                    .map(|c| (c.to_string(), path.clone()))
+                    .collect(),
+            )
+        }
+    }
+
+    /// Whether the cgroup exists (its memory controller's directory, or its v2 directory).
+    pub fn exists(&self, path: &CgroupPath) -> bool {
+        match path {
+            CgroupPath::V1(paths) => paths
+                .get("memory")
+                .is_some_and(|p| self.v1_dir("memory", p).is_dir()),
+            CgroupPath::V2(p) => !p.is_empty() && self.v2_dir(p).is_dir(),
+        }
+    }
+
+    fn v1_dir(&self, controller: &str, path: &str) -> PathBuf {
+        self.root
+            .join(controller)
+            .join(path.trim_start_matches('/'))
+    }
+
+    fn v2_dir(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// Reads the cgroup's figures; what cannot be read is `None`.
+    pub fn read(&self, path: &CgroupPath) -> CgroupStats {
+        match path {
+            CgroupPath::V1(paths) => {
+                let dir = |c: &str| paths.get(c).map(|p| self.v1_dir(c, p));
+                CgroupStats {
+                    cpu: dir("cpuacct").and_then(|d| self.v1_cpu(&d)),
+                    memory: dir("memory").and_then(|d| v1_memory(&d)),
+                    pids: dir("pids").and_then(|d| read_u64(&d.join("pids.current"))),
+                }
+            }
+            CgroupPath::V2(p) if p.is_empty() => CgroupStats::default(),
+            CgroupPath::V2(p) => {
+                let d = self.v2_dir(p);
+                CgroupStats {
+                    cpu: v2_cpu(&d),
+                    memory: v2_memory(&d),
+                    pids: read_u64(&d.join("pids.current")),
+                }
+            }
+        }
+    }
+
+    fn v1_cpu(&self, dir: &Path) -> Option<CpuStats> {
+        let usage_ns = read_u64(&dir.join("cpuacct.usage"))?;
+        let stat = read_keyed(&dir.join("cpuacct.stat"));
+        let ns = |ticks: u64| ticks.saturating_mul(1_000_000_000 / self.ticks_per_second.max(1));
+        Some(CpuStats {
+            usage_ns,
+            user_ns: stat.get("user").copied().map(ns),
+            system_ns: stat.get("system").copied().map(ns),
+        })
+    }
+}
+
+fn v1_memory(dir: &Path) -> Option<MemoryStats> {
+    let usage = read_u64(&dir.join("memory.usage_in_bytes"))?;
+    let stat = read_keyed(&dir.join("memory.stat"));
+    let get = |k: &str| stat.get(k).copied().unwrap_or(0);
+    Some(MemoryStats {
+        usage,
+        working_set: usage.saturating_sub(get("total_inactive_file")),
+        rss: get("total_rss"),
+        cache: get("total_cache"),
+        mapped_file: get("total_mapped_file"),
+        page_faults: get("total_pgfault"),
+        major_page_faults: get("total_pgmajfault"),
+        limit: read_u64(&dir.join("memory.limit_in_bytes")).filter(|l| *l < UNLIMITED),
+        max_usage: read_u64(&dir.join("memory.max_usage_in_bytes")),
+        failcnt: read_u64(&dir.join("memory.failcnt")),
+    })
+}
+
+fn v2_cpu(dir: &Path) -> Option<CpuStats> {
+    let stat = read_keyed(&dir.join("cpu.stat"));
+    let us = |k: &str| stat.get(k).map(|v| v.saturating_mul(1000));
+    Some(CpuStats {
+        usage_ns: us("usage_usec")?,
+        user_ns: us("user_usec"),
+        system_ns: us("system_usec"),
+    })
+}
+
+fn v2_memory(dir: &Path) -> Option<MemoryStats> {
+    let usage = read_u64(&dir.join("memory.current"))?;
+    let stat = read_keyed(&dir.join("memory.stat"));
+    let get = |k: &str| stat.get(k).copied().unwrap_or(0);
+    Some(MemoryStats {
+        usage,
+        working_set: usage.saturating_sub(get("inactive_file")),
+        rss: get("anon"),
+        cache: get("file"),
+        mapped_file: get("file_mapped"),
+        page_faults: get("pgfault"),
+        major_page_faults: get("pgmajfault"),
+        // "max" (no limit) does not parse.
+        limit: read_u64(&dir.join("memory.max")),
+        max_usage: read_u64(&dir.join("memory.peak")),
+        failcnt: None,
+    })
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// A `key value` per line file (`memory.stat`, `cpu.stat`, `cpuacct.stat`).
+fn read_keyed(path: &Path) -> HashMap<String, u64> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// A systemd slice name as the path systemd puts it at: `a-b-c.slice` is
+/// `/a.slice/a-b.slice/a-b-c.slice` (runc's `ExpandSlice`). Anything else is returned as is.
+pub fn expand_slice(name: &str) -> String {
+    let Some(stem) = name.strip_suffix(".slice") else {
+        return name.to_string();
+    };
+    if name.contains('/') || stem.is_empty() {
+        return name.to_string();
+    }
+    if stem == "-" {
+        return "/".to_string();
+    }
+    let mut path = String::new();
+    let mut prefix = String::new();
+    for part in stem.split('-') {
+        if part.is_empty() {
+            // `a--b.slice` is not a valid slice name: leave it to the caller to not find it.
+            return name.to_string();
+        }
+        if !prefix.is_empty() {
+            prefix.push('-');
+        }
+        prefix.push_str(part);
+        path.push('/');
+        path.push_str(&prefix);
+        path.push_str(".slice");
+    }
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, file: &str, text: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+
+    /// A v1 fixture: cgroup `/kubepods/pod1` with every file the reader looks at.
+    fn v1_fixture() -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let cpu = r.join("cpuacct/kubepods/pod1");
+        write(&cpu, "cpuacct.usage", "2500000000\n");
+        write(&cpu, "cpuacct.stat", "user 150\nsystem 50\n");
+        let mem = r.join("memory/kubepods/pod1");
+        write(&mem, "memory.usage_in_bytes", "104857600\n");
+        write(
+            &mem,
+            "memory.stat",
+            "cache 1\nrss 2\ntotal_cache 41943040\ntotal_rss 52428800\n\
+             total_mapped_file 4096\ntotal_inactive_file 20971520\ntotal_pgfault 900\n\
+             total_pgmajfault 3\n",
+        );
+        write(&mem, "memory.limit_in_bytes", "9223372036854771712\n");
+        write(&mem, "memory.max_usage_in_bytes", "209715200\n");
+        write(&mem, "memory.failcnt", "0\n");
+        write(&r.join("pids/kubepods/pod1"), "pids.current", "7\n");
+        root
+    }
+
+    #[test]
+    fn v1_figures_of_a_pod_cgroup() {
+        let root = v1_fixture();
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        assert!(!fs.is_v2());
+        let path = fs.path_of_dir("/kubepods/pod1");
+        assert!(fs.exists(&path));
+        let s = fs.read(&path);
+        assert_eq!(
+            s.cpu,
+            Some(CpuStats {
+                usage_ns: 2_500_000_000,
+                user_ns: Some(1_500_000_000),
+                system_ns: Some(500_000_000),
+            })
+        );
+        let m = s.memory.expect("memory");
+        assert_eq!(m.usage, 100 << 20);
+        assert_eq!(m.working_set, 80 << 20, "usage minus total_inactive_file");
+        assert_eq!((m.rss, m.cache, m.mapped_file), (50 << 20, 40 << 20, 4096));
+        assert_eq!((m.page_faults, m.major_page_faults), (900, 3));
+        assert_eq!(m.limit, None, "the kernel's unlimited is no limit");
+        assert_eq!((m.max_usage, m.failcnt), (Some(200 << 20), Some(0)));
+        assert_eq!(s.pids, Some(7));
+    }
+
+    #[test]
+    fn v1_process_cgroup_per_controller() {
+        let root = v1_fixture();
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        let text = "12:pids:/kubepods/pod1\n4:memory:/kubepods/pod1\n\
+                    3:cpu,cpuacct:/kubepods/pod1\n1:name=systemd:/x\n0::/\n";
+        let path = fs.path_of_process(text);
+        let CgroupPath::V1(ref paths) = path else {
+            panic!("v1 expected: {path:?}")
+        };
+        assert_eq!(paths["cpuacct"], "/kubepods/pod1");
+        assert_eq!(paths["cpu"], "/kubepods/pod1");
+        assert_eq!(fs.read(&path).pids, Some(7));
+        assert_eq!(fs.read(&path).memory.map(|m| m.usage), Some(100 << 20));
+    }
+
+    #[test]
+    fn a_missing_cgroup_reads_as_nothing() {
+        let root = v1_fixture();
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        let path = fs.path_of_dir("/kubepods/gone");
+        assert!(!fs.exists(&path));
+        assert_eq!(fs.read(&path), CgroupStats::default());
+    }
+
+    #[test]
+    fn v2_figures_and_process_path() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        write(r, "cgroup.controllers", "cpu memory pids\n");
+        let d = r.join("kubepods.slice/pod1.slice/ctr.scope");
+        write(
+            &d,
+            "cpu.stat",
+            "usage_usec 3000\nuser_usec 2000\nsystem_usec 1000\n",
+        );
+        write(&d, "memory.current", "1000000\n");
+        write(
+            &d,
+            "memory.stat",
+            "anon 600000\nfile 300000\nfile_mapped 100\ninactive_file 250000\n\
+             pgfault 10\npgmajfault 1\n",
+        );
+        write(&d, "memory.max", "max\n");
+        write(&d, "pids.current", "2\n");
+        let fs = CgroupFs::at(r.to_path_buf(), 100);
+        assert!(fs.is_v2());
+        let path = fs.path_of_process("0::/kubepods.slice/pod1.slice/ctr.scope\n");
+        assert_eq!(
+            path,
+            CgroupPath::V2("/kubepods.slice/pod1.slice/ctr.scope".into())
+        );
+        assert!(fs.exists(&path));
+        let s = fs.read(&path);
+        assert_eq!(
+            s.cpu,
+            Some(CpuStats {
+                usage_ns: 3_000_000,
+                user_ns: Some(2_000_000),
+                system_ns: Some(1_000_000),
+            })
+        );
+        let m = s.memory.unwrap();
+        assert_eq!(
+            (m.usage, m.working_set, m.rss),
+            (1_000_000, 750_000, 600_000)
+        );
+        assert_eq!((m.cache, m.limit, m.failcnt), (300_000, None, None));
+        assert_eq!(s.pids, Some(2));
+
+        write(&d, "memory.max", "536870912\n");
+        assert_eq!(fs.read(&path).memory.unwrap().limit, Some(512 << 20));
+        assert_eq!(
+            fs.read(&fs.path_of_process("")),
+            CgroupStats::default(),
+            "a process without a unified entry has no figures"
+        );
+    }
+
+    #[test]
+    fn sums_add_figures_and_drop_limits() {
+        let a = CgroupStats {
+            cpu: Some(CpuStats {
+                usage_ns: 10,
+                user_ns: Some(6),
+                system_ns: None,
+            }),
+            memory: Some(MemoryStats {
+                usage: 100,
+                working_set: 80,
+                limit: Some(1000),
+                ..Default::default()
+            }),
+            pids: Some(1),
+        };
+        let b = CgroupStats {
+            cpu: Some(CpuStats {
+                usage_ns: 5,
+                user_ns: Some(4),
+                system_ns: Some(1),
+            }),
+            memory: None,
+            pids: Some(2),
+        };
+        let s = CgroupStats::sum([&a, &b, &CgroupStats::default()]);
+        assert_eq!(
+            s.cpu,
+            Some(CpuStats {
+                usage_ns: 15,
+                user_ns: Some(10),
+                system_ns: Some(1),
+            })
+        );
+        let m = s.memory.unwrap();
+        assert_eq!((m.usage, m.working_set, m.limit), (100, 80, None));
+        assert_eq!(s.pids, Some(3));
+        assert_eq!(CgroupStats::sum([]), CgroupStats::default());
+    }
+
+    #[test]
+    fn systemd_slices_expand() {
+        assert_eq!(
+            expand_slice("kubepods-besteffort-pod12.slice"),
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12.slice"
+        );
+        assert_eq!(expand_slice("-.slice"), "/");
+        assert_eq!(expand_slice("/kubepods/pod1"), "/kubepods/pod1");
+        assert_eq!(expand_slice("a--b.slice"), "a--b.slice");
+    }
+
+    #[test]
+    fn reads_this_process_cgroups() {
+        let fs = CgroupFs::host();
+        let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let s = fs.read(&fs.path_of_process(&text));
+        let m = s.memory.expect("memory stats of this process");
+        assert!(m.usage > 0 && m.working_set <= m.usage, "{m:?}");
+    }
+}

@@ -68,9 +68,13 @@ impl CriService {
         service: &'static str,
         rpc: &'static str,
     ) -> Result<Response<T>, Status> {
-        instrument::run(&self.rt.log, rpc, Ids::none(), |_log| async move {
-            Err(CriError::Unimplemented { service, rpc })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            rpc,
+            Ids::none(),
+            |_log| async move { Err(CriError::Unimplemented { service, rpc }) },
+        )
         .await
     }
 }
@@ -88,15 +92,21 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<v1::VersionRequest>,
     ) -> Result<Response<v1::VersionResponse>, Status> {
-        instrument::run(&self.rt.log, "Version", Ids::none(), |_log| async {
-            let v = runtime_info::version();
-            Ok(v1::VersionResponse {
-                version: v.version.to_string(),
-                runtime_name: v.runtime_name.to_string(),
-                runtime_version: v.runtime_version.to_string(),
-                runtime_api_version: v.runtime_api_version.to_string(),
-            })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "Version",
+            Ids::none(),
+            |_log| async {
+                let v = runtime_info::version();
+                Ok(v1::VersionResponse {
+                    version: v.version.to_string(),
+                    runtime_name: v.runtime_name.to_string(),
+                    runtime_version: v.runtime_version.to_string(),
+                    runtime_api_version: v.runtime_api_version.to_string(),
+                })
+            },
+        )
         .await
     }
 
@@ -105,36 +115,43 @@ impl RuntimeService for CriService {
         request: Request<v1::StatusRequest>,
     ) -> Result<Response<v1::StatusResponse>, Status> {
         let verbose = request.into_inner().verbose;
-        instrument::run(&self.rt.log, "Status", Ids::none(), |_log| async move {
-            let report = runtime_info::status(&self.rt.config, &self.rt.health, verbose).await?;
-            Ok(v1::StatusResponse {
-                status: Some(v1::RuntimeStatus {
-                    conditions: report
-                        .conditions
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "Status",
+            Ids::none(),
+            |_log| async move {
+                let report =
+                    runtime_info::status(&self.rt.config, &self.rt.health, verbose).await?;
+                Ok(v1::StatusResponse {
+                    status: Some(v1::RuntimeStatus {
+                        conditions: report
+                            .conditions
+                            .into_iter()
+                            .map(|c| v1::RuntimeCondition {
+                                r#type: c.kind.to_string(),
+                                status: c.status,
+                                reason: c.reason,
+                                message: c.message,
+                            })
+                            .collect(),
+                    }),
+                    info: report.info.into_iter().collect(),
+                    runtime_handlers: report
+                        .handlers
                         .into_iter()
-                        .map(|c| v1::RuntimeCondition {
-                            r#type: c.kind.to_string(),
-                            status: c.status,
-                            reason: c.reason,
-                            message: c.message,
+                        .map(|h| v1::RuntimeHandler {
+                            name: h.name,
+                            features: Some(v1::RuntimeHandlerFeatures {
+                                recursive_read_only_mounts: h.recursive_read_only_mounts,
+                                user_namespaces: h.user_namespaces,
+                            }),
                         })
                         .collect(),
-                }),
-                info: report.info.into_iter().collect(),
-                runtime_handlers: report
-                    .handlers
-                    .into_iter()
-                    .map(|h| v1::RuntimeHandler {
-                        name: h.name,
-                        features: Some(v1::RuntimeHandlerFeatures {
-                            recursive_read_only_mounts: h.recursive_read_only_mounts,
-                            user_namespaces: h.user_namespaces,
-                        }),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-        })
+                    ..Default::default()
+                })
+            },
+        )
         .await
     }
 
@@ -142,14 +159,20 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<v1::RuntimeConfigRequest>,
     ) -> Result<Response<v1::RuntimeConfigResponse>, Status> {
-        instrument::run(&self.rt.log, "RuntimeConfig", Ids::none(), |_log| async {
-            Ok(v1::RuntimeConfigResponse {
-                linux: Some(v1::LinuxRuntimeConfiguration {
-                    cgroup_driver: cgroup_driver(runtime_info::runtime_config(&self.rt.config))
-                        as i32,
-                }),
-            })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "RuntimeConfig",
+            Ids::none(),
+            |_log| async {
+                Ok(v1::RuntimeConfigResponse {
+                    linux: Some(v1::LinuxRuntimeConfiguration {
+                        cgroup_driver: cgroup_driver(runtime_info::runtime_config(&self.rt.config))
+                            as i32,
+                    }),
+                })
+            },
+        )
         .await
     }
 
@@ -160,6 +183,7 @@ impl RuntimeService for CriService {
         let req = request.into_inner();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "RunPodSandbox",
             Ids::none(),
             |_log| async move {
@@ -190,6 +214,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().pod_sandbox_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "StopPodSandbox",
             pod_ids(&id),
             |_log| async move {
@@ -208,6 +233,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().pod_sandbox_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "RemovePodSandbox",
             pod_ids(&id),
             |_log| async move {
@@ -227,6 +253,7 @@ impl RuntimeService for CriService {
         let id = req.pod_sandbox_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "PodSandboxStatus",
             pod_ids(&id),
             |_log| async move {
@@ -267,6 +294,7 @@ impl RuntimeService for CriService {
         let filter = request.into_inner().filter;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ListPodSandbox",
             Ids::none(),
             |_log| async move {
@@ -291,35 +319,41 @@ impl RuntimeService for CriService {
     ) -> Result<Response<v1::CreateContainerResponse>, Status> {
         let req = request.into_inner();
         let ids = pod_ids(&req.pod_sandbox_id);
-        instrument::run(&self.rt.log, "CreateContainer", ids, |_log| async move {
-            required_id(&req.pod_sandbox_id)?;
-            let config = req.config.ok_or(CriError::InvalidArgument {
-                what: "config",
-                reason: "a container config is required".into(),
-            })?;
-            let pod_config =
-                self.pod_config_for_create(req.sandbox_config.as_ref(), &req.pod_sandbox_id);
-            let sandbox_config = req.sandbox_config.unwrap_or_default();
-            let create = CreateRequest {
-                sandbox_id: req.pod_sandbox_id.clone(),
-                config: convert::container_config(&config, &sandbox_config)?,
-                metadata: convert::container_metadata(
-                    "",
-                    &req.pod_sandbox_id,
-                    &config,
-                    &sandbox_config,
-                )?,
-                image: config
-                    .image
-                    .as_ref()
-                    .map(|i| i.image.clone())
-                    .unwrap_or_default(),
-                target_id: convert::container_target_id(&config),
-                sandbox_config: pod_config,
-            };
-            let container_id = self.rt.pods.create_container(create).await?;
-            Ok(v1::CreateContainerResponse { container_id })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "CreateContainer",
+            ids,
+            |_log| async move {
+                required_id(&req.pod_sandbox_id)?;
+                let config = req.config.ok_or(CriError::InvalidArgument {
+                    what: "config",
+                    reason: "a container config is required".into(),
+                })?;
+                let pod_config =
+                    self.pod_config_for_create(req.sandbox_config.as_ref(), &req.pod_sandbox_id);
+                let sandbox_config = req.sandbox_config.unwrap_or_default();
+                let create = CreateRequest {
+                    sandbox_id: req.pod_sandbox_id.clone(),
+                    config: convert::container_config(&config, &sandbox_config)?,
+                    metadata: convert::container_metadata(
+                        "",
+                        &req.pod_sandbox_id,
+                        &config,
+                        &sandbox_config,
+                    )?,
+                    image: config
+                        .image
+                        .as_ref()
+                        .map(|i| i.image.clone())
+                        .unwrap_or_default(),
+                    target_id: convert::container_target_id(&config),
+                    sandbox_config: pod_config,
+                };
+                let container_id = self.rt.pods.create_container(create).await?;
+                Ok(v1::CreateContainerResponse { container_id })
+            },
+        )
         .await
     }
 
@@ -330,6 +364,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "StartContainer",
             container_ids(&id),
             |_log| async move {
@@ -350,6 +385,7 @@ impl RuntimeService for CriService {
         let timeout = std::time::Duration::from_secs(req.timeout.max(0) as u64);
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "StopContainer",
             container_ids(&id),
             |_log| async move {
@@ -368,6 +404,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "RemoveContainer",
             container_ids(&id),
             |_log| async move {
@@ -386,6 +423,7 @@ impl RuntimeService for CriService {
         let filter = request.into_inner().filter;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ListContainers",
             Ids::none(),
             |_log| async move {
@@ -412,6 +450,7 @@ impl RuntimeService for CriService {
         let id = req.container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ContainerStatus",
             container_ids(&id),
             |_log| async move {
@@ -442,6 +481,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ReopenContainerLog",
             container_ids(&id),
             |_log| async move {
@@ -462,6 +502,7 @@ impl RuntimeService for CriService {
         let timeout = std::time::Duration::from_secs(req.timeout.max(0) as u64);
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ExecSync",
             container_ids(&id),
             |_log| async move {
@@ -484,6 +525,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ContainerStats",
             container_ids(&id),
             |_log| async move {
@@ -504,6 +546,7 @@ impl RuntimeService for CriService {
         let filter = request.into_inner().filter;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ListContainerStats",
             Ids::none(),
             |_log| async move {
@@ -531,6 +574,7 @@ impl RuntimeService for CriService {
         let id = req.container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "UpdateContainerResources",
             container_ids(&id),
             |_log| async move {
@@ -559,6 +603,7 @@ impl RuntimeService for CriService {
         let rt = self.rt.clone();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "GetContainerEvents",
             Ids::none(),
             |_log| async move {
@@ -584,6 +629,7 @@ impl RuntimeService for CriService {
         let id = req.container_id.clone();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "Exec",
             container_ids(&id),
             |_log| async move {
@@ -615,6 +661,7 @@ impl RuntimeService for CriService {
         let id = req.container_id.clone();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "Attach",
             container_ids(&id),
             |_log| async move {
@@ -639,6 +686,7 @@ impl RuntimeService for CriService {
         let id = req.pod_sandbox_id.clone();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "PortForward",
             pod_ids(&id),
             |_log| async move {
@@ -909,12 +957,18 @@ impl ImageService for CriService {
             .filter
             .and_then(|f| f.image)
             .map(|s| s.image);
-        instrument::run(&self.rt.log, "ListImages", Ids::none(), |_log| async move {
-            let images = image_status::list_images(&self.rt, filter.as_deref());
-            Ok(v1::ListImagesResponse {
-                images: images.into_iter().map(image_to_pb).collect(),
-            })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "ListImages",
+            Ids::none(),
+            |_log| async move {
+                let images = image_status::list_images(&self.rt, filter.as_deref());
+                Ok(v1::ListImagesResponse {
+                    images: images.into_iter().map(image_to_pb).collect(),
+                })
+            },
+        )
         .await
     }
 
@@ -928,26 +982,32 @@ impl ImageService for CriService {
             image: Some(image.clone()),
             ..Ids::none()
         };
-        instrument::run(&self.rt.log, "ImageStatus", ids, |_log| async move {
-            let found = image_status::image_status(&self.rt, &image);
-            let mut info = std::collections::HashMap::new();
-            if req.verbose {
-                if let Some(i) = &found {
-                    // The parsed config, in the OCI field names: what remora keeps of it (no
-                    // build history, no keys it does not read).
-                    let verbose = serde_json::json!({
-                        "id": i.id,
-                        "chainID": i.chain_id,
-                        "imageSpec": i.config.as_ref(),
-                    });
-                    info.insert("info".to_string(), verbose.to_string());
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "ImageStatus",
+            ids,
+            |_log| async move {
+                let found = image_status::image_status(&self.rt, &image);
+                let mut info = std::collections::HashMap::new();
+                if req.verbose {
+                    if let Some(i) = &found {
+                        // The parsed config, in the OCI field names: what remora keeps of it (no
+                        // build history, no keys it does not read).
+                        let verbose = serde_json::json!({
+                            "id": i.id,
+                            "chainID": i.chain_id,
+                            "imageSpec": i.config.as_ref(),
+                        });
+                        info.insert("info".to_string(), verbose.to_string());
+                    }
                 }
-            }
-            Ok(v1::ImageStatusResponse {
-                image: found.map(image_to_pb),
-                info,
-            })
-        })
+                Ok(v1::ImageStatusResponse {
+                    image: found.map(image_to_pb),
+                    info,
+                })
+            },
+        )
         .await
     }
 
@@ -963,19 +1023,25 @@ impl ImageService for CriService {
             image: Some(image.clone()),
             ..Ids::none()
         };
-        instrument::run(&self.rt.log, "PullImage", ids, |_log| async move {
-            let pull = image_pull::pull_image(&self.rt, &image, creds);
-            let image_ref = match deadline {
-                // Answer DEADLINE_EXCEEDED ourselves, a little before the caller's deadline:
-                // tonic's own timeout would answer CANCELLED. The pull goes on for any other
-                // caller waiting on it (coalesced), and is abandoned otherwise.
-                Some(d) => tokio::time::timeout(d.mul_f64(0.9), pull)
-                    .await
-                    .map_err(|_| CriError::DeadlineExceeded { rpc: "PullImage" })??,
-                None => pull.await?,
-            };
-            Ok(v1::PullImageResponse { image_ref })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "PullImage",
+            ids,
+            |_log| async move {
+                let pull = image_pull::pull_image(&self.rt, &image, creds);
+                let image_ref = match deadline {
+                    // Answer DEADLINE_EXCEEDED ourselves, a little before the caller's deadline:
+                    // tonic's own timeout would answer CANCELLED. The pull goes on for any other
+                    // caller waiting on it (coalesced), and is abandoned otherwise.
+                    Some(d) => tokio::time::timeout(d.mul_f64(0.9), pull)
+                        .await
+                        .map_err(|_| CriError::DeadlineExceeded { rpc: "PullImage" })??,
+                    None => pull.await?,
+                };
+                Ok(v1::PullImageResponse { image_ref })
+            },
+        )
         .await
     }
 
@@ -988,10 +1054,16 @@ impl ImageService for CriService {
             image: Some(image.clone()),
             ..Ids::none()
         };
-        instrument::run(&self.rt.log, "RemoveImage", ids, |log| async move {
-            image_remove::remove_image(&self.rt, &image, &log).await?;
-            Ok(v1::RemoveImageResponse {})
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "RemoveImage",
+            ids,
+            |log| async move {
+                image_remove::remove_image(&self.rt, &image, &log).await?;
+                Ok(v1::RemoveImageResponse {})
+            },
+        )
         .await
     }
 
@@ -1001,6 +1073,7 @@ impl ImageService for CriService {
     ) -> Result<Response<v1::ImageFsInfoResponse>, Status> {
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ImageFsInfo",
             Ids::none(),
             |_log| async move {

@@ -133,28 +133,19 @@ impl Collector for StateCollector {
                     family.unit.as_ref(),
                     MetricType::Gauge,
                 )?;
-                for (labels, value) in &family.samples {
-                    if labels.is_empty() {
-                        ConstGauge::new(*value).encode(metric.encode_family(&NoLabels)?)?;
-                    } else {
-                        ConstGauge::new(*value).encode(metric.encode_family(labels)?)?;
+                match family.samples.as_slice() {
+                    // An unlabelled family: one sample, written without braces.
+                    [(labels, value)] if labels.is_empty() => {
+                        ConstGauge::new(*value).encode(metric)?;
+                    }
+                    samples => {
+                        for (labels, value) in samples {
+                            ConstGauge::new(*value).encode(metric.encode_family(labels)?)?;
+                        }
                     }
                 }
             }
         }
-        Ok(())
-    }
-}
-
-/// The empty label set (a sample of an unlabelled family).
-#[derive(Debug)]
-struct NoLabels;
-
-impl EncodeLabelSet for NoLabels {
-    fn encode(
-        &self,
-        _encoder: &mut prometheus_client::encoding::LabelSetEncoder,
-    ) -> Result<(), std::fmt::Error> {
         Ok(())
     }
 }

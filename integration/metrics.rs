@@ -110,7 +110,13 @@ async fn scrape_moves_after_a_pull_a_pod_start_and_an_injected_failure() {
     assert_eq!(other.status(), 404);
 
     let before = scrape(&url).await;
-    assert!(before.text.contains("# TYPE remora_cri_requests counter"));
+    assert!(
+        before
+            .text
+            .contains("# TYPE remora_image_pulls_started counter"),
+        "{}",
+        before.text
+    );
     assert_eq!(before.value("remora_pods", &[("state", "ready")]), 0.0);
 
     // A pull of an image nobody has: one pull started, its bytes downloaded.

@@ -347,15 +347,15 @@ fn pods(config: &Config, client: &Client, images: &Arc<ImageRuntime>, log: &Logg
 /// Subscribes to containerd's `/images/` events (the start of the event monitor): the image
 /// index follows records created or deleted by any client, and is rebuilt after each gap.
 fn spawn_event_monitor(
-    config: &Config,
+    subscription: Subscription,
     client: &Client,
     pods: &Arc<Pods>,
     stop: watch::Receiver<bool>,
     log: &Logger,
     ready: tokio::sync::oneshot::Sender<()>,
     handler: Arc<ImageEvents>,
-    metrics: &Metrics,
 ) -> tokio::task::JoinHandle<()> {
+    let metrics = &subscription.metrics;
     let log = log.new(slog::o!("component" => "events"));
     let hook_log = log.clone();
     let dispatcher = Arc::new(RuntimeEvents {
@@ -440,15 +440,6 @@ fn spawn_event_monitor(
             info!(log, "resync complete"; "took_ms" => started.elapsed().as_millis() as u64);
         })
     });
-    let cd = &config.containerd;
-    let subscription = Subscription {
-        topics: vec!["/images/", "/tasks/oom", "/tasks/exit"],
-        namespace: cd.namespace.clone(),
-        backoff_min: cd.reconnect_backoff_min,
-        backoff_max: cd.reconnect_backoff_max,
-        reachability: pods.reachability(),
-        metrics: metrics.clone(),
-    };
     tokio::spawn(events::monitor::run(
         Arc::new(client.clone()),
         subscription,
@@ -554,15 +545,22 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         warn!(log, "cannot load the image index yet; it is resynced when containerd answers"; "error" => %e);
     }
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let subscription = Subscription {
+        topics: vec!["/images/", "/tasks/oom", "/tasks/exit"],
+        namespace: cd.namespace.clone(),
+        backoff_min: cd.reconnect_backoff_min,
+        backoff_max: cd.reconnect_backoff_max,
+        reachability: pods.reachability(),
+        metrics: metrics.clone(),
+    };
     let events = spawn_event_monitor(
-        &config,
+        subscription,
         &client,
         &pods,
         stop_rx.clone(),
         &log,
         ready_tx,
         image_events,
-        &metrics,
     );
     // Answer nothing before the index is rebuilt from containerd (callers wait in the socket's
     // backlog): a kubelet asking right after a restart must not hear NotFound for pods that

@@ -389,7 +389,7 @@ impl Inner {
                 if self.index.get(&name).map(|i| i.id) != Some(info.id.clone()) {
                     self.record(&reference, &target, &info).await?;
                 }
-                debug!(self.log, "image already present"; "image" => %reference, "id" => &info.id);
+                debug!(self.log, "image already present"; "image" => %reference, "image_id" => &info.id);
                 return Ok(info);
             }
         }

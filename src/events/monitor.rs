@@ -394,10 +394,11 @@ mod tests {
             })
         });
         let (stop_tx, stop_rx) = watch::channel(false);
+        let metrics = crate::metrics::Metrics::new();
         let task = tokio::spawn(run(
             source.clone(),
             Subscription {
-                metrics: crate::metrics::Metrics::new(),
+                metrics: metrics.clone(),
                 topics: vec!["/images/"],
                 namespace: "remora".into(),
                 backoff_min: Duration::from_millis(100),
@@ -436,6 +437,13 @@ mod tests {
         assert!(
             source.subscribes.load(Ordering::SeqCst) >= 3,
             "re-subscribed after each end"
+        );
+        // The first stream's end and the second subscription: one reconnect.
+        let text = metrics.encode();
+        assert!(
+            text.lines()
+                .any(|l| l == "remora_containerd_reconnects_total 1"),
+            "{text}"
         );
     }
 

@@ -14,6 +14,7 @@ mod crictl;
 mod daemon;
 mod faults;
 mod images;
+mod metrics;
 mod pods;
 mod recovery;
 mod runtime_info;

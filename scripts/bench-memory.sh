@@ -6,7 +6,7 @@
 # busybox `sleep` container (RunPodSandbox + CreateContainer + StartContainer, crictl).
 #
 #   scripts/bench-memory.sh [--cycles N] [--concurrent M] [--bin PATH] [--env VAR=VALUE]...
-#                           [--only remora|containerd]
+#                           [--only remora|containerd] [--metrics ADDR]
 #
 #   --cycles N      pods started and removed in all (default 900, the first 100 included)
 #   --concurrent M  pods started at once in the cycles (default 10)
@@ -14,6 +14,11 @@
 #                   CARGO_TARGET_DIR if set)
 #   --env VAR=VAL   environment for remora (repeatable), e.g. MALLOC_ARENA_MAX=2 or
 #                   MALLOC_TRIM_THRESHOLD_=0, to compare allocator settings
+#   --metrics ADDR  serve remora's metrics on ADDR ([metrics] address, e.g. 127.0.0.1:9338)
+#                   and scrape them at each RSS reading, to measure the endpoint's cost
+#
+# Also printed: the mean time of one pod (runp + create + start, crictl) over the first 100,
+# started one after another.
 #
 # remora here is a private one (own socket, state dirs and containerd namespace
 # `remora-bench-mem`, on the test bed's containerd), started fresh for the run; the test
@@ -25,7 +30,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-cycles=900 m=10 bin='' only='' envs=()
+cycles=900 m=10 bin='' only='' metrics='' envs=()
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--cycles | --concurrent)
@@ -43,13 +48,18 @@ while [[ $# -gt 0 ]]; do
 		envs+=("$2")
 		shift 2
 		;;
+	--metrics)
+		[[ $# -ge 2 && $2 =~ ^[0-9.]+:[0-9]+$ ]] || die "--metrics needs ip:port"
+		metrics=$2
+		shift 2
+		;;
 	--only)
 		[[ $# -ge 2 && ($2 == remora || $2 == containerd) ]] || die "--only remora|containerd"
 		only=$2
 		shift 2
 		;;
 	-h | --help)
-		sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument $1 (see --help)" ;;
@@ -80,6 +90,7 @@ start_remora() {
 	t=${t//@CNI_CONF_DIR@/$TB_ROOT/cni/net.d}
 	t=${t//@CNI_BIN_DIR@//usr/lib/cni}
 	t=${t//@HANDLER@/runc}
+	[[ -n $metrics ]] && t+=$'\n[metrics]\naddress = "'"$metrics"$'"'
 	printf '%s\n' "$t" >"$work/remora.toml"
 	env "${envs[@]}" "$bin" --config "$work/remora.toml" </dev/null >"$work/remora.log" 2>&1 &
 	remora_pid=$!
@@ -139,9 +150,15 @@ JSON
 	cri "$rt" start "$ctr" >/dev/null 2>&1
 }
 
-rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+# rss_kb PID: its RSS; with --metrics, remora's endpoint is scraped first (its cost counts).
+rss_kb() {
+	if [[ -n $metrics && $1 == "${remora_pid:-}" ]]; then
+		curl -fsS "http://$metrics/metrics" >/dev/null || warn "metrics scrape failed"
+	fi
+	awk '/^VmRSS/ {print $2}' "/proc/$1/status"
+}
 
-declare -A fresh p20 p100 idle
+declare -A fresh p20 p100 idle per_pod
 for rt in remora containerd; do
 	[[ -n $only && $only != "$rt" ]] && continue
 	if [[ $rt == remora ]]; then
@@ -155,10 +172,12 @@ for rt in remora containerd; do
 	sleep 2
 	fresh[$rt]=$(rss_kb "$pid")
 	info "$rt: 100 pods"
+	t0=$(date +%s%N)
 	for ((i = 0; i < 100; i++)); do
 		one_pod "$rt" "mem-$rt-$i" || die "$rt: pod $i failed"
 		((i == 19)) && p20[$rt]=$(rss_kb "$pid")
 	done
+	per_pod[$rt]=$((($(date +%s%N) - t0) / 100000000))
 	p100[$rt]=$(rss_kb "$pid")
 	remove_pods "$rt"
 	info "$rt: $((cycles - 100)) more pods, $m at a time"
@@ -176,10 +195,11 @@ for rt in remora containerd; do
 	idle[$rt]=$(rss_kb "$pid")
 done
 
-echo "daemon RSS (KiB): remora $(basename "${bin:-none}")${envs[*]:+ with ${envs[*]}} vs containerd (CRI in-process); $cycles pods in all, $m at a time after the first 100"
+echo "daemon RSS (KiB): remora $(basename "${bin:-none}")${envs[*]:+ with ${envs[*]}}${metrics:+ with metrics on $metrics} vs containerd (CRI in-process); $cycles pods in all, $m at a time after the first 100"
 printf '%-34s %10s %12s %10s\n' "" remora containerd remora/ctrd
 row() { printf '%-34s %10s %12s %10s\n' "$1" "${2:--}" "${3:--}" "$(awk -v a="${2:-0}" -v b="${3:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }')"; }
 row "fresh (images pulled)" "${fresh[remora]:-}" "${fresh[containerd]:-}"
 row "with 20 pods" "${p20[remora]:-}" "${p20[containerd]:-}"
 row "with 100 pods" "${p100[remora]:-}" "${p100[containerd]:-}"
 row "idle after the load, 0 pods" "${idle[remora]:-}" "${idle[containerd]:-}"
+row "one pod of the first 100 (ms)" "${per_pod[remora]:-}" "${per_pod[containerd]:-}"

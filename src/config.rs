@@ -174,6 +174,13 @@ stream_creation_timeout = "30s"
 tls_cert_file = ""
 # The PEM private key of tls_cert_file.
 tls_key_file = ""
+
+[metrics]
+# Where to serve Prometheus metrics ("ip:port", e.g. "127.0.0.1:9338"): GET /metrics answers
+# in the OpenMetrics text format (CRI calls, pulls, the digest resolver, the event queue,
+# pods and containers by state). Empty: no metrics endpoint. It has no authentication: keep
+# it on loopback or behind a firewall.
+address = ""
 "#;
 
 /// The whole configuration.
@@ -194,6 +201,35 @@ pub struct Config {
     pub cni: CniConfig,
     /// The streaming server (exec, attach, port-forward).
     pub streaming: StreamingConfig,
+    /// The Prometheus metrics endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `ip:port` of the metrics endpoint; empty: off.
+    pub address: String,
+}
+
+impl MetricsConfig {
+    /// The endpoint's address, `None` when it is off (validated at load).
+    pub fn socket_addr(&self) -> Result<Option<std::net::SocketAddr>, ConfigError> {
+        if self.address.is_empty() {
+            return Ok(None);
+        }
+        self.address
+            .parse()
+            .map(Some)
+            .map_err(|e| ConfigError::Invalid {
+                key: "metrics.address".into(),
+                reason: format!(
+                    "{:?} is not an ip:port address (or \"\" for off): {e}",
+                    self.address
+                ),
+            })
+    }
 }
 
 /// `[server]`.
@@ -624,6 +660,7 @@ impl Config {
         }
         self.validate_handlers()?;
         self.streaming.socket_addr()?;
+        self.metrics.socket_addr()?;
         if self.streaming.tls_cert_file.is_empty() != self.streaming.tls_key_file.is_empty() {
             return Err(invalid(
                 "streaming.tls_cert_file",
@@ -848,6 +885,8 @@ mod tests {
                 "[streaming]\ntls_key_file = \"/etc/remora/key.pem\"\n",
                 "streaming.tls_cert_file",
             ),
+            ("[metrics]\naddress = \"localhost\"\n", "metrics.address"),
+            ("[metrics]\nadress = \"127.0.0.1:9338\"\n", "adress"),
         ];
         for (text, key) in cases {
             let err = Config::from_toml(text, "t").expect_err(text);
@@ -955,6 +994,16 @@ mod tests {
         for bad in ["", "Runc", "a b", "a/b", "ü"] {
             assert!(!valid_handler_name(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn metrics_are_off_by_default_and_take_an_address() {
+        assert_eq!(Config::default().metrics.socket_addr().unwrap(), None);
+        let c = Config::from_toml("[metrics]\naddress = \"127.0.0.1:9338\"\n", "t").unwrap();
+        assert_eq!(
+            c.metrics.socket_addr().unwrap(),
+            Some("127.0.0.1:9338".parse().unwrap())
+        );
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub mod lifecycle;
 #[cfg(feature = "daemon")]
 pub mod logging;
 #[cfg(feature = "daemon")]
+pub mod metrics;
+#[cfg(feature = "daemon")]
 pub mod net;
 #[cfg(feature = "daemon")]
 pub mod server;

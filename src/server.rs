@@ -40,6 +40,7 @@ use crate::lifecycle::host::host_facts;
 use crate::lifecycle::host_network::HostNetwork;
 use crate::lifecycle::oci_features::{self, HandlerFeatures};
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
+use crate::metrics::{GaugeFamily, Metrics};
 use crate::net::{PodNetwork, PodNetworkConfig};
 use crate::stream::server::{StreamConfig, StreamServer, TlsFiles};
 
@@ -84,6 +85,12 @@ pub enum ServerError {
     /// The streaming server cannot listen.
     #[error(transparent)]
     StreamingBind(#[from] crate::stream::server::StartError),
+    /// `[metrics] address` is not an address.
+    #[error(transparent)]
+    Metrics(crate::config::ConfigError),
+    /// The metrics endpoint cannot listen.
+    #[error(transparent)]
+    MetricsBind(#[from] crate::metrics::StartError),
     /// The gRPC server stopped with an error.
     #[error("CRI gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -221,6 +228,7 @@ pub fn bind_socket(socket: &Path) -> Result<(SocketGuard, tokio::net::UnixListen
 fn image_runtime(
     config: &Config,
     client: &Client,
+    metrics: &Metrics,
     log: &Logger,
 ) -> Result<ImageRuntime, ServerError> {
     let img = &config.images;
@@ -261,6 +269,7 @@ fn image_runtime(
             ttl: img.digest_cache_ttl,
             ..ResolverConfig::default()
         },
+        metrics.clone(),
         log.new(slog::o!("component" => "images")),
     )?;
     Ok(ImageRuntime {
@@ -388,7 +397,7 @@ fn pods(
 /// Subscribes to containerd's `/images/` events (the start of the event monitor): the image
 /// index follows records created or deleted by any client, and is rebuilt after each gap.
 fn spawn_event_monitor(
-    config: &Config,
+    subscription: Subscription,
     client: &Client,
     pods: &Arc<Pods>,
     stop: watch::Receiver<bool>,
@@ -396,6 +405,7 @@ fn spawn_event_monitor(
     ready: tokio::sync::oneshot::Sender<()>,
     handler: Arc<ImageEvents>,
 ) -> tokio::task::JoinHandle<()> {
+    let metrics = &subscription.metrics;
     let log = log.new(slog::o!("component" => "events"));
     let hook_log = log.clone();
     let dispatcher = Arc::new(RuntimeEvents {
@@ -403,11 +413,45 @@ fn spawn_event_monitor(
         pods: pods.clone(),
         log: log.clone(),
     });
-    let queue = OrderedQueue::new(dispatcher, QueueConfig::default()).with_failure_hook(Arc::new(
-        move |id: &str, attempt: u32, err: &str, delay: std::time::Duration| {
-            warn!(hook_log, "event handling failed; retrying"; "subject" => id, "attempt" => attempt, "error" => err, "retry_in_ms" => delay.as_millis() as u64);
-        },
-    ));
+    let retries = metrics.clone();
+    let handled = metrics.clone();
+    let queue = OrderedQueue::new(dispatcher, QueueConfig::default())
+        .with_failure_hook(Arc::new(
+            move |id: &str, attempt: u32, err: &str, delay: std::time::Duration| {
+                retries.event_retry();
+                warn!(hook_log, "event handling failed; retrying"; "subject" => id, "attempt" => attempt, "error" => err, "retry_in_ms" => delay.as_millis() as u64);
+            },
+        ))
+        .with_handled_hook(Arc::new(move |event: &crate::containerd::events::Event| {
+            handled.event_handled(event.topic());
+        }));
+    let weak = queue.downgrade();
+    metrics.add_gauges(move || {
+        let Some(queue) = weak.upgrade() else {
+            return Vec::new();
+        };
+        let stats = queue.stats();
+        vec![
+            GaugeFamily::single(
+                "events_pending",
+                "Events waiting in the ordered event queue (being handled or retried included)",
+                None,
+                stats.pending as f64,
+            ),
+            GaugeFamily::single(
+                "event_ids_in_backoff",
+                "IDs whose oldest event failed and waits for its retry",
+                None,
+                stats.ids_in_backoff as f64,
+            ),
+            GaugeFamily::single(
+                "event_oldest_pending_age",
+                "How long the oldest pending event has waited (0 when none waits)",
+                Some(prometheus_client::registry::Unit::Seconds),
+                stats.oldest_pending.map_or(0.0, |d| d.as_secs_f64()),
+            ),
+        ]
+    });
     pods.set_exit_queue(queue.clone());
     let resync_log = log.clone();
     let resync_queue = queue.clone();
@@ -446,14 +490,6 @@ fn spawn_event_monitor(
             info!(log, "resync complete"; "took_ms" => started.elapsed().as_millis() as u64);
         })
     });
-    let cd = &config.containerd;
-    let subscription = Subscription {
-        topics: vec!["/images/", "/tasks/oom", "/tasks/exit"],
-        namespace: cd.namespace.clone(),
-        backoff_min: cd.reconnect_backoff_min,
-        backoff_max: cd.reconnect_backoff_max,
-        reachability: pods.reachability(),
-    };
     tokio::spawn(events::monitor::run(
         Arc::new(client.clone()),
         subscription,
@@ -530,9 +566,22 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let monitor = tokio::spawn(health.clone().run(stop_rx.clone()));
 
-    let images = Arc::new(image_runtime(&config, &client, &log)?);
+    let metrics = Metrics::new();
+    // Bound before anything starts, so a taken address fails the start at once.
+    let metrics_listener = match config.metrics.socket_addr().map_err(ServerError::Metrics)? {
+        Some(address) => Some(crate::metrics::bind(address).await?),
+        None => None,
+    };
+    let images = Arc::new(image_runtime(&config, &client, &metrics, &log)?);
     let features = probe_handler_features(&config.runtime, &log).await;
     let pods = Arc::new(pods(&config, &client, &images, &features, &log));
+    let weak_pods = Arc::downgrade(&pods);
+    metrics.add_gauges(move || {
+        weak_pods
+            .upgrade()
+            .map(|pods| pods.state_gauges())
+            .unwrap_or_default()
+    });
     pods.set_reachability(health.reachability());
     let image_events = Arc::new(ImageEvents {
         images: images.backend.images.clone(),
@@ -547,8 +596,16 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         warn!(log, "cannot load the image index yet; it is resynced when containerd answers"; "error" => %e);
     }
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let subscription = Subscription {
+        topics: vec!["/images/", "/tasks/oom", "/tasks/exit"],
+        namespace: cd.namespace.clone(),
+        backoff_min: cd.reconnect_backoff_min,
+        backoff_max: cd.reconnect_backoff_max,
+        reachability: pods.reachability(),
+        metrics: metrics.clone(),
+    };
     let events = spawn_event_monitor(
-        &config,
+        subscription,
         &client,
         &pods,
         stop_rx.clone(),
@@ -586,6 +643,14 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     .await
     .map_err(ServerError::StreamingBind)?;
     let stream_server = tokio::spawn(streaming.clone().serve(stream_listener, stop_rx.clone()));
+    let metrics_server = metrics_listener.map(|listener| {
+        tokio::spawn(crate::metrics::serve(
+            metrics.clone(),
+            listener,
+            stop_rx.clone(),
+            log.new(slog::o!("component" => "metrics")),
+        ))
+    });
 
     let rt = Runtime {
         config: Arc::new(config.clone()),
@@ -594,6 +659,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         pods,
         streaming,
         log: log.clone(),
+        metrics,
     };
     let service = CriService::new(rt);
     let mut server_stop = stop_rx;
@@ -651,6 +717,9 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let _ = monitor.await;
     let _ = events.await;
     let _ = stream_server.await;
+    if let Some(server) = metrics_server {
+        let _ = server.await;
+    }
     let netns_dir = config.server.state_dir.join("netns");
     match crate::net::netns::release_dir(&netns_dir) {
         Ok(true) => info!(log, "netns directory unmounted"; "path" => %netns_dir.display()),

@@ -73,6 +73,19 @@ impl Event {
             Event::Other => None,
         }
     }
+    /// The event's topic, as a metrics label: containerd's topic, or `/remora/container-exited`
+    /// for the exit monitor's own event.
+    pub fn topic(&self) -> &'static str {
+        match self {
+            Event::ImageCreate { .. } => "/images/create",
+            Event::ImageUpdate { .. } => "/images/update",
+            Event::ImageDelete { .. } => "/images/delete",
+            Event::TaskExit { .. } => "/tasks/exit",
+            Event::TaskOom { .. } => "/tasks/oom",
+            Event::ContainerExited { .. } => "/remora/container-exited",
+            Event::Other => "other",
+        }
+    }
 }
 
 /// One event with its envelope.

@@ -18,6 +18,6 @@ pub async fn remove_image(rt: &Runtime, image: &str, log: &Logger) -> Result<(),
         rt.images.backend.images.delete(name).await?;
         rt.images.index.remove_ref(name);
     }
-    info!(log, "image removed"; "id" => &found.id, "references" => refs.len());
+    info!(log, "image removed"; "image_id" => &found.id, "references" => refs.len());
     Ok(())
 }

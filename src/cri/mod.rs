@@ -53,6 +53,8 @@ pub struct Runtime {
     pub streaming: Arc<crate::stream::server::StreamServer>,
     /// Root logger; requests derive their own from it.
     pub log: Logger,
+    /// Metrics (the instrumentation layer counts every call).
+    pub metrics: crate::metrics::Metrics,
 }
 
 #[tonic::async_trait]

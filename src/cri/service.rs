@@ -71,9 +71,13 @@ impl CriService {
         service: &'static str,
         rpc: &'static str,
     ) -> Result<Response<T>, Status> {
-        instrument::run(&self.rt.log, rpc, Ids::none(), |_log| async move {
-            Err(CriError::Unimplemented { service, rpc })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            rpc,
+            Ids::none(),
+            |_log| async move { Err(CriError::Unimplemented { service, rpc }) },
+        )
         .await
     }
 }
@@ -91,15 +95,21 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<v1::VersionRequest>,
     ) -> Result<Response<v1::VersionResponse>, Status> {
-        instrument::run(&self.rt.log, "Version", Ids::none(), |_log| async {
-            let v = runtime_info::version();
-            Ok(v1::VersionResponse {
-                version: v.version.to_string(),
-                runtime_name: v.runtime_name.to_string(),
-                runtime_version: v.runtime_version.to_string(),
-                runtime_api_version: v.runtime_api_version.to_string(),
-            })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "Version",
+            Ids::none(),
+            |_log| async {
+                let v = runtime_info::version();
+                Ok(v1::VersionResponse {
+                    version: v.version.to_string(),
+                    runtime_name: v.runtime_name.to_string(),
+                    runtime_version: v.runtime_version.to_string(),
+                    runtime_api_version: v.runtime_api_version.to_string(),
+                })
+            },
+        )
         .await
     }
 
@@ -108,44 +118,50 @@ impl RuntimeService for CriService {
         request: Request<v1::StatusRequest>,
     ) -> Result<Response<v1::StatusResponse>, Status> {
         let verbose = request.into_inner().verbose;
-        instrument::run(&self.rt.log, "Status", Ids::none(), |_log| async move {
-            let report = runtime_info::status(
-                &self.rt.config,
-                &self.rt.health,
-                self.rt.pods.handlers(),
-                verbose,
-            )
-            .await?;
-            Ok(v1::StatusResponse {
-                status: Some(v1::RuntimeStatus {
-                    conditions: report
-                        .conditions
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "Status",
+            Ids::none(),
+            |_log| async move {
+                let report = runtime_info::status(
+                    &self.rt.config,
+                    &self.rt.health,
+                    self.rt.pods.handlers(),
+                    verbose,
+                )
+                .await?;
+                Ok(v1::StatusResponse {
+                    status: Some(v1::RuntimeStatus {
+                        conditions: report
+                            .conditions
+                            .into_iter()
+                            .map(|c| v1::RuntimeCondition {
+                                r#type: c.kind.to_string(),
+                                status: c.status,
+                                reason: c.reason,
+                                message: c.message,
+                            })
+                            .collect(),
+                    }),
+                    info: report.info.into_iter().collect(),
+                    runtime_handlers: report
+                        .handlers
                         .into_iter()
-                        .map(|c| v1::RuntimeCondition {
-                            r#type: c.kind.to_string(),
-                            status: c.status,
-                            reason: c.reason,
-                            message: c.message,
+                        .map(|h| v1::RuntimeHandler {
+                            name: h.name,
+                            features: Some(v1::RuntimeHandlerFeatures {
+                                recursive_read_only_mounts: h.recursive_read_only_mounts,
+                                user_namespaces: h.user_namespaces,
+                            }),
                         })
                         .collect(),
-                }),
-                info: report.info.into_iter().collect(),
-                runtime_handlers: report
-                    .handlers
-                    .into_iter()
-                    .map(|h| v1::RuntimeHandler {
-                        name: h.name,
-                        features: Some(v1::RuntimeHandlerFeatures {
-                            recursive_read_only_mounts: h.recursive_read_only_mounts,
-                            user_namespaces: h.user_namespaces,
-                        }),
-                    })
-                    .collect(),
-                features: Some(v1::RuntimeFeatures {
-                    supplemental_groups_policy: report.supplemental_groups_policy,
-                }),
-            })
-        })
+                    features: Some(v1::RuntimeFeatures {
+                        supplemental_groups_policy: report.supplemental_groups_policy,
+                    }),
+                })
+            },
+        )
         .await
     }
 
@@ -153,14 +169,20 @@ impl RuntimeService for CriService {
         &self,
         _request: Request<v1::RuntimeConfigRequest>,
     ) -> Result<Response<v1::RuntimeConfigResponse>, Status> {
-        instrument::run(&self.rt.log, "RuntimeConfig", Ids::none(), |_log| async {
-            Ok(v1::RuntimeConfigResponse {
-                linux: Some(v1::LinuxRuntimeConfiguration {
-                    cgroup_driver: cgroup_driver(runtime_info::runtime_config(&self.rt.config))
-                        as i32,
-                }),
-            })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "RuntimeConfig",
+            Ids::none(),
+            |_log| async {
+                Ok(v1::RuntimeConfigResponse {
+                    linux: Some(v1::LinuxRuntimeConfiguration {
+                        cgroup_driver: cgroup_driver(runtime_info::runtime_config(&self.rt.config))
+                            as i32,
+                    }),
+                })
+            },
+        )
         .await
     }
 
@@ -171,6 +193,7 @@ impl RuntimeService for CriService {
         let req = request.into_inner();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "RunPodSandbox",
             Ids::none(),
             |_log| async move {
@@ -201,6 +224,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().pod_sandbox_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "StopPodSandbox",
             pod_ids(&id),
             |_log| async move {
@@ -219,6 +243,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().pod_sandbox_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "RemovePodSandbox",
             pod_ids(&id),
             |_log| async move {
@@ -238,6 +263,7 @@ impl RuntimeService for CriService {
         let id = req.pod_sandbox_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "PodSandboxStatus",
             pod_ids(&id),
             |_log| async move {
@@ -278,6 +304,7 @@ impl RuntimeService for CriService {
         let filter = request.into_inner().filter;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ListPodSandbox",
             Ids::none(),
             |_log| async move {
@@ -302,35 +329,41 @@ impl RuntimeService for CriService {
     ) -> Result<Response<v1::CreateContainerResponse>, Status> {
         let req = request.into_inner();
         let ids = pod_ids(&req.pod_sandbox_id);
-        instrument::run(&self.rt.log, "CreateContainer", ids, |_log| async move {
-            required_id(&req.pod_sandbox_id)?;
-            let config = req.config.ok_or(CriError::InvalidArgument {
-                what: "config",
-                reason: "a container config is required".into(),
-            })?;
-            let pod_config =
-                self.pod_config_for_create(req.sandbox_config.as_ref(), &req.pod_sandbox_id);
-            let sandbox_config = req.sandbox_config.unwrap_or_default();
-            let create = CreateRequest {
-                sandbox_id: req.pod_sandbox_id.clone(),
-                config: convert::container_config(&config, &sandbox_config)?,
-                metadata: convert::container_metadata(
-                    "",
-                    &req.pod_sandbox_id,
-                    &config,
-                    &sandbox_config,
-                )?,
-                image: config
-                    .image
-                    .as_ref()
-                    .map(|i| i.image.clone())
-                    .unwrap_or_default(),
-                target_id: convert::container_target_id(&config),
-                sandbox_config: pod_config,
-            };
-            let container_id = self.rt.pods.create_container(create).await?;
-            Ok(v1::CreateContainerResponse { container_id })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "CreateContainer",
+            ids,
+            |_log| async move {
+                required_id(&req.pod_sandbox_id)?;
+                let config = req.config.ok_or(CriError::InvalidArgument {
+                    what: "config",
+                    reason: "a container config is required".into(),
+                })?;
+                let pod_config =
+                    self.pod_config_for_create(req.sandbox_config.as_ref(), &req.pod_sandbox_id);
+                let sandbox_config = req.sandbox_config.unwrap_or_default();
+                let create = CreateRequest {
+                    sandbox_id: req.pod_sandbox_id.clone(),
+                    config: convert::container_config(&config, &sandbox_config)?,
+                    metadata: convert::container_metadata(
+                        "",
+                        &req.pod_sandbox_id,
+                        &config,
+                        &sandbox_config,
+                    )?,
+                    image: config
+                        .image
+                        .as_ref()
+                        .map(|i| i.image.clone())
+                        .unwrap_or_default(),
+                    target_id: convert::container_target_id(&config),
+                    sandbox_config: pod_config,
+                };
+                let container_id = self.rt.pods.create_container(create).await?;
+                Ok(v1::CreateContainerResponse { container_id })
+            },
+        )
         .await
     }
 
@@ -341,6 +374,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "StartContainer",
             container_ids(&id),
             |_log| async move {
@@ -361,6 +395,7 @@ impl RuntimeService for CriService {
         let timeout = std::time::Duration::from_secs(req.timeout.max(0) as u64);
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "StopContainer",
             container_ids(&id),
             |_log| async move {
@@ -379,6 +414,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "RemoveContainer",
             container_ids(&id),
             |_log| async move {
@@ -397,6 +433,7 @@ impl RuntimeService for CriService {
         let filter = request.into_inner().filter;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ListContainers",
             Ids::none(),
             |_log| async move {
@@ -423,6 +460,7 @@ impl RuntimeService for CriService {
         let id = req.container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ContainerStatus",
             container_ids(&id),
             |_log| async move {
@@ -453,6 +491,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ReopenContainerLog",
             container_ids(&id),
             |_log| async move {
@@ -473,6 +512,7 @@ impl RuntimeService for CriService {
         let timeout = std::time::Duration::from_secs(req.timeout.max(0) as u64);
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ExecSync",
             container_ids(&id),
             |_log| async move {
@@ -495,6 +535,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ContainerStats",
             container_ids(&id),
             |_log| async move {
@@ -515,6 +556,7 @@ impl RuntimeService for CriService {
         let filter = request.into_inner().filter;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ListContainerStats",
             Ids::none(),
             |_log| async move {
@@ -542,6 +584,7 @@ impl RuntimeService for CriService {
         let id = req.container_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "UpdateContainerResources",
             container_ids(&id),
             |_log| async move {
@@ -570,6 +613,7 @@ impl RuntimeService for CriService {
         let rt = self.rt.clone();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "GetContainerEvents",
             Ids::none(),
             |_log| async move {
@@ -595,6 +639,7 @@ impl RuntimeService for CriService {
         let id = req.container_id.clone();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "Exec",
             container_ids(&id),
             |_log| async move {
@@ -626,6 +671,7 @@ impl RuntimeService for CriService {
         let id = req.container_id.clone();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "Attach",
             container_ids(&id),
             |_log| async move {
@@ -650,6 +696,7 @@ impl RuntimeService for CriService {
         let id = req.pod_sandbox_id.clone();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "PortForward",
             pod_ids(&id),
             |_log| async move {
@@ -686,6 +733,7 @@ impl RuntimeService for CriService {
         let id = request.into_inner().pod_sandbox_id;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "PodSandboxStats",
             pod_ids(&id),
             |_log| async move {
@@ -706,6 +754,7 @@ impl RuntimeService for CriService {
         let filter = request.into_inner().filter;
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ListPodSandboxStats",
             Ids::none(),
             |_log| async move {
@@ -731,6 +780,7 @@ impl RuntimeService for CriService {
             .unwrap_or_default();
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "UpdateRuntimeConfig",
             Ids::none(),
             |log| async move {
@@ -757,6 +807,7 @@ impl RuntimeService for CriService {
     ) -> Result<Response<v1::ListMetricDescriptorsResponse>, Status> {
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ListMetricDescriptors",
             Ids::none(),
             |_log| async move {
@@ -777,6 +828,7 @@ impl RuntimeService for CriService {
     ) -> Result<Response<v1::ListPodSandboxMetricsResponse>, Status> {
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ListPodSandboxMetrics",
             Ids::none(),
             |_log| async move {
@@ -955,12 +1007,18 @@ impl ImageService for CriService {
             .filter
             .and_then(|f| f.image)
             .map(|s| s.image);
-        instrument::run(&self.rt.log, "ListImages", Ids::none(), |_log| async move {
-            let images = image_status::list_images(&self.rt, filter.as_deref());
-            Ok(v1::ListImagesResponse {
-                images: images.into_iter().map(image_to_pb).collect(),
-            })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "ListImages",
+            Ids::none(),
+            |_log| async move {
+                let images = image_status::list_images(&self.rt, filter.as_deref());
+                Ok(v1::ListImagesResponse {
+                    images: images.into_iter().map(image_to_pb).collect(),
+                })
+            },
+        )
         .await
     }
 
@@ -974,26 +1032,32 @@ impl ImageService for CriService {
             image: Some(image.clone()),
             ..Ids::none()
         };
-        instrument::run(&self.rt.log, "ImageStatus", ids, |_log| async move {
-            let found = image_status::image_status(&self.rt, &image);
-            let mut info = std::collections::HashMap::new();
-            if req.verbose {
-                if let Some(i) = &found {
-                    // The parsed config, in the OCI field names: what remora keeps of it (no
-                    // build history, no keys it does not read).
-                    let verbose = serde_json::json!({
-                        "id": i.id,
-                        "chainID": i.chain_id,
-                        "imageSpec": i.config.as_ref(),
-                    });
-                    info.insert("info".to_string(), verbose.to_string());
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "ImageStatus",
+            ids,
+            |_log| async move {
+                let found = image_status::image_status(&self.rt, &image);
+                let mut info = std::collections::HashMap::new();
+                if req.verbose {
+                    if let Some(i) = &found {
+                        // The parsed config, in the OCI field names: what remora keeps of it (no
+                        // build history, no keys it does not read).
+                        let verbose = serde_json::json!({
+                            "id": i.id,
+                            "chainID": i.chain_id,
+                            "imageSpec": i.config.as_ref(),
+                        });
+                        info.insert("info".to_string(), verbose.to_string());
+                    }
                 }
-            }
-            Ok(v1::ImageStatusResponse {
-                image: found.map(image_to_pb),
-                info,
-            })
-        })
+                Ok(v1::ImageStatusResponse {
+                    image: found.map(image_to_pb),
+                    info,
+                })
+            },
+        )
         .await
     }
 
@@ -1009,19 +1073,25 @@ impl ImageService for CriService {
             image: Some(image.clone()),
             ..Ids::none()
         };
-        instrument::run(&self.rt.log, "PullImage", ids, |_log| async move {
-            let pull = image_pull::pull_image(&self.rt, &image, creds);
-            let image_ref = match deadline {
-                // Answer DEADLINE_EXCEEDED ourselves, a little before the caller's deadline:
-                // tonic's own timeout would answer CANCELLED. The pull goes on for any other
-                // caller waiting on it (coalesced), and is abandoned otherwise.
-                Some(d) => tokio::time::timeout(d.mul_f64(0.9), pull)
-                    .await
-                    .map_err(|_| CriError::DeadlineExceeded { rpc: "PullImage" })??,
-                None => pull.await?,
-            };
-            Ok(v1::PullImageResponse { image_ref })
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "PullImage",
+            ids,
+            |_log| async move {
+                let pull = image_pull::pull_image(&self.rt, &image, creds);
+                let image_ref = match deadline {
+                    // Answer DEADLINE_EXCEEDED ourselves, a little before the caller's deadline:
+                    // tonic's own timeout would answer CANCELLED. The pull goes on for any other
+                    // caller waiting on it (coalesced), and is abandoned otherwise.
+                    Some(d) => tokio::time::timeout(d.mul_f64(0.9), pull)
+                        .await
+                        .map_err(|_| CriError::DeadlineExceeded { rpc: "PullImage" })??,
+                    None => pull.await?,
+                };
+                Ok(v1::PullImageResponse { image_ref })
+            },
+        )
         .await
     }
 
@@ -1034,10 +1104,16 @@ impl ImageService for CriService {
             image: Some(image.clone()),
             ..Ids::none()
         };
-        instrument::run(&self.rt.log, "RemoveImage", ids, |log| async move {
-            image_remove::remove_image(&self.rt, &image, &log).await?;
-            Ok(v1::RemoveImageResponse {})
-        })
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "RemoveImage",
+            ids,
+            |log| async move {
+                image_remove::remove_image(&self.rt, &image, &log).await?;
+                Ok(v1::RemoveImageResponse {})
+            },
+        )
         .await
     }
 
@@ -1047,6 +1123,7 @@ impl ImageService for CriService {
     ) -> Result<Response<v1::ImageFsInfoResponse>, Status> {
         instrument::run(
             &self.rt.log,
+            &self.rt.metrics,
             "ImageFsInfo",
             Ids::none(),
             |_log| async move {

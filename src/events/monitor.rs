@@ -56,6 +56,8 @@ pub struct Subscription {
     pub backoff_max: Duration,
     /// containerd's comings and goings, from the health monitor.
     pub reachability: Reachability,
+    /// Counts re-established streams (`remora_containerd_reconnects_total`).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Runs until `shutdown` turns true: subscribe, resync, dispatch; on a broken stream, start
@@ -74,6 +76,7 @@ pub async fn run(
     let mut ready = ready;
     let mut delay = Backoff::new(sub.backoff_min, sub.backoff_max);
     let (topics, namespace, mut reach) = (sub.topics, sub.namespace, sub.reachability);
+    let metrics = sub.metrics;
     let mut was_down = false;
     loop {
         if *shutdown.borrow() {
@@ -93,6 +96,7 @@ pub async fn run(
                 // Transitions until now are behind us: the next `back` is a new outage's end.
                 reach.mark_seen();
                 if std::mem::take(&mut was_down) {
+                    metrics.containerd_reconnect();
                     info!(log, "event stream re-established; resyncing");
                 }
                 delay.reset();
@@ -390,9 +394,11 @@ mod tests {
             })
         });
         let (stop_tx, stop_rx) = watch::channel(false);
+        let metrics = crate::metrics::Metrics::new();
         let task = tokio::spawn(run(
             source.clone(),
             Subscription {
+                metrics: metrics.clone(),
                 topics: vec!["/images/"],
                 namespace: "remora".into(),
                 backoff_min: Duration::from_millis(100),
@@ -431,6 +437,13 @@ mod tests {
         assert!(
             source.subscribes.load(Ordering::SeqCst) >= 3,
             "re-subscribed after each end"
+        );
+        // The first stream's end and the second subscription: one reconnect.
+        let text = metrics.encode();
+        assert!(
+            text.lines()
+                .any(|l| l == "remora_containerd_reconnects_total 1"),
+            "{text}"
         );
     }
 
@@ -510,6 +523,7 @@ mod tests {
         let events = tokio::spawn(run(
             outage.clone(),
             Subscription {
+                metrics: crate::metrics::Metrics::new(),
                 topics: vec!["/tasks/exit"],
                 namespace: "remora".into(),
                 // The defaults: a backoff alone would be 10 s apart by the end of the outage.

@@ -24,6 +24,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::backoff::Backoff;
 
 /// Why handling an event failed: the handler's own typed error, boxed so that one queue can
@@ -70,12 +72,75 @@ impl Default for QueueConfig {
 /// Reports a failed handling: (id, attempt number, error text, delay before the retry).
 pub type FailureHook = Arc<dyn Fn(&str, u32, &str, Duration) + Send + Sync>;
 
+/// Reports a successful handling of an event (for counting, e.g. by topic).
+pub type HandledHook<E> = Arc<dyn Fn(&E) + Send + Sync>;
+
+/// One ID's waiting events, each with when it was queued.
+struct Fifo<E> {
+    events: VecDeque<(E, Instant)>,
+    /// The head event failed and waits out its retry delay.
+    in_backoff: bool,
+}
+
+/// The queue's state as the metrics see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    /// Events waiting, the ones being handled or retried included.
+    pub pending: usize,
+    /// IDs whose head event failed and waits for its retry.
+    pub ids_in_backoff: usize,
+    /// How long the oldest waiting event has been queued (`None`: nothing waits).
+    pub oldest_pending: Option<Duration>,
+}
+
+/// A weak handle on an [`OrderedQueue`]'s state: reads its [`QueueStats`] while it lives.
+pub struct WeakQueue<E> {
+    fifos: std::sync::Weak<Mutex<HashMap<String, Fifo<E>>>>,
+}
+
+impl<E> WeakQueue<E> {
+    /// The queue's state, if the queue still exists.
+    pub fn upgrade(&self) -> Option<QueueStatsReader<E>> {
+        self.fifos.upgrade().map(|fifos| QueueStatsReader { fifos })
+    }
+}
+
+/// Reads an [`OrderedQueue`]'s [`QueueStats`] (from [`WeakQueue::upgrade`]).
+pub struct QueueStatsReader<E> {
+    fifos: Arc<Mutex<HashMap<String, Fifo<E>>>>,
+}
+
+impl<E> QueueStatsReader<E> {
+    /// Pending events, IDs in backoff and the oldest pending event's age, now.
+    pub fn stats(&self) -> QueueStats {
+        stats_of(&self.fifos)
+    }
+}
+
+/// See [`OrderedQueue::stats`].
+fn stats_of<E>(fifos: &Mutex<HashMap<String, Fifo<E>>>) -> QueueStats {
+    let now = Instant::now();
+    let fifos = lock(fifos);
+    let mut stats = QueueStats::default();
+    for fifo in fifos.values() {
+        stats.pending += fifo.events.len();
+        stats.ids_in_backoff += usize::from(fifo.in_backoff);
+        // Per ID, the head is the oldest: events are appended in arrival order.
+        if let Some((_, queued)) = fifo.events.front() {
+            let age = now.saturating_duration_since(*queued);
+            stats.oldest_pending = Some(stats.oldest_pending.map_or(age, |a| a.max(age)));
+        }
+    }
+    stats
+}
+
 /// The dispatcher. Cheap to clone (shared state).
 pub struct OrderedQueue<E> {
-    fifos: Arc<Mutex<HashMap<String, VecDeque<E>>>>,
+    fifos: Arc<Mutex<HashMap<String, Fifo<E>>>>,
     handler: Arc<dyn Handler<E>>,
     config: QueueConfig,
     on_failure: Option<FailureHook>,
+    on_handled: Option<HandledHook<E>>,
 }
 
 impl<E> Clone for OrderedQueue<E> {
@@ -85,6 +150,7 @@ impl<E> Clone for OrderedQueue<E> {
             handler: self.handler.clone(),
             config: self.config,
             on_failure: self.on_failure.clone(),
+            on_handled: self.on_handled.clone(),
         }
     }
 }
@@ -97,7 +163,26 @@ impl<E: Clone + Send + Sync + 'static> OrderedQueue<E> {
             handler,
             config,
             on_failure: None,
+            on_handled: None,
         }
+    }
+
+    /// A handle that does not keep the queue's state alive (for scrape-time metrics).
+    pub fn downgrade(&self) -> WeakQueue<E> {
+        WeakQueue {
+            fifos: Arc::downgrade(&self.fifos),
+        }
+    }
+
+    /// Calls `hook` on every successful handling.
+    pub fn with_handled_hook(mut self, hook: HandledHook<E>) -> Self {
+        self.on_handled = Some(hook);
+        self
+    }
+
+    /// Pending events, IDs in backoff and the oldest pending event's age, now.
+    pub fn stats(&self) -> QueueStats {
+        stats_of(&self.fifos)
     }
 
     /// Calls `hook` on every failed handling (for logging where it is handled).
@@ -109,14 +194,21 @@ impl<E: Clone + Send + Sync + 'static> OrderedQueue<E> {
     /// Queues `event` for `id`, starting a worker for the ID if none runs. Never blocks.
     pub fn push(&self, id: &str, event: E) {
         let start_worker = {
+            let now = Instant::now();
             let mut fifos = lock(&self.fifos);
             match fifos.get_mut(id) {
                 Some(fifo) => {
-                    fifo.push_back(event);
+                    fifo.events.push_back((event, now));
                     false
                 }
                 None => {
-                    fifos.insert(id.to_string(), VecDeque::from([event]));
+                    fifos.insert(
+                        id.to_string(),
+                        Fifo {
+                            events: VecDeque::from([(event, now)]),
+                            in_backoff: false,
+                        },
+                    );
                     true
                 }
             }
@@ -130,19 +222,21 @@ impl<E: Clone + Send + Sync + 'static> OrderedQueue<E> {
 
     /// Events waiting (including the one being handled) for `id`.
     pub fn pending(&self, id: &str) -> usize {
-        lock(&self.fifos).get(id).map_or(0, |f| f.len())
+        lock(&self.fifos).get(id).map_or(0, |f| f.events.len())
     }
 
     /// Total events waiting across all IDs.
     pub fn pending_total(&self) -> usize {
-        lock(&self.fifos).values().map(|f| f.len()).sum()
+        lock(&self.fifos).values().map(|f| f.events.len()).sum()
     }
 
     async fn drain(self, id: String) {
         let mut backoff = Backoff::new(self.config.backoff_min, self.config.backoff_max);
         let mut attempt: u32 = 0;
         loop {
-            let next = lock(&self.fifos).get(&id).and_then(|f| f.front().cloned());
+            let next = lock(&self.fifos)
+                .get(&id)
+                .and_then(|f| f.events.front().map(|(e, _)| e.clone()));
             let Some(event) = next else {
                 return;
             };
@@ -157,11 +251,15 @@ impl<E: Clone + Send + Sync + 'static> OrderedQueue<E> {
                 None => {
                     attempt = 0;
                     backoff.reset();
+                    if let Some(hook) = &self.on_handled {
+                        hook(&event);
+                    }
                     let mut fifos = lock(&self.fifos);
                     let empty = match fifos.get_mut(&id) {
                         Some(fifo) => {
-                            fifo.pop_front();
-                            fifo.is_empty()
+                            fifo.events.pop_front();
+                            fifo.in_backoff = false;
+                            fifo.events.is_empty()
                         }
                         None => true,
                     };
@@ -175,6 +273,9 @@ impl<E: Clone + Send + Sync + 'static> OrderedQueue<E> {
                     let delay = backoff.next_delay();
                     if let Some(hook) = &self.on_failure {
                         hook(&id, attempt, &err.to_string(), delay);
+                    }
+                    if let Some(fifo) = lock(&self.fifos).get_mut(&id) {
+                        fifo.in_backoff = true;
                     }
                     tokio::time::sleep(delay).await;
                 }
@@ -268,6 +369,34 @@ mod tests {
         let attempts = rec.attempts.lock().unwrap().clone();
         let times: Vec<(u32, u64)> = attempts.iter().map(|(_, e, t)| (*e, t.as_secs())).collect();
         assert_eq!(times, vec![(1, 0), (1, 1), (1, 3), (2, 3), (3, 3)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stats_show_ids_in_backoff_and_the_oldest_events_age() {
+        let rec = Arc::new(Recorder::default());
+        rec.fail.lock().unwrap().insert(1, 1); // event 1 fails once: retried after 1 s
+        let handled = Arc::new(Mutex::new(Vec::new()));
+        let seen = handled.clone();
+        let q = OrderedQueue::new(rec.clone(), cfg())
+            .with_handled_hook(Arc::new(move |e: &u32| seen.lock().unwrap().push(*e)));
+        assert_eq!(q.stats(), QueueStats::default());
+        q.push("c1", 1);
+        q.push("c1", 2);
+        q.push("c2", 7);
+        // Let the workers run their first attempts (virtual time stands still meanwhile).
+        while rec.attempts.lock().unwrap().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(Duration::from_millis(400)).await;
+        let stats = q.stats();
+        assert_eq!(stats.pending, 2, "{stats:?}");
+        assert_eq!(stats.ids_in_backoff, 1, "{stats:?}");
+        assert_eq!(stats.oldest_pending, Some(Duration::from_millis(400)));
+        settle(&q, Duration::from_secs(10)).await;
+        assert_eq!(q.stats(), QueueStats::default());
+        let mut handled = handled.lock().unwrap().clone();
+        handled.sort_unstable();
+        assert_eq!(handled, vec![1, 2, 7]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -25,7 +25,7 @@
 //!   what an image needs and frees what no image references once its records go.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,6 +53,7 @@ use super::store::{ImageIndex, ImageInfo};
 use super::unpack::{chain_ids, UnpackError, Unpacker};
 use crate::backoff::Backoff;
 use crate::containerd::error::ContainerdError;
+use crate::metrics::Metrics;
 
 /// Label containerd's CRI puts on images it manages; kept for tool compatibility.
 pub const LABEL_MANAGED: &str = "io.cri-containerd.image";
@@ -200,6 +201,7 @@ struct Inner {
     pulls: Coalescer<PullKey, ImageInfo, PullError>,
     blobs: Coalescer<String, (), PullError>,
     downloads: Arc<Semaphore>,
+    metrics: Metrics,
     log: Logger,
 }
 
@@ -247,15 +249,17 @@ impl Puller {
         registry: Arc<RegistryClient>,
         index: Arc<ImageIndex>,
         resolver_config: super::resolver::ResolverConfig,
+        metrics: Metrics,
         log: Logger,
     ) -> Result<Self, super::resolver::ConfigError> {
         let creds = Arc::new(Mutex::new(HashMap::new()));
-        let resolver = Resolver::new(
+        let resolver = Resolver::with_metrics(
             resolver_config,
             RegistryResolve {
                 registry: registry.clone(),
                 creds: creds.clone(),
             },
+            metrics.clone(),
         )?;
         let downloads = Arc::new(Semaphore::new(config.max_concurrent_downloads.max(1)));
         Ok(Self {
@@ -269,6 +273,7 @@ impl Puller {
                 pulls: Coalescer::new(),
                 blobs: Coalescer::new(),
                 downloads,
+                metrics,
                 log,
             }),
         })
@@ -287,12 +292,28 @@ impl Puller {
             identity: creds.identity(),
         };
         let inner = self.inner.clone();
-        self.inner
+        // Set when this caller's work runs, i.e. it leads the pull; a follower's is dropped.
+        let led = AtomicBool::new(false);
+        let result = self
+            .inner
             .pulls
-            .run(key, move |_cancel| async move {
-                inner.pull(reference, creds).await
+            .run(key, |_cancel| {
+                led.store(true, Ordering::Relaxed);
+                inner.metrics.pull_started();
+                async move {
+                    let started = std::time::Instant::now();
+                    let result = inner.pull(reference, creds).await;
+                    inner
+                        .metrics
+                        .pull_finished(result.is_ok(), started.elapsed());
+                    result
+                }
             })
-            .await
+            .await;
+        if !led.load(Ordering::Relaxed) {
+            self.inner.metrics.pull_coalesced();
+        }
+        result
     }
 
     /// Pulls in flight (for tests and metrics).
@@ -368,7 +389,7 @@ impl Inner {
                 if self.index.get(&name).map(|i| i.id) != Some(info.id.clone()) {
                     self.record(&reference, &target, &info).await?;
                 }
-                debug!(self.log, "image already present"; "image" => %reference, "id" => &info.id);
+                debug!(self.log, "image already present"; "image" => %reference, "image_id" => &info.id);
                 return Ok(info);
             }
         }
@@ -672,12 +693,16 @@ impl Inner {
         let bytes = if is_index_media_type(&desc.media_type)
             || super::manifest::is_image_manifest_media_type(&desc.media_type)
         {
-            self.registry.fetch_manifest(reference, desc, creds).await?
+            let bytes = self.registry.fetch_manifest(reference, desc, creds).await?;
+            self.metrics.pull_bytes(bytes.len() as u64);
+            bytes
         } else {
             let mut stream = self.registry.fetch_blob(reference, desc, 0, creds).await?;
             let mut buf = Vec::with_capacity(desc.size as usize);
             while let Some(chunk) = stream.next().await {
-                buf.extend_from_slice(&chunk?);
+                let chunk = chunk?;
+                self.metrics.pull_bytes(chunk.len() as u64);
+                buf.extend_from_slice(&chunk);
             }
             Bytes::from(buf)
         };
@@ -713,9 +738,11 @@ impl Inner {
     ) -> Result<(), PullError> {
         let digest = desc.digest.to_string();
         if self.protect(reference, lease, &digest).await? {
+            self.metrics.blob_dedup_hit("stored");
             return Ok(());
         }
         let job = BlobJob {
+            metrics: self.metrics.clone(),
             backend: self.backend.clone(),
             registry: self.registry.clone(),
             downloads: self.downloads.clone(),
@@ -724,7 +751,18 @@ impl Inner {
             creds: creds.clone(),
             labels,
         };
-        self.blobs.run(digest, move |_cancel| job.run()).await
+        let led = AtomicBool::new(false);
+        let result = self
+            .blobs
+            .run(digest, |_cancel| {
+                led.store(true, Ordering::Relaxed);
+                job.run()
+            })
+            .await;
+        if !led.load(Ordering::Relaxed) {
+            self.metrics.blob_dedup_hit("in_flight");
+        }
+        result
     }
 }
 
@@ -732,6 +770,7 @@ impl Inner {
 /// single waiter. It writes under a lease of its own: the waiting pulls protect the blob with
 /// their leases, and any of them may fail and delete its lease while the download goes on.
 struct BlobJob {
+    metrics: Metrics,
     backend: Backend,
     registry: Arc<RegistryClient>,
     downloads: Arc<Semaphore>,
@@ -807,11 +846,16 @@ impl BlobJob {
                     .fetch_blob(&self.reference, &self.desc, writer.offset(), &self.creds)
                     .await?;
                 while let Some(chunk) = stream.next().await {
-                    writer.write(chunk?).await.map_err(cerr)?;
+                    let chunk = chunk?;
+                    self.metrics.pull_bytes(chunk.len() as u64);
+                    writer.write(chunk).await.map_err(cerr)?;
                 }
                 Ok::<(), PullError>(())
             }
             .await;
+            if let Err(PullError::Registry(RegistryError::Stalled { .. })) = &result {
+                self.metrics.pull_stalled();
+            }
             match result {
                 Ok(()) => break,
                 Err(PullError::Registry(e)) if e.is_retriable() && resumes < MAX_RESUMES => {

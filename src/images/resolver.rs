@@ -43,6 +43,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::metrics::{GaugeFamily, Metrics};
 
 /// A failed lookup, as reported by a [`Resolve`] implementation.
 ///
@@ -202,6 +203,7 @@ struct Shared {
     ttl: Duration,
     backoff_min: Duration,
     backoff_max: Duration,
+    metrics: Metrics,
 }
 
 struct State {
@@ -259,6 +261,7 @@ impl Shared {
                 });
             }
             Err(error) => {
+                self.metrics.resolver_backoff();
                 let backoff = entry
                     .backoff
                     .get_or_insert_with(|| Backoff::new(self.backoff_min, self.backoff_max));
@@ -275,6 +278,11 @@ impl Shared {
 }
 
 impl State {
+    /// Keys queued or being resolved.
+    fn in_progress(&self) -> usize {
+        self.entries.values().filter(|e| e.round.is_some()).count()
+    }
+
     /// Drops entries that no longer affect any answer: no round in progress, cache expired,
     /// and (for failing keys) a quiet `backoff_max` past their window, after which a new
     /// failure starts the backoff over. Runs when the map has doubled since the last sweep.
@@ -298,6 +306,16 @@ impl Resolver {
     /// Starts `config.workers` worker tasks (so this must be called within a Tokio runtime)
     /// that resolve keys through `resolve`.
     pub fn new(config: ResolverConfig, resolve: impl Resolve) -> Result<Self, ConfigError> {
+        Self::with_metrics(config, resolve, Metrics::new())
+    }
+
+    /// As [`new`](Self::new), counting cache hits and misses, rate-limit waits and backoffs
+    /// into `metrics`, and reporting its queue depth there at scrape time.
+    pub fn with_metrics(
+        config: ResolverConfig,
+        resolve: impl Resolve,
+        metrics: Metrics,
+    ) -> Result<Self, ConfigError> {
         if config.workers == 0 {
             return Err(ConfigError::NoWorkers);
         }
@@ -318,6 +336,20 @@ impl Resolver {
             ttl: config.ttl,
             backoff_min: config.backoff_min,
             backoff_max: config.backoff_max,
+            metrics: metrics.clone(),
+        });
+        let weak = Arc::downgrade(&shared);
+        metrics.add_gauges(move || {
+            let Some(shared) = weak.upgrade() else {
+                return Vec::new();
+            };
+            let depth = shared.lock().in_progress();
+            vec![GaugeFamily::single(
+                "resolver_queue_depth",
+                "References queued for resolution or being resolved",
+                None,
+                depth as f64,
+            )]
         });
         let (queue, rx) = mpsc::unbounded_channel();
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
@@ -351,12 +383,14 @@ impl Resolver {
         state.sweep(now, self.shared.backoff_max);
         let entry = state.entries.entry(key.to_owned()).or_default();
         if let Some(round) = &entry.round {
+            self.shared.metrics.resolver_lookup(false);
             return Lookup::Pending(Pending {
                 rx: round.subscribe(),
             });
         }
         match &entry.last {
             Some(Outcome::Resolved { value, expires }) if now < *expires => {
+                self.shared.metrics.resolver_lookup(true);
                 return Lookup::Ready(Ok(value.clone()));
             }
             Some(Outcome::Failed { error, retry_at }) if now < *retry_at => {
@@ -372,6 +406,7 @@ impl Resolver {
         }
         let (tx, rx) = watch::channel(None);
         entry.round = Some(tx);
+        self.shared.metrics.resolver_lookup(false);
         Lookup::Pending(Pending { rx })
     }
 
@@ -443,7 +478,11 @@ async fn worker(
                 None => return,
             },
         };
-        let start = shared.limiter.reserve(Instant::now());
+        let now = Instant::now();
+        let start = shared.limiter.reserve(now);
+        if start > now {
+            shared.metrics.resolver_rate_limited();
+        }
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
@@ -634,6 +673,47 @@ mod tests {
         assert_eq!(calls(&s), 2);
         assert_eq!(ready(r.get("nginx:1")), digest("nginx:1"));
         assert_eq!(calls(&s), 2);
+    }
+
+    /// One sample of `metrics` (`name{labels}` as encoded), 0 if absent.
+    fn sample(metrics: &Metrics, series: &str) -> f64 {
+        metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn metrics_count_hits_misses_backoffs_and_show_the_queue() {
+        let metrics = Metrics::new();
+        let state = Arc::new(FakeState {
+            gated: true,
+            ..Default::default()
+        });
+        let r =
+            Resolver::with_metrics(config(), Fake(Arc::clone(&state)), metrics.clone()).unwrap();
+        let a = r.get("nginx:1");
+        let b = r.get("nginx:1");
+        let c = r.get("redis:7");
+        assert!(is_pending(&a) && is_pending(&b) && is_pending(&c));
+        assert_eq!(sample(&metrics, "remora_resolver_queue_depth"), 2.0);
+        assert_eq!(sample(&metrics, "remora_resolver_cache_misses_total"), 3.0);
+        state.fail.store(true, Ordering::SeqCst);
+        state.gate.add_permits(2);
+        assert!(a.wait().await.is_err());
+        assert!(c.wait().await.is_err());
+        drop(b);
+        assert_eq!(sample(&metrics, "remora_resolver_queue_depth"), 0.0);
+        assert_eq!(sample(&metrics, "remora_resolver_backoffs_total"), 2.0);
+        // In the backoff window the last error is answered from the cache, then a digest.
+        advance(Duration::from_secs(1)).await;
+        state.fail.store(false, Ordering::SeqCst);
+        state.gate.add_permits(1);
+        assert_eq!(r.resolve("nginx:1").await, digest("nginx:1"));
+        assert_eq!(ready(r.get("nginx:1")), digest("nginx:1"));
+        assert_eq!(sample(&metrics, "remora_resolver_cache_hits_total"), 1.0);
+        assert_eq!(sample(&metrics, "remora_resolver_cache_misses_total"), 4.0);
     }
 
     #[tokio::test(start_paused = true)]

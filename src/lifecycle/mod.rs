@@ -286,6 +286,65 @@ impl Pods {
         &self.containers_store
     }
 
+    /// Gauges of current state for the metrics endpoint: pods and containers by state (every
+    /// state present, zeros included, so a series never vanishes), and the exit monitors
+    /// attached. Read at scrape time; takes the stores' read locks briefly.
+    pub fn state_gauges(&self) -> Vec<crate::metrics::GaugeFamily> {
+        use crate::store::{ContainerFilter, ContainerState, SandboxFilter, SandboxState};
+        let mut pods = [0usize; 3];
+        for sb in self.sandboxes.list(&SandboxFilter::default()) {
+            pods[match sb.status.state {
+                SandboxState::Ready => 0,
+                SandboxState::NotReady => 1,
+                SandboxState::Unknown => 2,
+            }] += 1;
+        }
+        let mut containers = [0usize; 4];
+        for c in self
+            .containers_store
+            .list(&ContainerFilter::default(), &self.sandboxes)
+        {
+            containers[match c.status.state {
+                ContainerState::Created => 0,
+                ContainerState::Running => 1,
+                ContainerState::Exited => 2,
+                ContainerState::Unknown => 3,
+            }] += 1;
+        }
+        let by_state = |names: &[&'static str], counts: &[usize]| {
+            names
+                .iter()
+                .zip(counts)
+                .map(|(name, n)| (vec![("state", name.to_string())], *n as f64))
+                .collect()
+        };
+        let monitors = self
+            .monitored
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        vec![
+            crate::metrics::GaugeFamily {
+                name: "pods",
+                help: "Pod sandboxes by state",
+                unit: None,
+                samples: by_state(&["ready", "notready", "unknown"], &pods),
+            },
+            crate::metrics::GaugeFamily {
+                name: "containers",
+                help: "Containers by state",
+                unit: None,
+                samples: by_state(&["created", "running", "exited", "unknown"], &containers),
+            },
+            crate::metrics::GaugeFamily::single(
+                "exit_monitors",
+                "Containers whose exit monitor is attached",
+                None,
+                monitors as f64,
+            ),
+        ]
+    }
+
     /// The netns path pod `id` would have, if it exists.
     pub(crate) fn netns_path_of(&self, id: &str) -> String {
         let p = self.netns_dir.join(id);

@@ -139,7 +139,12 @@ impl Pods {
         let mut done = Swept::default();
         for intent in self.journal.stale() {
             let id = intent.id().to_string();
-            let log = self.log.new(slog::o!("id" => id.clone()));
+            // The same id fields as the CRI calls' lines, so a pod's or container's history
+            // is found under one key.
+            let log = match &intent {
+                Intent::Sandbox { .. } => self.log.new(slog::o!("pod_id" => id.clone())),
+                Intent::Container { .. } => self.log.new(slog::o!("container_id" => id.clone())),
+            };
             match self.undo_intent(&intent).await {
                 Ok(()) => {
                     self.journal.swept(&id);

@@ -657,6 +657,7 @@ impl Differ for RecordingDiffer {
 
 struct Env {
     puller: Arc<Puller>,
+    metrics: crate::metrics::Metrics,
     ctr: FakeContainerd,
     snaps: Arc<FakeSnapshots>,
     differ: Arc<RecordingDiffer>,
@@ -709,6 +710,7 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
         snapshots: snaps.clone(),
         differ: differ.clone(),
     };
+    let metrics = crate::metrics::Metrics::new();
     let puller = Puller::new(
         PullConfig {
             snapshotter: "overlayfs".into(),
@@ -727,11 +729,13 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
             backoff_min: Duration::from_millis(10),
             backoff_max: Duration::from_millis(50),
         },
+        metrics.clone(),
         Logger::root(slog::Discard, slog::o!()),
     )
     .unwrap();
     Env {
         puller: Arc::new(puller),
+        metrics,
         ctr,
         snaps,
         differ,
@@ -742,6 +746,15 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
 }
 
 impl Env {
+    /// The value of one sample of the metrics (`name{labels}` as encoded), 0 if absent.
+    fn metric(&self, series: &str) -> f64 {
+        self.metrics
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
     async fn pull(&self, image: &str) -> Result<ImageInfo, PullError> {
         self.puller.pull(image, Credentials::anonymous()).await
     }
@@ -841,6 +854,17 @@ async fn concurrent_pulls_of_one_image_share_one_download() {
         assert_eq!(env.reg.gets(blob), 1, "GETs of {blob}");
     }
     assert_eq!(env.reg.blob_gets(), 4, "config and three layers");
+    // The metrics tell the same: one pull led, 19 joined it, every byte counted once.
+    assert_eq!(env.metric("remora_image_pulls_started_total"), 1.0);
+    assert_eq!(env.metric("remora_image_pulls_coalesced_total"), 19.0);
+    assert_eq!(
+        env.metric("remora_image_pull_bytes_total"),
+        img.size() as f64
+    );
+    assert_eq!(
+        env.metric("remora_image_pull_duration_seconds_count{result=\"ok\"}"),
+        1.0
+    );
 
     // The index and containerd hold both references.
     let listed = env.index.list();

@@ -35,6 +35,8 @@ pub mod logging;
 #[cfg(feature = "daemon")]
 pub mod net;
 #[cfg(feature = "daemon")]
+pub mod notify;
+#[cfg(feature = "daemon")]
 pub mod server;
 pub mod shim;
 #[cfg(feature = "daemon")]

@@ -148,3 +148,32 @@ async fn stale_socket_of_a_killed_remora_is_replaced() {
     drop(second);
     drop(containerd);
 }
+
+/// Under systemd (`Type=notify`, the packaged unit) remora reports READY=1 once it serves and
+/// STOPPING=1 when it begins shutting down, on the datagram socket `$NOTIFY_SOCKET` names.
+#[tokio::test]
+async fn notifies_systemd_ready_when_serving_and_stopping_on_sigterm() {
+    let mut bed = Bed::start("");
+    let notify_path = bed.dir.path().join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    // The deadline of each wait below: a notification that never comes fails the test.
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    bed.restart_remora_env(&[("NOTIFY_SOCKET", notify_path.to_str().unwrap())]);
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).expect("READY=1 within 30 s");
+    assert_eq!(std::str::from_utf8(&buf[..n]).unwrap(), "READY=1");
+    // Ready means answering.
+    let v = bed
+        .remora
+        .runtime()
+        .version(v1::VersionRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(v.into_inner().runtime_name, "remora");
+    let status = bed.remora.stop_with(Signal::SIGTERM);
+    assert!(status.success(), "clean exit on SIGTERM, got {status}");
+    let n = notify.recv(&mut buf).expect("STOPPING=1 before exit");
+    assert_eq!(std::str::from_utf8(&buf[..n]).unwrap(), "STOPPING=1");
+}

@@ -17,6 +17,7 @@ CRI_TOOLS_VERSION=v1.36.0 # sigs.k8s.io/cri-tools (crictl, critest)
 KUBELET_VERSION=v1.35.4   # k8s.io/kubernetes (kubelet, for the kubelet suite)
 RUST_VERSION=1.95.0       # must match rust-toolchain.toml; only checked
 GO_MIN_VERSION=1.26.3     # containerd v2.3.4's go.mod asks for this
+CARGO_DEB_VERSION=3.7.0   # crates.io cargo-deb, builds the Debian package (scripts/package.sh)
 # Debian bookworm packages unpacked (not installed) into test images. Debian
 # replaces security-updated versions in its archive, so a pinned version that
 # has vanished falls back to the current candidate with a warning.
@@ -27,6 +28,10 @@ APT_PACKAGES=(
 	containerd runc containernetworking-plugins docker-registry busybox-static
 	protobuf-compiler iproute2 iptables jq curl python3 libc6-dev gcc
 	procps util-linux ca-certificates shellcheck crun
+	# scripts/package.sh and package-test.sh: dpkg-shlibdeps (cargo-deb's Depends) and
+	# systemd-analyze. Installing systemd starts nothing without a running systemd: its
+	# maintainer scripts only call systemctl when /run/systemd/system exists.
+	dpkg-dev systemd
 )
 # ------------------------------------------------------------------------------
 
@@ -236,6 +241,20 @@ install_shim() {
 	info "installed $dest (from $bin)"
 }
 
+# install_cargo_deb: cargo-deb into $TOOLS_BIN (on PATH through common.sh, where
+# `cargo deb` finds it), rebuilt only when the pinned version changes.
+install_cargo_deb() {
+	local bin="$TOOLS_BIN/cargo-deb"
+	if [[ -x "$bin" ]] && [[ "$("$bin" --version 2>/dev/null)" == *" $CARGO_DEB_VERSION" ]]; then
+		return 0
+	fi
+	local log="$LOGS/cargo-deb-build.log"
+	info "cargo install cargo-deb $CARGO_DEB_VERSION (about 2 min; log: $log)"
+	# From the repo root, so that rust-toolchain.toml picks the toolchain.
+	(cd "$REPO_ROOT" && run_logged "$log" cargo install --locked --root "$TOOLS" \
+		--version "$CARGO_DEB_VERSION" cargo-deb)
+}
+
 main() {
 	install_apt_packages
 	build_containerd
@@ -244,6 +263,7 @@ main() {
 	fetch_deb busybox "$DEB_BUSYBOX_VERSION"
 	fetch_deb nginx "$DEB_NGINX_VERSION"
 	check_rust
+	install_cargo_deb
 	install_shim
 	info "tools ready in $TOOLS_BIN (containerd $CONTAINERD_VERSION, cri-tools $CRI_TOOLS_VERSION, kubelet $KUBELET_VERSION)"
 }

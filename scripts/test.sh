@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of remora: lint gates, unit tests, integration tests against the real test
 # bed (containerd, registry, CNI) and the critest ratchet. This is the README's test command
-# and what CI runs.
+# and what CI runs. It also builds the Debian package and checks it (scripts/package-test.sh).
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh --no-lint  skip cargo fmt / clippy / shellcheck (quicker local loop)
@@ -32,6 +32,11 @@ if [[ $lint == 1 ]]; then
 	# -x follows the `source` lines (common.sh); the scripts carry their own directives.
 	shellcheck -x scripts/*.sh .ci/run
 fi
+
+# The Debian package: built (remora with the release profile, the shim with its own) and
+# checked unpacked into a temporary directory, never installed; needs no test bed.
+info "Debian package (scripts/package-test.sh)"
+"$SCRIPTS_DIR/package-test.sh"
 
 # The test bed (and remora on it, rebuilt if its source changed) must be up for the
 # integration tests that use its registry and for critest.

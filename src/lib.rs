@@ -37,6 +37,8 @@ pub mod metrics;
 #[cfg(feature = "daemon")]
 pub mod net;
 #[cfg(feature = "daemon")]
+pub mod notify;
+#[cfg(feature = "daemon")]
 pub mod server;
 pub mod shim;
 #[cfg(feature = "daemon")]

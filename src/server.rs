@@ -42,6 +42,7 @@ use crate::lifecycle::oci_features::{self, HandlerFeatures};
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::metrics::{GaugeFamily, Metrics};
 use crate::net::{PodNetwork, PodNetworkConfig};
+use crate::notify::Notifier;
 use crate::stream::server::{StreamConfig, StreamServer, TlsFiles};
 
 /// Failures setting up or running the CRI socket server.
@@ -540,6 +541,16 @@ const RECOVERY_ATTEMPTS: u32 = 5;
 /// How long start-up waits for the first recovery pass before serving anyway.
 const INITIAL_RECOVERY_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// Sends `state` to systemd when remora runs under it; a failure is logged here and ignored
+/// (remora serves the same either way).
+fn notify_service_manager(notifier: Option<&Notifier>, state: &str, log: &Logger) {
+    if let Some(notifier) = notifier {
+        if let Err(e) = notifier.notify(state) {
+            warn!(log, "cannot notify the service manager"; "error" => %e);
+        }
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|source| ServerError::Signal {
@@ -550,6 +561,12 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         signal: "SIGINT",
         source,
     })?;
+
+    // systemd (Type=notify) learns when remora serves; without $NOTIFY_SOCKET this is None.
+    let notifier = Notifier::from_env().unwrap_or_else(|e| {
+        warn!(log, "cannot notify the service manager; it will not see remora ready"; "error" => %e);
+        None
+    });
 
     let (guard, listener) = bind_socket(&config.server.socket)?;
     let cd = &config.containerd;
@@ -684,6 +701,9 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         "socket" => %config.server.socket.display(),
         "containerd" => %config.containerd.address.display(),
         "namespace" => &config.containerd.namespace);
+    // After the first recovery (or its bounded wait) and with the server up: a unit ordered
+    // after remora.service starts only once remora answers with its index rebuilt.
+    notify_service_manager(notifier.as_ref(), "READY=1", &log);
 
     let signal_name = tokio::select! {
         result = &mut server => {
@@ -706,6 +726,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         _ = sigint.recv() => "SIGINT",
     };
     info!(log, "shutting down"; "signal" => signal_name);
+    notify_service_manager(notifier.as_ref(), "STOPPING=1", &log);
     let _ = stop_tx.send(true);
     match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
         Ok(_) => {}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds remora's Debian package with cargo-deb (installed by setup.sh):
+#   remora                      cargo build --release
+#   containerd-shim-remora-v2   cargo build --profile shim --no-default-features
+#   /etc/remora/config.toml     `remora config default` of the remora just built, so the
+#                               shipped config is the code's defaults and cannot drift
+# plus the files of scripts/package/ and the docs listed in Cargo.toml's
+# [package.metadata.deb]. Prints the .deb's path on stdout.
+#
+#   scripts/package.sh          build target/debian/remora_<version>-1_<arch>.deb
+#
+# scripts/package-test.sh checks the result.
+set -euo pipefail
+
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+cd "$REPO_ROOT"
+
+command -v cargo-deb >/dev/null || die "cargo-deb not found: run scripts/setup.sh"
+
+# The target directory honours CARGO_TARGET_DIR and .cargo/config.
+target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
+[[ -n "$target" && "$target" != null ]] || die "cargo metadata gave no target directory"
+
+info "cargo build --locked --release --bin remora"
+cargo build --locked --release --bin remora
+# Its own build: without the daemon's dependencies and with the small shim profile
+# (`cargo deb` would build every binary with one profile and one feature set).
+info "cargo build --locked --profile shim --no-default-features --bin containerd-shim-remora-v2"
+cargo build --locked --profile shim --no-default-features --bin containerd-shim-remora-v2
+
+# cargo-deb resolves asset paths starting with target/release/ into the real target dir:
+# stage there what is not a release-profile binary.
+staging="$target/release/deb-staging"
+rm -rf "$staging"
+mkdir -p "$staging"
+cp "$target/shim/containerd-shim-remora-v2" "$staging/"
+"$target/release/remora" config default >"$staging/config.toml"
+# What we ship must be what remora accepts.
+"$target/release/remora" config check --config "$staging/config.toml" >/dev/null ||
+	die "remora config check rejects the generated default config"
+
+info "cargo deb --no-build"
+out="$target/debian"
+mkdir -p "$out"
+# cargo-deb prints the path of the package it wrote.
+deb=$(cargo deb --no-build --locked --output "$out" | tail -n 1)
+[[ -f "$deb" ]] || die "cargo deb did not report a package file (got: $deb)"
+info "built $deb ($(stat -c %s "$deb") bytes)"
+echo "$deb"

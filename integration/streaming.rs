@@ -365,8 +365,24 @@ async fn exec_with_a_tty_sees_its_size_and_resizes() {
     for t in TRANSPORTS {
         let (mut child, master) = crictl_in_pty(&bed, t, &["exec", "-it", &id, "sh"], 33, 77);
         let mut seen = String::new();
-        write_pty(&master, b"stty size\n");
-        read_until(&master, &mut seen, "33 77", Duration::from_secs(30));
+        // Sizes travel on the resize stream, asynchronously to the process: the first one too
+        // (the shell may run its first command before it lands, and `stty size` then fails).
+        // Ask until the shell sees the size.
+        let mut ask_until = |want: &str| {
+            let start = Instant::now();
+            while !seen.contains(want) {
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "{t}: size {want} not seen: {seen:?}"
+                );
+                write_pty(&master, b"stty size\n");
+                let mut more = String::new();
+                read_until(&master, &mut more, "\n", Duration::from_secs(10));
+                seen.push_str(&more);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        };
+        ask_until("33 77");
         let size = nix::pty::Winsize {
             ws_row: 41,
             ws_col: 99,
@@ -377,19 +393,7 @@ async fn exec_with_a_tty_sees_its_size_and_resizes() {
             unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &size) },
             0
         );
-        // The resize travels asynchronously: ask until the shell sees it.
-        let start = Instant::now();
-        while !seen.contains("41 99") {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "{t}: resize not seen: {seen:?}"
-            );
-            write_pty(&master, b"stty size\n");
-            let mut more = String::new();
-            read_until(&master, &mut more, "\n", Duration::from_secs(10));
-            seen.push_str(&more);
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        ask_until("41 99");
         write_pty(&master, b"exit 3\n");
         let status = wait_child(child_take(&mut child), Duration::from_secs(30)).status;
         assert!(!status.success(), "{t}: exit 3 fails crictl");

@@ -38,6 +38,16 @@ pub struct ImageInfo {
 }
 
 impl ImageInfo {
+    /// The image as a container's status names it (CRI `image_ref`): its first repo digest,
+    /// else its id.
+    pub fn reference(&self) -> String {
+        self.repo_digests
+            .iter()
+            .next()
+            .cloned()
+            .unwrap_or_else(|| self.id.clone())
+    }
+
     /// `uid` and `username` as CRI reports them from the config's `User`: a numeric user (or
     /// `uid:gid`) gives a uid, anything else a username; empty gives neither.
     pub fn user_ids(&self) -> (Option<i64>, String) {

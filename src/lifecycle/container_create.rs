@@ -104,12 +104,7 @@ impl Pods {
         metadata.id = id.to_string();
         metadata.sandbox_id = sandbox.id().to_string();
         metadata.image.id = image.id.clone();
-        metadata.image.reference = image
-            .repo_digests
-            .iter()
-            .next()
-            .cloned()
-            .unwrap_or_else(|| image.id.clone());
+        metadata.image.reference = image.reference();
         if metadata.image.requested.is_empty() {
             metadata.image.requested = req.image.clone();
         }

@@ -85,12 +85,7 @@ impl Pods {
             m.host_path = target;
             m.readonly = true;
             if let Some(s) = summaries.get_mut(index) {
-                s.image_ref = image
-                    .repo_digests
-                    .iter()
-                    .next()
-                    .cloned()
-                    .unwrap_or_else(|| image.id.clone());
+                s.image_ref = image.reference();
             }
             labels.push((
                 format!("{GC_SNAPSHOT_REF}{}/{index}", self.snapshotter),
@@ -130,10 +125,6 @@ impl Pods {
 /// Unmounts every directory directly below `dir` and removes them and `dir` (best effort: an
 /// absent `dir` is nothing to do).
 pub(super) fn unmount_all_below(dir: &std::path::Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            unmount_and_remove(&e.path());
-        }
-    }
+    super::journal::clear_temp_mounts(dir);
     let _ = std::fs::remove_dir(dir);
 }

@@ -139,7 +139,8 @@ impl Journal {
     }
 }
 
-/// Unmounts and removes what a killed CreateContainer left under the temp-mount dir.
+/// Unmounts and removes every directory directly under `dir` (what a killed CreateContainer
+/// left under the temp-mount dir; a container's image volumes); returns how many went.
 pub fn clear_temp_mounts(dir: &Path) -> usize {
     let mut cleared = 0;
     if let Ok(entries) = std::fs::read_dir(dir) {

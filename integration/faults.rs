@@ -714,13 +714,15 @@ async fn exits_across_a_containerd_outage_are_exact_with_the_go_shim() {
     eprintln!("Go runc shim: exits visible after containerd's return: {seen:?}");
 }
 
-/// The pid of remora's shim serving pod `pod` in containerd namespace `namespace`.
-fn remora_shim_pid(namespace: &str, pod: &str) -> Option<i32> {
+/// The pid of the shim (`binary`: remora's or containerd's Go runc shim) serving pod `pod` in
+/// containerd namespace `namespace`: the server process, not a `start` or `delete` run.
+fn shim_pid(binary: &str, namespace: &str, pod: &str) -> Option<i32> {
     std::fs::read_dir("/proc").ok()?.find_map(|e| {
         let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         let args: Vec<&str> = cmdline
             .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
             .filter_map(|a| std::str::from_utf8(a).ok())
             .collect();
         let flag = |name: &str| {
@@ -728,20 +730,35 @@ fn remora_shim_pid(namespace: &str, pod: &str) -> Option<i32> {
                 .find(|w| w[0] == name)
                 .map(|w| w[1].to_string())
         };
-        (args.first()?.ends_with("containerd-shim-remora-v2")
+        (args.first()?.ends_with(binary)
             && flag("-namespace").as_deref() == Some(namespace)
             && flag("-id").as_deref() == Some(pod)
-            && flag("-socket").is_some())
+            && !matches!(args.last(), Some(&"start" | &"delete")))
         .then_some(pid)
     })
 }
 
-/// remora's shim is SIGKILLed while its pod runs: a container that had exited keeps its real
-/// code, the others end with the code containerd learns from the shim's `delete` (the exit
-/// recorded in the bundle, or 137 for a process the runtime killed) or UNKNOWN — never a code
-/// that did not happen (a Go shim reports 137 for everything).
-#[tokio::test]
-async fn a_killed_remora_shim_leaves_real_codes_or_unknown() {
+/// The pids of processes in a cgroup of container `id` (its id is in every cgroup path of
+/// its processes, whichever driver and parent).
+fn pids_of_container(id: &str) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        cgroups.contains(id).then_some(pid)
+    })
+    .collect()
+}
+
+/// The pod's shim is SIGKILLed while its pod runs. remora puts a pod's containers in the
+/// pod's shim through containerd's `sandbox` field, for which containerd has no dead-shim
+/// cleanup: remora reaps them itself. A container that had exited keeps its real code; one
+/// still running is killed (no process is left behind) and ends with 137, the code
+/// containerd's cleanup reports for an unsandboxed task, or UNKNOWN — never a code that did
+/// not happen. Nothing is left in containerd once the pod is removed.
+async fn a_killed_shim_leaves_real_codes_or_unknown(handler: &str, shim_binary: &str) {
     let bed = BedRemora::start_with_network();
     let logs = scratch();
     cri::pull(&bed.remora, "busybox").await.expect("pull");
@@ -751,10 +768,10 @@ async fn a_killed_remora_shim_leaves_real_codes_or_unknown() {
         .runtime()
         .run_pod_sandbox(v1::RunPodSandboxRequest {
             config: Some(pod_config.clone()),
-            runtime_handler: "remora".into(),
+            runtime_handler: handler.into(),
         })
         .await
-        .expect("RunPodSandbox with the remora handler")
+        .expect("RunPodSandbox")
         .into_inner()
         .pod_sandbox_id;
     let done = cri::create_and_start(
@@ -773,8 +790,12 @@ async fn a_killed_remora_shim_leaves_real_codes_or_unknown() {
     .await;
     let s = cri::wait_exited(&bed.remora, &done, Duration::from_secs(30)).await;
     assert_eq!(s.exit_code, 3, "{s:?}");
+    assert!(
+        !pids_of_container(&sleeper).is_empty(),
+        "the sleeper's process is found by its cgroup"
+    );
 
-    let shim = remora_shim_pid(&bed.namespace, &pod).expect("the pod's remora shim");
+    let shim = shim_pid(shim_binary, &bed.namespace, &pod).expect("the pod's shim");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(shim),
         nix::sys::signal::Signal::SIGKILL,
@@ -797,9 +818,31 @@ async fn a_killed_remora_shim_leaves_real_codes_or_unknown() {
         unknown || (s.state == v1::ContainerState::ContainerExited as i32 && s.exit_code == 137),
         "the sleeper was killed by the runtime's cleanup (137) or is UNKNOWN: {s:?}"
     );
+    eprintln!(
+        "{handler}: the sleeper ended {} with code {} ({})",
+        v1::ContainerState::try_from(s.state).map_or("?", |st| st.as_str_name()),
+        s.exit_code,
+        s.reason
+    );
+    wait_until(
+        "no process of the sleeper to be left",
+        Duration::from_secs(30),
+        || async { pids_of_container(&sleeper).is_empty() },
+    )
+    .await;
     let s = cri::status(&bed.remora, &done).await.expect("status");
     assert_eq!(s.exit_code, 3, "the recorded exit is kept: {s:?}");
     cri::remove_pod(&bed.remora, &pod).await;
     assert!(bed.ctr_ids(&["containers", "ls", "-q"]).is_empty());
     assert!(bed.ctr_ids(&["tasks", "ls", "-q"]).is_empty());
+}
+
+#[tokio::test]
+async fn a_killed_remora_shim_leaves_real_codes_or_unknown() {
+    a_killed_shim_leaves_real_codes_or_unknown("remora", "containerd-shim-remora-v2").await;
+}
+
+#[tokio::test]
+async fn a_killed_go_shim_leaves_real_codes_or_unknown() {
+    a_killed_shim_leaves_real_codes_or_unknown("runc", "containerd-shim-runc-v2").await;
 }

@@ -389,6 +389,9 @@ fn pods(
             leases: images.backend.leases.clone(),
             images: images.clone(),
             network: Arc::new(HostNetwork::new(cni, netns_dir)),
+            oci: Arc::new(crate::lifecycle::oci_cli::OciCli::new(
+                &config.containerd.namespace,
+            )),
         },
         host_facts(),
         log.new(slog::o!("component" => "pods")),

@@ -39,6 +39,19 @@ impl ContainerdError {
         self.code() == Some(Code::NotFound)
     }
 
+    /// Whether containerd answered that its connection to the task's shim is closed: the
+    /// shim died while containerd kept running. containerd passes its ttrpc client's
+    /// `ErrClosed` on unmapped (code Unknown, "ttrpc: closed"); the transport failing between
+    /// remora and containerd is `Unavailable` instead, so the two are told apart.
+    pub fn is_shim_gone(&self) -> bool {
+        match self {
+            ContainerdError::Call { code, message, .. } => {
+                *code == Code::Unknown && message.contains("ttrpc: closed")
+            }
+            ContainerdError::Timeout { .. } => false,
+        }
+    }
+
     /// The gRPC code containerd (or the transport) returned; `None` for a timeout.
     pub fn code(&self) -> Option<Code> {
         match self {
@@ -59,6 +72,26 @@ mod tests {
             code,
             message: "m".into(),
         }
+    }
+
+    #[test]
+    fn a_closed_shim_connection_is_told_apart_from_an_unreachable_containerd() {
+        let closed = ContainerdError::Call {
+            address: "/run/c.sock".into(),
+            op: "Tasks.Wait",
+            code: Code::Unknown,
+            message: "ttrpc: closed".into(),
+        };
+        assert!(closed.is_shim_gone());
+        assert!(!call(Code::Unavailable).is_shim_gone());
+        assert!(!call(Code::Unknown).is_shim_gone());
+        let transport = ContainerdError::Call {
+            address: "/run/c.sock".into(),
+            op: "Tasks.Wait",
+            code: Code::Unavailable,
+            message: "ttrpc: closed".into(),
+        };
+        assert!(!transport.is_shim_gone());
     }
 
     #[test]

@@ -33,10 +33,13 @@ pub struct ContainerRecord {
     pub snapshotter: String,
     /// Snapshot key of the rootfs.
     pub snapshot_key: String,
-    /// containerd's `sandbox` field of the record. remora leaves it empty: set to the pod's id
-    /// (whose exit keeper is a sandbox-store record), containerd creates the container's task
-    /// in the pod's shim directly instead of running the shim binary's `start`, but loads
-    /// that shim without its dead-shim cleanup, and a killed shim's tasks never exit.
+    /// containerd's `sandbox` field of the record: the pod's id for a container, "" for a
+    /// pause container (and for containers made by remora before 0.1). With it, containerd
+    /// creates the container's task in the pod's shim (found through the pause task's exit
+    /// keeper, a sandbox-store record) instead of running the shim binary's `start`, and
+    /// does not shut the shim down on the container's task delete. It also loads that shim
+    /// without its dead-shim cleanup: remora reaps a sandboxed container whose shim died
+    /// itself (`Pods::reap_after_dead_shim`).
     pub sandbox: String,
     /// Extensions: key → JSON bytes (remora's full CRI metadata lives here).
     pub extensions: HashMap<String, Vec<u8>>,
@@ -144,6 +147,65 @@ pub trait Containers: Send + Sync + 'static {
     async fn sweep_orphans(&self) -> Result<usize, ContainerdError> {
         Ok(0)
     }
+}
+
+/// What the OCI runtime knew of a container it force-deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForceDeleted {
+    /// It was running (or paused): its processes were SIGKILLed.
+    WasRunning,
+    /// It had exited (or was created, never started): nothing was killed.
+    WasStopped,
+    /// The runtime had no such container.
+    Unknown,
+}
+
+/// The OCI runtime's (runc's, crun's) own command line, for the one thing no shim is left to
+/// do: a container whose shim died while containerd kept running (see
+/// [`ContainerRecord::sandbox`]).
+#[tonic::async_trait]
+pub trait OciRuntime: Send + Sync + 'static {
+    /// `<runtime> --root <root>/<namespace> delete --force <id>` with the binary and root the
+    /// shim used (`runtime`'s options, else the shims' defaults): SIGKILLs the container's
+    /// processes, removes its cgroup and state. Says what the runtime knew of it first.
+    async fn force_delete(&self, runtime: &Runtime, id: &str) -> Result<ForceDeleted, OciCliError>;
+}
+
+/// A failed command of the OCI runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum OciCliError {
+    /// The binary could not be started.
+    #[error("cannot run {binary} {command}: {source}")]
+    Spawn {
+        /// The runtime binary.
+        binary: String,
+        /// Its subcommand.
+        command: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It did not finish in time.
+    #[error("{binary} {command} did not finish within {after:?}")]
+    Timeout {
+        /// The runtime binary.
+        binary: String,
+        /// Its subcommand.
+        command: &'static str,
+        /// The limit.
+        after: std::time::Duration,
+    },
+    /// It failed.
+    #[error("{binary} {command} failed ({status}): {stderr}")]
+    Failed {
+        /// The runtime binary.
+        binary: String,
+        /// Its subcommand.
+        command: &'static str,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// What it printed on stderr.
+        stderr: String,
+    },
 }
 
 /// containerd's tasks (running processes of containers).

@@ -224,11 +224,7 @@ impl Pods {
                 runtime,
                 snapshotter: self.snapshotter.clone(),
                 snapshot_key: id.to_string(),
-                // Not the pod's id: containerd would then put the task in the pod's shim
-                // without the shim-start path (faster, as for its own CRI), but it also loads
-                // that shim without the dead-shim cleanup, so a killed shim's tasks would never
-                // report an exit (integration faults::a_killed_remora_shim_…).
-                sandbox: String::new(),
+                sandbox: sandbox.id().to_string(),
                 extensions: HashMap::from([(
                     CONTAINER_EXTENSION.to_string(),
                     encode_extension(&snapshot),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use slog::{info, warn};
 
+use super::backend::{Exit, ForceDeleted};
 use super::events::EventKind;
 use super::{exit_ns, now_ns, wait_through_outages, ContainerError, ContainerIo, Pods};
 use crate::io::{FifoSet, LogWriter};
@@ -125,6 +126,66 @@ impl Pods {
         true
     }
 
+    /// Reaps `container` after containerd said its task's shim is gone.
+    ///
+    /// containerd runs a sandboxed container's task in its pod's shim (see
+    /// [`ContainerRecord::sandbox`](super::backend::ContainerRecord::sandbox)) and keeps no
+    /// dead-shim cleanup for it: nobody would kill what the shim left running, delete the
+    /// task, or tell its exit. remora does what that cleanup does for an unsandboxed task
+    /// (the shim binary's `delete`): the OCI runtime force-deletes the container (its
+    /// processes SIGKILLed, its cgroup and state removed), and containerd forgets the task
+    /// (its delete fails on the closed shim connection but drops the task and unmounts its
+    /// bundle). The exit is then 137 for processes killed here — the code containerd's
+    /// cleanup reports — and unknown for a container that had exited already (its code died
+    /// with the shim): never a code that did not happen.
+    pub(crate) async fn reap_after_dead_shim(&self, container: &Container) -> DeadShim {
+        let id = container.id();
+        let runtime = match self.containers.get(id).await {
+            Ok(Some(r)) if r.sandbox.is_empty() => return DeadShim::NotSandboxed,
+            Ok(Some(r)) => r.runtime,
+            Ok(None) => return DeadShim::ExitLost, // removed meanwhile
+            Err(e) => {
+                // The pod's handler names the same runtime the record was made with.
+                warn!(self.log, "cannot read the record of a container whose shim died; using its pod's handler"; "container_id" => id, "error" => %e);
+                let sb = container.metadata().sandbox_id.clone();
+                match self
+                    .sandboxes
+                    .get(&sb)
+                    .map(|s| s.metadata().runtime_handler.clone())
+                    .ok()
+                    .and_then(|h| self.pod_runtime(&sb, &h).ok())
+                {
+                    Some(h) => h.runtime.clone(),
+                    None => return DeadShim::ExitLost,
+                }
+            }
+        };
+        warn!(self.log, "the container's shim died; its processes are killed and its task deleted"; "container_id" => id);
+        let killed = match self.oci.force_delete(&runtime, id).await {
+            Ok(ForceDeleted::WasRunning) => true,
+            Ok(ForceDeleted::WasStopped | ForceDeleted::Unknown) => false,
+            Err(e) => {
+                warn!(self.log, "cannot force-delete the container of a dead shim; its processes may be left"; "container_id" => id, "error" => %e);
+                false
+            }
+        };
+        match self.tasks.delete(id).await {
+            Ok(_) => {}
+            Err(e) if e.is_shim_gone() || e.is_not_found() => {}
+            Err(e) => {
+                warn!(self.log, "cannot delete the task of a dead shim"; "container_id" => id, "error" => %e)
+            }
+        }
+        if killed {
+            DeadShim::Killed(Exit {
+                status: 128 + libc::SIGKILL as u32,
+                at: Some(std::time::SystemTime::now()),
+            })
+        } else {
+            DeadShim::ExitLost
+        }
+    }
+
     /// Records IO handles of a container (used by recovery).
     pub(crate) fn register_io(&self, id: &str, fifos: FifoSet, log: Option<Arc<LogWriter>>) {
         self.io.insert(id, Arc::new(ContainerIo::new(fifos, log)));
@@ -159,11 +220,27 @@ impl Pods {
             let log = me.log.new(slog::o!("container_id" => id.clone()));
             let tasks = me.tasks.clone();
             let waiting = container.clone();
-            match wait_through_outages(tasks.as_ref(), &id, me.reachability(), move || {
-                waiting.state() == ContainerState::Running
-            })
-            .await
-            {
+            let running = move || waiting.state() == ContainerState::Running;
+            let mut outcome =
+                wait_through_outages(tasks.as_ref(), &id, me.reachability(), true, &running).await;
+            if matches!(&outcome, Err(e) if e.is_shim_gone()) {
+                match me.reap_after_dead_shim(&container).await {
+                    DeadShim::Killed(exit) => outcome = Ok(exit),
+                    DeadShim::ExitLost => {}
+                    // containerd's own cleanup deletes the task, with the exit it learns.
+                    DeadShim::NotSandboxed => {
+                        outcome = wait_through_outages(
+                            tasks.as_ref(),
+                            &id,
+                            me.reachability(),
+                            false,
+                            &running,
+                        )
+                        .await
+                    }
+                }
+            }
+            match outcome {
                 Ok(exit) => {
                     // Output written just before the exit is still in the pipes: let the
                     // copiers drain to EOF before recording the exit.
@@ -202,6 +279,17 @@ impl Pods {
             }
         });
     }
+}
+
+/// What [`Pods::reap_after_dead_shim`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeadShim {
+    /// The container's processes were killed here: this is its exit.
+    Killed(Exit),
+    /// The container had exited (or is gone): its exit status died with the shim.
+    ExitLost,
+    /// The task is not sandboxed: containerd's own dead-shim cleanup handles it.
+    NotSandboxed,
 }
 
 /// Containers whose exit is being recorded (`handle_exit` running), counted: the exit monitor

@@ -7,7 +7,7 @@ use slog::warn;
 
 use super::backend::TaskStatus;
 use super::{image_config, ContainerError, Pods, KILL_WAIT};
-use crate::store::{Container, StoreError};
+use crate::store::{Container, ContainerState, StoreError};
 
 impl Pods {
     /// StopContainer: the image's stop signal (or SIGTERM), `timeout` seconds, then SIGKILL.
@@ -37,8 +37,18 @@ impl Pods {
         timeout: Duration,
     ) -> Result<(), ContainerError> {
         let id = container.id().to_string();
-        let Some(state) = self.tasks.state(&id).await? else {
-            return Ok(());
+        let state = match self.tasks.state(&id).await {
+            Ok(Some(state)) => state,
+            Ok(None) => return Ok(()),
+            // The shim died: the exit monitor reaps the container (`reap_after_dead_shim`).
+            Err(e) if e.is_shim_gone() => {
+                let _ = tokio::time::timeout(KILL_WAIT, self.wait_exit(container)).await;
+                if container.state() == ContainerState::Running {
+                    return Err(e.into());
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
         };
         if state.status == TaskStatus::Stopped {
             // Exited, but the exit monitor may still be draining output before it records

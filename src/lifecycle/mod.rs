@@ -65,6 +65,7 @@ pub mod journal;
 #[cfg(target_os = "linux")]
 #[path = "mount_linux.rs"]
 pub mod mount;
+pub mod oci_cli;
 pub mod oci_features;
 #[cfg(target_os = "linux")]
 pub mod recover;
@@ -98,7 +99,7 @@ use crate::spec::{HostFacts, ImageConfig};
 use crate::store::{ContainerStore, NameIndex, SandboxStore};
 
 use backend::Exit;
-pub use backend::{Containers, LocalImages, PodNetwork, Tasks};
+pub use backend::{Containers, LocalImages, OciRuntime, PodNetwork, Tasks};
 pub use container_create::CreateRequest;
 pub use container_stop::parse_signal;
 pub use error::{ContainerError, RollbackError, SandboxError, UndoError};
@@ -130,6 +131,7 @@ pub struct Pods {
     leases: Arc<dyn Leases>,
     images: Arc<dyn LocalImages>,
     network: Arc<dyn PodNetwork>,
+    oci: Arc<dyn OciRuntime>,
     /// Where pods' network namespaces are (the network makes them there).
     netns_dir: PathBuf,
     /// Where exit monitors queue the exits they see (set once the event monitor runs).
@@ -166,6 +168,8 @@ pub struct Backends {
     pub images: Arc<dyn LocalImages>,
     /// Network namespaces and CNI.
     pub network: Arc<dyn PodNetwork>,
+    /// The OCI runtime's command line (for containers whose shim died).
+    pub oci: Arc<dyn OciRuntime>,
 }
 
 /// What [`Pods::new`] needs.
@@ -243,6 +247,7 @@ impl Pods {
             leases: backends.leases,
             images: backends.images,
             network: backends.network,
+            oci: backends.oci,
             netns_dir: config.state_dir.join("netns"),
             exit_queue: OnceLock::new(),
             monitored: Default::default(),
@@ -415,7 +420,8 @@ impl Pods {
     }
 
     /// Sends `signal` to task `id` (to every process of it for SIGKILL); a task already gone
-    /// is not an error.
+    /// is not an error, nor is one whose shim is gone (a container's exit monitor reaps it,
+    /// containerd cleans up after an unsandboxed one).
     pub(crate) async fn kill_ignoring_gone(
         &self,
         id: &str,
@@ -426,7 +432,7 @@ impl Pods {
             .kill(id, signal, signal == libc::SIGKILL as u32)
             .await
         {
-            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) if e.is_not_found() || e.is_shim_gone() => Ok(()),
             other => other,
         }
     }
@@ -435,11 +441,15 @@ impl Pods {
 /// `Task.Wait` that survives containerd restarts: a wait broken by a lost connection is
 /// retried (the shim keeps the exit status until the task is deleted, so the real exit is still
 /// there when containerd is back) for as long as `still_waiting` holds — at once when the health
-/// monitor sees containerd answer again, or after a backoff if it never left.
+/// monitor sees containerd answer again, or after a backoff if it never left. With
+/// `shim_gone_ends_it`, containerd saying the task's shim is gone ends the wait too (the
+/// caller reaps what the shim left; see [`ContainerdError::is_shim_gone`]); without it, the
+/// wait goes on until containerd's own dead-shim cleanup deletes the task.
 pub(crate) async fn wait_through_outages(
     tasks: &dyn Tasks,
     id: &str,
     mut reachability: crate::containerd::health::Reachability,
+    shim_gone_ends_it: bool,
     still_waiting: impl Fn() -> bool,
 ) -> Result<Exit, ContainerdError> {
     let mut backoff =
@@ -450,6 +460,7 @@ pub(crate) async fn wait_through_outages(
             Ok(exit) => return Ok(exit),
             // The task is gone (deleted by Stop/Remove, or lost): nothing to wait for.
             Err(e) if e.is_not_found() => return Err(e),
+            Err(e) if shim_gone_ends_it && e.is_shim_gone() => return Err(e),
             Err(e) => {
                 if !still_waiting() {
                     return Err(e);

@@ -280,7 +280,8 @@ impl Pods {
         let reachability = self.reachability();
         let log = self.log.new(slog::o!("pod_id" => sandbox.id().to_string()));
         tokio::spawn(async move {
-            match wait_through_outages(tasks.as_ref(), sandbox.id(), reachability, || {
+            // The pause task is never sandboxed: containerd cleans up after its dead shim.
+            match wait_through_outages(tasks.as_ref(), sandbox.id(), reachability, false, || {
                 sandbox.status().exit_code.is_none()
             })
             .await

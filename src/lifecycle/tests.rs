@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fakes::{Call, CallLog, FakeContainerd, FakeImages, FakeNetwork};
+use fakes::{Call, CallLog, FakeContainerd, FakeImages, FakeNetwork, FakeOci};
 
 use super::{
     creation_lease_id, Backends, ContainerError, CreateRequest, HandlerRuntime, Pods, PodsConfig,
@@ -35,6 +35,7 @@ struct Bed {
     pods: Arc<Pods>,
     log: CallLog,
     containerd: FakeContainerd,
+    oci: FakeOci,
     _dir: tempfile::TempDir,
     state_dir: PathBuf,
 }
@@ -69,6 +70,7 @@ fn bed_with_handlers(handlers: RuntimeHandlers) -> Bed {
     let log = CallLog::default();
     let containerd = FakeContainerd::new(log.clone(), rootfs);
     let shared = Arc::new(containerd.clone());
+    let oci = FakeOci::new(log.clone());
     let pods = Pods::new(
         PodsConfig {
             state_dir: state_dir.clone(),
@@ -89,6 +91,7 @@ fn bed_with_handlers(handlers: RuntimeHandlers) -> Bed {
                 ],
             )),
             network: Arc::new(FakeNetwork::new(log.clone(), state_dir.join("netns"))),
+            oci: Arc::new(oci.clone()),
         },
         HostFacts::default(),
         slog::Logger::root(slog::Discard, slog::o!()),
@@ -97,6 +100,7 @@ fn bed_with_handlers(handlers: RuntimeHandlers) -> Bed {
         pods: Arc::new(pods),
         log,
         containerd,
+        oci,
         _dir: dir,
         state_dir,
     }
@@ -448,8 +452,9 @@ async fn create_container_succeeds_and_a_failed_lease_release_is_no_failure() {
         b.pods.containers_store.get(&id).expect("indexed").state(),
         ContainerState::Created
     );
-    // No record names a sandbox (see ContainerRecord::sandbox).
-    assert_eq!(b.containerd.record(&id).expect("record").sandbox, "");
+    // The container goes into its pod's shim; the pause container's task starts it (see
+    // ContainerRecord::sandbox).
+    assert_eq!(b.containerd.record(&id).expect("record").sandbox, pod);
     assert_eq!(b.containerd.record(&pod).expect("record").sandbox, "");
     assert!(!b
         .state_dir
@@ -1045,4 +1050,111 @@ async fn a_create_failing_after_its_image_volume_unmounts_and_removes_the_view()
         .join(&id)
         .join("0")
         .exists());
+}
+
+/// Waits (bounded) until container `id` is no longer RUNNING in the index. The fakes' FIFOs
+/// never reach EOF, so an exit waits out the output copiers' drain (2 s each) first.
+async fn until_not_running(b: &Bed, id: &str) -> ContainerState {
+    for _ in 0..3000 {
+        let state = b.pods.containers_store.get(id).expect("indexed").state();
+        if state != ContainerState::Running {
+            return state;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("container {id} still RUNNING after 15 s");
+}
+
+#[tokio::test]
+async fn a_running_container_whose_shim_died_is_killed_and_exits_137() {
+    let (b, _pod, id) = bed_with_container().await;
+    b.pods.start_container(&id).await.expect("started");
+    b.log.clear();
+    b.containerd.kill_shim(&id);
+    assert_eq!(until_not_running(&b, &id).await, ContainerState::Exited);
+    let s = b
+        .pods
+        .containers_store
+        .get(&id)
+        .expect("indexed")
+        .snapshot();
+    assert_eq!(s.status.exit_code, 137, "{s:?}");
+    let calls = b.log.calls();
+    let forced = calls
+        .iter()
+        .position(|c| matches!(c, Call::OciForceDelete(c_id, _) if c_id == &id))
+        .expect("the runtime force-deleted it");
+    let deleted = calls
+        .iter()
+        .position(|c| c == &Call::TaskDelete(id.clone()))
+        .expect("the task deleted");
+    assert!(
+        forced < deleted,
+        "killed before containerd forgets the task: {calls:?}"
+    );
+    assert!(!b.containerd.has_task(&id), "task left");
+    // Stop and Remove then find nothing to do.
+    b.pods
+        .stop_container(&id, Duration::from_secs(1))
+        .await
+        .expect("stopped");
+    b.pods.remove_container(&id).await.expect("removed");
+    assert!(!b.containerd.has_record(&id));
+}
+
+#[tokio::test]
+async fn a_container_that_had_exited_when_its_shim_died_is_unknown() {
+    let (b, _pod, id) = bed_with_container().await;
+    b.pods.start_container(&id).await.expect("started");
+    b.oci.answer(super::backend::ForceDeleted::WasStopped);
+    b.containerd.kill_shim(&id);
+    assert_eq!(until_not_running(&b, &id).await, ContainerState::Unknown);
+    assert!(!b.containerd.has_task(&id), "task left");
+}
+
+#[tokio::test]
+async fn an_unsandboxed_container_whose_shim_died_is_left_to_containerds_cleanup() {
+    let (b, _pod, id) = bed_with_container().await;
+    b.pods.start_container(&id).await.expect("started");
+    // A record made before remora put containers in their pod's shim.
+    b.containerd.set_record_sandbox(&id, "");
+    b.log.clear();
+    b.containerd.kill_shim(&id);
+    // The monitor reads the record, sees no sandbox, and waits on.
+    for _ in 0..400 {
+        if b.log.calls().contains(&Call::RecordGet(id.clone())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(b.log.calls().contains(&Call::RecordGet(id.clone())));
+    assert_eq!(
+        b.pods.containers_store.get(&id).expect("indexed").state(),
+        ContainerState::Running
+    );
+    b.containerd.clean_up_dead_shim(&id);
+    assert_eq!(until_not_running(&b, &id).await, ContainerState::Unknown);
+    assert!(
+        !b.log
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::OciForceDelete(..))),
+        "containerd's cleanup is not doubled: {:?}",
+        b.log.calls()
+    );
+}
+
+#[tokio::test]
+async fn stopping_a_container_whose_shim_died_waits_for_the_reaping() {
+    let (b, _pod, id) = bed_with_container().await;
+    b.pods.start_container(&id).await.expect("started");
+    b.containerd.kill_shim(&id);
+    b.pods
+        .stop_container(&id, Duration::from_secs(1))
+        .await
+        .expect("stopped");
+    assert_eq!(
+        b.pods.containers_store.get(&id).expect("indexed").state(),
+        ContainerState::Exited
+    );
 }

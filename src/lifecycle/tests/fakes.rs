@@ -13,8 +13,8 @@ use crate::images::backend::{Leases, Mount, Snapshots, Usage};
 use crate::images::pull::PullError;
 use crate::images::store::ImageInfo;
 use crate::lifecycle::backend::{
-    ContainerRecord, Containers, ExecStdio, Exit, LocalImages, PodNetwork, TaskSpec, TaskState,
-    TaskStatus, Tasks,
+    ContainerRecord, Containers, ExecStdio, Exit, ForceDeleted, LocalImages, OciCliError,
+    OciRuntime, PodNetwork, Runtime, TaskSpec, TaskState, TaskStatus, Tasks,
 };
 use crate::net::netns::NetnsError;
 use crate::net::{NetError, PodNetInfo};
@@ -64,6 +64,8 @@ pub enum Call {
     CniDel(String),
     /// `LocalImages::pull`.
     ImagePull(String),
+    /// `OciRuntime::force_delete` (id, runtime binary name).
+    OciForceDelete(String, String),
 }
 
 impl Call {
@@ -91,6 +93,7 @@ impl Call {
             Call::CniAdd(_) => "network.setup",
             Call::CniDel(_) => "network.teardown",
             Call::ImagePull(_) => "images.pull",
+            Call::OciForceDelete(..) => "oci.force_delete",
         }
     }
 }
@@ -175,6 +178,8 @@ pub struct FakeContainerd {
     tasks: Arc<Mutex<HashMap<String, TaskState>>>,
     /// The `runtime_path` each task was created with.
     task_runtime_paths: Arc<Mutex<HashMap<String, String>>>,
+    /// Tasks whose shim died: containerd answers "ttrpc: closed" for them.
+    dead_shims: Arc<Mutex<HashSet<String>>>,
     /// What prepared snapshots mount: a bind mount of this directory.
     rootfs: PathBuf,
 }
@@ -187,6 +192,7 @@ impl FakeContainerd {
             records: Default::default(),
             tasks: Default::default(),
             task_runtime_paths: Default::default(),
+            dead_shims: Default::default(),
             rootfs,
         }
     }
@@ -216,6 +222,37 @@ impl FakeContainerd {
     /// The shim path task `id` was last created with.
     pub fn task_runtime_path(&self, id: &str) -> Option<String> {
         Self::lock(&self.task_runtime_paths).get(id).cloned()
+    }
+
+    /// Kills task `id`'s shim: containerd keeps the task but every call on it fails with
+    /// its closed shim connection (as containerd 2.3.4 for a sandboxed task).
+    pub fn kill_shim(&self, id: &str) {
+        Self::lock(&self.dead_shims).insert(id.to_string());
+    }
+
+    /// containerd's own dead-shim cleanup of task `id` (an unsandboxed one): the task goes.
+    pub fn clean_up_dead_shim(&self, id: &str) {
+        Self::lock(&self.dead_shims).remove(id);
+        Self::lock(&self.tasks).remove(id);
+    }
+
+    /// Sets record `id`'s `sandbox` field (e.g. "" for a container made before remora set it).
+    pub fn set_record_sandbox(&self, id: &str, sandbox: &str) {
+        if let Some(r) = Self::lock(&self.records).get_mut(id) {
+            r.sandbox = sandbox.to_string();
+        }
+    }
+
+    fn shim_is_dead(&self, id: &str, op: &'static str) -> Result<(), ContainerdError> {
+        if Self::lock(&self.dead_shims).contains(id) {
+            return Err(ContainerdError::Call {
+                address: "/fake/containerd.sock".into(),
+                op,
+                code: tonic::Code::Unknown,
+                message: "ttrpc: closed".into(),
+            });
+        }
+        Ok(())
     }
 
     /// Whether a task for this id exists.
@@ -290,6 +327,7 @@ impl Tasks for FakeContainerd {
     }
     async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), ContainerdError> {
         self.check(Call::TaskKill(id.into(), signal, all))?;
+        self.shim_is_dead(id, "Tasks.Kill")?;
         if let Some(t) = Self::lock(&self.tasks).get_mut(id) {
             t.status = TaskStatus::Stopped;
             t.exit_status = 128 + signal;
@@ -299,6 +337,7 @@ impl Tasks for FakeContainerd {
     async fn wait(&self, id: &str) -> Result<Exit, ContainerdError> {
         self.check(Call::TaskWait(id.into()))?;
         loop {
+            self.shim_is_dead(id, "Tasks.Wait")?;
             match Self::lock(&self.tasks).get(id) {
                 None => {
                     return Err(ContainerdError::Call {
@@ -321,11 +360,22 @@ impl Tasks for FakeContainerd {
     }
     async fn state(&self, id: &str) -> Result<Option<TaskState>, ContainerdError> {
         self.check(Call::TaskState(id.into()))?;
+        self.shim_is_dead(id, "Tasks.Get")?;
         Ok(Self::lock(&self.tasks).get(id).copied())
     }
     async fn delete(&self, id: &str) -> Result<Option<Exit>, ContainerdError> {
         self.check(Call::TaskDelete(id.into()))?;
-        Ok(Self::lock(&self.tasks).remove(id).map(|t| Exit {
+        let task = Self::lock(&self.tasks).remove(id);
+        // containerd 2.3.4 drops the task of a dead shim, and fails the delete.
+        if Self::lock(&self.dead_shims).remove(id) {
+            return Err(ContainerdError::Call {
+                address: "/fake/containerd.sock".into(),
+                op: "Tasks.Delete",
+                code: tonic::Code::Unknown,
+                message: "ttrpc: closed".into(),
+            });
+        }
+        Ok(task.map(|t| Exit {
             status: t.exit_status,
             at: None,
         }))
@@ -517,5 +567,40 @@ impl LocalImages for FakeImages {
         self.get(reference).ok_or_else(|| PullError::ShuttingDown {
             reference: reference.into(),
         })
+    }
+}
+
+/// The OCI runtime's command line, faked: force-deletes answer what the test scripted.
+#[derive(Clone)]
+pub struct FakeOci {
+    log: CallLog,
+    answer: Arc<Mutex<ForceDeleted>>,
+}
+
+impl FakeOci {
+    /// A runtime whose containers are running until force-deleted.
+    pub fn new(log: CallLog) -> Self {
+        Self {
+            log,
+            answer: Arc::new(Mutex::new(ForceDeleted::WasRunning)),
+        }
+    }
+
+    /// What the next force-deletes say the container was.
+    pub fn answer(&self, answer: ForceDeleted) {
+        *self.answer.lock().unwrap_or_else(|p| p.into_inner()) = answer;
+    }
+}
+
+#[tonic::async_trait]
+impl OciRuntime for FakeOci {
+    async fn force_delete(&self, runtime: &Runtime, id: &str) -> Result<ForceDeleted, OciCliError> {
+        let binary = runtime
+            .options
+            .as_ref()
+            .map(|o| o.binary_name.clone())
+            .unwrap_or_default();
+        self.log.record(Call::OciForceDelete(id.into(), binary));
+        Ok(*self.answer.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }

@@ -756,10 +756,16 @@ fn pids_of_container(id: &str) -> Vec<i32> {
 /// pod's shim through containerd's `sandbox` field, for which containerd has no dead-shim
 /// cleanup: remora reaps them itself. A container that had exited keeps its real code; one
 /// still running is killed (no process is left behind) and ends with 137, the code
-/// containerd's cleanup reports for an unsandboxed task, or UNKNOWN — never a code that did
-/// not happen. Nothing is left in containerd once the pod is removed.
-async fn a_killed_shim_leaves_real_codes_or_unknown(handler: &str, shim_binary: &str) {
-    let bed = BedRemora::start_with_network();
+/// containerd's cleanup reports for an unsandboxed task (one whose process had already ended
+/// would be UNKNOWN: its code died with the shim). Nothing is left in containerd once the pod
+/// is removed. With `remora_down`, the
+/// shim dies while remora is down (killed), and the restarted remora's recovery finds it.
+async fn a_killed_shim_leaves_real_codes_and_no_process(
+    handler: &str,
+    shim_binary: &str,
+    remora_down: bool,
+) {
+    let mut bed = BedRemora::start_with_network();
     let logs = scratch();
     cri::pull(&bed.remora, "busybox").await.expect("pull");
     let pod_config = cri::pod_config("shim-killed", logs.path(), false);
@@ -781,13 +787,20 @@ async fn a_killed_shim_leaves_real_codes_or_unknown(handler: &str, shim_binary: 
         cri::shell_container("done", "exit 3"),
     )
     .await;
-    let sleeper = cri::create_and_start(
-        &bed.remora,
-        &pod,
-        &pod_config,
-        cri::shell_container("sleeper", "sleep 3600"),
-    )
-    .await;
+    // In a PID namespace of its own: the pause's death (containerd's cleanup kills it) does
+    // not take it along, so only the reaping can end it.
+    let mut sleeper = cri::shell_container("sleeper", "sleep 3600");
+    sleeper.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            namespace_options: Some(v1::NamespaceOption {
+                pid: v1::NamespaceMode::Container as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let sleeper = cri::create_and_start(&bed.remora, &pod, &pod_config, sleeper).await;
     let s = cri::wait_exited(&bed.remora, &done, Duration::from_secs(30)).await;
     assert_eq!(s.exit_code, 3, "{s:?}");
     assert!(
@@ -796,11 +809,21 @@ async fn a_killed_shim_leaves_real_codes_or_unknown(handler: &str, shim_binary: 
     );
 
     let shim = shim_pid(shim_binary, &bed.namespace, &pod).expect("the pod's shim");
+    if remora_down {
+        bed.crash();
+    }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(shim),
         nix::sys::signal::Signal::SIGKILL,
     )
     .expect("kill the shim");
+    if remora_down {
+        wait_until("the shim to be gone", Duration::from_secs(30), || async {
+            !std::path::Path::new(&format!("/proc/{shim}")).exists()
+        })
+        .await;
+        bed.restart();
+    }
     wait_until(
         "the sleeper to be recorded as ended",
         Duration::from_secs(60),
@@ -813,16 +836,10 @@ async fn a_killed_shim_leaves_real_codes_or_unknown(handler: &str, shim_binary: 
     )
     .await;
     let s = cri::status(&bed.remora, &sleeper).await.expect("status");
-    let unknown = s.state == v1::ContainerState::ContainerUnknown as i32;
-    assert!(
-        unknown || (s.state == v1::ContainerState::ContainerExited as i32 && s.exit_code == 137),
-        "the sleeper was killed by the runtime's cleanup (137) or is UNKNOWN: {s:?}"
-    );
-    eprintln!(
-        "{handler}: the sleeper ended {} with code {} ({})",
-        v1::ContainerState::try_from(s.state).map_or("?", |st| st.as_str_name()),
-        s.exit_code,
-        s.reason
+    assert_eq!(
+        (s.state, s.exit_code),
+        (v1::ContainerState::ContainerExited as i32, 137),
+        "the sleeper was killed by the reaping (137, as containerd's cleanup reports): {s:?}"
     );
     wait_until(
         "no process of the sleeper to be left",
@@ -838,11 +855,17 @@ async fn a_killed_shim_leaves_real_codes_or_unknown(handler: &str, shim_binary: 
 }
 
 #[tokio::test]
-async fn a_killed_remora_shim_leaves_real_codes_or_unknown() {
-    a_killed_shim_leaves_real_codes_or_unknown("remora", "containerd-shim-remora-v2").await;
+async fn a_killed_remora_shim_leaves_real_codes_and_no_process() {
+    a_killed_shim_leaves_real_codes_and_no_process("remora", "containerd-shim-remora-v2", false)
+        .await;
 }
 
 #[tokio::test]
-async fn a_killed_go_shim_leaves_real_codes_or_unknown() {
-    a_killed_shim_leaves_real_codes_or_unknown("runc", "containerd-shim-runc-v2").await;
+async fn a_killed_go_shim_leaves_real_codes_and_no_process() {
+    a_killed_shim_leaves_real_codes_and_no_process("runc", "containerd-shim-runc-v2", false).await;
+}
+
+#[tokio::test]
+async fn a_shim_killed_while_remora_is_down_leaves_real_codes_and_no_process() {
+    a_killed_shim_leaves_real_codes_and_no_process("runc", "containerd-shim-runc-v2", true).await;
 }

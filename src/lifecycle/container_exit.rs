@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use slog::{info, warn};
 
-use super::backend::{Exit, ForceDeleted};
+use super::backend::{Exit, ForceDeleted, Runtime};
 use super::events::EventKind;
 use super::{exit_ns, now_ns, wait_through_outages, ContainerError, ContainerIo, Pods};
 use crate::io::{FifoSet, LogWriter};
@@ -160,8 +160,22 @@ impl Pods {
                 }
             }
         };
+        if self.reap_task_of_dead_shim(&runtime, id).await {
+            DeadShim::Killed(Exit {
+                status: 128 + libc::SIGKILL as u32,
+                at: Some(std::time::SystemTime::now()),
+            })
+        } else {
+            DeadShim::ExitLost
+        }
+    }
+
+    /// The reaping of [`Pods::reap_after_dead_shim`] for container `id` run by `runtime`:
+    /// the OCI runtime force-deletes it, then containerd drops the task. Whether processes of
+    /// it were still running (and were killed here).
+    pub(crate) async fn reap_task_of_dead_shim(&self, runtime: &Runtime, id: &str) -> bool {
         warn!(self.log, "the container's shim died; its processes are killed and its task deleted"; "container_id" => id);
-        let killed = match self.oci.force_delete(&runtime, id).await {
+        let killed = match self.oci.force_delete(runtime, id).await {
             Ok(ForceDeleted::WasRunning) => true,
             Ok(ForceDeleted::WasStopped | ForceDeleted::Unknown) => false,
             Err(e) => {
@@ -176,14 +190,7 @@ impl Pods {
                 warn!(self.log, "cannot delete the task of a dead shim"; "container_id" => id, "error" => %e)
             }
         }
-        if killed {
-            DeadShim::Killed(Exit {
-                status: 128 + libc::SIGKILL as u32,
-                at: Some(std::time::SystemTime::now()),
-            })
-        } else {
-            DeadShim::ExitLost
-        }
+        killed
     }
 
     /// Records IO handles of a container (used by recovery).

@@ -37,18 +37,14 @@ impl Pods {
         timeout: Duration,
     ) -> Result<(), ContainerError> {
         let id = container.id().to_string();
-        let state = match self.tasks.state(&id).await {
-            Ok(Some(state)) => state,
-            Ok(None) => return Ok(()),
-            // The shim died: the exit monitor reaps the container (`reap_after_dead_shim`).
-            Err(e) if e.is_shim_gone() => {
+        let Some(state) = self.tasks.state(&id).await? else {
+            // No task, or (as containerd answers it) one whose shim died: the exit monitor
+            // records the exit, or reaps the container (`reap_after_dead_shim`). Callers
+            // (RemoveContainer, ContainerStatus after Stop) need it recorded.
+            if container.state() == ContainerState::Running {
                 let _ = tokio::time::timeout(KILL_WAIT, self.wait_exit(container)).await;
-                if container.state() == ContainerState::Running {
-                    return Err(e.into());
-                }
-                return Ok(());
             }
-            Err(e) => return Err(e.into()),
+            return Ok(());
         };
         if state.status == TaskStatus::Stopped {
             // Exited, but the exit monitor may still be draining output before it records

@@ -384,6 +384,19 @@ impl Pods {
                     let _ = std::fs::remove_dir_all(self.io_dir(&r.id));
                     container.abort_start();
                 }
+                // containerd answers a sandboxed task whose shim died as not found (its
+                // `State` maps the closed connection to NotFound) and keeps it: reap it as
+                // the exit monitor would have (`reap_after_dead_shim`).
+                None if container.state() == ContainerState::Running
+                    && !r.sandbox.is_empty()
+                    && self.reap_task_of_dead_shim(&r.runtime, &r.id).await =>
+                {
+                    if container.record_exit(128 + libc::SIGKILL, now_ns()) == ExitOutcome::Recorded
+                    {
+                        done.exits += 1;
+                    }
+                    recovered_stop = true;
+                }
                 None if container.state() == ContainerState::Running => {
                     // The task is gone and its exit with it: say so rather than invent one.
                     let _ = container.mark_unknown();

@@ -312,7 +312,6 @@ impl Containers for Client {
 impl Tasks for Client {
     async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError> {
         let id = spec.container_id.clone();
-        self.keep_exit(&id).await?;
         let mut c = self.tasks_client();
         let req = self.request(
             CreateTaskRequest {
@@ -337,9 +336,15 @@ impl Tasks for Client {
             },
             None,
         );
-        match c.create(req).await {
-            Ok(r) => Ok(r.into_inner().pid),
-            Err(s) => {
+        // The keeper beside the create, not before it: it only has to exist before the task
+        // can exit, and the task runs nothing until it is started (after both are done).
+        let (kept, created) = tokio::join!(self.keep_exit(&id), c.create(req));
+        match (kept, created) {
+            (Ok(()), Ok(r)) => Ok(r.into_inner().pid),
+            // A task without its keeper: the caller's rollback deletes the task (and the
+            // record, which releases a keeper made meanwhile).
+            (Err(e), _) => Err(e),
+            (Ok(()), Err(s)) => {
                 let err = self.call_error("Tasks.Create", s);
                 // No task, nothing to keep (best effort: Containers::delete retries it).
                 let _ = self.release_exit(&id).await;

@@ -215,15 +215,24 @@ impl Pods {
         }
     }
 
+    /// Attaches the exit monitor of a running `container`. With `persist_started`, it first
+    /// writes the container's RUNNING state to its record (StartContainer's, off its reply
+    /// path): here, every exit this monitor sees is recorded after it, so a later EXITED is
+    /// never overwritten; a crash before it leaves the record CREATED with a running task,
+    /// which recovery takes as started.
     pub(crate) fn monitor_container_exit(
         self: &Arc<Self>,
         container: Container,
         copiers: Vec<tokio::task::JoinHandle<crate::io::CopySummary>>,
+        persist_started: bool,
     ) {
         let me = self.clone();
         me.set_monitored(container.id(), true);
         tokio::spawn(async move {
             let id = container.id().to_string();
+            if persist_started {
+                me.persist(&container).await;
+            }
             let log = me.log.new(slog::o!("container_id" => id.clone()));
             let tasks = me.tasks.clone();
             let waiting = container.clone();

@@ -132,9 +132,8 @@ impl Pods {
         };
         steps.mark("task_start");
         container.record_started(pid, started_at)?;
-        self.persist(container).await;
-        steps.mark("persist");
-        self.monitor_container_exit(container.clone(), copiers);
+        // The monitor persists the RUNNING state before it waits (see there).
+        self.monitor_container_exit(container.clone(), copiers, true);
         self.events
             .emit(&id, &meta.sandbox_id, EventKind::Started, now_ns());
         info!(self.log, "container started"; "container_id" => &id, "pid" => pid);

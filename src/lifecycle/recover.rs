@@ -355,7 +355,8 @@ impl Pods {
                         let _ = container.record_started(s.pid, started);
                     }
                     let copiers = self.resume_io(&container).await;
-                    self.monitor_container_exit(container.clone(), copiers);
+                    // Recovery persists what it recovered itself, below.
+                    self.monitor_container_exit(container.clone(), copiers, false);
                 }
                 Some(s) if s.status == TaskStatus::Stopped => {
                     // The OOM event, if any, was published while nobody listened: the same

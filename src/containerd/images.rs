@@ -19,16 +19,16 @@ use containerd_client::services::v1::{
     WriteContentRequest, WriteContentResponse,
 };
 use containerd_client::types::{Descriptor, Mount as PbMount};
+use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 use tonic::Code;
 
 use super::Client;
 use crate::containerd::error::ContainerdError;
 use crate::images::backend::{
-    Blob, Content, ContentInfo, ContentWriter, Differ, ImageRecord, Images, Leases, Mount,
-    Snapshots, Usage,
+    Blob, ChunkStream, Content, ContentInfo, ContentWriter, Differ, ImageRecord, Images, Leases,
+    Mount, Snapshots, Usage,
 };
 
 fn to_pb(b: &Blob) -> Descriptor {
@@ -93,12 +93,12 @@ impl Content for Client {
         }))
     }
 
-    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError> {
+    async fn read_chunks(&self, digest: &str, size: u64) -> Result<ChunkStream, ContainerdError> {
         let mut c = self.content_client();
         // containerd answers in messages of at most 1 MiB; it reads `size` bytes (0 would
         // mean "to the end", so an empty blob needs no call).
         if size == 0 {
-            return Ok(Bytes::new());
+            return Ok(futures_util::stream::empty().boxed());
         }
         let req = self.request(
             ReadContentRequest {
@@ -108,23 +108,34 @@ impl Content for Client {
             },
             None,
         );
-        let mut stream = c
+        let stream = c
             .read(req)
             .await
             .map_err(|s| self.call_error("Content.Read", s))?
             .into_inner();
-        let want = usize::try_from(size).unwrap_or(usize::MAX);
-        let mut buf = Vec::with_capacity(want);
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|s| self.call_error("Content.Read", s))?;
-            // Never more than asked for, whatever the server sends.
-            let room = want - buf.len();
-            buf.extend_from_slice(&chunk.data[..chunk.data.len().min(room)]);
-            if buf.len() == want {
-                break;
-            }
-        }
-        Ok(Bytes::from(buf))
+        // Never more than asked for, whatever the server sends: `left` counts down to 0,
+        // which ends the stream; so does an error.
+        let chunks = futures_util::stream::unfold(
+            (stream, size, self.clone()),
+            |(mut stream, left, client)| async move {
+                if left == 0 {
+                    return None;
+                }
+                match stream.next().await? {
+                    Ok(chunk) => {
+                        let mut data = Bytes::from(chunk.data);
+                        data.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+                        let left = left - data.len() as u64;
+                        Some((Ok(data), (stream, left, client)))
+                    }
+                    Err(s) => {
+                        let e = client.call_error("Content.Read", s);
+                        Some((Err(e), (stream, 0, client)))
+                    }
+                }
+            },
+        );
+        Ok(chunks.boxed())
     }
 
     async fn writer(

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::diff_client::DiffClient;
 use containerd_client::services::v1::introspection_client::IntrospectionClient;
 use containerd_client::services::v1::snapshots::{
@@ -22,6 +23,7 @@ use containerd_client::types::{Descriptor, Mount as PbMount};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
 use tonic::Code;
 
 use super::Client;
@@ -144,7 +146,13 @@ impl Content for Client {
         write_ref: &str,
         blob: &Blob,
     ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
-        let mut c = self.content_client();
+        // A blob of more than one message gets a connection of its own (see
+        // dedicated_content_client); the Writer keeps it until the commit.
+        let mut c = if blob.size > WRITE_CHUNK as i64 {
+            self.dedicated_content_client()
+        } else {
+            self.content_client()
+        };
         let (tx, rx) = mpsc::channel::<WriteContentRequest>(WRITE_WINDOW);
         let stat = WriteContentRequest {
             action: WriteAction::Stat as i32,
@@ -172,6 +180,7 @@ impl Content for Client {
         let offset = u64::try_from(first.offset).unwrap_or(0);
         let offset = if offset as i64 > blob.size { 0 } else { offset };
         Ok(Some(Box::new(Writer {
+            _connection: c,
             client: self.clone(),
             tx,
             responses,
@@ -275,6 +284,9 @@ const WRITE_WINDOW: usize = 8;
 /// A bidirectional Content.Write stream: data goes out in [`WRITE_CHUNK`]-sized messages, up to
 /// [`WRITE_WINDOW`] ahead of containerd's answers; the commit waits for all of them.
 struct Writer {
+    /// The client the write stream was opened on: a dedicated connection lives as long as
+    /// the writer.
+    _connection: ContentClient<Channel>,
     client: Client,
     tx: mpsc::Sender<WriteContentRequest>,
     responses: tonic::Streaming<WriteContentResponse>,

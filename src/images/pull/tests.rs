@@ -997,13 +997,8 @@ async fn leader_failure_reaches_every_caller_and_rolls_back() {
         .iter()
         .map(|r| r.as_ref().expect_err("pull fails").to_string())
         .collect();
-    assert!(
-        matches!(
-            &results[0],
-            Err(PullError::Registry(RegistryError::Verify { .. }))
-        ),
-        "{results:?}"
-    );
+    // Caught by containerd's commit: remora does not hash layers itself.
+    assert!(results[0].as_ref().is_err_and(is_bad_data), "{results:?}");
     assert!(errs.iter().all(|e| *e == errs[0]), "{errs:?}");
     assert!(errs[0].contains(&bad), "{}", errs[0]);
     assert_eq!(env.reg.gets(&bad), 1, "one leader, one download");
@@ -1092,10 +1087,7 @@ async fn a_failed_pull_does_not_break_another_pull_sharing_its_download() {
     }
     let pb = env.pull(&image_ref("b")).await;
     let pa = pa.await.unwrap();
-    assert!(
-        matches!(pa, Err(PullError::Registry(RegistryError::Verify { .. }))),
-        "{pa:?}"
-    );
+    assert!(pa.as_ref().is_err_and(is_bad_data), "{pa:?}");
     assert_eq!(pb.expect("B succeeds").id, b.id());
     assert_eq!(env.reg.gets(&shared), 1, "B used A's download");
     env.settled().await;
@@ -1696,10 +1688,7 @@ async fn a_download_failing_after_lower_layers_were_applied_leaves_nothing() {
         reg.delay.insert(bad.clone(), Duration::from_millis(200));
     }
     let err = env.pull(&image_ref("1")).await.unwrap_err();
-    assert!(
-        matches!(&err, PullError::Registry(RegistryError::Verify { .. })),
-        "{err:?}"
-    );
+    assert!(is_bad_data(&err), "{err:?}");
     let applied = env.differ.applied.lock().unwrap().len();
     assert!(applied >= 1, "lower layers were applied before the failure");
     assert!(

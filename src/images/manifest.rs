@@ -121,6 +121,10 @@ pub enum VerifyError {
         /// Bytes received.
         actual: u64,
     },
+    /// containerd's content store, which hashed the bytes as they were written, refused them
+    /// at commit (remora leaves the digest check of layers to it).
+    #[error("refused by containerd's content store: {0}")]
+    RefusedByStore(String),
 }
 
 /// A content digest, `sha256:` followed by 64 lowercase hex digits.

@@ -44,7 +44,7 @@ use super::coalesce::Coalescer;
 use super::config_stream::ConfigParser;
 use super::manifest::{
     is_index_media_type, select_platform, Descriptor, ImageConfig, Manifest, ManifestError,
-    MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
+    VerifyError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
 };
 use super::reference::{Reference, ReferenceError};
 use super::registry::auth::Credentials;
@@ -898,6 +898,8 @@ impl BlobJob {
         // what containerd already holds, a few times, with backoff; other errors fail at once.
         let mut backoff = Backoff::new(RESUME_BACKOFF_MIN, RESUME_BACKOFF_MAX);
         let mut resumes = 0;
+        // The host the bytes came from, for a digest mismatch found at the commit.
+        let mut host = self.reference.registry.clone();
         while writer.offset() < self.desc.size {
             let result = async {
                 // Only containerd reads these bytes, and it hashes them as it writes them and
@@ -909,6 +911,7 @@ impl BlobJob {
                     .fetch_blob(&self.reference, &self.desc, writer.offset(), &self.creds)
                     .await?
                     .digest_checked_by_store();
+                host = stream.host().to_string();
 
                 while let Some(chunk) = stream.next().await {
                     let chunk = chunk?;
@@ -930,8 +933,26 @@ impl BlobJob {
                 Err(e) => return Err(e),
             }
         }
-        // containerd verifies the digest and size at commit, including the resumed prefix.
-        writer.commit(self.labels.clone()).await.map_err(cerr)?;
+        // containerd verifies the digest and size at commit, including the resumed prefix. A
+        // refusal means the registry sent the wrong bytes: reported as the registry's
+        // (DATA_LOSS), as when remora hashed layers itself.
+        writer
+            .commit(self.labels.clone())
+            .await
+            .map_err(|e| match e {
+                ContainerdError::Call {
+                    op: "Content.Write",
+                    code: Code::FailedPrecondition,
+                    message,
+                    ..
+                } => PullError::Registry(RegistryError::Verify {
+                    reference: self.reference.to_string(),
+                    host,
+                    what: format!("blob {}", self.desc.digest),
+                    source: VerifyError::RefusedByStore(message),
+                }),
+                e => cerr(e),
+            })?;
         Ok(())
     }
 }

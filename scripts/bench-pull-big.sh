@@ -15,8 +15,10 @@
 # Prints per image the median wall time and MiB/s (blob bytes of the image / wall time) of
 # each runtime with the ratio remora/containerd (higher is better for remora), and remora's
 # RSS around the pull: before, peak during (VmHWM, reset before the pull), after the pull,
-# and after the image's removal. The release build is used: REMORA_BIN, or
-# $CARGO_TARGET_DIR/release/remora (default target/), built first.
+# and after the image's removal; and the CPU time (user + system, seconds) each daemon spent
+# during the pull: containerd, remora and the registry (containerd's CRI pulls in-process, so
+# for it remora's column stays near 0). The release build is used: REMORA_BIN, or cargo's
+# release build, built first (common.sh's up_release_remora).
 # Nothing here is a pass/fail assertion: it reports numbers.
 set -euo pipefail
 
@@ -35,24 +37,30 @@ while [[ $# -gt 0 ]]; do
 	esac
 done
 
-if [[ -z "${REMORA_BIN:-}" ]]; then
-	info "cargo build --release --locked --bin remora"
-	(cd "$REPO_ROOT" && cargo build --release --locked --bin remora 2>&1 | tail -n 1 >&2)
-	REMORA_BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/remora"
-fi
-# The test bed restarts remora only for a binary newer than the running one: make sure the
-# one measured is REMORA_BIN.
-if [[ -s "$TB_RUN/remora.pid" ]] &&
-	[[ "$(readlink "/proc/$(<"$TB_RUN/remora.pid")/exe" || true)" != "$(realpath "$REMORA_BIN")" ]]; then
-	touch "$REMORA_BIN"
-fi
-REMORA_BIN="$REMORA_BIN" "$SCRIPTS_DIR/testbed.sh" up >/dev/null
+up_release_remora
 CRICTL="$TOOLS_BIN/crictl"
 REG_STORE="$TB_ROOT/registry/docker/registry/v2"
 remora_pid=$(<"$TB_RUN/remora.pid")
 info "measuring remora $(readlink "/proc/$remora_pid/exe") (pid $remora_pid)"
 
 kib() { awk -v k="$2" '$1 == k":" {print $2}' "/proc/$1/status"; }
+
+# The daemons whose CPU time is measured around each pull, in the order printed.
+cpu_pids=("$(<"$TB_RUN/containerd.pid")" "$remora_pid" "$(<"$TB_RUN/registry.pid")")
+# cpu_ticks: user + system clock ticks so far of each of cpu_pids, space-separated (fields
+# 14 and 15 of /proc/PID/stat, counted after the command name, which may hold spaces).
+cpu_ticks() {
+	local pid stat out=()
+	for pid in "${cpu_pids[@]}"; do
+		stat=$(<"/proc/$pid/stat")
+		stat=${stat##*) }
+		# shellcheck disable=SC2086 # split into fields on purpose
+		set -- $stat
+		out+=("$((${12} + ${13}))")
+	done
+	echo "${out[*]}"
+}
+hz=$(getconf CLK_TCK)
 
 # push KIND REPO: pushes a fresh image of KIND; prints push_random.py's JSON.
 push() {
@@ -74,10 +82,12 @@ forget() {
 	done
 }
 
-# one KIND RT: one cold pull; prints "seconds bytes rss_before peak rss_after rss_removed"
-# (RSS fields in KiB, remora only; "-" for containerd).
+# one KIND RT: one cold pull; prints "seconds bytes rss_before peak rss_after rss_removed
+# cpu_containerd cpu_remora cpu_registry" (RSS fields in KiB, remora only, "-" for
+# containerd; CPU in seconds).
 one() {
 	local kind=$1 rt=$2 repo json ref start end before="-" peak="-" after="-" removed="-"
+	local cpu0 cpu1
 	repo="bench-big/$rt-$kind-$(date +%s%N)"
 	json=$(push "$kind" "$repo")
 	ref="registry.k8s.io/$repo:v1"
@@ -85,10 +95,12 @@ one() {
 		before=$(kib "$remora_pid" VmRSS)
 		echo 5 >"/proc/$remora_pid/clear_refs" # VmHWM := VmRSS
 	fi
+	cpu0=$(cpu_ticks)
 	start=$(date +%s.%N)
 	"$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" pull "$ref" >/dev/null ||
 		die "pull of $ref ($kind) through $rt failed"
 	end=$(date +%s.%N)
+	cpu1=$(cpu_ticks)
 	if [[ $rt == remora ]]; then
 		peak=$(kib "$remora_pid" VmHWM)
 		after=$(kib "$remora_pid" VmRSS)
@@ -97,7 +109,11 @@ one() {
 	[[ $rt == remora ]] && removed=$(kib "$remora_pid" VmRSS)
 	forget "$repo" "$json"
 	awk -v s="$start" -v e="$end" -v b="$(jq .bytes <<<"$json")" \
-		-v r="$before $peak $after $removed" 'BEGIN { printf "%.3f %d %s\n", e - s, b, r }'
+		-v r="$before $peak $after $removed" -v c0="$cpu0" -v c1="$cpu1" -v hz="$hz" 'BEGIN {
+		n = split(c0, a, " "); split(c1, z, " ")
+		printf "%.3f %d %s", e - s, b, r
+		for (i = 1; i <= n; i++) printf " %.2f", (z[i] - a[i]) / hz
+		printf "\n" }'
 }
 
 median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
@@ -105,15 +121,16 @@ median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
 kinds=(layers config)
 [[ -n $only ]] && kinds=("$only")
 for kind in "${kinds[@]}"; do
-	declare -A secs=() last=()
+	declare -A secs=() last=() cpu=()
 	bytes=0
 	for ((round = 1; round <= rounds; round++)); do
 		order=(remora containerd)
 		((round % 2 == 0)) && order=(containerd remora)
 		for rt in "${order[@]}"; do
-			read -r s b rb rp ra rr <<<"$(one "$kind" "$rt")"
-			info "$kind round $round: $rt ${s}s"
+			read -r s b rb rp ra rr cc cr cg <<<"$(one "$kind" "$rt")"
+			info "$kind round $round: $rt ${s}s (CPU s: containerd $cc, remora $cr, registry $cg)"
 			secs[$rt]+="$s "
+			cpu[$rt.containerd]+="$cc " cpu[$rt.remora]+="$cr " cpu[$rt.registry]+="$cg "
 			bytes=$b
 			[[ $rt == remora ]] && last[rss]="$rb $rp $ra $rr"
 		done
@@ -129,6 +146,11 @@ for kind in "${kinds[@]}"; do
 	awk -v r="$r_s" -v c="$c_s" -v b="$bytes" 'BEGIN {
 		printf "%-28s %12.3f %12.3f %11.2fx\n", "wall time (s)", r, c, c / r
 		printf "%-28s %12.1f %12.1f %11.2fx\n", "MiB/s", b / r / 1048576, b / c / 1048576, c / r }'
+	for d in containerd remora registry; do
+		awk -v d="$d" -v r="$(tr ' ' '\n' <<<"${cpu[remora.$d]}" | grep . | median)" \
+			-v c="$(tr ' ' '\n' <<<"${cpu[containerd.$d]}" | grep . | median)" \
+			'BEGIN { printf "%-28s %12.2f %12.2f\n", "CPU s: " d, r, c }'
+	done
 	read -r rb rp ra rr <<<"${last[rss]}"
 	echo "remora RSS (KiB, last round): before $rb, peak $rp, after pull $ra, after removal $rr"
 	echo

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use containerd_client::services::v1::content_client::ContentClient;
 use containerd_client::services::v1::diff_client::DiffClient;
 use containerd_client::services::v1::introspection_client::IntrospectionClient;
 use containerd_client::services::v1::snapshots::{
@@ -19,16 +20,17 @@ use containerd_client::services::v1::{
     WriteContentRequest, WriteContentResponse,
 };
 use containerd_client::types::{Descriptor, Mount as PbMount};
+use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
+use tonic::transport::Channel;
 use tonic::Code;
 
 use super::Client;
 use crate::containerd::error::ContainerdError;
 use crate::images::backend::{
-    Blob, Content, ContentInfo, ContentWriter, Differ, ImageRecord, Images, Leases, Mount,
-    Snapshots, Usage,
+    Blob, ChunkStream, Content, ContentInfo, ContentWriter, Differ, ImageRecord, Images, Leases,
+    Mount, Snapshots, Usage,
 };
 
 fn to_pb(b: &Blob) -> Descriptor {
@@ -93,12 +95,12 @@ impl Content for Client {
         }))
     }
 
-    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError> {
+    async fn read_chunks(&self, digest: &str, size: u64) -> Result<ChunkStream, ContainerdError> {
         let mut c = self.content_client();
         // containerd answers in messages of at most 1 MiB; it reads `size` bytes (0 would
         // mean "to the end", so an empty blob needs no call).
         if size == 0 {
-            return Ok(Bytes::new());
+            return Ok(futures_util::stream::empty().boxed());
         }
         let req = self.request(
             ReadContentRequest {
@@ -108,23 +110,34 @@ impl Content for Client {
             },
             None,
         );
-        let mut stream = c
+        let stream = c
             .read(req)
             .await
             .map_err(|s| self.call_error("Content.Read", s))?
             .into_inner();
-        let want = usize::try_from(size).unwrap_or(usize::MAX);
-        let mut buf = Vec::with_capacity(want);
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|s| self.call_error("Content.Read", s))?;
-            // Never more than asked for, whatever the server sends.
-            let room = want - buf.len();
-            buf.extend_from_slice(&chunk.data[..chunk.data.len().min(room)]);
-            if buf.len() == want {
-                break;
-            }
-        }
-        Ok(Bytes::from(buf))
+        // Never more than asked for, whatever the server sends: `left` counts down to 0,
+        // which ends the stream; so does an error.
+        let chunks = futures_util::stream::unfold(
+            (stream, size, self.clone()),
+            |(mut stream, left, client)| async move {
+                if left == 0 {
+                    return None;
+                }
+                match stream.next().await? {
+                    Ok(chunk) => {
+                        let mut data = Bytes::from(chunk.data);
+                        data.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+                        let left = left - data.len() as u64;
+                        Some((Ok(data), (stream, left, client)))
+                    }
+                    Err(s) => {
+                        let e = client.call_error("Content.Read", s);
+                        Some((Err(e), (stream, 0, client)))
+                    }
+                }
+            },
+        );
+        Ok(chunks.boxed())
     }
 
     async fn writer(
@@ -133,7 +146,13 @@ impl Content for Client {
         write_ref: &str,
         blob: &Blob,
     ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
-        let mut c = self.content_client();
+        // A blob of more than one message gets a connection of its own (see
+        // dedicated_content_client); the Writer keeps it until the commit.
+        let mut c = if blob.size > WRITE_CHUNK as i64 {
+            self.dedicated_content_client()
+        } else {
+            self.content_client()
+        };
         let (tx, rx) = mpsc::channel::<WriteContentRequest>(WRITE_WINDOW);
         let stat = WriteContentRequest {
             action: WriteAction::Stat as i32,
@@ -161,6 +180,7 @@ impl Content for Client {
         let offset = u64::try_from(first.offset).unwrap_or(0);
         let offset = if offset as i64 > blob.size { 0 } else { offset };
         Ok(Some(Box::new(Writer {
+            _connection: c,
             client: self.clone(),
             tx,
             responses,
@@ -264,6 +284,9 @@ const WRITE_WINDOW: usize = 8;
 /// A bidirectional Content.Write stream: data goes out in [`WRITE_CHUNK`]-sized messages, up to
 /// [`WRITE_WINDOW`] ahead of containerd's answers; the commit waits for all of them.
 struct Writer {
+    /// The client the write stream was opened on: a dedicated connection lives as long as
+    /// the writer.
+    _connection: ContentClient<Channel>,
     client: Client,
     tx: mpsc::Sender<WriteContentRequest>,
     responses: tonic::Streaming<WriteContentResponse>,

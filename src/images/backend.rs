@@ -7,8 +7,13 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
 
 use crate::containerd::error::ContainerdError;
+
+/// A blob's content as a stream of chunks.
+pub type ChunkStream = BoxStream<'static, Result<Bytes, ContainerdError>>;
 
 /// A content-addressed blob reference (OCI descriptor without platform details).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -86,11 +91,22 @@ pub trait ContentWriter: Send {
 pub trait Content: Send + Sync + 'static {
     /// The blob's info, or `None` if absent.
     async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, ContainerdError>;
-    /// The first `size` bytes of the blob: its whole content when `size` is the size its
-    /// descriptor states. For manifests and configs only, whose size the caller has checked
-    /// against its limit (`MAX_MANIFEST_SIZE`, `MAX_CONFIG_SIZE`): nothing larger is read
-    /// into memory.
-    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError>;
+    /// The first `size` bytes of the blob, in the chunks containerd sends (at most 1 MiB
+    /// each): its whole content when `size` is the size its descriptor states. Never more than
+    /// `size` bytes in all, whatever the server sends.
+    async fn read_chunks(&self, digest: &str, size: u64) -> Result<ChunkStream, ContainerdError>;
+    /// [`Content::read_chunks`] gathered into one buffer. For manifests and indexes only,
+    /// whose size the caller has checked against its limit (`MAX_MANIFEST_SIZE`): nothing
+    /// larger is read into memory whole (configs are parsed as they stream, see
+    /// `images::config_stream`).
+    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError> {
+        let mut chunks = self.read_chunks(digest, size).await?;
+        let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        while let Some(chunk) = chunks.next().await {
+            buf.extend_from_slice(&chunk?);
+        }
+        Ok(Bytes::from(buf))
+    }
     /// Opens a write of `blob` under `write_ref` within `lease`. `Ok(None)` means the blob is
     /// already stored.
     async fn writer(

@@ -121,6 +121,10 @@ pub enum VerifyError {
         /// Bytes received.
         actual: u64,
     },
+    /// containerd's content store, which hashed the bytes as they were written, refused them
+    /// at commit (remora leaves the digest check of layers to it).
+    #[error("refused by containerd's content store: {0}")]
+    RefusedByStore(String),
 }
 
 /// A content digest, `sha256:` followed by 64 lowercase hex digits.
@@ -522,10 +526,6 @@ pub struct ImageConfig {
     pub rootfs: RootFs,
 }
 
-/// Configs at least this big are parsed on a blocking thread (a 64 MiB one takes a good
-/// fraction of a CPU-second): the async threads keep serving every other call meanwhile.
-const PARSE_INLINE_MAX: usize = 256 << 10;
-
 impl ImageConfig {
     /// Parses a config blob.
     pub fn parse(data: &[u8]) -> Result<Self, ManifestError> {
@@ -533,17 +533,6 @@ impl ImageConfig {
             what: "image config",
             source,
         })
-    }
-
-    /// [`ImageConfig::parse`], off the async threads for a big blob. The blob is dropped
-    /// once parsed: only the parsed fields stay.
-    pub async fn parse_off_thread(data: bytes::Bytes) -> Result<Self, ManifestError> {
-        if data.len() < PARSE_INLINE_MAX {
-            return Self::parse(&data);
-        }
-        tokio::task::spawn_blocking(move || Self::parse(&data))
-            .await
-            .map_err(|e| ManifestError::ParseAborted(e.to_string()))?
     }
 }
 

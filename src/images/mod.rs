@@ -8,10 +8,12 @@
 //!   bounded, rate-limited, de-duplicating worker pool with a short cache and per-reference
 //!   backoff.
 //! - [`backend`] is what image management needs from containerd (narrow traits);
-//!   [`unpack`] applies layers into the snapshotter; [`store`] is the in-memory image index.
+//!   [`unpack`] applies layers into the snapshotter; [`store`] is the in-memory image index;
+//!   [`config_stream`] parses an image config as it streams by, never holding it whole.
 
 pub mod backend;
 pub mod coalesce;
+pub mod config_stream;
 pub mod manifest;
 pub mod pull;
 pub mod reference;

@@ -41,9 +41,10 @@ use super::backend::{
     Blob, Content, ContentWriter, Differ, ImageRecord, Images, Leases, Snapshots,
 };
 use super::coalesce::Coalescer;
+use super::config_stream::ConfigParser;
 use super::manifest::{
     is_index_media_type, select_platform, Descriptor, ImageConfig, Manifest, ManifestError,
-    MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
+    VerifyError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
 };
 use super::reference::{Reference, ReferenceError};
 use super::registry::auth::Credentials;
@@ -466,13 +467,10 @@ impl Inner {
             }
         };
 
-        // Config.
-        let config_bytes = self
-            .small_blob(reference, &manifest.config, creds, lease, Small::Config)
+        // Config, parsed as it streams by.
+        let config = self
+            .config(reference, &manifest.config, creds, lease)
             .await?;
-        let config = ImageConfig::parse_off_thread(config_bytes)
-            .await
-            .map_err(|e| self.manifest_err(reference, e))?;
         let diff_ids: Vec<String> = config
             .rootfs
             .diff_ids
@@ -669,8 +667,8 @@ impl Inner {
         Ok(present.is_some())
     }
 
-    /// A manifest, index or config: from the content store if present, else fetched, verified
-    /// and stored. One over its kind's size limit is refused before anything is read.
+    /// A manifest or index: from the content store if present, else fetched, verified and
+    /// stored. One over its kind's size limit is refused before anything is read.
     async fn small_blob(
         &self,
         reference: &Reference,
@@ -697,6 +695,7 @@ impl Inner {
             self.metrics.pull_bytes(bytes.len() as u64);
             bytes
         } else {
+            // A media type the manifest endpoint may not know: the blob endpoint serves it.
             let mut stream = self.registry.fetch_blob(reference, desc, 0, creds).await?;
             let mut buf = Vec::with_capacity(desc.size as usize);
             while let Some(chunk) = stream.next().await {
@@ -724,6 +723,66 @@ impl Inner {
                 .map_err(|e| self.containerd_err(reference, e))?;
         }
         Ok(bytes)
+    }
+
+    /// The image config, parsed as it streams — from the content store if present, else from
+    /// the registry into the content store — so that a big one is never held whole (see
+    /// [`ConfigParser`]). One over [`MAX_CONFIG_SIZE`] is refused before anything is read.
+    async fn config(
+        &self,
+        reference: &Reference,
+        desc: &Descriptor,
+        creds: &Credentials,
+        lease: &str,
+    ) -> Result<ImageConfig, PullError> {
+        let cerr = |e| self.containerd_err(reference, e);
+        let digest = desc.digest.to_string();
+        Small::Config
+            .check(&digest, desc.size)
+            .map_err(|e| self.manifest_err(reference, e))?;
+        if self.protect(reference, lease, &digest).await? {
+            return parse_stored_config(self.backend.content.as_ref(), &digest, desc.size)
+                .await
+                .map_err(|e| match e {
+                    LoadError::Containerd(e) => cerr(e),
+                    LoadError::Manifest(e) => self.manifest_err(reference, e),
+                });
+        }
+        let blob = to_blob(desc);
+        let write_ref = format!("remora-{}", digest);
+        let mut writer = open_writer(self.backend.content.as_ref(), lease, &write_ref, &blob)
+            .await
+            .map_err(cerr)?;
+        // containerd may already hold a prefix (an interrupted earlier write): the parser needs
+        // the whole config, containerd only what it lacks.
+        let mut skip = writer.as_ref().map_or(0, |w| w.offset());
+        let mut parser = ConfigParser::new(desc.size);
+        let mut parsing = true;
+        // The blob stream verifies size and digest; a config that stops parsing is still read
+        // and stored to the end, so a corrupt download is reported as such, before the parse
+        // error.
+        let mut stream = self.registry.fetch_blob(reference, desc, 0, creds).await?;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            self.metrics.pull_bytes(chunk.len() as u64);
+            if let Some(w) = writer.as_mut() {
+                let held = usize::try_from(skip).unwrap_or(usize::MAX).min(chunk.len());
+                skip -= held as u64;
+                if held < chunk.len() {
+                    w.write(chunk.slice(held..)).await.map_err(cerr)?;
+                }
+            }
+            if parsing {
+                parsing = parser.feed(chunk).await;
+            }
+        }
+        if let Some(w) = writer {
+            w.commit(HashMap::new()).await.map_err(cerr)?;
+        }
+        parser
+            .finish()
+            .await
+            .map_err(|e| self.manifest_err(reference, e))
     }
 
     /// Makes sure one layer blob is in the content store, downloading it at most once across
@@ -839,12 +898,21 @@ impl BlobJob {
         // what containerd already holds, a few times, with backoff; other errors fail at once.
         let mut backoff = Backoff::new(RESUME_BACKOFF_MIN, RESUME_BACKOFF_MAX);
         let mut resumes = 0;
+        // The host the bytes came from, for a digest mismatch found at the commit.
+        let mut host = self.reference.registry.clone();
         while writer.offset() < self.desc.size {
             let result = async {
+                // Only containerd reads these bytes, and it hashes them as it writes them and
+                // refuses a commit whose digest or size is wrong: hashing them here too
+                // cost a second pass over every byte (a fifth of remora's CPU time in a big
+                // pull). A wrong blob is still caught before anything uses it.
                 let mut stream = self
                     .registry
                     .fetch_blob(&self.reference, &self.desc, writer.offset(), &self.creds)
-                    .await?;
+                    .await?
+                    .digest_checked_by_store();
+                host = stream.host().to_string();
+
                 while let Some(chunk) = stream.next().await {
                     let chunk = chunk?;
                     self.metrics.pull_bytes(chunk.len() as u64);
@@ -865,8 +933,26 @@ impl BlobJob {
                 Err(e) => return Err(e),
             }
         }
-        // containerd verifies the digest and size at commit, including the resumed prefix.
-        writer.commit(self.labels.clone()).await.map_err(cerr)?;
+        // containerd verifies the digest and size at commit, including the resumed prefix. A
+        // refusal means the registry sent the wrong bytes: reported as the registry's
+        // (DATA_LOSS), as when remora hashed layers itself.
+        writer
+            .commit(self.labels.clone())
+            .await
+            .map_err(|e| match e {
+                ContainerdError::Call {
+                    op: "Content.Write",
+                    code: Code::FailedPrecondition,
+                    message,
+                    ..
+                } => PullError::Registry(RegistryError::Verify {
+                    reference: self.reference.to_string(),
+                    host,
+                    what: format!("blob {}", self.desc.digest),
+                    source: VerifyError::RefusedByStore(message),
+                }),
+                e => cerr(e),
+            })?;
         Ok(())
     }
 }
@@ -946,10 +1032,12 @@ pub async fn load_image(
         }
     };
     Small::Config.check(manifest.config.digest.as_str(), manifest.config.size)?;
-    let config_bytes = content
-        .read(manifest.config.digest.as_str(), manifest.config.size)
-        .await?;
-    let config = ImageConfig::parse_off_thread(config_bytes).await?;
+    let config = parse_stored_config(
+        content,
+        manifest.config.digest.as_str(),
+        manifest.config.size,
+    )
+    .await?;
     let diff_ids: Vec<String> = config
         .rootfs
         .diff_ids
@@ -969,6 +1057,22 @@ pub async fn load_image(
         pinned: record.labels.get(LABEL_PINNED).map(String::as_str) == Some("pinned"),
         config: Arc::new(config),
     })
+}
+
+/// Parses the stored config `digest` of `size` bytes as it streams from the content store.
+async fn parse_stored_config(
+    content: &dyn Content,
+    digest: &str,
+    size: u64,
+) -> Result<ImageConfig, LoadError> {
+    let mut chunks = content.read_chunks(digest, size).await?;
+    let mut parser = ConfigParser::new(size);
+    while let Some(chunk) = chunks.next().await {
+        if !parser.feed(chunk?).await {
+            break; // not a config: finish says why
+        }
+    }
+    Ok(parser.finish().await?)
 }
 
 /// Why an existing image record could not be indexed.

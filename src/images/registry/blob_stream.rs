@@ -144,6 +144,15 @@ impl BlobStream {
         self.verifier.is_some()
     }
 
+    /// The stream without its digest check (size checks stay): for a blob whose bytes go
+    /// only into containerd's content store, which hashes them as they are written and
+    /// refuses a commit whose digest differs — hashing them here too would cost a second
+    /// pass over every byte for nothing.
+    pub fn digest_checked_by_store(mut self) -> Self {
+        self.verifier = None;
+        self
+    }
+
     fn ctx(&self) -> Ctx<'_> {
         Ctx {
             reference: self.reference.clone(),

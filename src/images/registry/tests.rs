@@ -14,7 +14,7 @@ use hyper::Response;
 
 use super::fake::*;
 use super::*;
-use crate::images::manifest::{Descriptor, Digest, MEDIA_TYPE_OCI_MANIFEST};
+use crate::images::manifest::{Descriptor, Digest, VerifyError, MEDIA_TYPE_OCI_MANIFEST};
 use crate::images::reference::Reference;
 
 fn client(dir: &Path) -> RegistryClient {
@@ -223,6 +223,26 @@ async fn blob_fetch_verifies_digest() {
     let s = c.fetch_blob(&r, &wrong, 0, &anon()).await.unwrap();
     let err = collect(s).await.unwrap_err();
     assert!(matches!(err, RegistryError::Verify { .. }), "{err}");
+
+    // Left to the content store: the bytes pass as they are, the size is still checked.
+    let s = c.fetch_blob(&r, &wrong, 0, &anon()).await.unwrap();
+    let s = s.digest_checked_by_store();
+    assert!(!s.verifies_digest());
+    assert_eq!(collect(s).await.unwrap(), data.to_vec());
+    let mut short = wrong.clone();
+    short.size -= 1;
+    let s = c.fetch_blob(&r, &short, 0, &anon()).await.unwrap();
+    let err = collect(s.digest_checked_by_store()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegistryError::Verify {
+                source: VerifyError::Size { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -47,3 +47,4 @@ pub mod spec;
 pub mod store;
 #[cfg(feature = "daemon")]
 pub mod stream;
+pub mod userns;

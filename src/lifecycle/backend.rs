@@ -233,8 +233,14 @@ pub trait LocalImages: Send + Sync + 'static {
 /// Implemented over the host by [`super::host_network::HostNetwork`].
 #[tonic::async_trait]
 pub trait PodNetwork: Send + Sync + 'static {
-    /// Creates pod `id`'s network namespace; returns its path.
-    async fn create_netns(&self, id: &str) -> Result<PathBuf, NetnsError>;
+    /// Creates pod `id`'s network namespace; returns its path. With `user` (a pod with a user
+    /// namespace of its own), the namespace is owned by a new user namespace with those maps,
+    /// pinned beside it (`crate::net::netns::userns_pin`) and removed with it.
+    async fn create_netns(
+        &self,
+        id: &str,
+        user: Option<&crate::spec::UserNamespace>,
+    ) -> Result<PathBuf, NetnsError>;
     /// Removes a network namespace; absent is not an error.
     async fn remove_netns(&self, path: &Path) -> Result<(), NetnsError>;
     /// CNI ADD (undoing its own partial ADD on failure); returns the pod's addresses, primary

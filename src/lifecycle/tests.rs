@@ -121,7 +121,7 @@ fn pod_request() -> RunSandbox {
 /// The id the operation generated: the argument of its first recorded call.
 fn first_id(log: &CallLog) -> String {
     match log.calls().first() {
-        Some(Call::NetnsCreate(id) | Call::LeaseCreate(id)) => {
+        Some(Call::NetnsCreate(id, _) | Call::LeaseCreate(id)) => {
             id.strip_prefix("remora-create-").unwrap_or(id).to_string()
         }
         other => panic!("unexpected first call {other:?}"),
@@ -255,10 +255,15 @@ async fn run_sandbox_succeeds_in_order_and_drops_its_intent() {
     assert_eq!(
         calls[..8],
         [
-            Call::NetnsCreate(id.clone()),
+            Call::NetnsCreate(id.clone(), None),
             Call::CniAdd(id.clone()),
             Call::LeaseCreate(lease.clone()),
-            Call::SnapshotPrepare(lease.clone(), id.clone(), "sha256:pause-chain".into()),
+            Call::SnapshotPrepare(
+                lease.clone(),
+                id.clone(),
+                "sha256:pause-chain".into(),
+                vec![]
+            ),
             Call::RecordCreate(id.clone()),
             Call::TaskCreate(id.clone()),
             Call::TaskStart(id.clone()),
@@ -439,7 +444,7 @@ async fn create_container_succeeds_and_a_failed_lease_release_is_no_failure() {
         b.log.calls(),
         [
             Call::LeaseCreate(lease.clone()),
-            Call::SnapshotPrepare(lease.clone(), id.clone(), "sha256:app-chain".into()),
+            Call::SnapshotPrepare(lease.clone(), id.clone(), "sha256:app-chain".into(), vec![]),
             Call::RecordCreate(id.clone()),
             Call::LeaseDelete(lease),
         ]

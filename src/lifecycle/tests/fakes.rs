@@ -43,7 +43,8 @@ pub enum Call {
     /// `Tasks::delete`.
     TaskDelete(String),
     /// `Snapshots::prepare` (lease, key, parent).
-    SnapshotPrepare(String, String, String),
+    /// Lease, key, parent, and the labels sorted.
+    SnapshotPrepare(String, String, String, Vec<(String, String)>),
     /// `Snapshots::view` (lease, key, parent).
     SnapshotView(String, String, String),
     /// `Snapshots::mounts`.
@@ -55,7 +56,8 @@ pub enum Call {
     /// `Leases::delete`.
     LeaseDelete(String),
     /// `PodNetwork::create_netns`.
-    NetnsCreate(String),
+    /// Pod id, and the user namespace owning the netns (a userns pod's).
+    NetnsCreate(String, Option<crate::spec::UserNamespace>),
     /// `PodNetwork::remove_netns`.
     NetnsRemove(PathBuf),
     /// `PodNetwork::setup` (CNI ADD) of this pod id.
@@ -86,7 +88,7 @@ impl Call {
             Call::SnapshotRemove(_) => "snapshots.remove",
             Call::LeaseCreate(_) => "leases.create",
             Call::LeaseDelete(_) => "leases.delete",
-            Call::NetnsCreate(_) => "network.create_netns",
+            Call::NetnsCreate(..) => "network.create_netns",
             Call::NetnsRemove(_) => "network.remove_netns",
             Call::CniAdd(_) => "network.setup",
             Call::CniDel(_) => "network.teardown",
@@ -373,11 +375,16 @@ impl Snapshots for FakeContainerd {
         _snapshotter: &str,
         key: &str,
         parent: &str,
+        labels: &HashMap<String, String>,
     ) -> Result<Vec<Mount>, ContainerdError> {
+        let mut labels: Vec<(String, String)> =
+            labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        labels.sort();
         self.check(Call::SnapshotPrepare(
             lease.into(),
             key.into(),
             parent.into(),
+            labels,
         ))?;
         Ok(self.mounts())
     }
@@ -458,9 +465,13 @@ fn netns_failed(path: &Path) -> NetnsError {
 
 #[tonic::async_trait]
 impl PodNetwork for FakeNetwork {
-    async fn create_netns(&self, id: &str) -> Result<PathBuf, NetnsError> {
+    async fn create_netns(
+        &self,
+        id: &str,
+        user: Option<&crate::spec::UserNamespace>,
+    ) -> Result<PathBuf, NetnsError> {
         let path = self.dir.join(id);
-        if self.log.record(Call::NetnsCreate(id.into())) {
+        if self.log.record(Call::NetnsCreate(id.into(), user.copied())) {
             return Err(netns_failed(&path));
         }
         Ok(path)

@@ -1435,6 +1435,107 @@ fn mount_options(options: &[String]) -> (nix::mount::MsFlags, String) {
     (flags, data.join(","))
 }
 
+/// The maps of a user-namespaced pod's rootfs mount (containerd's overlayfs snapshotter adds
+/// `uidmap=0:<host>:<len>` and `gidmap=…` options when asked for an idmapped snapshot), and the
+/// other options.
+fn split_idmap_options(
+    options: &[String],
+) -> (
+    Option<(crate::userns::IdMap, crate::userns::IdMap)>,
+    Vec<String>,
+) {
+    let (mut uid, mut gid, mut rest) = (None, None, Vec::new());
+    for o in options {
+        if let Some(v) = o.strip_prefix("uidmap=") {
+            uid = Some(v);
+        } else if let Some(v) = o.strip_prefix("gidmap=") {
+            gid = Some(v);
+        } else {
+            rest.push(o.clone());
+        }
+    }
+    let maps = match (uid, gid) {
+        (Some(u), Some(g)) => crate::userns::IdMap::parse(u).zip(crate::userns::IdMap::parse(g)),
+        _ => None,
+    };
+    (maps, rest)
+}
+
+/// An idmapped rootfs mount, as containerd's mount code makes it for its Go shim: for overlay,
+/// each lower layer is bound read-only and idmapped through a user namespace with the maps
+/// (Linux 5.19 lets overlayfs stack on idmapped layers) under `scratch`, the overlay is mounted
+/// over those, and the idmapped binds are detached (the overlay holds what it needs); a bind
+/// mount is itself made idmapped. The upper layer is not idmapped: the pod's root writes as
+/// its host ID (the snapshotter chowned the upper root to it).
+fn mount_idmapped(
+    id: &str,
+    m: &containerd_shim_protos::types::mount::Mount,
+    options: &[String],
+    maps: (crate::userns::IdMap, crate::userns::IdMap),
+    target: &Path,
+    scratch: &Path,
+) -> Result<(), ShimError> {
+    use nix::mount::{mount, umount2, MntFlags};
+    let idmap_err = |source| ShimError::Idmap {
+        id: id.to_string(),
+        source,
+    };
+    let helper = crate::userns::UsernsHelper::spawn(maps.0, maps.1, false).map_err(idmap_err)?;
+    let userns = helper.userns_fd().map_err(idmap_err)?;
+    let (flags, _) = mount_options(options);
+    if m.type_ != "overlay" {
+        return crate::userns::idmapped_bind(
+            Path::new(&m.source),
+            target,
+            &userns,
+            flags.contains(nix::mount::MsFlags::MS_RDONLY),
+        )
+        .map_err(idmap_err);
+    }
+    let mut layers = Vec::new();
+    let mut rewritten = Vec::with_capacity(options.len());
+    let result = (|| {
+        for o in options {
+            let Some(lower) = o.strip_prefix("lowerdir=") else {
+                rewritten.push(o.clone());
+                continue;
+            };
+            let mut idmapped = Vec::new();
+            for (i, dir) in lower.split(':').enumerate() {
+                let at = scratch.join(i.to_string());
+                std::fs::create_dir_all(&at).map_err(|source| ShimError::BundleFile {
+                    path: at.display().to_string(),
+                    source,
+                })?;
+                crate::userns::idmapped_bind(Path::new(dir), &at, &userns, true)
+                    .map_err(idmap_err)?;
+                layers.push(at.clone());
+                idmapped.push(at.display().to_string());
+            }
+            rewritten.push(format!("lowerdir={}", idmapped.join(":")));
+        }
+        let (flags, data) = mount_options(&rewritten);
+        mount(
+            Some(m.source.as_str()),
+            target,
+            Some("overlay"),
+            flags,
+            Some(data.as_str()),
+        )
+        .map_err(|source| ShimError::Rootfs {
+            id: id.to_string(),
+            op: "mount",
+            target: target.display().to_string(),
+            source,
+        })
+    })();
+    for l in layers.iter().rev() {
+        let _ = umount2(l, MntFlags::MNT_DETACH);
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    result
+}
+
 /// Mounts the rootfs containerd prepared (overlay or bind mounts, in order) on `target`.
 fn mount_rootfs(
     id: &str,
@@ -1457,6 +1558,16 @@ fn mount_rootfs(
         }
     }
     for (done, m) in mounts.iter().enumerate() {
+        if let (Some(maps), options) = split_idmap_options(&m.options) {
+            let scratch = target.with_file_name(format!("idmapped-layers-{done}"));
+            if let Err(e) = mount_idmapped(id, m, &options, maps, target, &scratch) {
+                for _ in 0..done {
+                    let _ = nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH);
+                }
+                return Err(e);
+            }
+            continue;
+        }
         let (flags, data) = mount_options(&m.options);
         let data = (!data.is_empty()).then_some(data.as_str());
         let kind = (!m.type_.is_empty()).then_some(m.type_.as_str());

@@ -62,7 +62,8 @@ async fn a_user_namespaced_pod_sees_its_maps_and_owns_its_rootfs_and_files() {
         "probe",
         "cat /proc/self/uid_map /proc/self/gid_map; id -u; \
          ls -lnd / /bin /etc/hosts /etc/resolv.conf /dev/shm | awk '{print $3, $4, $NF}'; \
-         touch /tmp/mine && ls -ln /tmp/mine | awk '{print $3, $4, $NF}'",
+         touch /tmp/mine && ls -ln /tmp/mine | awk '{print $3, $4, $NF}'; \
+         echo reopened > /dev/stdout",
     );
     c.linux
         .get_or_insert_with(Default::default)
@@ -94,6 +95,8 @@ async fn a_user_namespaced_pod_sees_its_maps_and_owns_its_rootfs_and_files() {
             "0 0 /etc/hosts".to_string(),
             "0 0 /etc/resolv.conf".to_string(),
             "0 0 /tmp/mine".to_string(),
+            // Its stdout reopened by path: the shim's pipe is usable by the pod's root.
+            "reopened".to_string(),
         ],
         "{log}"
     );

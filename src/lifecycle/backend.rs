@@ -61,6 +61,12 @@ pub struct RuncOptions {
     pub root: String,
     /// Cgroups through systemd.
     pub systemd_cgroup: bool,
+    /// Owner uid of the process's stdio pipes (task options only): a user-namespaced
+    /// container's root on the host, so it can reopen `/dev/stdout` (containerd's
+    /// `WithUIDOwner`). 0 with `io_gid` 0: the shim's own.
+    pub io_uid: u32,
+    /// Owner gid of the stdio pipes.
+    pub io_gid: u32,
 }
 
 /// How to start a task.
@@ -81,6 +87,9 @@ pub struct TaskSpec {
     /// Absolute path of the shim binary to run ("" = containerd resolves the record's runtime
     /// type).
     pub runtime_path: String,
+    /// Task options; `None`: the shim gets the record's runtime options. They replace those
+    /// (containerd's rule), so they carry the handler's too.
+    pub options: Option<RuncOptions>,
 }
 
 /// Process state as containerd reports it.

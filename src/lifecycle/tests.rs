@@ -727,6 +727,7 @@ fn remora_handler() -> HandlerRuntime {
                 binary_name: "crun".into(),
                 root: "/run/crun".into(),
                 systemd_cgroup: false,
+                ..Default::default()
             }),
         },
         runtime_path: "/opt/bin/containerd-shim-remora-v2".into(),

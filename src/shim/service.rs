@@ -114,6 +114,13 @@ pub struct RuntimeOptions {
     pub no_pivot_root: bool,
     /// `--no-new-keyring`.
     pub no_new_keyring: bool,
+    /// Owner uid of the processes' stdio pipes (a user-namespaced container's root on the
+    /// host, so it can reopen `/dev/stdout`); with `io_gid`, 0 and 0 leave them the shim's.
+    #[serde(default)]
+    pub io_uid: u32,
+    /// Owner gid of the stdio pipes.
+    #[serde(default)]
+    pub io_gid: u32,
 }
 
 impl RuntimeOptions {
@@ -139,6 +146,8 @@ impl RuntimeOptions {
                     systemd_cgroup: o.systemd_cgroup,
                     no_pivot_root: o.no_pivot_root,
                     no_new_keyring: o.no_new_keyring,
+                    io_uid: o.io_uid,
+                    io_gid: o.io_gid,
                 })
             }
             "runtimeoptions.v1.Options" => {
@@ -160,13 +169,26 @@ impl RuntimeOptions {
         let t: toml::Table = toml::from_str(body).map_err(|e| e.to_string())?;
         let s = |k: &str| t.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
         let b = |k: &str| t.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
+        let n = |k: &str| {
+            t.get(k)
+                .and_then(|v| v.as_integer())
+                .and_then(|i| u32::try_from(i).ok())
+                .unwrap_or(0)
+        };
         Ok(RuntimeOptions {
             binary_name: s("BinaryName"),
             root: s("Root"),
             systemd_cgroup: b("SystemdCgroup"),
             no_pivot_root: b("NoPivotRoot"),
             no_new_keyring: b("NoNewKeyring"),
+            io_uid: n("IoUid"),
+            io_gid: n("IoGid"),
         })
+    }
+
+    /// Who owns the processes' stdio pipes, if not the shim (`IoUid`/`IoGid`).
+    pub fn io_owner(&self) -> Option<(u32, u32)> {
+        (self.io_uid != 0 || self.io_gid != 0).then_some((self.io_uid, self.io_gid))
     }
 
     /// The OCI runtime binary.
@@ -327,6 +349,8 @@ struct Container {
     oom_watch: Mutex<Option<OomWatch>>,
     /// OOM kills reported so far (the cgroup's counter when the last TaskOOM went out).
     ooms_reported: Mutex<u64>,
+    /// Owner of its processes' stdio pipes (the task options' `io_uid`/`io_gid`), execs too.
+    io_owner: Option<(u32, u32)>,
 }
 
 impl Container {
@@ -455,6 +479,7 @@ impl Service {
                 stdout: req.stdout.clone(),
                 stderr: req.stderr.clone(),
                 terminal: req.terminal,
+                owner: opts.io_owner(),
             },
             Vec::new(),
         ));
@@ -476,6 +501,7 @@ impl Service {
             cgroup,
             oom_watch: Mutex::new(None),
             ooms_reported: Mutex::new(baseline),
+            io_owner: opts.io_owner(),
         });
         // Right after create, before the process runs user code: an early OOM is caught.
         if let Some(cg) = &c.cgroup {
@@ -521,6 +547,7 @@ impl Service {
             stdout: req.stdout.clone(),
             stderr: req.stderr.clone(),
             terminal: req.terminal,
+            owner: opts.io_owner(),
         };
         let mut io = ProcessIo::prepare(
             &spec,
@@ -808,6 +835,7 @@ impl Service {
                 stdout: req.stdout.clone(),
                 stderr: req.stderr.clone(),
                 terminal: req.terminal,
+                owner: c.io_owner,
             };
             execs.insert(
                 req.exec_id.clone(),

@@ -47,4 +47,3 @@ pub mod spec;
 pub mod store;
 #[cfg(feature = "daemon")]
 pub mod stream;
-pub mod userns;

@@ -1469,7 +1469,7 @@ fn mount_options(options: &[String]) -> (nix::mount::MsFlags, String) {
 fn split_idmap_options(
     options: &[String],
 ) -> (
-    Option<(crate::userns::IdMap, crate::userns::IdMap)>,
+    Option<(crate::shim::userns::IdMap, crate::shim::userns::IdMap)>,
     Vec<String>,
 ) {
     let (mut uid, mut gid, mut rest) = (None, None, Vec::new());
@@ -1483,7 +1483,9 @@ fn split_idmap_options(
         }
     }
     let maps = match (uid, gid) {
-        (Some(u), Some(g)) => crate::userns::IdMap::parse(u).zip(crate::userns::IdMap::parse(g)),
+        (Some(u), Some(g)) => {
+            crate::shim::userns::IdMap::parse(u).zip(crate::shim::userns::IdMap::parse(g))
+        }
         _ => None,
     };
     (maps, rest)
@@ -1499,7 +1501,7 @@ fn mount_idmapped(
     id: &str,
     m: &containerd_shim_protos::types::mount::Mount,
     options: &[String],
-    maps: (crate::userns::IdMap, crate::userns::IdMap),
+    maps: (crate::shim::userns::IdMap, crate::shim::userns::IdMap),
     target: &Path,
     scratch: &Path,
 ) -> Result<(), ShimError> {
@@ -1508,11 +1510,12 @@ fn mount_idmapped(
         id: id.to_string(),
         source,
     };
-    let helper = crate::userns::UsernsHelper::spawn(maps.0, maps.1, false).map_err(idmap_err)?;
+    let helper =
+        crate::shim::userns::UsernsHelper::spawn(maps.0, maps.1, false).map_err(idmap_err)?;
     let userns = helper.userns_fd().map_err(idmap_err)?;
     let (flags, _) = mount_options(options);
     if m.type_ != "overlay" {
-        return crate::userns::idmapped_bind(
+        return crate::shim::userns::idmapped_bind(
             Path::new(&m.source),
             target,
             &userns,
@@ -1535,7 +1538,7 @@ fn mount_idmapped(
                     path: at.display().to_string(),
                     source,
                 })?;
-                crate::userns::idmapped_bind(Path::new(dir), &at, &userns, true)
+                crate::shim::userns::idmapped_bind(Path::new(dir), &at, &userns, true)
                     .map_err(idmap_err)?;
                 layers.push(at.clone());
                 idmapped.push(at.display().to_string());

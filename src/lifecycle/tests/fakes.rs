@@ -179,6 +179,9 @@ pub struct FakeContainerd {
     task_runtime_paths: Arc<Mutex<HashMap<String, String>>>,
     /// What prepared snapshots mount: a bind mount of this directory.
     rootfs: PathBuf,
+    /// Whether a prepare with idmap labels gets `uidmap=`/`gidmap=` options back (the
+    /// overlayfs snapshotter where the kernel can idmap layers); default yes.
+    idmaps: Arc<Mutex<bool>>,
 }
 
 impl FakeContainerd {
@@ -190,7 +193,13 @@ impl FakeContainerd {
             tasks: Default::default(),
             task_runtime_paths: Default::default(),
             rootfs,
+            idmaps: Arc::new(Mutex::new(true)),
         }
+    }
+
+    /// Makes prepared snapshots ignore idmap labels, as a snapshotter that cannot idmap.
+    pub fn without_idmaps(&self) {
+        *Self::lock(&self.idmaps) = false;
     }
 
     fn check(&self, call: Call) -> Result<(), ContainerdError> {
@@ -377,16 +386,27 @@ impl Snapshots for FakeContainerd {
         parent: &str,
         labels: &HashMap<String, String>,
     ) -> Result<Vec<Mount>, ContainerdError> {
-        let mut labels: Vec<(String, String)> =
+        let mut sorted: Vec<(String, String)> =
             labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        labels.sort();
+        sorted.sort();
         self.check(Call::SnapshotPrepare(
             lease.into(),
             key.into(),
             parent.into(),
-            labels,
+            sorted,
         ))?;
-        Ok(self.mounts())
+        let mut mounts = self.mounts();
+        if *Self::lock(&self.idmaps) {
+            for (label, option) in [
+                (crate::lifecycle::userns::LABEL_UID_MAPPING, "uidmap"),
+                (crate::lifecycle::userns::LABEL_GID_MAPPING, "gidmap"),
+            ] {
+                if let Some(v) = labels.get(label) {
+                    mounts[0].options.push(format!("{option}={v}"));
+                }
+            }
+        }
+        Ok(mounts)
     }
     async fn view(
         &self,

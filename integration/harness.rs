@@ -178,12 +178,30 @@ pub fn it_handler() -> String {
     }
 }
 
+/// The runc `scripts/setup.sh` pins (`$TOOLS_BIN/runc-pinned`): the OCI runtime of the runc and
+/// remora handlers of every remora the tests start, as of the test bed's containerd CRI.
+pub fn pinned_runc() -> PathBuf {
+    tool("runc-pinned")
+}
+
 /// The OCI runtime binary a built-in handler's shim runs (for tests that call it directly).
-pub fn oci_binary_of(handler: &str) -> &'static str {
+pub fn oci_binary_of(handler: &str) -> PathBuf {
     match handler {
-        "crun" => "crun",
-        _ => "runc",
+        "crun" => PathBuf::from("crun"),
+        _ => pinned_runc(),
     }
+}
+
+/// The built-in handlers with the pinned runc ([`pinned_runc`]) for the runc-running ones, as
+/// `scripts/remora-testbed.toml` sets them for the test bed's remoras.
+pub fn pinned_handlers() -> String {
+    let runc = pinned_runc();
+    format!(
+        "[runtime.handlers.runc]\nruntime_type = \"io.containerd.runc.v2\"\nbinary_name = \"{runc}\"\n\
+         [runtime.handlers.remora]\nruntime_type = \"io.containerd.remora.v2\"\nbinary_name = \"{runc}\"\n\
+         [runtime.handlers.crun]\nruntime_type = \"io.containerd.remora.v2\"\nbinary_name = \"crun\"\n",
+        runc = runc.display()
+    )
 }
 
 /// `extra` (a TOML fragment appended to a test's config) with `[runtime] default_handler`
@@ -206,8 +224,15 @@ pub fn with_it_handler(extra: &str) -> String {
 /// A remora config for tests on a private containerd ([`Bed`]), rendered as TOML. Not the test
 /// bed's template (`scripts/remora-testbed.toml`, see [`testbed_remora_config`]): there is no
 /// registry mirror here. The fault tests stop and restart this containerd with remora's default
-/// probe and reconnect settings: how fast remora is back is the design's, not the test's.
+/// probe and reconnect settings: how fast remora is back is the design's, not the test's. The
+/// built-in handlers run the pinned runc ([`pinned_handlers`]) unless `extra` lists handlers of
+/// its own (which replace the built-in ones).
 pub fn remora_config(socket: &Path, containerd: &Path, cni_conf_dir: &Path, extra: &str) -> String {
+    let handlers = if extra.contains("[runtime.handlers.") {
+        String::new()
+    } else {
+        pinned_handlers()
+    };
     format!(
         r#"[server]
 socket = "{}"
@@ -220,7 +245,8 @@ address = "{}"
 [cni]
 conf_dir = "{}"
 bin_dirs = ["/usr/lib/cni"]
-{extra}"#,
+{extra}
+{handlers}"#,
         socket.display(),
         containerd.display(),
         cni_conf_dir.display(),
@@ -605,6 +631,7 @@ impl BedRemora {
             ("CNI_CONF_DIR", &path(&cni_conf_dir)),
             ("CNI_BIN_DIR", "/usr/lib/cni"),
             ("HANDLER", &it_handler()),
+            ("RUNC", &path(&pinned_runc())),
         ]);
         // Tests read remora's log; the test bed's own remora logs at the default level.
         config.push_str("\n[log]\nlevel = \"debug\"\n");
@@ -968,6 +995,7 @@ fn the_test_bed_template_renders_to_a_valid_config() {
         ("CNI_CONF_DIR", TESTBED_CNI),
         ("CNI_BIN_DIR", "/usr/lib/cni"),
         ("HANDLER", "remora"),
+        ("RUNC", "/var/tmp/remora-tools/bin/runc-pinned"),
     ]);
     let parsed = remora::config::Config::from_toml(&config, "remora-testbed.toml")
         .unwrap_or_else(|e| panic!("{e}\n{config}"));
@@ -978,6 +1006,17 @@ fn the_test_bed_template_renders_to_a_valid_config() {
     assert_eq!(parsed.cni.bin_dirs, vec![PathBuf::from("/usr/lib/cni")]);
     assert_eq!(parsed.server.state_dir, Path::new("/tmp/rmr/state"));
     assert_eq!(parsed.runtime.default_handler, "remora");
+    for h in ["runc", "remora"] {
+        assert_eq!(
+            parsed.runtime.handlers[h].binary_name.as_deref(),
+            Some("/var/tmp/remora-tools/bin/runc-pinned"),
+            "{h}"
+        );
+    }
+    assert_eq!(
+        parsed.runtime.handlers["crun"].binary_name.as_deref(),
+        Some("crun")
+    );
 }
 
 #[test]

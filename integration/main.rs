@@ -20,3 +20,4 @@ mod recovery;
 mod runtime_info;
 mod stats;
 mod streaming;
+mod userns;

@@ -317,12 +317,17 @@ fn cni_del(network: &serde_json::Value, r: &Reservation) -> Result<(), String> {
 }
 
 /// Lazily unmounts what a test's remora mounted for pod `id` in the test's scratch dir
-/// (`/tmp/rmr*/…/<id>[/…]`: the netns bind mount, the `/dev/shm` tmpfs).
+/// (`/tmp/rmr*/…/<id>[/…]`: the netns bind mount, the `/dev/shm` tmpfs; `<id>.userns`, a
+/// user-namespaced pod's pinned user namespace).
 fn unmount_scratch_mounts_of(id: &str) {
+    let pin = format!("{id}.userns");
     let points = crate::harness::mount_points()
         .into_iter()
         .filter(|mp| {
-            mp.starts_with("/tmp/rmr") && Path::new(mp).components().any(|c| c.as_os_str() == id)
+            mp.starts_with("/tmp/rmr")
+                && Path::new(mp)
+                    .components()
+                    .any(|c| c.as_os_str() == id || c.as_os_str() == pin.as_str())
         })
         .collect();
     crate::harness::unmount_deepest_first(points);

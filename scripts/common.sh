@@ -11,6 +11,9 @@ SCRIPTS_DIR="$REPO_ROOT/scripts"
 # CI clones do not throw away ~2 minutes of Go builds.
 TOOLS="${REMORA_TOOLS_DIR:-/var/tmp/remora-tools}"
 TOOLS_BIN="$TOOLS/bin"
+# The runc setup.sh builds (RUNC_VERSION there): the OCI runtime of the test bed's runc-running
+# handlers, remora's and containerd CRI's alike. Not named `runc`, so that it shadows nothing.
+PINNED_RUNC="$TOOLS_BIN/runc-pinned"
 
 # TB_ROOT survives reboots (images, registry blobs, logs); TB_RUN holds
 # sockets, pid files and runtime state that must not outlive the kernel.

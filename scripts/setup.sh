@@ -18,6 +18,10 @@ KUBELET_VERSION=v1.35.4   # k8s.io/kubernetes (kubelet, for the kubelet suite)
 RUST_VERSION=1.95.0       # must match rust-toolchain.toml; only checked
 GO_MIN_VERSION=1.26.3     # containerd v2.3.4's go.mod asks for this
 CARGO_DEB_VERSION=3.7.0   # crates.io cargo-deb, builds the Debian package (scripts/package.sh)
+# github.com/opencontainers/runc, installed as $TOOLS_BIN/runc-pinned (common.sh: PINNED_RUNC) for
+# the runc-running handlers of both CRIs on the test bed: Debian's runc 1.1.5 has no idmapped
+# mounts, which user-namespaced pods need. Debian's runc stays installed.
+RUNC_VERSION=v1.5.3
 # Debian bookworm packages unpacked (not installed) into test images. Debian
 # replaces security-updated versions in its archive, so a pinned version that
 # has vanished falls back to the current candidate with a warning.
@@ -32,6 +36,8 @@ APT_PACKAGES=(
 	# systemd-analyze. Installing systemd starts nothing without a running systemd: its
 	# maintainer scripts only call systemctl when /run/systemd/system exists.
 	dpkg-dev systemd
+	# The pinned runc is built with cgo and the seccomp tag (build_runc).
+	libseccomp-dev pkg-config
 )
 # ------------------------------------------------------------------------------
 
@@ -162,6 +168,38 @@ build_kubelet() {
 	echo "$KUBELET_VERSION" >"$stamp"
 }
 
+# runc is built from the Go module proxy's copy of github.com/opencontainers/runc (no replace
+# directives, but `go install` cannot set the build tags' ldflags the Makefile sets), in a copy of
+# the module with cgo: tags seccomp (libseccomp-dev) and urfave_cli_no_docs, as runc's Makefile,
+# without libpathrs (a Rust C library we do not install; runc then uses its pure-Go pathrs-lite).
+# Installed as $PINNED_RUNC, not as `runc`: $TOOLS_BIN is first in PATH, and the handlers that
+# are not pointed at it keep Debian's /usr/sbin/runc.
+build_runc() {
+	local want=${RUNC_VERSION#v}
+	if [[ -x "$PINNED_RUNC" ]] && "$PINNED_RUNC" --version 2>/dev/null | grep -qx "runc version ${want//./\\.}"; then
+		return 0
+	fi
+	check_go
+	local log="$LOGS/runc-build.log" dir src
+	info "building runc $RUNC_VERSION (about 45 s; log: $log)"
+	dir=$(cd "$TOOLS" && go mod download -json "github.com/opencontainers/runc@$RUNC_VERSION" | jq -r .Dir)
+	[[ -d "$dir" ]] || die "go mod download of github.com/opencontainers/runc@$RUNC_VERSION gave no directory"
+	src="$TOOLS/src/runc"
+	rm -rf "$src"
+	mkdir -p "$TOOLS/src"
+	cp -r "$dir" "$src"
+	chmod -R u+w "$src"
+	(
+		cd "$src"
+		run_logged "$log" env GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=1 \
+			go build -trimpath -tags "seccomp urfave_cli_no_docs" \
+			-ldflags "-X main.gitCommit=$RUNC_VERSION" -o "$PINNED_RUNC.new" .
+	)
+	mv -f "$PINNED_RUNC.new" "$PINNED_RUNC"
+	rm -rf "$src"
+	"$PINNED_RUNC" --version >&2
+}
+
 # deb_available PACKAGE VERSION: true when apt can fetch that exact version
 # (`apt-cache show pkg=ver` exits 0 even when the version is unknown).
 deb_available() {
@@ -260,12 +298,13 @@ main() {
 	build_containerd
 	build_cri_tools
 	build_kubelet
+	build_runc
 	fetch_deb busybox "$DEB_BUSYBOX_VERSION"
 	fetch_deb nginx "$DEB_NGINX_VERSION"
 	check_rust
 	install_cargo_deb
 	install_shim
-	info "tools ready in $TOOLS_BIN (containerd $CONTAINERD_VERSION, cri-tools $CRI_TOOLS_VERSION, kubelet $KUBELET_VERSION)"
+	info "tools ready in $TOOLS_BIN (containerd $CONTAINERD_VERSION, cri-tools $CRI_TOOLS_VERSION, kubelet $KUBELET_VERSION, runc $RUNC_VERSION)"
 }
 
 main "$@"

@@ -120,6 +120,9 @@ imports = []
         # cgroup v1 with the cgroupfs driver; there is no systemd.
         SystemdCgroup = false
         Root = "$RUNC_ROOT"
+        # The pinned runc (setup.sh), as remora's runc and remora handlers: idmapped mounts
+        # for user-namespaced pods, and the same runtime for both CRIs.
+        BinaryName = "$PINNED_RUNC"
 
     # remora's shim (containerd-shim-remora-v2, installed by setup.sh beside
     # containerd). For a runtime type other than io.containerd.runc.v2 the CRI
@@ -131,7 +134,7 @@ imports = []
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.remora.options]
         SystemdCgroup = false
         Root = "$RUNC_ROOT"
-        BinaryName = "runc"
+        BinaryName = "$PINNED_RUNC"
 
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun]
       runtime_type = "io.containerd.remora.v2"
@@ -271,6 +274,7 @@ write_remora_config() {
 	t=${t//@CNI_CONF_DIR@/$CNI_CONF_DIR}
 	t=${t//@CNI_BIN_DIR@/$CNI_BIN_DIR}
 	t=${t//@HANDLER@/${REMORA_IT_HANDLER:-runc}}
+	t=${t//@RUNC@/$PINNED_RUNC}
 	[[ $t != *@[A-Z_]*@* ]] || die "a placeholder of remora-testbed.toml is not filled in: $t"
 	printf '%s\n' "$t" | write_if_changed "$REMORA_CONFIG"
 }
@@ -476,13 +480,16 @@ remove_pods() {
 
 # Shims of this containerd (matched by their -address argument, never by name
 # alone: containerd-shim-runc-v2 and containerd-shim-remora-v2 alike) and the
-# containers they started, under the runc and crun roots of both shims.
+# containers they started, under the runc and crun roots of both shims (runc's
+# with the runc that made them: the pinned one, else Debian's for a bed set up
+# before it).
 kill_leftovers() {
-	local root id
+	local root id runc=runc
+	[[ -x "$PINNED_RUNC" ]] && runc=$PINNED_RUNC
 	for root in "$RUNC_ROOT"/* /run/containerd/runc/remora; do
 		[[ -d "$root" ]] || continue
-		for id in $(runc --root "$root" list -q 2>/dev/null); do
-			runc --root "$root" delete --force "$id" >>"$LOGS/testbed-down.log" 2>&1 || true
+		for id in $("$runc" --root "$root" list -q 2>/dev/null); do
+			"$runc" --root "$root" delete --force "$id" >>"$LOGS/testbed-down.log" 2>&1 || true
 		done
 	done
 	if command -v crun >/dev/null; then

@@ -339,6 +339,7 @@ pub fn runtime_handlers(
                         .map(|p| p.display().to_string())
                         .unwrap_or_default(),
                     systemd_cgroup: systemd,
+                    ..RuncOptions::default()
                 });
             let runtime = HandlerRuntime {
                 runtime: HandlerShim {

@@ -51,6 +51,12 @@ pub struct PbRuncOptions {
     /// Cgroups through systemd.
     #[prost(bool, tag = "9")]
     pub systemd_cgroup: bool,
+    /// Owner uid of the stdio pipes.
+    #[prost(uint32, tag = "4")]
+    pub io_uid: u32,
+    /// Owner gid of the stdio pipes.
+    #[prost(uint32, tag = "5")]
+    pub io_gid: u32,
 }
 
 /// A record's runtime options as containerd stores them.
@@ -61,6 +67,8 @@ fn runc_options_to_any(o: &RuncOptions) -> prost_types::Any {
             binary_name: o.binary_name.clone(),
             root: o.root.clone(),
             systemd_cgroup: o.systemd_cgroup,
+            io_uid: o.io_uid,
+            io_gid: o.io_gid,
         }),
     }
 }
@@ -77,6 +85,8 @@ fn runc_options_from_any(any: &prost_types::Any) -> Option<RuncOptions> {
         binary_name: pb.binary_name,
         root: pb.root,
         systemd_cgroup: pb.systemd_cgroup,
+        io_uid: pb.io_uid,
+        io_gid: pb.io_gid,
     })
 }
 
@@ -331,7 +341,7 @@ impl Tasks for Client {
                 stderr: spec.stderr,
                 terminal: spec.terminal,
                 checkpoint: None,
-                options: None,
+                options: spec.options.as_ref().map(runc_options_to_any),
                 runtime_path: spec.runtime_path,
             },
             None,
@@ -644,6 +654,8 @@ mod tests {
             binary_name: "crun".into(),
             root: "/run/crun".into(),
             systemd_cgroup: true,
+            io_uid: 1000,
+            io_gid: 2000,
         };
         let pb = record_to_pb(record(Some(opts)));
         let rt = pb.runtime.expect("a runtime");
@@ -657,7 +669,7 @@ mod tests {
         assert_eq!(decoded.root, "/run/crun");
         assert!(decoded.systemd_cgroup);
         assert!(!decoded.no_pivot_root && !decoded.no_new_keyring);
-        assert_eq!(decoded.io_uid, 0);
+        assert_eq!((decoded.io_uid, decoded.io_gid), (1000, 2000));
         assert!(decoded.shim_cgroup.is_empty() && decoded.criu_image_path.is_empty());
     }
 

@@ -155,8 +155,11 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::SandboxNotReady(_)
         | ContainerError::NotRunning(_)
         | ContainerError::PodHandlerGone { .. }
-        | ContainerError::RecursiveReadOnlyUnsupported { .. } => Code::FailedPrecondition,
-        ContainerError::EmptyCommand => Code::InvalidArgument,
+        | ContainerError::RecursiveReadOnlyUnsupported { .. }
+        | ContainerError::SnapshotterCannotIdmap(_) => Code::FailedPrecondition,
+        ContainerError::EmptyCommand | ContainerError::UserNamespaceMismatch { .. } => {
+            Code::InvalidArgument
+        }
         ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
         ContainerError::Name(_) => Code::AlreadyExists,
         ContainerError::Spec(_) => Code::InvalidArgument,
@@ -181,6 +184,9 @@ fn container_code(e: &ContainerError) -> Code {
 fn sandbox_code(e: &SandboxError) -> Code {
     match e {
         SandboxError::UnknownRuntimeHandler(_) => Code::InvalidArgument,
+        SandboxError::UserNamespacesUnsupported(_) | SandboxError::SnapshotterCannotIdmap(_) => {
+            Code::FailedPrecondition
+        }
         SandboxError::Name(_) => Code::AlreadyExists,
         SandboxError::Image(p) => pull_code(p),
         SandboxError::Spec(_) => Code::InvalidArgument,

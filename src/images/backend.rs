@@ -160,13 +160,15 @@ pub trait Leases: Send + Sync + 'static {
 pub trait Snapshots: Send + Sync + 'static {
     /// Whether a snapshot with this key or name exists.
     async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, ContainerdError>;
-    /// An active snapshot on `parent` ("" for none), within `lease`.
+    /// An active snapshot on `parent` ("" for none), within `lease`, with `labels` (the
+    /// snapshotter reads some: the idmap labels of a user-namespaced pod's rootfs).
     async fn prepare(
         &self,
         lease: &str,
         snapshotter: &str,
         key: &str,
         parent: &str,
+        labels: &HashMap<String, String>,
     ) -> Result<Vec<Mount>, ContainerdError>;
     /// A read-only view of committed snapshot `parent`, within `lease` (image volumes).
     async fn view(

@@ -219,7 +219,9 @@ async fn apply_one(
     parent: &str,
     layer: &Blob,
 ) -> Result<String, UnpackError> {
-    let mounts = snapshots.prepare(lease, snapshotter, key, parent).await?;
+    let mounts = snapshots
+        .prepare(lease, snapshotter, key, parent, &HashMap::new())
+        .await?;
     Ok(differ.apply(layer, mounts).await?)
 }
 
@@ -250,6 +252,7 @@ pub(crate) mod tests {
             _s: &str,
             key: &str,
             parent: &str,
+            _labels: &HashMap<String, String>,
         ) -> Result<Vec<Mount>, ContainerdError> {
             self.prepared.lock().unwrap().push(key.to_string());
             self.snaps

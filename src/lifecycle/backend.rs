@@ -64,6 +64,12 @@ pub struct RuncOptions {
     pub root: String,
     /// Cgroups through systemd.
     pub systemd_cgroup: bool,
+    /// Owner uid of the process's stdio pipes (task options only): a user-namespaced
+    /// container's root on the host, so it can reopen `/dev/stdout` (containerd's
+    /// `WithUIDOwner`). 0 with `io_gid` 0: the shim's own.
+    pub io_uid: u32,
+    /// Owner gid of the stdio pipes.
+    pub io_gid: u32,
 }
 
 /// How to start a task.
@@ -84,6 +90,9 @@ pub struct TaskSpec {
     /// Absolute path of the shim binary to run ("" = containerd resolves the record's runtime
     /// type).
     pub runtime_path: String,
+    /// Task options; `None`: the shim gets the record's runtime options. They replace those
+    /// (containerd's rule), so they carry the handler's too.
+    pub options: Option<RuncOptions>,
 }
 
 /// Process state as containerd reports it.
@@ -295,8 +304,14 @@ pub trait LocalImages: Send + Sync + 'static {
 /// Implemented over the host by [`super::host_network::HostNetwork`].
 #[tonic::async_trait]
 pub trait PodNetwork: Send + Sync + 'static {
-    /// Creates pod `id`'s network namespace; returns its path.
-    async fn create_netns(&self, id: &str) -> Result<PathBuf, NetnsError>;
+    /// Creates pod `id`'s network namespace; returns its path. With `user` (a pod with a user
+    /// namespace of its own), the namespace is owned by a new user namespace with those maps,
+    /// pinned beside it (`crate::net::netns::userns_pin`) and removed with it.
+    async fn create_netns(
+        &self,
+        id: &str,
+        user: Option<&crate::spec::UserNamespace>,
+    ) -> Result<PathBuf, NetnsError>;
     /// Removes a network namespace; absent is not an error.
     async fn remove_netns(&self, path: &Path) -> Result<(), NetnsError>;
     /// CNI ADD (undoing its own partial ADD on failure); returns the pod's addresses, primary

@@ -94,6 +94,23 @@ impl Pods {
                 });
             }
         }
+        // A container lives in its pod's user namespace, and asks for that one (containerd:
+        // `sameUsernsConfig`); the pod's is what its record says.
+        let pod_user = sb.metadata.namespace_options.user;
+        if req.config.security.namespaces.user != pod_user {
+            let describe = |u: Option<spec::UserNamespace>| match u {
+                None => "the host's".to_string(),
+                Some(u) => format!(
+                    "uids {}, gids {}",
+                    super::userns::idmap(u.uids).label(),
+                    super::userns::idmap(u.gids).label()
+                ),
+            };
+            return Err(ContainerError::UserNamespaceMismatch {
+                container: describe(req.config.security.namespaces.user),
+                pod: describe(pod_user),
+            });
+        }
         let runtime = handler.runtime.clone();
         let image: ImageInfo = self
             .find_image(&req.image)
@@ -122,7 +139,13 @@ impl Pods {
         steps.mark("lease");
         let mounts = self
             .snapshots
-            .prepare(&lease, &self.snapshotter, id, &image.chain_id)
+            .prepare(
+                &lease,
+                &self.snapshotter,
+                id,
+                &image.chain_id,
+                &super::userns::snapshot_labels(pod_user.as_ref()),
+            )
             .await?;
         steps.mark("prepare");
         let (snaps, sn, key) = (
@@ -133,6 +156,11 @@ impl Pods {
         tx.on_undo("remove rootfs snapshot", async move {
             snaps.remove(&sn, &key).await
         });
+        if pod_user.is_some() && !super::userns::idmapped(&mounts) {
+            return Err(ContainerError::SnapshotterCannotIdmap(
+                self.snapshotter.clone(),
+            ));
+        }
         crate::failpoint::hit("container.after_snapshot", &metadata.name).await?;
         let mut config = req.config.clone();
         let volume_labels = self

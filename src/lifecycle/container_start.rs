@@ -9,12 +9,13 @@ use std::sync::Arc;
 
 use slog::info;
 
-use super::backend::TaskSpec;
+use super::backend::{RuncOptions, TaskSpec};
 use super::events::EventKind;
 use super::timing::Steps;
 use super::{now_ns, ContainerError, ContainerIo, Pods};
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
-use crate::store::{Container, SandboxState};
+use crate::spec::{IdMapping, UserNamespace};
+use crate::store::{Container, ContainerUser, SandboxState};
 
 impl Pods {
     /// StartContainer.
@@ -47,10 +48,17 @@ impl Pods {
             return Err(ContainerError::SandboxNotReady(meta.sandbox_id.clone()));
         }
         // The task runs under the pod's handler's shim binary, if the handler names one.
-        let runtime_path = self
-            .pod_runtime(sandbox.id(), &sandbox.metadata().runtime_handler)?
-            .runtime_path
-            .clone();
+        let handler = self.pod_runtime(sandbox.id(), &sandbox.metadata().runtime_handler)?;
+        let runtime_path = handler.runtime_path.clone();
+        let options = io_owner(
+            sandbox.metadata().namespace_options.user.as_ref(),
+            meta.user.as_ref(),
+        )
+        .map(|(io_uid, io_gid)| RuncOptions {
+            io_uid,
+            io_gid,
+            ..handler.runtime.options.clone().unwrap_or_default()
+        });
         steps.mark("lookup");
         let dir = self.io_dir(&id);
         let fifos = FifoSet::create(
@@ -114,6 +122,7 @@ impl Pods {
                 stderr: stdio.stderr,
                 terminal: stdio.terminal,
                 runtime_path,
+                options,
             })
             .await?;
         steps.mark("task_create");
@@ -142,5 +151,57 @@ impl Pods {
             "StartContainer",
         );
         Ok(())
+    }
+}
+
+/// The host owner of a user-namespaced container's stdio pipes: its process's uid and gid as
+/// the host sees them through the pod's maps (containerd's `WithUIDOwner`/`WithGIDOwner`), so
+/// the process can reopen `/dev/stdout`; `None` for other containers (the shim's defaults) or
+/// an ID outside the maps.
+fn io_owner(user: Option<&UserNamespace>, process: Option<&ContainerUser>) -> Option<(u32, u32)> {
+    let (u, p) = (user?, process?);
+    let to_host = |m: IdMapping, id: u32| {
+        id.checked_sub(m.container_id)
+            .filter(|off| *off < m.length)
+            .map(|off| m.host_id + off)
+    };
+    Some((to_host(u.uids, p.uid)?, to_host(u.gids, p.gid)?))
+}
+
+#[cfg(test)]
+mod io_owner_tests {
+    use super::*;
+
+    #[test]
+    fn the_pipes_belong_to_the_process_user_on_the_host() {
+        let map = |host_id| IdMapping {
+            container_id: 0,
+            host_id,
+            length: 65536,
+        };
+        let u = UserNamespace {
+            uids: map(100_000),
+            gids: map(200_000),
+        };
+        let user = |uid, gid| ContainerUser {
+            uid,
+            gid,
+            supplemental_groups: Vec::new(),
+        };
+        assert_eq!(
+            io_owner(Some(&u), Some(&user(0, 0))),
+            Some((100_000, 200_000))
+        );
+        assert_eq!(
+            io_owner(Some(&u), Some(&user(1000, 5))),
+            Some((101_000, 200_005))
+        );
+        assert_eq!(
+            io_owner(Some(&u), Some(&user(65536, 0))),
+            None,
+            "outside the map"
+        );
+        assert_eq!(io_owner(None, Some(&user(0, 0))), None);
+        assert_eq!(io_owner(Some(&u), None), None);
     }
 }

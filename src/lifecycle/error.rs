@@ -24,6 +24,14 @@ pub enum SandboxError {
     /// The runtime handler is not configured (`[runtime.handlers.<name>]`).
     #[error("runtime handler {0:?} is not configured")]
     UnknownRuntimeHandler(String),
+    /// The pod asks for a user namespace of its own and its handler cannot make one (its OCI
+    /// runtime has no idmapped mounts, see `oci_features`).
+    #[error("runtime handler {0:?} does not support user namespaces")]
+    UserNamespacesUnsupported(String),
+    /// The snapshotter gave a user-namespaced pod's rootfs no idmap (`uidmap=`/`gidmap=`): it
+    /// cannot shift its layers' ownership on this host.
+    #[error("snapshotter {0:?} cannot idmap a rootfs for a user namespace on this host")]
+    SnapshotterCannotIdmap(String),
     /// The pod's name is taken.
     #[error("pod sandbox name is in use: {0}")]
     Name(#[from] NameError),
@@ -127,6 +135,18 @@ pub enum ContainerError {
         /// The mount's container path.
         mount: String,
     },
+    /// The container asks for another user namespace than its pod's (containerd: "user
+    /// namespace config for sandbox is different from container").
+    #[error("config.linux.security_context.namespace_options.userns_options: the container's user namespace ({container}) differs from its pod's ({pod})")]
+    UserNamespaceMismatch {
+        /// The container's, described.
+        container: String,
+        /// The pod's, described.
+        pod: String,
+    },
+    /// The snapshotter gave a user-namespaced container's rootfs no idmap.
+    #[error("snapshotter {0:?} cannot idmap a rootfs for a user namespace on this host")]
+    SnapshotterCannotIdmap(String),
     /// An image volume's image is not present (kubelet pulls it before it creates).
     #[error("image volume {mount}: image {image:?} not found: pull it first")]
     ImageVolumeNotFound {

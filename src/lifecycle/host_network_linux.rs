@@ -29,12 +29,26 @@ impl HostNetwork {
 
 #[tonic::async_trait]
 impl PodNetwork for HostNetwork {
-    async fn create_netns(&self, id: &str) -> Result<PathBuf, NetnsError> {
+    async fn create_netns(
+        &self,
+        id: &str,
+        user: Option<&crate::spec::UserNamespace>,
+    ) -> Result<PathBuf, NetnsError> {
         let dir = self
             .netns
             .get_or_try_init(|| NetnsDir::prepare(self.netns_dir.clone()))
             .await?;
-        dir.create(id).await
+        match user {
+            Some(u) => {
+                dir.create_in_userns(
+                    id,
+                    super::userns::idmap(u.uids),
+                    super::userns::idmap(u.gids),
+                )
+                .await
+            }
+            None => dir.create(id).await,
+        }
     }
 
     async fn remove_netns(&self, path: &Path) -> Result<(), NetnsError> {

@@ -84,6 +84,7 @@ mod sandbox_stop;
 mod tests;
 mod timing;
 mod tx;
+pub mod userns;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -165,7 +165,13 @@ pub fn snapshot_root(mounts: &[Mount]) -> Option<SnapshotRoot> {
                     lower = Some(v);
                 } else if let Some(v) = o.strip_prefix("upperdir=") {
                     upper = Some(v);
-                } else if o.starts_with("workdir=") || PLAIN_OVERLAY_OPTIONS.contains(&o.as_str()) {
+                } else if o.starts_with("workdir=")
+                    || PLAIN_OVERLAY_OPTIONS.contains(&o.as_str())
+                    // A user-namespaced pod's idmap changes who owns the files, not what they
+                    // say: the passwd and group files read the same.
+                    || o.starts_with("uidmap=")
+                    || o.starts_with("gidmap=")
+                {
                 } else {
                     return None;
                 }
@@ -194,6 +200,26 @@ mod tests {
             target: String::new(),
             options: options.iter().map(|o| o.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn an_idmapped_overlay_is_read_in_place_too() {
+        let m = mount(
+            "overlay",
+            "overlay",
+            &[
+                "index=off",
+                "workdir=/s/2/work",
+                "upperdir=/s/2/fs",
+                "lowerdir=/s/1/fs",
+                "uidmap=0:1000:65536",
+                "gidmap=0:1000:65536",
+            ],
+        );
+        assert!(matches!(
+            snapshot_root(&[m]),
+            Some(SnapshotRoot::Layers(l)) if l == [PathBuf::from("/s/2/fs"), PathBuf::from("/s/1/fs")]
+        ));
     }
 
     #[test]

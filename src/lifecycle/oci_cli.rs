@@ -162,6 +162,7 @@ mod tests {
                 binary_name: "/usr/bin/crun".into(),
                 root: "/run/bed/runc".into(),
                 systemd_cgroup: true,
+                ..Default::default()
             }),
         });
         assert_eq!(binary, "/usr/bin/crun");

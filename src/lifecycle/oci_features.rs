@@ -7,8 +7,11 @@
 //! only when the runtime's features document lists it *and* the kernel can do it, as
 //! containerd's CRI decides (`internal/cri/server/status.go`, `rro` needs the `rro` mount
 //! option and `mount_setattr(2)`, Linux 5.12). A runtime that cannot answer (crun 1.8 has no
-//! `features` command, a missing binary) supports nothing optional. User namespaces stay false
-//! whatever the runtime says: remora does not build user-namespaced pods yet.
+//! `features` command, a missing binary) supports nothing optional. User namespaces need the
+//! runtime to list the `user` namespace and idmapped mounts (`linux.mountExtensions.idmap`,
+//! runc ≥ 1.2; Debian's runc 1.1.5 has none), which a user-namespaced pod's bind mounts carry,
+//! and Linux 5.19 for overlayfs over idmapped layers, which its rootfs is (the overlayfs
+//! snapshotter's `uidmap=`/`gidmap=` options).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -73,7 +76,31 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 #[serde(rename_all = "camelCase", default)]
 struct FeaturesDoc {
     mount_options: Vec<String>,
+    linux: LinuxFeatures,
 }
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct LinuxFeatures {
+    namespaces: Vec<String>,
+    mount_extensions: MountExtensions,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct MountExtensions {
+    idmap: IdmapFeature,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct IdmapFeature {
+    /// `null` (unknown) counts as no.
+    enabled: Option<bool>,
+}
+
+/// Linux 5.19: overlayfs accepts idmapped lower layers.
+const IDMAPPED_OVERLAY_KERNEL: (u32, u32) = (5, 19);
 
 /// The features a runtime's features document (`json`) and this kernel (`kernel`, major and
 /// minor) allow.
@@ -85,7 +112,9 @@ pub fn from_document(
     Ok(HandlerFeatures {
         recursive_read_only_mounts: doc.mount_options.iter().any(|o| o == "rro")
             && kernel >= (5, 12),
-        user_namespaces: false,
+        user_namespaces: doc.linux.namespaces.iter().any(|n| n == "user")
+            && doc.linux.mount_extensions.idmap.enabled == Some(true)
+            && kernel >= IDMAPPED_OVERLAY_KERNEL,
     })
 }
 
@@ -158,14 +187,48 @@ mod tests {
         "mountOptions":["bind","ro","rro","rbind","rprivate"],
         "linux":{"namespaces":["user"]}}"#;
 
+    /// runc 1.5.3's answer, abridged.
+    const RUNC_153: &str = r#"{"ociVersionMin":"1.0.0","ociVersionMax":"1.3.0",
+        "mountOptions":["bind","ro","rro","rbind","rprivate"],
+        "linux":{"namespaces":["cgroup","ipc","mount","network","pid","time","user","uts"],
+            "mountExtensions":{"idmap":{"enabled":true}}}}"#;
+
+    #[test]
+    fn user_namespaces_need_userns_idmapped_mounts_and_linux_5_19() {
+        let f = from_document(RUNC_153.as_bytes(), (6, 18)).unwrap();
+        assert!(f.user_namespaces && f.recursive_read_only_mounts);
+        assert!(
+            !from_document(RUNC_153.as_bytes(), (5, 18))
+                .unwrap()
+                .user_namespaces
+        );
+        // runc 1.1.5 lists the user namespace but has no idmapped mounts.
+        assert!(
+            !from_document(RUNC_115.as_bytes(), (6, 18))
+                .unwrap()
+                .user_namespaces
+        );
+        let no_userns = RUNC_153.replace(r#""time","user","uts""#, r#""time","uts""#);
+        assert!(
+            !from_document(no_userns.as_bytes(), (6, 18))
+                .unwrap()
+                .user_namespaces
+        );
+        for idmap in [r#"{"enabled":false}"#, r#"{"enabled":null}"#, "{}"] {
+            let doc = RUNC_153.replace(r#"{"enabled":true}"#, idmap);
+            assert!(
+                !from_document(doc.as_bytes(), (6, 18))
+                    .unwrap()
+                    .user_namespaces,
+                "{idmap}"
+            );
+        }
+    }
+
     #[test]
     fn rro_needs_the_option_and_linux_5_12() {
         let f = from_document(RUNC_115.as_bytes(), (6, 18)).unwrap();
         assert!(f.recursive_read_only_mounts);
-        assert!(
-            !f.user_namespaces,
-            "remora builds no user-namespaced pods yet"
-        );
         let old_kernel = from_document(RUNC_115.as_bytes(), (5, 11)).unwrap();
         assert!(!old_kernel.recursive_read_only_mounts);
         let no_rro = from_document(br#"{"mountOptions":["ro","rbind"]}"#, (6, 1)).unwrap();

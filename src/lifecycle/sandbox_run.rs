@@ -4,6 +4,12 @@
 //! → creation lease → rootfs snapshot → OCI spec → containerd container record → task created
 //! and started → lease dropped → indexed as Ready, with an exit monitor on the pause task.
 //!
+//! A pod with a user namespace of its own (containerd 2.3's way): its handler must claim user
+//! namespaces (`FAILED_PRECONDITION` otherwise, before anything is made); its network namespace
+//! is created owned by a new user namespace with the pod's maps, pinned beside it, which the
+//! pause container joins (removed with the netns on every path); its rootfs snapshot carries
+//! the idmap labels ([`super::userns`]) and must come back idmapped.
+//!
 //! Every step that makes something registers its undo on the transaction ([`super::tx`]); if a
 //! later step fails, the undos run in reverse.
 
@@ -89,6 +95,10 @@ impl Pods {
             Ok((name, rt)) => (name.to_string(), rt.clone()),
             Err(name) => return Err(SandboxError::UnknownRuntimeHandler(name)),
         };
+        let user = cfg.security.namespaces.user;
+        if user.is_some() && !runtime.features.user_namespaces {
+            return Err(SandboxError::UserNamespacesUnsupported(handler));
+        }
         let name_key = sandbox_name_key(&cfg.name, &cfg.namespace, &cfg.uid, req.attempt);
         let reservation = self.names.reserve_guarded(&name_key, id)?;
 
@@ -101,7 +111,7 @@ impl Pods {
         let mut netns_path = None;
         let mut ips = Vec::new();
         if !host_network {
-            let path = self.network.create_netns(id).await?;
+            let path = self.network.create_netns(id, user.as_ref()).await?;
             steps.mark("netns");
             let (network, p) = (self.network.clone(), path.clone());
             tx.on_undo("remove network namespace", async move {
@@ -154,7 +164,13 @@ impl Pods {
         steps.mark("lease");
         let mounts = self
             .snapshots
-            .prepare(&lease, &self.snapshotter, id, &image.chain_id)
+            .prepare(
+                &lease,
+                &self.snapshotter,
+                id,
+                &image.chain_id,
+                &super::userns::snapshot_labels(user.as_ref()),
+            )
             .await?;
         steps.mark("prepare");
         let (snaps, snapshotter, key) = (
@@ -165,6 +181,11 @@ impl Pods {
         tx.on_undo("remove rootfs snapshot", async move {
             snaps.remove(&snapshotter, &key).await
         });
+        if user.is_some() && !super::userns::idmapped(&mounts) {
+            return Err(SandboxError::SnapshotterCannotIdmap(
+                self.snapshotter.clone(),
+            ));
+        }
         crate::failpoint::hit("sandbox.after_snapshot", &cfg.name).await?;
 
         let mut sandbox_cfg = cfg.clone();
@@ -176,6 +197,10 @@ impl Pods {
             image_name: &self.sandbox_image,
             rootfs: None,
             netns_path: netns_path.as_deref(),
+            userns_path: user
+                .and(netns_path.as_deref())
+                .map(crate::net::netns::userns_pin)
+                .as_deref(),
             files: &files,
             host: &self.host,
             unprivileged_ports: false,

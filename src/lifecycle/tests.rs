@@ -125,7 +125,7 @@ fn pod_request() -> RunSandbox {
 /// The id the operation generated: the argument of its first recorded call.
 fn first_id(log: &CallLog) -> String {
     match log.calls().first() {
-        Some(Call::NetnsCreate(id) | Call::LeaseCreate(id)) => {
+        Some(Call::NetnsCreate(id, _) | Call::LeaseCreate(id)) => {
             id.strip_prefix("remora-create-").unwrap_or(id).to_string()
         }
         other => panic!("unexpected first call {other:?}"),
@@ -259,10 +259,15 @@ async fn run_sandbox_succeeds_in_order_and_drops_its_intent() {
     assert_eq!(
         calls[..8],
         [
-            Call::NetnsCreate(id.clone()),
+            Call::NetnsCreate(id.clone(), None),
             Call::CniAdd(id.clone()),
             Call::LeaseCreate(lease.clone()),
-            Call::SnapshotPrepare(lease.clone(), id.clone(), "sha256:pause-chain".into()),
+            Call::SnapshotPrepare(
+                lease.clone(),
+                id.clone(),
+                "sha256:pause-chain".into(),
+                vec![]
+            ),
             Call::RecordCreate(id.clone()),
             Call::TaskCreate(id.clone()),
             Call::TaskStart(id.clone()),
@@ -443,7 +448,7 @@ async fn create_container_succeeds_and_a_failed_lease_release_is_no_failure() {
         b.log.calls(),
         [
             Call::LeaseCreate(lease.clone()),
-            Call::SnapshotPrepare(lease.clone(), id.clone(), "sha256:app-chain".into()),
+            Call::SnapshotPrepare(lease.clone(), id.clone(), "sha256:app-chain".into(), vec![]),
             Call::RecordCreate(id.clone()),
             Call::LeaseDelete(lease),
         ]
@@ -727,6 +732,7 @@ fn remora_handler() -> HandlerRuntime {
                 binary_name: "crun".into(),
                 root: "/run/crun".into(),
                 systemd_cgroup: false,
+                ..Default::default()
             }),
         },
         runtime_path: "/opt/bin/containerd-shim-remora-v2".into(),
@@ -1157,4 +1163,157 @@ async fn stopping_a_container_whose_shim_died_waits_for_the_reaping() {
         b.pods.containers_store.get(&id).expect("indexed").state(),
         ContainerState::Exited
     );
+}
+fn userns() -> crate::spec::UserNamespace {
+    let map = |host_id| crate::spec::IdMapping {
+        container_id: 0,
+        host_id,
+        length: 65536,
+    };
+    crate::spec::UserNamespace {
+        uids: map(100_000),
+        gids: map(200_000),
+    }
+}
+
+fn userns_pod_request() -> RunSandbox {
+    let mut req = pod_request();
+    req.config.security.namespaces.user = Some(userns());
+    req
+}
+
+/// `runc` (the default) claiming user namespaces.
+fn userns_handlers() -> RuntimeHandlers {
+    let mut runc = two_handlers("runc")
+        .resolve("runc")
+        .expect("runc")
+        .1
+        .clone();
+    runc.features.user_namespaces = true;
+    RuntimeHandlers::new(
+        "runc",
+        std::collections::BTreeMap::from([
+            ("runc".to_string(), runc),
+            ("remora".to_string(), remora_handler()),
+        ]),
+    )
+}
+
+fn idmap_labels() -> Vec<(String, String)> {
+    vec![
+        (
+            crate::lifecycle::userns::LABEL_GID_MAPPING.to_string(),
+            "0:200000:65536".to_string(),
+        ),
+        (
+            crate::lifecycle::userns::LABEL_UID_MAPPING.to_string(),
+            "0:100000:65536".to_string(),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_user_namespace_pod_on_a_handler_without_them_is_refused_before_anything_is_made() {
+    let b = bed_with_handlers(userns_handlers());
+    let mut req = userns_pod_request();
+    req.runtime_handler = "remora".into();
+    let err = b
+        .pods
+        .run_sandbox(req)
+        .await
+        .expect_err("remora claims none");
+    assert!(
+        matches!(&err, SandboxError::UserNamespacesUnsupported(h) if h == "remora"),
+        "{err:?}"
+    );
+    assert!(b.log.calls().is_empty(), "{:?}", b.log.calls());
+}
+
+#[tokio::test]
+async fn a_user_namespace_pod_gets_an_owned_netns_idmapped_rootfs_and_the_maps_in_its_spec() {
+    let b = bed_with_handlers(userns_handlers());
+    let id = b
+        .pods
+        .run_sandbox(userns_pod_request())
+        .await
+        .expect("a pod");
+    let lease = creation_lease_id(&id);
+    let calls = b.log.calls();
+    assert_eq!(calls[0], Call::NetnsCreate(id.clone(), Some(userns())));
+    assert_eq!(
+        calls[3],
+        Call::SnapshotPrepare(
+            lease,
+            id.clone(),
+            "sha256:pause-chain".into(),
+            idmap_labels()
+        )
+    );
+    let record = b.containerd.record(&id).expect("the pause record");
+    let spec: serde_json::Value = serde_json::from_slice(&record.spec).unwrap();
+    let netns = b.state_dir.join("netns").join(&id);
+    let user_ns = spec["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["type"] == "user")
+        .cloned()
+        .expect("a user namespace");
+    assert_eq!(user_ns["path"], format!("{}.userns", netns.display()));
+    assert_eq!(
+        spec["linux"]["uidMappings"],
+        serde_json::json!([{"containerID": 0, "hostID": 100000, "size": 65536}])
+    );
+    assert_eq!(
+        spec["linux"]["gidMappings"],
+        serde_json::json!([{"containerID": 0, "hostID": 200000, "size": 65536}])
+    );
+    // Persisted: a container created after a restart still finds the pod's maps.
+    let sb = b.pods.sandboxes.get(&id).unwrap().snapshot();
+    assert_eq!(sb.metadata.namespace_options.user, Some(userns()));
+
+    // A container asking for another user namespace (here: the host's) is refused.
+    let mut req = create_request(&id);
+    req.config.security.namespaces.user = None;
+    b.log.clear();
+    let err = b.pods.create_container(req).await.expect_err("a mismatch");
+    assert!(
+        matches!(err, ContainerError::UserNamespaceMismatch { .. }),
+        "{err:?}"
+    );
+    assert!(b.log.calls().is_empty(), "{:?}", b.log.calls());
+}
+
+#[tokio::test]
+async fn a_snapshotter_that_cannot_idmap_fails_the_pod_and_everything_is_undone() {
+    let b = bed_with_handlers(userns_handlers());
+    b.containerd.without_idmaps();
+    let err = b
+        .pods
+        .run_sandbox(userns_pod_request())
+        .await
+        .expect_err("no idmapped rootfs");
+    assert!(
+        matches!(&err, SandboxError::SnapshotterCannotIdmap(_)),
+        "{err:?}"
+    );
+    let id = first_id(&b.log);
+    let netns = b.state_dir.join("netns").join(&id);
+    // Refused right after the prepare: its undo and the earlier steps', newest first.
+    let calls = b.log.calls();
+    let after = calls
+        .iter()
+        .position(|c| matches!(c, Call::SnapshotPrepare(..)))
+        .expect("prepared");
+    assert_eq!(
+        calls[after + 1..],
+        [
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(creation_lease_id(&id)),
+            Call::CniDel(id.clone()),
+            Call::NetnsRemove(netns),
+        ]
+    );
+    assert!(b.pods.sandboxes.get(&id).is_err());
+    assert!(!b.containerd.has_record(&id));
 }

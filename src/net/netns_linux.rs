@@ -61,6 +61,9 @@ pub enum NetnsError {
     /// `unshare(CLONE_NEWNET)` failed (missing CAP_SYS_ADMIN, or namespaces disabled).
     #[error("cannot create a network namespace: unshare(CLONE_NEWNET): {0}")]
     Unshare(Errno),
+    /// The user namespace that is to own the network namespace could not be made.
+    #[error("cannot create a user namespace for a network namespace: {0}")]
+    Userns(#[from] crate::shim::userns::UsernsError),
     /// A link could not be brought up or down.
     #[error("cannot set link {ifname} {state}: {errno}")]
     Link {
@@ -125,6 +128,88 @@ impl NetnsDir {
     }
 }
 
+impl NetnsDir {
+    /// Creates a new network namespace at `<dir>/<name>` *owned by* a new user namespace with
+    /// the maps `uids` and `gids` (a user-namespaced pod's: its root must be able to configure
+    /// the network and mount sysfs, which only the owning user namespace allows), with `lo` up.
+    /// That user namespace is pinned too, at [`userns_pin`] of the returned path, for the pause
+    /// container to join (it must be the owner, not another namespace with the same maps).
+    /// Fails if either file exists; leaves nothing behind on failure; [`remove`] removes both.
+    pub async fn create_in_userns(
+        &self,
+        name: &str,
+        uids: crate::shim::userns::IdMap,
+        gids: crate::shim::userns::IdMap,
+    ) -> Result<PathBuf, NetnsError> {
+        validate_name(name)?;
+        let path = self.path_of(name);
+        let p = path.clone();
+        blocking(move || create_in_userns_at(&p, uids, gids)).await??;
+        Ok(path)
+    }
+}
+
+/// Where the user namespace owning the network namespace at `netns` is pinned (a bind mount
+/// beside it), for a pod with a user namespace of its own; see [`NetnsDir::create_in_userns`].
+pub fn userns_pin(netns: &Path) -> PathBuf {
+    let mut p = netns.as_os_str().to_owned();
+    p.push(".userns");
+    PathBuf::from(p)
+}
+
+fn create_in_userns_at(
+    path: &Path,
+    uids: crate::shim::userns::IdMap,
+    gids: crate::shim::userns::IdMap,
+) -> Result<(), NetnsError> {
+    let pin = userns_pin(path);
+    // Mount points first (create_new: never two pods on one); on failure only what was made
+    // here is removed, never another pod's namespace.
+    let create = |p: &Path| {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+            .map(drop)
+            .map_err(|source| NetnsError::Io {
+                action: "create mount point",
+                path: p.to_path_buf(),
+                source,
+            })
+    };
+    create(path)?;
+    if let Err(e) = create(&pin) {
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    let made = (|| {
+        // The helper holds both namespaces until they are bind-mounted; it goes when `helper`
+        // is dropped.
+        let helper = crate::shim::userns::UsernsHelper::spawn(uids, gids, true)?;
+        for (ns, target) in [("net", path), ("user", pin.as_path())] {
+            mount(
+                Some(&helper.ns_path(ns)),
+                target,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|errno| NetnsError::Mount {
+                action: "bind-mount the new namespace onto",
+                path: target.to_path_buf(),
+                errno,
+            })?;
+        }
+        drop(helper);
+        run_in(path, || set_link_up("lo", true))?
+    })();
+    if made.is_err() {
+        // Best effort, as in create_at: the creation error is the one worth reporting.
+        let _ = remove_blocking(path);
+    }
+    made
+}
+
 /// Undoes [`NetnsDir::prepare`] at a clean shutdown: unmounts the directory's self-bind mount,
 /// but only while it holds no namespace. Pods that keep running across a restart keep their
 /// namespaces mounted in it, so then it stays (the next start finds it shared already).
@@ -164,8 +249,9 @@ pub fn release_dir(dir: &Path) -> Result<bool, NetnsError> {
     }
 }
 
-/// Unmounts (lazily, `MNT_DETACH`) and deletes the namespace file at `path`. Idempotent: an
-/// absent file or one that is no longer mounted is fine.
+/// Unmounts (lazily, `MNT_DETACH`) and deletes the namespace file at `path`, and the user
+/// namespace pinned beside it ([`userns_pin`]) if there is one. Idempotent: an absent file or
+/// one that is no longer mounted is fine.
 pub async fn remove(path: &Path) -> Result<(), NetnsError> {
     let p = path.to_path_buf();
     blocking(move || remove_blocking(&p)).await?
@@ -357,6 +443,12 @@ fn create_at(path: &Path) -> Result<(), NetnsError> {
 }
 
 fn remove_blocking(path: &Path) -> Result<(), NetnsError> {
+    // A user-namespaced pod's pinned user namespace first (absent for the others).
+    remove_one(&userns_pin(path))?;
+    remove_one(path)
+}
+
+fn remove_one(path: &Path) -> Result<(), NetnsError> {
     match umount2(path, MntFlags::MNT_DETACH) {
         // EINVAL: not a mount point (already unmounted); ENOENT: already gone.
         Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
@@ -409,6 +501,7 @@ pub(crate) mod tests {
     use super::*;
     use nix::ifaddrs::getifaddrs;
     use nix::net::if_::InterfaceFlags;
+    use std::os::fd::FromRawFd;
 
     /// Fails (never skips) when not root: these tests are the only proof the namespace code
     /// works, and this machine runs them as root.
@@ -491,6 +584,45 @@ pub(crate) mod tests {
         assert!(!is_netns(&path).unwrap());
         // Idempotent.
         remove(&path).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_netns_in_a_user_namespace_is_owned_by_it_and_removed_with_it() {
+        use std::os::unix::fs::MetadataExt;
+        require_root();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("netns");
+        let nsdir = NetnsDir::prepare(&dir).await.unwrap();
+        let _guard = DirMount(dir.clone());
+        let map = crate::shim::userns::IdMap {
+            inside: 0,
+            outside: 300_000,
+            length: 65536,
+        };
+        let path = nsdir.create_in_userns("pod-u", map, map).await.unwrap();
+        let pin = userns_pin(&path);
+        assert_eq!(pin, dir.join("pod-u.userns"));
+        assert!(is_netns(&path).unwrap() && is_netns(&pin).unwrap());
+        // The pinned namespace is a user namespace other than ours, and owns the netns:
+        // NS_GET_USERNS (ioctl 0xb701) of the netns is the pinned one.
+        let own = std::fs::metadata("/proc/self/ns/user").unwrap().ino();
+        let pinned = std::fs::metadata(&pin).unwrap().ino();
+        assert_ne!(pinned, own);
+        let netns = File::open(&path).unwrap();
+        // SAFETY: NS_GET_USERNS takes no argument and returns a new fd.
+        let owner = unsafe { libc::ioctl(netns.as_raw_fd(), 0xb701) };
+        assert!(owner >= 0, "NS_GET_USERNS: {}", Errno::last());
+        // SAFETY: a new fd owned here.
+        let owner = unsafe { File::from_raw_fd(owner) };
+        assert_eq!(owner.metadata().unwrap().ino(), pinned);
+        drop(owner);
+        // The helper is gone and a second pod of that name is refused.
+        assert!(nsdir.create_in_userns("pod-u", map, map).await.is_err());
+        assert!(is_netns(&path).unwrap() && is_netns(&pin).unwrap());
+
+        remove(&path).await.unwrap();
+        assert!(!path.exists() && !pin.exists());
+        assert!(mounts_under(&path).is_empty() && mounts_under(&pin).is_empty());
     }
 
     #[tokio::test]

@@ -72,6 +72,16 @@ pub enum ShimError {
         /// The error.
         source: nix::Error,
     },
+    /// An idmapped rootfs (a user-namespaced pod's `uidmap=`/`gidmap=` mount options) could
+    /// not be made.
+    #[error("rootfs of {id}: idmap: {source}")]
+    Idmap {
+        /// The container id.
+        id: String,
+        /// Why.
+        #[source]
+        source: crate::shim::userns::UsernsError,
+    },
     /// A file of the bundle could not be read or written.
     #[error("{path}: {source}")]
     BundleFile {
@@ -121,6 +131,7 @@ impl ShimError {
                 ..
             } => Code::NOT_FOUND,
             ShimError::Rootfs { .. }
+            | ShimError::Idmap { .. }
             | ShimError::BundleFile { .. }
             | ShimError::Runc(_)
             | ShimError::Io(_)

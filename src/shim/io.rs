@@ -138,6 +138,17 @@ pub enum IoError {
         #[source]
         source: io::Error,
     },
+    /// The child's pipe ends could not be given to the process's owner.
+    #[error("chown of the stdio pipes to {uid}:{gid}: {source}")]
+    Chown {
+        /// The owner uid.
+        uid: u32,
+        /// The owner gid.
+        gid: u32,
+        /// The error.
+        #[source]
+        source: nix::Error,
+    },
     /// Registering an fd with the tokio reactor failed.
     #[error("{stream}: registering {what} with the tokio reactor: {source}")]
     Register {
@@ -265,6 +276,10 @@ pub struct IoSpec {
     pub stderr: String,
     /// Run the process on a pty (a console socket for the runtime).
     pub terminal: bool,
+    /// Owner (uid, gid) of the child's pipe ends, if not the shim: a user-namespaced
+    /// container's root on the host, which must be able to reopen them (`/dev/stdout`), as the
+    /// Go shim's `IoUid`/`IoGid`.
+    pub owner: Option<(u32, u32)>,
 }
 
 /// One process's IO.
@@ -1082,6 +1097,19 @@ impl ProcessIo {
                 stdin,
             }
         };
+        if let Some((uid, gid)) = spec.owner {
+            for fd in [&child.stdin, &child.stdout, &child.stderr]
+                .into_iter()
+                .flatten()
+            {
+                nix::unistd::fchown(
+                    fd,
+                    Some(nix::unistd::Uid::from_raw(uid)),
+                    Some(nix::unistd::Gid::from_raw(gid)),
+                )
+                .map_err(|source| IoError::Chown { uid, gid, source })?;
+            }
+        }
 
         Ok(ProcessIo {
             log,

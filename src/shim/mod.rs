@@ -33,6 +33,7 @@ pub mod publisher;
 pub mod reaper;
 pub mod runc;
 pub mod service;
+pub mod userns;
 
 /// The shim's entry point: parses the command line, runs the action, returns the exit code.
 pub fn main() -> i32 {

@@ -114,6 +114,13 @@ pub struct RuntimeOptions {
     pub no_pivot_root: bool,
     /// `--no-new-keyring`.
     pub no_new_keyring: bool,
+    /// Owner uid of the processes' stdio pipes (a user-namespaced container's root on the
+    /// host, so it can reopen `/dev/stdout`); with `io_gid`, 0 and 0 leave them the shim's.
+    #[serde(default)]
+    pub io_uid: u32,
+    /// Owner gid of the stdio pipes.
+    #[serde(default)]
+    pub io_gid: u32,
 }
 
 impl RuntimeOptions {
@@ -139,6 +146,8 @@ impl RuntimeOptions {
                     systemd_cgroup: o.systemd_cgroup,
                     no_pivot_root: o.no_pivot_root,
                     no_new_keyring: o.no_new_keyring,
+                    io_uid: o.io_uid,
+                    io_gid: o.io_gid,
                 })
             }
             "runtimeoptions.v1.Options" => {
@@ -160,13 +169,26 @@ impl RuntimeOptions {
         let t: toml::Table = toml::from_str(body).map_err(|e| e.to_string())?;
         let s = |k: &str| t.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
         let b = |k: &str| t.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
+        let n = |k: &str| {
+            t.get(k)
+                .and_then(|v| v.as_integer())
+                .and_then(|i| u32::try_from(i).ok())
+                .unwrap_or(0)
+        };
         Ok(RuntimeOptions {
             binary_name: s("BinaryName"),
             root: s("Root"),
             systemd_cgroup: b("SystemdCgroup"),
             no_pivot_root: b("NoPivotRoot"),
             no_new_keyring: b("NoNewKeyring"),
+            io_uid: n("IoUid"),
+            io_gid: n("IoGid"),
         })
+    }
+
+    /// Who owns the processes' stdio pipes, if not the shim (`IoUid`/`IoGid`).
+    pub fn io_owner(&self) -> Option<(u32, u32)> {
+        (self.io_uid != 0 || self.io_gid != 0).then_some((self.io_uid, self.io_gid))
     }
 
     /// The OCI runtime binary.
@@ -327,6 +349,8 @@ struct Container {
     oom_watch: Mutex<Option<OomWatch>>,
     /// OOM kills reported so far (the cgroup's counter when the last TaskOOM went out).
     ooms_reported: Mutex<u64>,
+    /// Owner of its processes' stdio pipes (the task options' `io_uid`/`io_gid`), execs too.
+    io_owner: Option<(u32, u32)>,
 }
 
 impl Container {
@@ -455,6 +479,7 @@ impl Service {
                 stdout: req.stdout.clone(),
                 stderr: req.stderr.clone(),
                 terminal: req.terminal,
+                owner: opts.io_owner(),
             },
             Vec::new(),
         ));
@@ -476,6 +501,7 @@ impl Service {
             cgroup,
             oom_watch: Mutex::new(None),
             ooms_reported: Mutex::new(baseline),
+            io_owner: opts.io_owner(),
         });
         // Right after create, before the process runs user code: an early OOM is caught.
         if let Some(cg) = &c.cgroup {
@@ -521,6 +547,7 @@ impl Service {
             stdout: req.stdout.clone(),
             stderr: req.stderr.clone(),
             terminal: req.terminal,
+            owner: opts.io_owner(),
         };
         let mut io = ProcessIo::prepare(
             &spec,
@@ -808,6 +835,7 @@ impl Service {
                 stdout: req.stdout.clone(),
                 stderr: req.stderr.clone(),
                 terminal: req.terminal,
+                owner: c.io_owner,
             };
             execs.insert(
                 req.exec_id.clone(),
@@ -1435,6 +1463,110 @@ fn mount_options(options: &[String]) -> (nix::mount::MsFlags, String) {
     (flags, data.join(","))
 }
 
+/// The maps of a user-namespaced pod's rootfs mount (containerd's overlayfs snapshotter adds
+/// `uidmap=0:<host>:<len>` and `gidmap=…` options when asked for an idmapped snapshot), and the
+/// other options.
+fn split_idmap_options(
+    options: &[String],
+) -> (
+    Option<(crate::shim::userns::IdMap, crate::shim::userns::IdMap)>,
+    Vec<String>,
+) {
+    let (mut uid, mut gid, mut rest) = (None, None, Vec::new());
+    for o in options {
+        if let Some(v) = o.strip_prefix("uidmap=") {
+            uid = Some(v);
+        } else if let Some(v) = o.strip_prefix("gidmap=") {
+            gid = Some(v);
+        } else {
+            rest.push(o.clone());
+        }
+    }
+    let maps = match (uid, gid) {
+        (Some(u), Some(g)) => {
+            crate::shim::userns::IdMap::parse(u).zip(crate::shim::userns::IdMap::parse(g))
+        }
+        _ => None,
+    };
+    (maps, rest)
+}
+
+/// An idmapped rootfs mount, as containerd's mount code makes it for its Go shim: for overlay,
+/// each lower layer is bound read-only and idmapped through a user namespace with the maps
+/// (Linux 5.19 lets overlayfs stack on idmapped layers) under `scratch`, the overlay is mounted
+/// over those, and the idmapped binds are detached (the overlay holds what it needs); a bind
+/// mount is itself made idmapped. The upper layer is not idmapped: the pod's root writes as
+/// its host ID (the snapshotter chowned the upper root to it).
+fn mount_idmapped(
+    id: &str,
+    m: &containerd_shim_protos::types::mount::Mount,
+    options: &[String],
+    maps: (crate::shim::userns::IdMap, crate::shim::userns::IdMap),
+    target: &Path,
+    scratch: &Path,
+) -> Result<(), ShimError> {
+    use nix::mount::{mount, umount2, MntFlags};
+    let idmap_err = |source| ShimError::Idmap {
+        id: id.to_string(),
+        source,
+    };
+    let helper =
+        crate::shim::userns::UsernsHelper::spawn(maps.0, maps.1, false).map_err(idmap_err)?;
+    let userns = helper.userns_fd().map_err(idmap_err)?;
+    let (flags, _) = mount_options(options);
+    if m.type_ != "overlay" {
+        return crate::shim::userns::idmapped_bind(
+            Path::new(&m.source),
+            target,
+            &userns,
+            flags.contains(nix::mount::MsFlags::MS_RDONLY),
+        )
+        .map_err(idmap_err);
+    }
+    let mut layers = Vec::new();
+    let mut rewritten = Vec::with_capacity(options.len());
+    let result = (|| {
+        for o in options {
+            let Some(lower) = o.strip_prefix("lowerdir=") else {
+                rewritten.push(o.clone());
+                continue;
+            };
+            let mut idmapped = Vec::new();
+            for (i, dir) in lower.split(':').enumerate() {
+                let at = scratch.join(i.to_string());
+                std::fs::create_dir_all(&at).map_err(|source| ShimError::BundleFile {
+                    path: at.display().to_string(),
+                    source,
+                })?;
+                crate::shim::userns::idmapped_bind(Path::new(dir), &at, &userns, true)
+                    .map_err(idmap_err)?;
+                layers.push(at.clone());
+                idmapped.push(at.display().to_string());
+            }
+            rewritten.push(format!("lowerdir={}", idmapped.join(":")));
+        }
+        let (flags, data) = mount_options(&rewritten);
+        mount(
+            Some(m.source.as_str()),
+            target,
+            Some("overlay"),
+            flags,
+            Some(data.as_str()),
+        )
+        .map_err(|source| ShimError::Rootfs {
+            id: id.to_string(),
+            op: "mount",
+            target: target.display().to_string(),
+            source,
+        })
+    })();
+    for l in layers.iter().rev() {
+        let _ = umount2(l, MntFlags::MNT_DETACH);
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    result
+}
+
 /// Mounts the rootfs containerd prepared (overlay or bind mounts, in order) on `target`.
 fn mount_rootfs(
     id: &str,
@@ -1457,6 +1589,16 @@ fn mount_rootfs(
         }
     }
     for (done, m) in mounts.iter().enumerate() {
+        if let (Some(maps), options) = split_idmap_options(&m.options) {
+            let scratch = target.with_file_name(format!("idmapped-layers-{done}"));
+            if let Err(e) = mount_idmapped(id, m, &options, maps, target, &scratch) {
+                for _ in 0..done {
+                    let _ = nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH);
+                }
+                return Err(e);
+            }
+            continue;
+        }
         let (flags, data) = mount_options(&m.options);
         let data = (!data.is_empty()).then_some(data.as_str());
         let kind = (!m.type_.is_empty()).then_some(m.type_.as_str());

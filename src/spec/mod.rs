@@ -266,6 +266,9 @@ pub struct SandboxInputs<'a> {
     pub rootfs: Option<&'a Path>,
     /// The pod's network namespace bind mount (unless host network).
     pub netns_path: Option<&'a Path>,
+    /// For a pod with a user namespace of its own and a network namespace: the pinned user
+    /// namespace that owns the network namespace, for pause to join.
+    pub userns_path: Option<&'a Path>,
     /// Files prepared for the pod.
     pub files: &'a SandboxFiles,
     /// Host facts.
@@ -487,12 +490,14 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
         sec.namespaces.network == NamespaceMode::Node,
         host_ipc,
     )?;
+    let userns = sec.namespaces.user.as_ref();
     let plan = mounts::container_mounts(
         &cfg.mounts,
         &inputs.sandbox.files,
         sec.readonly_rootfs,
         host_ipc,
         sec.privileged,
+        userns.map(|u| (u, sec.namespaces.network == NamespaceMode::Node)),
     )?;
 
     let mut linux = LinuxBuilder::default()
@@ -522,6 +527,9 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
     if let Some(prop) = plan.rootfs_propagation {
         linux = linux.rootfs_propagation(prop);
     }
+    if let Some(u) = userns {
+        linux = with_id_mappings(linux, u)?;
+    }
 
     let mut spec = SpecBuilder::default()
         .version(oci_spec::runtime::VERSION)
@@ -542,6 +550,13 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
         spec,
         host_dirs_to_create: plan.host_dirs_to_create,
     })
+}
+
+/// `linux.uidMappings` and `gidMappings` of a user namespace of the pod's own.
+fn with_id_mappings(linux: LinuxBuilder, u: &UserNamespace) -> Result<LinuxBuilder, SpecError> {
+    Ok(linux
+        .uid_mappings(mounts::linux_id_mappings(&[u.uids])?)
+        .gid_mappings(mounts::linux_id_mappings(&[u.gids])?))
 }
 
 /// The OCI spec of a pod's pause container.
@@ -636,6 +651,7 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
         .namespaces(namespaces::sandbox_namespaces(
             &sec.namespaces,
             inputs.netns_path,
+            inputs.userns_path,
         )?)
         .masked_paths(security::masked_paths(
             sec.masked_paths.as_deref(),
@@ -652,6 +668,9 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
     if let Some(path) = cgroups_path(&cfg.cgroup_parent, inputs.id) {
         linux = linux.cgroups_path(path);
     }
+    if let Some(u) = &sec.namespaces.user {
+        linux = with_id_mappings(linux, u)?;
+    }
 
     let spec = SpecBuilder::default()
         .version(oci_spec::runtime::VERSION)
@@ -661,6 +680,7 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
             inputs.files,
             sec.namespaces.ipc == NamespaceMode::Node,
             sec.privileged,
+            sec.namespaces.user.as_ref().map(|u| (u, host_network)),
         )?)
         .linux(linux.build()?)
         .annotations(sandbox_annotations(inputs.id, cfg, inputs.image_name));

@@ -7,15 +7,21 @@
 //! CRI mounts as recursive binds. Default mounts at a path the CRI mounts cover are dropped,
 //! as is everything under `/dev` when `/dev` itself is mounted.
 //!
+//! For a pod with a user namespace of its own, the mounts remora makes (the pod's files and
+//! `/dev/shm`) are idmapped with the pod's maps (OCI `uidMappings`/`gidMappings` on the mount;
+//! the OCI runtime makes an idmapped mount, runc ≥ 1.2), so the host's root-owned files appear
+//! owned by the pod's root rather than `nobody`; CRI mounts carry the maps the request gives
+//! them (containerd's rules).
+//!
 //! Binds are ordered by path depth (stable) so a parent never shadows a child mounted
 //! earlier. containerd creates a missing bind source as a directory; here that decision is
 //! returned as data ([`MountPlan::host_dirs_to_create`]) so this module does no I/O.
 
 use std::path::{Component, Path, PathBuf};
 
-use oci_spec::runtime::{Mount, MountBuilder};
+use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder, Mount, MountBuilder};
 
-use super::types::{MountPropagation, MountRequest, SandboxFiles};
+use super::types::{IdMapping, MountPropagation, MountRequest, SandboxFiles, UserNamespace};
 use super::SpecError;
 
 /// Where the sandbox's hostname file goes.
@@ -142,24 +148,68 @@ fn bind(m: &MountRequest, dest: &str) -> Result<Mount, SpecError> {
     if m.recursive_read_only {
         options.push("rro".to_owned());
     }
-    Ok(MountBuilder::default()
+    let mut b = MountBuilder::default()
         .destination(dest)
         .typ("bind")
         .source(&m.host_path)
-        .options(options)
-        .build()?)
+        .options(options);
+    if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
+        b = b
+            .uid_mappings(linux_id_mappings(&m.uid_mappings)?)
+            .gid_mappings(linux_id_mappings(&m.gid_mappings)?);
+    }
+    Ok(b.build()?)
+}
+
+/// OCI `LinuxIDMapping`s of `maps`.
+pub fn linux_id_mappings(maps: &[IdMapping]) -> Result<Vec<LinuxIdMapping>, SpecError> {
+    maps.iter()
+        .map(|m| {
+            Ok(LinuxIdMappingBuilder::default()
+                .container_id(m.container_id)
+                .host_id(m.host_id)
+                .size(m.length)
+                .build()?)
+        })
+        .collect()
+}
+
+/// The idmaps of a mount remora makes itself (pod files, `/dev/shm`) for a pod with user
+/// namespace `user`: the pod's maps, so root-owned host files appear owned by the pod's root,
+/// as containerd maps its own mounts of such a pod.
+fn own_mount_maps(user: Option<&UserNamespace>) -> (Vec<IdMapping>, Vec<IdMapping>) {
+    match user {
+        Some(u) => (vec![u.uids], vec![u.gids]),
+        None => (Vec::new(), Vec::new()),
+    }
+}
+
+/// In place of sysfs, for a user-namespaced pod on the host's network: mounting sysfs needs
+/// the user namespace to own the network namespace (EPERM otherwise), so the host's is bound
+/// read-only, as containerd does.
+fn host_sys_bind() -> Result<Mount, SpecError> {
+    mount(
+        "/sys",
+        "bind",
+        "/sys",
+        &["rbind", "rro", "nosuid", "nodev", "noexec"],
+    )
 }
 
 /// All mounts of a container.
 ///
 /// `host_ipc`: the container uses the host IPC namespace, so it gets the host's `/dev/shm`.
+/// `user`: the pod's own user namespace, if it has one: the pod's files and `/dev/shm` are then
+/// idmapped with its maps.
 pub fn container_mounts(
     requested: &[MountRequest],
     files: &SandboxFiles,
     readonly_rootfs: bool,
     host_ipc: bool,
     privileged: bool,
+    user: Option<(&UserNamespace, bool)>,
 ) -> Result<MountPlan, SpecError> {
+    let (uid_mappings, gid_mappings) = own_mount_maps(user.map(|(u, _)| u));
     let mut cri: Vec<(String, &MountRequest)> = Vec::with_capacity(requested.len());
     for m in requested {
         if !m.host_path.is_absolute() {
@@ -181,6 +231,8 @@ pub fn container_mounts(
                 container_path: dest.to_owned(),
                 host_path: src.clone(),
                 readonly: readonly_rootfs,
+                uid_mappings: uid_mappings.clone(),
+                gid_mappings: gid_mappings.clone(),
                 ..MountRequest::default()
             })
     };
@@ -197,6 +249,8 @@ pub fn container_mounts(
         extra.push(MountRequest {
             container_path: DEV_SHM.to_owned(),
             host_path: shm,
+            uid_mappings: uid_mappings.clone(),
+            gid_mappings: gid_mappings.clone(),
             ..MountRequest::default()
         });
     }
@@ -211,9 +265,15 @@ pub fn container_mounts(
     let bind_dests: Vec<&str> = binds.iter().map(|(d, _)| d.as_str()).collect();
     let dev_mounted = bind_dests.contains(&"/dev");
     let mut plan = MountPlan::default();
+    // A user-namespaced pod on the host network (the bool) cannot mount sysfs.
+    let sys_bound = matches!(user, Some((_, true)));
     for m in default_mounts(privileged)? {
         let dest = m.destination().to_string_lossy();
         if bind_dests.contains(&dest.as_ref()) || (dev_mounted && dest.starts_with("/dev/")) {
+            continue;
+        }
+        if sys_bound && dest == "/sys" {
+            plan.mounts.push(host_sys_bind()?);
             continue;
         }
         plan.mounts.push(m);
@@ -243,34 +303,52 @@ pub fn container_mounts(
 /// The pause container's mounts: the defaults with the sandbox's `/dev/shm` (the host's for
 /// host IPC) bound read-only in place of the tmpfs — pause never writes it, the containers
 /// do — and, when given, the DNS/hosts files read-only.
+///
+/// `user`: the pod's own user namespace and whether the pod is on the host's network, as for
+/// [`container_mounts`].
 pub fn sandbox_mounts(
     files: &SandboxFiles,
     host_ipc: bool,
     privileged: bool,
+    user: Option<(&UserNamespace, bool)>,
 ) -> Result<Vec<Mount>, SpecError> {
+    let (uid_mappings, gid_mappings) = own_mount_maps(user.map(|(u, _)| u));
+    let sys_bound = matches!(user, Some((_, true)));
     let shm = if host_ipc {
         Some(PathBuf::from(DEV_SHM))
     } else {
         files.shm.clone()
     };
-    let mut mounts: Vec<Mount> = default_mounts(privileged)?
-        .into_iter()
-        .filter(|m| shm.is_none() || m.destination() != Path::new(DEV_SHM))
-        .collect();
+    let mut mounts: Vec<Mount> = Vec::new();
+    for m in default_mounts(privileged)? {
+        if shm.is_some() && m.destination() == Path::new(DEV_SHM) {
+            continue;
+        }
+        if sys_bound && m.destination() == Path::new("/sys") {
+            mounts.push(host_sys_bind()?);
+            continue;
+        }
+        mounts.push(m);
+    }
     if let Some(shm) = shm {
-        mounts.push(
-            MountBuilder::default()
-                .destination(DEV_SHM)
-                .typ("bind")
-                .source(shm)
-                .options(
-                    ["rbind", "ro", "nosuid", "nodev", "noexec"]
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect::<Vec<_>>(),
-                )
-                .build()?,
-        );
+        // nosuid, nodev, noexec: with a user namespace, a bind of a mount with those flags
+        // cannot drop them (EPERM); pause needs none of what they forbid anyway.
+        let mut b = MountBuilder::default()
+            .destination(DEV_SHM)
+            .typ("bind")
+            .source(shm)
+            .options(
+                ["rbind", "ro", "nosuid", "nodev", "noexec"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>(),
+            );
+        if user.is_some() {
+            b = b
+                .uid_mappings(linux_id_mappings(&uid_mappings)?)
+                .gid_mappings(linux_id_mappings(&gid_mappings)?);
+        }
+        mounts.push(b.build()?);
     }
     for (dest, src) in [
         (ETC_HOSTNAME, &files.hostname),
@@ -282,6 +360,8 @@ pub fn sandbox_mounts(
                 container_path: dest.to_owned(),
                 host_path: src.clone(),
                 readonly: true,
+                uid_mappings: uid_mappings.clone(),
+                gid_mappings: gid_mappings.clone(),
                 ..MountRequest::default()
             };
             mounts.push(bind(&file, dest)?);
@@ -365,7 +445,7 @@ mod tests {
 
     #[test]
     fn sandbox_files_and_shm_are_bound() {
-        let plan = container_mounts(&[], &files(), false, false, false).unwrap();
+        let plan = container_mounts(&[], &files(), false, false, false, None).unwrap();
         let shm = find(&plan.mounts, "/dev/shm");
         assert_eq!(shm.typ().as_deref(), Some("bind"));
         assert_eq!(
@@ -389,7 +469,7 @@ mod tests {
 
     #[test]
     fn readonly_rootfs_makes_etc_files_readonly_but_not_shm() {
-        let plan = container_mounts(&[], &files(), true, false, false).unwrap();
+        let plan = container_mounts(&[], &files(), true, false, false, None).unwrap();
         for f in [ETC_HOSTS, RESOLV_CONF, ETC_HOSTNAME] {
             assert!(opts(find(&plan.mounts, f)).contains(&"ro".into()), "{f}");
         }
@@ -398,10 +478,11 @@ mod tests {
 
     #[test]
     fn without_sandbox_shm_the_tmpfs_stays_and_host_ipc_uses_host_shm() {
-        let plan = container_mounts(&[], &SandboxFiles::default(), false, false, false).unwrap();
+        let plan =
+            container_mounts(&[], &SandboxFiles::default(), false, false, false, None).unwrap();
         assert_eq!(find(&plan.mounts, DEV_SHM).typ().as_deref(), Some("tmpfs"));
         assert!(!dests(&plan.mounts).contains(&ETC_HOSTS.to_owned()));
-        let plan = container_mounts(&[], &files(), false, true, false).unwrap();
+        let plan = container_mounts(&[], &files(), false, true, false, None).unwrap();
         assert_eq!(
             find(&plan.mounts, DEV_SHM).source().as_deref(),
             Some(Path::new("/dev/shm"))
@@ -411,7 +492,7 @@ mod tests {
     #[test]
     fn cri_mounts_override_sandbox_files_and_defaults() {
         let reqs = vec![req("/etc/hosts/", "/my/hosts"), req("/dev", "/host/dev")];
-        let plan = container_mounts(&reqs, &files(), false, false, false).unwrap();
+        let plan = container_mounts(&reqs, &files(), false, false, false, None).unwrap();
         assert_eq!(
             find(&plan.mounts, ETC_HOSTS).source().as_deref(),
             Some(Path::new("/my/hosts"))
@@ -444,7 +525,8 @@ mod tests {
                 ..req("/a/b", "/h/b")
             },
         ];
-        let plan = container_mounts(&reqs, &SandboxFiles::default(), false, false, false).unwrap();
+        let plan =
+            container_mounts(&reqs, &SandboxFiles::default(), false, false, false, None).unwrap();
         let d = dests(&plan.mounts);
         let pos = |p: &str| d.iter().position(|x| x == p).unwrap();
         assert!(pos("/a") < pos("/a/b") && pos("/a/b") < pos("/a/b/c"));
@@ -469,7 +551,8 @@ mod tests {
             recursive_read_only: true,
             ..req("/data", "/h/data")
         }];
-        let plan = container_mounts(&reqs, &SandboxFiles::default(), false, false, false).unwrap();
+        let plan =
+            container_mounts(&reqs, &SandboxFiles::default(), false, false, false, None).unwrap();
         assert_eq!(
             opts(find(&plan.mounts, "/data")),
             ["rbind", "rprivate", "ro", "rro"]
@@ -492,6 +575,7 @@ mod tests {
             false,
             false,
             false,
+            None,
         )
         .unwrap();
         assert_eq!(opts(find(&plan.mounts, "/s")), ["rbind", "rslave", "rw"]);
@@ -502,6 +586,7 @@ mod tests {
             false,
             false,
             false,
+            None,
         )
         .unwrap();
         assert_eq!(opts(find(&plan.mounts, "/b")), ["rbind", "rshared", "rw"]);
@@ -516,6 +601,7 @@ mod tests {
             false,
             false,
             false,
+            None,
         )
         .unwrap_err();
         assert!(matches!(err, SpecError::InvalidMountDestination { .. }));
@@ -525,6 +611,7 @@ mod tests {
             false,
             false,
             false,
+            None,
         )
         .unwrap_err();
         assert!(matches!(err, SpecError::InvalidMountDestination { .. }));
@@ -534,6 +621,7 @@ mod tests {
             false,
             false,
             false,
+            None,
         )
         .unwrap_err();
         assert!(matches!(err, SpecError::InvalidMountSource { .. }));
@@ -541,13 +629,14 @@ mod tests {
 
     #[test]
     fn privileged_container_gets_writable_sysfs() {
-        let plan = container_mounts(&[], &SandboxFiles::default(), false, false, true).unwrap();
+        let plan =
+            container_mounts(&[], &SandboxFiles::default(), false, false, true, None).unwrap();
         assert!(opts(find(&plan.mounts, "/sys")).contains(&"rw".into()));
     }
 
     #[test]
     fn sandbox_mounts_bind_shm_readonly() {
-        let ms = sandbox_mounts(&files(), false, false).unwrap();
+        let ms = sandbox_mounts(&files(), false, false, None).unwrap();
         let shm = find(&ms, DEV_SHM);
         assert_eq!(
             shm.source().as_deref(),
@@ -556,9 +645,9 @@ mod tests {
         assert_eq!(opts(shm), ["rbind", "ro", "nosuid", "nodev", "noexec"]);
         assert_eq!(dests(&ms).iter().filter(|d| *d == DEV_SHM).count(), 1);
         assert!(opts(find(&ms, RESOLV_CONF)).contains(&"ro".into()));
-        let ms = sandbox_mounts(&SandboxFiles::default(), false, false).unwrap();
+        let ms = sandbox_mounts(&SandboxFiles::default(), false, false, None).unwrap();
         assert_eq!(find(&ms, DEV_SHM).typ().as_deref(), Some("tmpfs"));
-        let ms = sandbox_mounts(&SandboxFiles::default(), true, false).unwrap();
+        let ms = sandbox_mounts(&SandboxFiles::default(), true, false, None).unwrap();
         assert_eq!(
             find(&ms, DEV_SHM).source().as_deref(),
             Some(Path::new("/dev/shm"))

@@ -4,6 +4,12 @@
 //! them through the pause process's `/proc/<pid>/ns/*` (the network namespace through its
 //! bind mount when there is one, which outlives the pause process). A namespace that is the
 //! host's is simply left out of the spec. Every container gets a new mount namespace.
+//!
+//! A pod with a user namespace of its own: the pause container joins the user namespace that
+//! owns the pod's network namespace (pinned beside it, see `crate::net::netns::userns_pin`),
+//! or makes a new one on the host's network; containers join the pause process's, as in
+//! containerd (`WithPodNamespaces`). The spec carries the maps too (`linux.uidMappings`), which
+//! runc checks against the namespace it joins.
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +42,12 @@ pub fn container_namespaces(
     target_pid: Option<u32>,
 ) -> Result<Vec<LinuxNamespace>, SpecError> {
     let mut out = vec![ns(LinuxNamespaceType::Mount, None)?];
+    if opts.user.is_some() {
+        out.push(ns(
+            LinuxNamespaceType::User,
+            Some(proc_ns(sandbox_pid, "user")),
+        )?);
+    }
     if opts.network != NamespaceMode::Node {
         let path = netns_path.map_or_else(|| proc_ns(sandbox_pid, "net"), Path::to_path_buf);
         out.push(ns(LinuxNamespaceType::Network, Some(path))?);
@@ -67,12 +79,20 @@ pub fn container_namespaces(
 }
 
 /// The namespaces of a pause container: new ones, the pod's network namespace by path, or
-/// the host's (left out) per the pod's options.
+/// the host's (left out) per the pod's options; with a user namespace of the pod's own, the
+/// one pinned at `userns_path` (the owner of the pod's network namespace), else a new one.
 pub fn sandbox_namespaces(
     opts: &NamespaceOptions,
     netns_path: Option<&Path>,
+    userns_path: Option<&Path>,
 ) -> Result<Vec<LinuxNamespace>, SpecError> {
     let mut out = vec![ns(LinuxNamespaceType::Mount, None)?];
+    if opts.user.is_some() {
+        out.push(ns(
+            LinuxNamespaceType::User,
+            userns_path.map(Path::to_path_buf),
+        )?);
+    }
     if opts.network != NamespaceMode::Node {
         out.push(ns(
             LinuxNamespaceType::Network,
@@ -136,6 +156,7 @@ mod tests {
             network: NamespaceMode::Node,
             pid: NamespaceMode::Node,
             ipc: NamespaceMode::Node,
+            user: None,
         };
         let list = container_namespaces(&opts, 42, Some(Path::new("/run/netns/x")), None).unwrap();
         assert_eq!(list.len(), 1);
@@ -170,6 +191,7 @@ mod tests {
         let list = sandbox_namespaces(
             &NamespaceOptions::default(),
             Some(Path::new("/run/netns/p")),
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -188,8 +210,9 @@ mod tests {
             network: NamespaceMode::Node,
             pid: NamespaceMode::Node,
             ipc: NamespaceMode::Node,
+            user: None,
         };
-        let list = sandbox_namespaces(&host, Some(Path::new("/run/netns/p"))).unwrap();
+        let list = sandbox_namespaces(&host, Some(Path::new("/run/netns/p")), None).unwrap();
         assert_eq!(list.len(), 1);
     }
 }

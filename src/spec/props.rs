@@ -84,7 +84,12 @@ fn mode() -> impl Strategy<Value = NamespaceMode> {
 }
 
 fn namespaces() -> impl Strategy<Value = NamespaceOptions> {
-    (mode(), mode(), mode()).prop_map(|(network, pid, ipc)| NamespaceOptions { network, pid, ipc })
+    (mode(), mode(), mode()).prop_map(|(network, pid, ipc)| NamespaceOptions {
+        network,
+        pid,
+        ipc,
+        user: None,
+    })
 }
 
 fn sysctls() -> impl Strategy<Value = HashMap<String, String>> {
@@ -215,6 +220,8 @@ prop_compose! {
                     propagation,
                     recursive_read_only: false,
                     image: None,
+                    uid_mappings: Vec::new(),
+                    gid_mappings: Vec::new(),
                 })
                 .collect(),
             devices: devices
@@ -434,6 +441,7 @@ fn sandbox_specs_are_valid_or_typed_errors() {
                         image_name: "pause",
                         rootfs: None,
                         netns_path: (!host_net).then_some(Path::new("/run/remora/netns/sb")),
+                        userns_path: None,
                         files: &files,
                         host: &host,
                         unprivileged_ports: ports,

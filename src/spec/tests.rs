@@ -328,6 +328,7 @@ fn host_network_and_ipc() {
     cfg.security.namespaces = NamespaceOptions {
         network: NamespaceMode::Node,
         ipc: NamespaceMode::Node,
+        user: None,
         pid: NamespaceMode::Pod,
     };
     let mut sb = sandbox();
@@ -428,6 +429,7 @@ fn build_sandbox(
         image_name: "registry.k8s.io/pause:3.10",
         rootfs: None,
         netns_path: Some(Path::new("/run/remora/netns/sb1")),
+        userns_path: None,
         files: &files,
         host: h,
         unprivileged_ports: true,
@@ -486,6 +488,7 @@ fn sandbox_security_and_host_namespaces() {
         network: NamespaceMode::Node,
         pid: NamespaceMode::Node,
         ipc: NamespaceMode::Node,
+        user: None,
     };
     cfg.security.run_as_user = Some(65535);
     cfg.security.supplemental_groups = vec![2000];

@@ -33,6 +33,32 @@ pub struct NamespaceOptions {
     pub pid: NamespaceMode,
     /// IPC namespace mode (`Pod` or `Node`).
     pub ipc: NamespaceMode,
+    /// The pod's own user namespace (CRI `userns_options.mode == POD`); `None` is the host's
+    /// (`NODE`, or no `userns_options`).
+    pub user: Option<UserNamespace>,
+}
+
+/// One line of an ID map (CRI `IDMapping`, OCI `LinuxIDMapping`): `length` IDs from
+/// `container_id` inside the namespace are `host_id`.. outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdMapping {
+    /// First ID inside the user namespace.
+    pub container_id: u32,
+    /// The host ID it maps to.
+    pub host_id: u32,
+    /// How many IDs (at least 1).
+    pub length: u32,
+}
+
+/// A user namespace of the pod's own, with one uid and one gid mapping line, each mapping
+/// container ID 0 (the adapter checks): containerd's rule, because the rootfs is shifted from
+/// container ID 0 by the snapshotter's single-range idmap labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserNamespace {
+    /// The uid mapping.
+    pub uids: IdMapping,
+    /// The gid mapping.
+    pub gids: IdMapping,
 }
 
 /// A seccomp profile request (CRI `SecurityProfile` for seccomp, or the deprecated path form
@@ -183,6 +209,11 @@ pub struct MountRequest {
     /// An image volume: the image's files are mounted here read-only. CreateContainer mounts
     /// the image on the host and sets `host_path` to it before the spec is generated.
     pub image: Option<ImageVolume>,
+    /// CRI `uid_mappings`: an idmapped mount (OCI `uidMappings`), for a user-namespaced pod.
+    /// Passed through as asked, as containerd does (set together with `gid_mappings`).
+    pub uid_mappings: Vec<IdMapping>,
+    /// CRI `gid_mappings`.
+    pub gid_mappings: Vec<IdMapping>,
 }
 
 /// CRI `Mount.image`: the image mounted, at its root. (`Mount.image_sub_path` is newer than

@@ -280,7 +280,9 @@ pub(crate) mod base64_bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{MountPropagation, NamespaceMode, NamespaceOptions};
+    use crate::spec::{
+        IdMapping, MountPropagation, NamespaceMode, NamespaceOptions, UserNamespace,
+    };
     use crate::store::container::{ContainerUser, ImageRefs, MountSummary, PodRef};
     use crate::store::status::ContainerState;
 
@@ -304,6 +306,7 @@ mod tests {
                 network: NamespaceMode::Node,
                 pid: NamespaceMode::Container,
                 ipc: NamespaceMode::Pod,
+                user: None,
             },
             cgroup_parent: "/kubepods/pod-u-1".into(),
             config_json: br#"{"metadata":{"name":"web"}}"#.to_vec(),
@@ -400,6 +403,31 @@ mod tests {
         assert_eq!(
             v["metadata"]["config_json"], "eyJtZXRhZGF0YSI6eyJuYW1lIjoid2ViIn19",
             "opaque bytes are base64"
+        );
+        assert_eq!(decode_extension::<SandboxMetadata>(&bytes).unwrap(), m);
+        assert!(
+            v["metadata"]["namespace_options"].get("user").is_none(),
+            "no user namespace, no key: records stay as before user namespaces"
+        );
+    }
+
+    #[test]
+    fn a_pods_user_namespace_round_trips() {
+        let mut m = sandbox();
+        let map = |host_id| IdMapping {
+            container_id: 0,
+            host_id,
+            length: 65536,
+        };
+        m.namespace_options.user = Some(UserNamespace {
+            uids: map(100_000),
+            gids: map(200_000),
+        });
+        let bytes = encode_extension(&m);
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            v["metadata"]["namespace_options"]["user"]["gids"]["host_id"],
+            200_000
         );
         assert_eq!(decode_extension::<SandboxMetadata>(&bytes).unwrap(), m);
     }

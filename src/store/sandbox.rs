@@ -305,11 +305,13 @@ impl SandboxStore {
 }
 
 /// The stable JSON form of [`NamespaceOptions`]: defined here, next to the persistence, so the
-/// spec module's Rust types can change without changing what is stored in containerd.
+/// spec module's Rust types can change without changing what is stored in containerd. A pod's
+/// own user namespace is stored as `user` (absent: the host's, as in records written before
+/// user namespaces).
 mod namespace_options_serde {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    use crate::spec::{NamespaceMode, NamespaceOptions};
+    use crate::spec::{IdMapping, NamespaceMode, NamespaceOptions, UserNamespace};
 
     #[derive(Serialize, Deserialize)]
     #[serde(remote = "NamespaceMode", rename_all = "SCREAMING_SNAKE_CASE")]
@@ -321,6 +323,44 @@ mod namespace_options_serde {
     }
 
     #[derive(Serialize, Deserialize)]
+    #[serde(remote = "IdMapping")]
+    struct IdMappingDef {
+        container_id: u32,
+        host_id: u32,
+        length: u32,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(remote = "UserNamespace")]
+    struct UserDef {
+        #[serde(with = "IdMappingDef")]
+        uids: IdMapping,
+        #[serde(with = "IdMappingDef")]
+        gids: IdMapping,
+    }
+
+    /// `Option<UserNamespace>` through [`UserDef`].
+    mod user_opt {
+        use super::*;
+
+        #[derive(Serialize, Deserialize)]
+        struct Wrap(#[serde(with = "UserDef")] UserNamespace);
+
+        pub(super) fn serialize<S: Serializer>(
+            v: &Option<UserNamespace>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            v.map(Wrap).serialize(s)
+        }
+
+        pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<UserNamespace>, D::Error> {
+            Ok(Option::<Wrap>::deserialize(d)?.map(|Wrap(u)| u))
+        }
+    }
+
+    #[derive(Serialize, Deserialize)]
     #[serde(remote = "NamespaceOptions")]
     struct OptionsDef {
         #[serde(with = "ModeDef")]
@@ -329,6 +369,8 @@ mod namespace_options_serde {
         pid: NamespaceMode,
         #[serde(with = "ModeDef")]
         ipc: NamespaceMode,
+        #[serde(with = "user_opt", default, skip_serializing_if = "Option::is_none")]
+        user: Option<UserNamespace>,
     }
 
     pub(super) fn serialize<S: Serializer>(v: &NamespaceOptions, s: S) -> Result<S::Ok, S::Error> {

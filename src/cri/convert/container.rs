@@ -294,7 +294,17 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
         propagation,
         recursive_read_only: m.recursive_read_only,
         image,
+        uid_mappings: m.uid_mappings.iter().map(id_mapping).collect(),
+        gid_mappings: m.gid_mappings.iter().map(id_mapping).collect(),
     })
+}
+
+fn id_mapping(m: &v1::IdMapping) -> crate::spec::IdMapping {
+    crate::spec::IdMapping {
+        container_id: m.container_id,
+        host_id: m.host_id,
+        length: m.length,
+    }
 }
 
 /// `Device` → [`DeviceRequest`], verbatim (the spec checks paths and permissions).

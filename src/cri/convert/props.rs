@@ -565,6 +565,7 @@ fn check_pod(
         image_name: "registry.k8s.io/pause:3.10",
         rootfs: None,
         netns_path: (!host_net).then_some(Path::new("/run/remora/netns/sb")),
+        userns_path: None,
         files: &files,
         host: &spec::HostFacts::default(),
         unprivileged_ports: true,

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use k8s_cri::v1;
 
-use super::{missing, unknown_enum, unsupported, ConvertError};
+use super::{missing, unknown_enum, ConvertError};
 use crate::spec::{
-    AppArmorProfile, NamespaceMode, NamespaceOptions, SeccompProfile, SecurityContext,
-    SupplementalGroupsPolicy,
+    AppArmorProfile, IdMapping, NamespaceMode, NamespaceOptions, SeccompProfile, SecurityContext,
+    SupplementalGroupsPolicy, UserNamespace,
 };
 
 fn namespace_mode(value: i32, field: String) -> Result<NamespaceMode, ConvertError> {
@@ -23,23 +23,95 @@ fn namespace_mode(value: i32, field: String) -> Result<NamespaceMode, ConvertErr
 
 /// `NamespaceOption` → [`NamespaceOptions`]. `prefix` is the CRI path of the message.
 ///
-/// A user namespace of the pod's own (`userns_options.mode == POD`) is refused: the spec
-/// has no user namespace support, and running such a pod in the host user namespace would
-/// give its root the host's root. `NODE` (or no `userns_options`) is the host namespace.
+/// `userns_options` as the CRI api.proto and containerd's `parseUsernsIDs` read it: absent or
+/// `NODE` is the host's user namespace (and `NODE` must carry no mappings); `POD` is a user
+/// namespace of the pod's own, see [`user_namespace`]; `CONTAINER` and `TARGET` are not
+/// defined for user namespaces (containerd: "unsupported user namespace mode").
 pub fn namespace_options(
     ns: &v1::NamespaceOption,
     prefix: &str,
 ) -> Result<NamespaceOptions, ConvertError> {
-    if let Some(u) = &ns.userns_options {
-        let field = format!("{prefix}.userns_options.mode");
-        if namespace_mode(u.mode, field.clone())? != NamespaceMode::Node {
-            return Err(unsupported(field));
-        }
-    }
+    let user = match &ns.userns_options {
+        Some(u) => user_namespace(u, &format!("{prefix}.userns_options"))?,
+        None => None,
+    };
     Ok(NamespaceOptions {
         network: namespace_mode(ns.network, format!("{prefix}.network"))?,
         pid: namespace_mode(ns.pid, format!("{prefix}.pid"))?,
         ipc: namespace_mode(ns.ipc, format!("{prefix}.ipc"))?,
+        user,
+    })
+}
+
+/// `UserNamespace` (at CRI path `prefix`) → the pod's own user namespace, `None` for the
+/// host's. `POD` takes exactly one uid and one gid mapping (containerd accepts one line only:
+/// the snapshotter shifts the rootfs by one range), each of length at least 1 and mapping
+/// container ID 0 (the rootfs's root must be someone inside).
+fn user_namespace(
+    u: &v1::UserNamespace,
+    prefix: &str,
+) -> Result<Option<UserNamespace>, ConvertError> {
+    let mode_field = format!("{prefix}.mode");
+    match namespace_mode(u.mode, mode_field.clone())? {
+        NamespaceMode::Node => {
+            for (field, maps) in [("uids", &u.uids), ("gids", &u.gids)] {
+                if !maps.is_empty() {
+                    return Err(ConvertError::Invalid {
+                        field: format!("{prefix}.{field}"),
+                        value: format!("{} mapping(s)", maps.len()),
+                        reason: "mode NODE (the host's user namespace) takes no mappings",
+                    });
+                }
+            }
+            Ok(None)
+        }
+        NamespaceMode::Pod => Ok(Some(UserNamespace {
+            uids: one_mapping(&u.uids, &format!("{prefix}.uids"))?,
+            gids: one_mapping(&u.gids, &format!("{prefix}.gids"))?,
+        })),
+        NamespaceMode::Container | NamespaceMode::Target => Err(ConvertError::Invalid {
+            field: mode_field,
+            value: v1::NamespaceMode::try_from(u.mode)
+                .map(|m| m.as_str_name().to_string())
+                .unwrap_or_else(|_| u.mode.to_string()),
+            reason: "a user namespace is the host's (NODE) or the pod's own (POD)",
+        }),
+    }
+}
+
+fn one_mapping(maps: &[v1::IdMapping], field: &str) -> Result<IdMapping, ConvertError> {
+    let [m] = maps else {
+        return Err(ConvertError::Invalid {
+            field: field.to_string(),
+            value: format!("{} mapping(s)", maps.len()),
+            reason: "mode POD takes exactly one mapping",
+        });
+    };
+    if m.length == 0 {
+        return Err(ConvertError::Invalid {
+            field: format!("{field}[0].length"),
+            value: "0".into(),
+            reason: "a mapping maps at least one ID",
+        });
+    }
+    if m.container_id != 0 {
+        return Err(ConvertError::Invalid {
+            field: format!("{field}[0].container_id"),
+            value: m.container_id.to_string(),
+            reason: "container ID 0 (the rootfs's owner) must be mapped",
+        });
+    }
+    if m.host_id.checked_add(m.length - 1).is_none() {
+        return Err(ConvertError::Invalid {
+            field: format!("{field}[0].host_id"),
+            value: m.host_id.to_string(),
+            reason: "host_id + length overflows 32 bits",
+        });
+    }
+    Ok(IdMapping {
+        container_id: m.container_id,
+        host_id: m.host_id,
+        length: m.length,
     })
 }
 

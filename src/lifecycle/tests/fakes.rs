@@ -43,7 +43,8 @@ pub enum Call {
     /// `Tasks::delete`.
     TaskDelete(String),
     /// `Snapshots::prepare` (lease, key, parent).
-    SnapshotPrepare(String, String, String),
+    /// Lease, key, parent, and the labels sorted.
+    SnapshotPrepare(String, String, String, Vec<(String, String)>),
     /// `Snapshots::view` (lease, key, parent).
     SnapshotView(String, String, String),
     /// `Snapshots::mounts`.
@@ -55,7 +56,8 @@ pub enum Call {
     /// `Leases::delete`.
     LeaseDelete(String),
     /// `PodNetwork::create_netns`.
-    NetnsCreate(String),
+    /// Pod id, and the user namespace owning the netns (a userns pod's).
+    NetnsCreate(String, Option<crate::spec::UserNamespace>),
     /// `PodNetwork::remove_netns`.
     NetnsRemove(PathBuf),
     /// `PodNetwork::setup` (CNI ADD) of this pod id.
@@ -88,7 +90,7 @@ impl Call {
             Call::SnapshotRemove(_) => "snapshots.remove",
             Call::LeaseCreate(_) => "leases.create",
             Call::LeaseDelete(_) => "leases.delete",
-            Call::NetnsCreate(_) => "network.create_netns",
+            Call::NetnsCreate(..) => "network.create_netns",
             Call::NetnsRemove(_) => "network.remove_netns",
             Call::CniAdd(_) => "network.setup",
             Call::CniDel(_) => "network.teardown",
@@ -182,6 +184,9 @@ pub struct FakeContainerd {
     dead_shims: Arc<Mutex<HashSet<String>>>,
     /// What prepared snapshots mount: a bind mount of this directory.
     rootfs: PathBuf,
+    /// Whether a prepare with idmap labels gets `uidmap=`/`gidmap=` options back (the
+    /// overlayfs snapshotter where the kernel can idmap layers); default yes.
+    idmaps: Arc<Mutex<bool>>,
 }
 
 impl FakeContainerd {
@@ -194,7 +199,13 @@ impl FakeContainerd {
             task_runtime_paths: Default::default(),
             dead_shims: Default::default(),
             rootfs,
+            idmaps: Arc::new(Mutex::new(true)),
         }
+    }
+
+    /// Makes prepared snapshots ignore idmap labels, as a snapshotter that cannot idmap.
+    pub fn without_idmaps(&self) {
+        *Self::lock(&self.idmaps) = false;
     }
 
     fn check(&self, call: Call) -> Result<(), ContainerdError> {
@@ -426,13 +437,29 @@ impl Snapshots for FakeContainerd {
         _snapshotter: &str,
         key: &str,
         parent: &str,
+        labels: &HashMap<String, String>,
     ) -> Result<Vec<Mount>, ContainerdError> {
+        let mut sorted: Vec<(String, String)> =
+            labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        sorted.sort();
         self.check(Call::SnapshotPrepare(
             lease.into(),
             key.into(),
             parent.into(),
+            sorted,
         ))?;
-        Ok(self.mounts())
+        let mut mounts = self.mounts();
+        if *Self::lock(&self.idmaps) {
+            for (label, option) in [
+                (crate::lifecycle::userns::LABEL_UID_MAPPING, "uidmap"),
+                (crate::lifecycle::userns::LABEL_GID_MAPPING, "gidmap"),
+            ] {
+                if let Some(v) = labels.get(label) {
+                    mounts[0].options.push(format!("{option}={v}"));
+                }
+            }
+        }
+        Ok(mounts)
     }
     async fn view(
         &self,
@@ -511,9 +538,13 @@ fn netns_failed(path: &Path) -> NetnsError {
 
 #[tonic::async_trait]
 impl PodNetwork for FakeNetwork {
-    async fn create_netns(&self, id: &str) -> Result<PathBuf, NetnsError> {
+    async fn create_netns(
+        &self,
+        id: &str,
+        user: Option<&crate::spec::UserNamespace>,
+    ) -> Result<PathBuf, NetnsError> {
         let path = self.dir.join(id);
-        if self.log.record(Call::NetnsCreate(id.into())) {
+        if self.log.record(Call::NetnsCreate(id.into(), user.copied())) {
             return Err(netns_failed(&path));
         }
         Ok(path)

@@ -33,6 +33,7 @@ fn spec(stdin: &Path, stdout: &Path, stderr: &Path) -> IoSpec {
         stdout: s(stdout),
         stderr: s(stderr),
         terminal: false,
+        owner: None,
     }
 }
 
@@ -127,6 +128,33 @@ fn stream_strings_parse_like_containerd() {
         parse_target("stdout", "file://nopath"),
         Err(IoError::BadUri { .. })
     ));
+}
+
+#[tokio::test]
+async fn the_child_pipe_ends_belong_to_the_owner_asked_for() {
+    // chown needs root (the unit tests run as root on the test machines; skipped otherwise).
+    if !nix::unistd::geteuid().is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (input, out, err) = (
+        fifo(dir.path(), "in"),
+        fifo(dir.path(), "out"),
+        fifo(dir.path(), "err"),
+    );
+    let (_out_rx, _err_rx) = (reader(&out), reader(&err));
+    let spec = IoSpec {
+        owner: Some((1_200_000, 1_300_000)),
+        ..spec(&input, &out, &err)
+    };
+    let mut io = ProcessIo::prepare(&spec, "c1", "k8s.io", dir.path(), log())
+        .await
+        .unwrap();
+    let stdio = io.take_stdio();
+    for fd in [stdio.stdin, stdio.stdout, stdio.stderr] {
+        let st = nix::sys::stat::fstat(fd.expect("a pipe end")).unwrap();
+        assert_eq!((st.st_uid, st.st_gid), (1_200_000, 1_300_000));
+    }
 }
 
 #[tokio::test]

@@ -25,6 +25,8 @@ fn container_config_maps_every_field() {
                     propagation: MountPropagation::Private,
                     recursive_read_only: false,
                     image: None,
+                    uid_mappings: Vec::new(),
+                    gid_mappings: Vec::new(),
                 },
                 MountRequest {
                     container_path: "/dev/termination-log".into(),
@@ -34,6 +36,8 @@ fn container_config_maps_every_field() {
                     propagation: MountPropagation::HostToContainer,
                     recursive_read_only: false,
                     image: None,
+                    uid_mappings: Vec::new(),
+                    gid_mappings: Vec::new(),
                 },
             ],
             devices: vec![DeviceRequest {
@@ -70,6 +74,7 @@ fn container_config_maps_every_field() {
                     network: NamespaceMode::Pod,
                     pid: NamespaceMode::Container,
                     ipc: NamespaceMode::Pod,
+                    user: None,
                 },
                 run_as_user: Some(101),
                 run_as_username: String::new(),
@@ -148,6 +153,7 @@ fn container_namespaces_fall_back_to_the_pod() {
         network: NamespaceMode::Node,
         pid: NamespaceMode::Pod,
         ipc: NamespaceMode::Node,
+        user: None,
     };
     let mut config = kubelet_container();
     let csc = config

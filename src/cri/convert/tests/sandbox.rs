@@ -19,6 +19,7 @@ fn sandbox_config_maps_every_field() {
                     network: NamespaceMode::Pod,
                     pid: NamespaceMode::Container,
                     ipc: NamespaceMode::Pod,
+                    user: None,
                 },
                 run_as_user: Some(65535),
                 run_as_group: Some(65535),
@@ -87,6 +88,7 @@ fn sandbox_host_namespaces_and_privileged() {
             network: NamespaceMode::Node,
             pid: NamespaceMode::Node,
             ipc: NamespaceMode::Node,
+            user: None,
         }
     );
 }
@@ -126,7 +128,7 @@ fn sandbox_metadata_is_required() {
 }
 
 #[test]
-fn sandbox_unknown_enums_and_pod_userns_are_rejected() {
+fn sandbox_unknown_enums_are_rejected() {
     let mut pod = kubelet_pod();
     let sc = pod
         .linux
@@ -159,7 +161,10 @@ fn sandbox_unknown_enums_and_pod_userns_are_rejected() {
         ConvertError::UnknownEnum { field, value: 5 }
             if field == "config.linux.security_context.supplemental_groups_policy"
     ));
+}
 
+/// The pod with `userns_options` set to `u`, converted.
+fn with_userns(u: v1::UserNamespace) -> Result<crate::spec::SandboxConfig, ConvertError> {
     let mut pod = kubelet_pod();
     let sc = pod
         .linux
@@ -168,21 +173,114 @@ fn sandbox_unknown_enums_and_pod_userns_are_rejected() {
         .security_context
         .as_mut()
         .unwrap();
-    sc.namespace_options.as_mut().unwrap().userns_options = Some(v1::UserNamespace {
+    sc.namespace_options.as_mut().unwrap().userns_options = Some(u);
+    sandbox_config(&pod)
+}
+
+fn idm(container_id: u32, host_id: u32, length: u32) -> v1::IdMapping {
+    v1::IdMapping {
+        container_id,
+        host_id,
+        length,
+    }
+}
+
+const USERNS: &str = "config.linux.security_context.namespace_options.userns_options";
+
+#[test]
+fn a_pod_user_namespace_takes_one_mapping_each_from_container_id_0() {
+    use crate::spec::{IdMapping, UserNamespace};
+    let pod = |uids, gids| v1::UserNamespace {
         mode: v1::NamespaceMode::Pod as i32,
-        uids: vec![v1::IdMapping {
-            host_id: 65536,
-            container_id: 0,
-            length: 65536,
-        }],
-        gids: vec![],
-    });
+        uids,
+        gids,
+    };
+    let ok = with_userns(pod(vec![idm(0, 65536, 65536)], vec![idm(0, 131072, 65536)])).unwrap();
     assert_eq!(
-        sandbox_config(&pod).unwrap_err(),
-        ConvertError::Unsupported {
-            field: "config.linux.security_context.namespace_options.userns_options.mode".into()
-        }
+        ok.security.namespaces.user,
+        Some(UserNamespace {
+            uids: IdMapping {
+                container_id: 0,
+                host_id: 65536,
+                length: 65536
+            },
+            gids: IdMapping {
+                container_id: 0,
+                host_id: 131072,
+                length: 65536
+            },
+        })
     );
+    let field = |e: ConvertError| match e {
+        ConvertError::Invalid { field, .. } => field,
+        other => panic!("not INVALID_ARGUMENT naming a field: {other:?}"),
+    };
+    // critest: "runtime should fail if more than one mapping provided".
+    let two = vec![idm(0, 1000, 100000), idm(0, 2000, 100000)];
+    assert_eq!(
+        field(with_userns(pod(two.clone(), two)).unwrap_err()),
+        format!("{USERNS}.uids")
+    );
+    assert_eq!(
+        field(with_userns(pod(vec![idm(0, 1, 1)], vec![])).unwrap_err()),
+        format!("{USERNS}.gids")
+    );
+    // critest: "runtime should fail if container ID 0 is not mapped".
+    let one = vec![idm(1, 1000, 100000)];
+    assert_eq!(
+        field(with_userns(pod(one.clone(), one)).unwrap_err()),
+        format!("{USERNS}.uids[0].container_id")
+    );
+    assert_eq!(
+        field(with_userns(pod(vec![idm(0, 1, 1)], vec![idm(0, 1, 0)])).unwrap_err()),
+        format!("{USERNS}.gids[0].length")
+    );
+    assert_eq!(
+        field(with_userns(pod(vec![idm(0, u32::MAX, 2)], vec![idm(0, 1, 1)])).unwrap_err()),
+        format!("{USERNS}.uids[0].host_id")
+    );
+}
+
+#[test]
+fn node_user_namespace_is_the_hosts_and_takes_no_mappings() {
+    let node = |uids| v1::UserNamespace {
+        mode: v1::NamespaceMode::Node as i32,
+        uids,
+        gids: vec![],
+    };
+    assert_eq!(
+        with_userns(node(vec![])).unwrap().security.namespaces.user,
+        None
+    );
+    assert!(matches!(
+        with_userns(node(vec![idm(0, 1000, 1)])).unwrap_err(),
+        ConvertError::Invalid { field, .. } if field == format!("{USERNS}.uids")
+    ));
+}
+
+#[test]
+fn container_and_target_user_namespaces_are_refused() {
+    // critest: "runtime should fail with NamespaceMode_CONTAINER" / "_TARGET".
+    for mode in [v1::NamespaceMode::Container, v1::NamespaceMode::Target] {
+        let err = with_userns(v1::UserNamespace {
+            mode: mode as i32,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&err, ConvertError::Invalid { field, value, .. }
+                if *field == format!("{USERNS}.mode") && value == mode.as_str_name()),
+            "{err:?}"
+        );
+    }
+    assert!(matches!(
+        with_userns(v1::UserNamespace {
+            mode: 7,
+            ..Default::default()
+        })
+        .unwrap_err(),
+        ConvertError::UnknownEnum { value: 7, .. }
+    ));
 }
 
 #[test]

@@ -125,11 +125,14 @@ imports = []
         BinaryName = "$PINNED_RUNC"
 
     # remora's shim (containerd-shim-remora-v2, installed by setup.sh beside
-    # containerd). For a runtime type other than io.containerd.runc.v2 the CRI
-    # sends the options table as TOML (runtimeoptions.v1.Options config_body),
-    # which the shim reads; keep these tables flat.
+    # containerd), under the runc runtime type with its binary named by path: the
+    # CRI then sends the options as containerd.runc.v1.Options, as remora does,
+    # and can set a user-namespaced task's IoUid/IoGid in them (for any other
+    # runtime type it sends runtimeoptions.v1.Options, a TOML config_body the
+    # shim also reads, and fails user-namespaced pods).
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.remora]
-      runtime_type = "io.containerd.remora.v2"
+      runtime_type = "io.containerd.runc.v2"
+      runtime_path = "$TOOLS_BIN/containerd-shim-remora-v2"
 
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.remora.options]
         SystemdCgroup = false

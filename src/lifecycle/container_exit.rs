@@ -140,6 +140,13 @@ impl Pods {
     /// with the shim): never a code that did not happen.
     pub(crate) async fn reap_after_dead_shim(&self, container: &Container) -> DeadShim {
         let id = container.id();
+        // Confirmed before anything is killed: containerd answers a dead shim's task `State` as
+        // not found. The task read as there, or containerd not answering (a Wait cut short as
+        // containerd itself stops), is no dead shim.
+        match self.tasks.state(id).await {
+            Ok(None) => {}
+            Ok(Some(_)) | Err(_) => return DeadShim::NotDead,
+        }
         let runtime = match self.containers.get(id).await {
             Ok(Some(r)) if r.sandbox.is_empty() => return DeadShim::NotSandboxed,
             Ok(Some(r)) => r.runtime,
@@ -239,7 +246,9 @@ impl Pods {
             let running = move || waiting.state() == ContainerState::Running;
             let mut outcome =
                 wait_through_outages(tasks.as_ref(), &id, me.reachability(), true, &running).await;
-            if matches!(&outcome, Err(e) if e.is_shim_gone()) {
+            let mut backoff =
+                crate::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+            while matches!(&outcome, Err(e) if e.is_shim_gone()) {
                 match me.reap_after_dead_shim(&container).await {
                     DeadShim::Killed(exit) => outcome = Ok(exit),
                     DeadShim::ExitLost => {}
@@ -254,7 +263,20 @@ impl Pods {
                         )
                         .await
                     }
+                    DeadShim::NotDead => {
+                        tokio::time::sleep(backoff.next_delay()).await;
+                        outcome = wait_through_outages(
+                            tasks.as_ref(),
+                            &id,
+                            me.reachability(),
+                            true,
+                            &running,
+                        )
+                        .await;
+                        continue;
+                    }
                 }
+                break;
             }
             match outcome {
                 Ok(exit) => {
@@ -306,6 +328,9 @@ pub(crate) enum DeadShim {
     ExitLost,
     /// The task is not sandboxed: containerd's own dead-shim cleanup handles it.
     NotSandboxed,
+    /// containerd still reads the task as there (or does not answer): nothing was done; wait
+    /// on.
+    NotDead,
 }
 
 /// Containers whose exit is being recorded (`handle_exit` running), counted: the exit monitor

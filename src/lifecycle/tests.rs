@@ -1151,6 +1151,52 @@ async fn an_unsandboxed_container_whose_shim_died_is_left_to_containerds_cleanup
 }
 
 #[tokio::test]
+async fn a_closed_wait_on_a_task_that_reads_as_there_kills_nothing() {
+    let (b, _pod, id) = bed_with_container().await;
+    b.pods.start_container(&id).await.expect("started");
+    b.log.clear();
+    b.containerd.break_wait(&id);
+    // The monitor asks for the task's state, finds it, and waits on.
+    for _ in 0..400 {
+        let states = b
+            .log
+            .calls()
+            .iter()
+            .filter(|c| **c == Call::TaskState(id.clone()))
+            .count();
+        if states >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        !b.log
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::OciForceDelete(..) | Call::TaskDelete(_))),
+        "nothing killed or deleted: {:?}",
+        b.log.calls()
+    );
+    assert_eq!(
+        b.pods.containers_store.get(&id).expect("indexed").state(),
+        ContainerState::Running
+    );
+    // Its real exit is still recorded once the wait works again.
+    b.containerd.mend_wait(&id);
+    b.pods
+        .stop_container(&id, Duration::from_secs(1))
+        .await
+        .expect("stopped");
+    let s = b
+        .pods
+        .containers_store
+        .get(&id)
+        .expect("indexed")
+        .snapshot();
+    assert_eq!(s.status.exit_code, 128 + libc::SIGTERM, "{s:?}");
+}
+
+#[tokio::test]
 async fn stopping_a_container_whose_shim_died_waits_for_the_reaping() {
     let (b, _pod, id) = bed_with_container().await;
     b.pods.start_container(&id).await.expect("started");

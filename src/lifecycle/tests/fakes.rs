@@ -182,6 +182,8 @@ pub struct FakeContainerd {
     task_runtime_paths: Arc<Mutex<HashMap<String, String>>>,
     /// Tasks whose shim died: containerd answers "ttrpc: closed" for them.
     dead_shims: Arc<Mutex<HashSet<String>>>,
+    /// Tasks whose Wait alone fails with a closed shim connection (the task is fine).
+    broken_waits: Arc<Mutex<HashSet<String>>>,
     /// What prepared snapshots mount: a bind mount of this directory.
     rootfs: PathBuf,
     /// Whether a prepare with idmap labels gets `uidmap=`/`gidmap=` options back (the
@@ -198,6 +200,7 @@ impl FakeContainerd {
             tasks: Default::default(),
             task_runtime_paths: Default::default(),
             dead_shims: Default::default(),
+            broken_waits: Default::default(),
             rootfs,
             idmaps: Arc::new(Mutex::new(true)),
         }
@@ -239,6 +242,17 @@ impl FakeContainerd {
     /// its closed shim connection (as containerd 2.3.4 for a sandboxed task).
     pub fn kill_shim(&self, id: &str) {
         Self::lock(&self.dead_shims).insert(id.to_string());
+    }
+
+    /// Makes task `id`'s Wait fail with a closed shim connection while the task stays
+    /// readable (`mend_wait` undoes it).
+    pub fn break_wait(&self, id: &str) {
+        Self::lock(&self.broken_waits).insert(id.to_string());
+    }
+
+    /// Undoes [`FakeContainerd::break_wait`].
+    pub fn mend_wait(&self, id: &str) {
+        Self::lock(&self.broken_waits).remove(id);
     }
 
     /// containerd's own dead-shim cleanup of task `id` (an unsandboxed one): the task goes.
@@ -349,6 +363,14 @@ impl Tasks for FakeContainerd {
         self.check(Call::TaskWait(id.into()))?;
         loop {
             self.shim_is_dead(id, "Tasks.Wait")?;
+            if Self::lock(&self.broken_waits).contains(id) {
+                return Err(ContainerdError::Call {
+                    address: "/fake/containerd.sock".into(),
+                    op: "Tasks.Wait",
+                    code: tonic::Code::Unknown,
+                    message: "ttrpc: closed".into(),
+                });
+            }
             match Self::lock(&self.tasks).get(id) {
                 None => {
                     return Err(ContainerdError::Call {

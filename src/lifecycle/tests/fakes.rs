@@ -172,6 +172,16 @@ fn failed(op: &'static str) -> ContainerdError {
     }
 }
 
+/// containerd's answer for a task whose shim connection is closed (a dead shim).
+fn shim_closed(op: &'static str) -> ContainerdError {
+    ContainerdError::Call {
+        address: "/fake/containerd.sock".into(),
+        op,
+        code: tonic::Code::Unknown,
+        message: "ttrpc: closed".into(),
+    }
+}
+
 /// containerd, faked: records, tasks, snapshots and leases.
 #[derive(Clone)]
 pub struct FakeContainerd {
@@ -270,12 +280,7 @@ impl FakeContainerd {
 
     fn shim_is_dead(&self, id: &str, op: &'static str) -> Result<(), ContainerdError> {
         if Self::lock(&self.dead_shims).contains(id) {
-            return Err(ContainerdError::Call {
-                address: "/fake/containerd.sock".into(),
-                op,
-                code: tonic::Code::Unknown,
-                message: "ttrpc: closed".into(),
-            });
+            return Err(shim_closed(op));
         }
         Ok(())
     }
@@ -364,12 +369,7 @@ impl Tasks for FakeContainerd {
         loop {
             self.shim_is_dead(id, "Tasks.Wait")?;
             if Self::lock(&self.broken_waits).contains(id) {
-                return Err(ContainerdError::Call {
-                    address: "/fake/containerd.sock".into(),
-                    op: "Tasks.Wait",
-                    code: tonic::Code::Unknown,
-                    message: "ttrpc: closed".into(),
-                });
+                return Err(shim_closed("Tasks.Wait"));
             }
             match Self::lock(&self.tasks).get(id) {
                 None => {
@@ -404,12 +404,7 @@ impl Tasks for FakeContainerd {
         let task = Self::lock(&self.tasks).remove(id);
         // containerd 2.3.4 drops the task of a dead shim, and fails the delete.
         if Self::lock(&self.dead_shims).remove(id) {
-            return Err(ContainerdError::Call {
-                address: "/fake/containerd.sock".into(),
-                op: "Tasks.Delete",
-                code: tonic::Code::Unknown,
-                message: "ttrpc: closed".into(),
-            });
+            return Err(shim_closed("Tasks.Delete"));
         }
         Ok(task.map(|t| Exit {
             status: t.exit_status,

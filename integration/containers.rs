@@ -178,11 +178,16 @@ async fn stop_a_running_container_then_remove_it() {
     .await
     .expect("RemoveContainer");
     assert_eq!(pod.status(&id).await.unwrap_err().code(), Code::NotFound);
-    assert!(!bed.ctr_ids(&["containers", "ls", "-q"]).contains(&id));
-    assert!(
-        !bed.ctr(&["snapshots", "ls"]).contains(&id),
-        "rootfs snapshot removed"
-    );
+    // The record and snapshot go right behind the answer (see `container_remove`).
+    wait_until(
+        "the record and rootfs snapshot removed",
+        Duration::from_secs(30),
+        || async {
+            !bed.ctr_ids(&["containers", "ls", "-q"]).contains(&id)
+                && !bed.ctr(&["snapshots", "ls"]).contains(&id)
+        },
+    )
+    .await;
     rt.remove_container(v1::RemoveContainerRequest {
         container_id: id.clone(),
     })

@@ -217,6 +217,65 @@ async fn remora_killed_mid_create_container_leaves_nothing_after_restart() {
     cri::remove_pod(&bed.remora, &pod).await;
 }
 
+/// RemoveContainer answers once the container left every CRI view; its containerd objects go
+/// right behind the answer. remora killed in between (after the answer, before the cleanup):
+/// the restarted remora finishes the cleanup and never shows the container again.
+#[tokio::test]
+async fn remora_killed_after_remove_container_answered_finishes_the_removal_after_restart() {
+    let mut bed = BedRemora::start_with_network();
+    let logs = scratch();
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let pod_config = cri::pod_config("half-removed", logs.path(), true);
+    let pod = cri::run_pod(&bed.remora, &pod_config)
+        .await
+        .expect("RunPodSandbox");
+    let id = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &pod_config,
+        cri::shell_container("doomed", "sleep 60"),
+    )
+    .await;
+    // The pause leaves the answer time to reach us; then remora dies mid-cleanup.
+    bed.crash();
+    bed.restart_env(&[(
+        "REMORA_FAILPOINTS",
+        "container.remove_cleanup=pause(500);container.remove_cleanup=kill",
+    )]);
+    bed.remora
+        .runtime()
+        .remove_container(v1::RemoveContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect("RemoveContainer answers before its cleanup");
+    let status = bed.remora.wait_exit(Duration::from_secs(10));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "killed by its failpoint"
+    );
+    assert_eq!(pending_ids(&bed), vec![id.clone()], "the removal's intent");
+    assert!(
+        bed.ctr_ids(&["containers", "ls", "-q"]).contains(&id),
+        "the record is left for the restart"
+    );
+
+    restart_and_sweep(&mut bed, "the sweep of the half-removed container").await;
+    assert_eq!(
+        bed.ctr_ids(&["containers", "ls", "-q"]),
+        vec![pod.clone()],
+        "only the pod's record"
+    );
+    assert!(!active_snapshots(&bed).contains(&id), "rootfs snapshot");
+    assert!(!bed.ctr(&["tasks", "ls"]).contains(&id), "task");
+    let err = cri::status(&bed.remora, &id)
+        .await
+        .expect_err("the removed container stays removed");
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
+    cri::remove_pod(&bed.remora, &pod).await;
+}
+
 #[tokio::test]
 async fn remora_killed_mid_pull_leaves_no_lease_or_content_after_restart() {
     let mut bed = BedRemora::start();

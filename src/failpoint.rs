@@ -42,6 +42,10 @@ pub const POINTS: &[(&str, &str)] = &[
         "CreateContainer: containerd record made, not indexed",
     ),
     (
+        "container.remove_cleanup",
+        "RemoveContainer: answered, the containerd objects not yet removed (context: the container's name)",
+    ),
+    (
         "pull.after_blob",
         "PullImage: a blob written to the content store (kill only)",
     ),

@@ -194,7 +194,7 @@ fn sandbox_code(e: &SandboxError) -> Code {
         SandboxError::Store(st) => store_code(st),
         SandboxError::RolledBackPartly { source, .. } => sandbox_code(source),
         SandboxError::NotReady(_) => Code::FailedPrecondition,
-        SandboxError::Forward { .. } => Code::Unavailable,
+        SandboxError::Forward { .. } | SandboxError::RemovalPending { .. } => Code::Unavailable,
         SandboxError::Id(_)
         | SandboxError::Netns(_)
         | SandboxError::Network(_)

@@ -81,6 +81,15 @@ pub enum SandboxError {
         /// Why.
         source: std::io::Error,
     },
+    /// A removed container of the pod still has containerd objects being cleaned up (see
+    /// `container_remove`): the pod's own cannot go before them. Retriable.
+    #[error("container {container} of the pod is still being removed: {last_error}")]
+    RemovalPending {
+        /// The container.
+        container: String,
+        /// Its cleanup's last error.
+        last_error: String,
+    },
     /// The pod is not ready (PortForward).
     #[error("pod sandbox {0} is not ready")]
     NotReady(String),

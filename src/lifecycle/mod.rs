@@ -143,6 +143,8 @@ pub struct Pods {
     monitored: Mutex<HashSet<String>>,
     /// Containers whose exit is being recorded (`handle_exit` running, its task delete last).
     exiting: container_exit::ExitsInFlight,
+    /// Removed containers whose containerd objects are being cleaned up.
+    removals: container_remove::Removals,
     /// Intents of operations in flight, and stale ones from before a crash.
     journal: journal::Journal,
     /// When this remora started (older leases of its own are orphans).
@@ -253,6 +255,7 @@ impl Pods {
             exit_queue: OnceLock::new(),
             monitored: Default::default(),
             exiting: Default::default(),
+            removals: Default::default(),
             reachability: OnceLock::new(),
             journal: journal::Journal::open(config.state_dir.join("pending")),
             started_at: SystemTime::now(),

@@ -285,7 +285,9 @@ impl Pods {
             .iter()
             .filter(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_CONTAINER))
         {
-            if self.journal.is_stale(&r.id) {
+            // A crash's half-made container is the sweep's; a removed one's cleanup is in
+            // flight: neither comes back.
+            if self.journal.is_stale(&r.id) || self.is_being_removed(&r.id) {
                 continue;
             }
             let state = self.tasks.state(&r.id).await?;

@@ -29,6 +29,8 @@ impl Pods {
                         source: Box::new(e),
                     })?;
             }
+            // Their records and snapshots go before the pod's.
+            me.wait_removals_of(&id).await?;
             me.containers.delete(&id).await?;
             me.snapshots.remove(&me.snapshotter, &id).await?;
             let dir = me.sandbox_dir(&id);

@@ -49,6 +49,8 @@ impl Pods {
         for result in futures_util::future::join_all(stops).await {
             result?;
         }
+        // Removed containers' task deletes too (their cleanups run behind RemoveContainer).
+        self.wait_removals_of(id).await?;
         if let Some(state) = self.tasks.state(id).await? {
             if state.status != TaskStatus::Stopped {
                 self.kill_ignoring_gone(id, libc::SIGKILL as u32).await?;

@@ -557,24 +557,113 @@ async fn start_container_task_start_fails_task_deleted() {
     start_container_fails_at("tasks.start").await;
 }
 
+/// Waits (bounded) until removed container `id`'s cleanup behind RemoveContainer is done.
+async fn until_cleaned_up(b: &Bed, id: &str) {
+    for _ in 0..2000 {
+        if !b.pods.is_being_removed(id) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("container {id}'s cleanup still in flight after 10 s");
+}
+
 #[tokio::test]
-async fn remove_container_record_delete_fails_the_container_stays() {
+async fn remove_container_answers_then_cleans_up_in_order_and_drops_its_intent() {
+    let (b, _pod, id) = bed_with_container().await;
+    b.pods.remove_container(&id).await.expect("removed");
+    // Gone from every CRI view at once; the name is free again.
+    assert!(b.pods.containers_store.get(&id).is_err());
+    let key = container_name_key("app", "web", "default", "uid-1", 0);
+    assert!(
+        b.pods.names.reserve(&key, "another").is_ok(),
+        "name released"
+    );
+    until_cleaned_up(&b, &id).await;
+    assert_eq!(
+        b.log.calls(),
+        [
+            Call::TaskDelete(id.clone()),
+            Call::RecordDelete(id.clone()),
+            Call::SnapshotRemove(id.clone()),
+        ]
+    );
+    assert!(!b.containerd.has_record(&id));
+    assert!(!b
+        .state_dir
+        .join("pending")
+        .join(format!("{id}.json"))
+        .exists());
+}
+
+#[tokio::test]
+async fn remove_container_record_delete_fails_the_cleanup_retries_until_done() {
     let (b, _pod, id) = bed_with_container().await;
     b.log.fail("containers.delete", 1);
-    let err = b
-        .pods
-        .remove_container(&id)
-        .await
-        .expect_err("the scripted failure");
-    assert!(matches!(err, ContainerError::Containerd(_)), "{err:?}");
-    // Nothing after the failed step: the snapshot stays with the record that holds it.
-    assert_eq!(b.log.after_failure(), []);
-    let c = b.pods.containers_store.get(&id).expect("still indexed");
-    assert_eq!(c.state(), ContainerState::Created);
-    // A retry finishes the removal.
     b.pods.remove_container(&id).await.expect("removed");
-    assert!(b.pods.containers_store.get(&id).is_err());
+    assert!(b.pods.containers_store.get(&id).is_err(), "still indexed");
+    // The intent keeps the removal durable until the cleanup is done.
+    let intent = b.state_dir.join("pending").join(format!("{id}.json"));
+    until_cleaned_up(&b, &id).await;
+    let calls = b.log.calls();
+    let deletes = calls
+        .iter()
+        .filter(|c| **c == Call::RecordDelete(id.clone()))
+        .count();
+    assert_eq!(deletes, 2, "failed once, then retried: {calls:?}");
+    // Nothing after the failed step in that attempt: the snapshot went after the record.
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| matches!(c, Call::SnapshotRemove(_)))
+            .count(),
+        1,
+        "{calls:?}"
+    );
     assert!(!b.containerd.has_record(&id));
+    assert!(!intent.exists(), "intent dropped once done");
+}
+
+#[tokio::test]
+async fn a_resync_does_not_bring_back_a_container_whose_cleanup_is_in_flight() {
+    let (b, _pod, id) = bed_with_container().await;
+    b.log.fail("containers.delete", 1);
+    b.pods.remove_container(&id).await.expect("removed");
+    // The first attempt failed (or is about to); the record is still in containerd.
+    for _ in 0..2000 {
+        if b.log.calls().contains(&Call::RecordDelete(id.clone())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(b.containerd.has_record(&id));
+    assert!(b.pods.is_being_removed(&id));
+    b.pods.recover().await.expect("a resync");
+    assert!(
+        b.pods.containers_store.get(&id).is_err(),
+        "a removed container came back"
+    );
+    until_cleaned_up(&b, &id).await;
+    assert!(!b.containerd.has_record(&id));
+}
+
+#[tokio::test]
+async fn a_removal_cut_short_by_a_crash_is_finished_by_the_start_up_sweep() {
+    let (b, _pod, id) = bed_with_container().await;
+    // The first attempts fail: the cleanup is still in flight (retrying after 1 s, then 2 s)
+    // when "remora dies".
+    b.log.fail("containers.delete", 1);
+    b.log.fail("containers.delete", 2);
+    b.pods.remove_container(&id).await.expect("removed");
+    let intent = b.state_dir.join("pending").join(format!("{id}.json"));
+    assert!(intent.exists(), "the intent is written before the answer");
+    // A restarted remora finds the intent stale and undoes the container completely.
+    let journal = super::journal::Journal::open(b.state_dir.join("pending"));
+    assert!(journal.is_stale(&id));
+    assert_eq!(
+        journal.stale(),
+        [super::journal::Intent::Container { id: id.clone() }]
+    );
 }
 
 #[tokio::test]
@@ -652,21 +741,23 @@ async fn remove_sandbox_record_delete_fails_the_pod_stays() {
 }
 
 #[tokio::test]
-async fn remove_sandbox_fails_when_a_container_cannot_be_removed() {
+async fn remove_sandbox_waits_for_its_containers_cleanups_before_its_own_objects() {
     let (b, pod, id) = bed_with_container().await;
+    // The container's record delete fails once: its cleanup retries (after 1 s).
     b.log.fail("containers.delete", 1);
-    let err = b
-        .pods
-        .remove_sandbox(&pod)
-        .await
-        .expect_err("the scripted failure");
+    b.pods.remove_sandbox(&pod).await.expect("removed");
+    let calls = b.log.calls();
+    let last_of = |call: Call| calls.iter().rposition(|c| *c == call);
+    let container_record = last_of(Call::RecordDelete(id.clone())).expect("container record");
+    let container_snapshot = last_of(Call::SnapshotRemove(id.clone())).expect("its snapshot");
+    let pod_record = last_of(Call::RecordDelete(pod.clone())).expect("pod record");
     assert!(
-        matches!(&err, SandboxError::Container { id: c, .. } if *c == id),
-        "{err:?}"
+        container_record < pod_record && container_snapshot < pod_record,
+        "the pod's record went before its container's: {calls:?}"
     );
-    // The container's record delete failed first: the pod's own record is untouched.
-    assert!(b.containerd.has_record(&pod));
-    assert!(b.pods.containers_store.get(&id).is_ok());
+    assert!(!b.containerd.has_record(&id));
+    assert!(!b.containerd.has_record(&pod));
+    assert!(!b.pods.is_being_removed(&id));
 }
 
 #[tokio::test]
@@ -1028,6 +1119,7 @@ async fn image_volumes_are_mounted_views_kept_by_the_record_and_removed_with_it(
 
     b.log.clear();
     b.pods.remove_container(&id).await.expect("removed");
+    until_cleaned_up(&b, &id).await;
     assert!(b.log.calls().contains(&Call::SnapshotRemove(view)));
     assert!(!mounted.exists(), "unmounted and removed");
     assert!(!b.state_dir.join("image-volumes").join(&id).exists());
@@ -1105,6 +1197,7 @@ async fn a_running_container_whose_shim_died_is_killed_and_exits_137() {
         .await
         .expect("stopped");
     b.pods.remove_container(&id).await.expect("removed");
+    until_cleaned_up(&b, &id).await;
     assert!(!b.containerd.has_record(&id));
 }
 

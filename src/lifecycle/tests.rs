@@ -40,6 +40,13 @@ struct Bed {
     state_dir: PathBuf,
 }
 
+impl Bed {
+    /// The intent file of operation `id` (see `journal`).
+    fn intent_file(&self, id: &str) -> PathBuf {
+        self.state_dir.join("pending").join(format!("{id}.json"))
+    }
+}
+
 fn image(id: &str) -> ImageInfo {
     ImageInfo {
         id: id.into(),
@@ -589,11 +596,7 @@ async fn remove_container_answers_then_cleans_up_in_order_and_drops_its_intent()
         ]
     );
     assert!(!b.containerd.has_record(&id));
-    assert!(!b
-        .state_dir
-        .join("pending")
-        .join(format!("{id}.json"))
-        .exists());
+    assert!(!b.intent_file(&id).exists());
 }
 
 #[tokio::test]
@@ -603,7 +606,7 @@ async fn remove_container_record_delete_fails_the_cleanup_retries_until_done() {
     b.pods.remove_container(&id).await.expect("removed");
     assert!(b.pods.containers_store.get(&id).is_err(), "still indexed");
     // The intent keeps the removal durable until the cleanup is done.
-    let intent = b.state_dir.join("pending").join(format!("{id}.json"));
+    let intent = b.intent_file(&id);
     until_cleaned_up(&b, &id).await;
     let calls = b.log.calls();
     let deletes = calls
@@ -655,7 +658,7 @@ async fn a_removal_cut_short_by_a_crash_is_finished_by_the_start_up_sweep() {
     b.log.fail("containers.delete", 1);
     b.log.fail("containers.delete", 2);
     b.pods.remove_container(&id).await.expect("removed");
-    let intent = b.state_dir.join("pending").join(format!("{id}.json"));
+    let intent = b.intent_file(&id);
     assert!(intent.exists(), "the intent is written before the answer");
     // A restarted remora finds the intent stale and undoes the container completely.
     let journal = super::journal::Journal::open(b.state_dir.join("pending"));

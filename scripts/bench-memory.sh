@@ -90,6 +90,7 @@ start_remora() {
 	t=${t//@CNI_CONF_DIR@/$TB_ROOT/cni/net.d}
 	t=${t//@CNI_BIN_DIR@//usr/lib/cni}
 	t=${t//@HANDLER@/runc}
+	t=${t//@RUNC@/$PINNED_RUNC}
 	[[ -n $metrics ]] && t+=$'\n[metrics]\naddress = "'"$metrics"$'"'
 	printf '%s\n' "$t" >"$work/remora.toml"
 	env "${envs[@]}" "$bin" --config "$work/remora.toml" </dev/null >"$work/remora.log" 2>&1 &

@@ -7,15 +7,6 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use remora::config::{Config, DEFAULT_TOML};
 
-/// The heap allocator: glibc's unless a build feature picks another (compared in
-/// scripts/bench-memory.sh; README, Benchmarks).
-#[cfg(all(feature = "mimalloc", not(feature = "jemalloc")))]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-#[cfg(feature = "jemalloc")]
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 /// remora: a Kubernetes CRI v1 runtime beside containerd.
 #[derive(Parser)]
 #[command(name = "remora", version, about)]
@@ -80,11 +71,7 @@ fn run() -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the tokio runtime")?;
-            #[cfg(all(
-                target_os = "linux",
-                target_env = "gnu",
-                not(any(feature = "mimalloc", feature = "jemalloc"))
-            ))]
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
             runtime.spawn(trim_heap_periodically());
             let result = runtime.block_on(remora::server::run(config, log));
             // Blocking work still running (a DNS lookup of a registry host, say) must not hold
@@ -97,11 +84,7 @@ fn run() -> anyhow::Result<()> {
 }
 
 /// How often freed heap memory is handed back to the kernel.
-#[cfg(all(
-    target_os = "linux",
-    target_env = "gnu",
-    not(any(feature = "mimalloc", feature = "jemalloc"))
-))]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// glibc keeps memory freed by a burst of calls (pods started and removed by the hundred) in
@@ -109,11 +92,7 @@ const TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 /// main heap: remora's RSS stayed at its peak after the load. `malloc_trim(0)` releases the
 /// free pages of every arena (madvise), a few microseconds when there is nothing to give
 /// back. Measured in scripts/bench-memory.sh.
-#[cfg(all(
-    target_os = "linux",
-    target_env = "gnu",
-    not(any(feature = "mimalloc", feature = "jemalloc"))
-))]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 async fn trim_heap_periodically() {
     let mut tick = tokio::time::interval(TRIM_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

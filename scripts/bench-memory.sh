@@ -4,12 +4,19 @@
 # idle after the load (the 100 pods removed, then pod cycles — start M pods at once, remove
 # them — until CYCLES pods have run in all; then 10 s idle). A pod is a pause sandbox and one
 # busybox `sleep` container (RunPodSandbox + CreateContainer + StartContainer, crictl).
+# With --big-pulls N, a working day's image traffic too: after the cycles (and a reading 10 s
+# later) N pulls, one after another, of a 512 MiB image (8 layers of 64 MiB of random,
+# incompressible data; a fresh one each time, generated and pushed to the local registry just
+# before, as in bench-pull-big.sh), each removed (crictl rmi) after its pull; RSS peak during
+# the pulls (sampled every 0.1 s), right after the last removal, and the idle reading 10 s
+# later.
 #
-#   scripts/bench-memory.sh [--cycles N] [--concurrent M] [--bin PATH] [--env VAR=VALUE]...
-#                           [--only remora|containerd] [--metrics ADDR]
+#   scripts/bench-memory.sh [--cycles N] [--concurrent M] [--big-pulls N] [--bin PATH]
+#                           [--env VAR=VALUE]... [--only remora|containerd] [--metrics ADDR]
 #
 #   --cycles N      pods started and removed in all (default 900, the first 100 included)
 #   --concurrent M  pods started at once in the cycles (default 10)
+#   --big-pulls N   512 MiB image pulls after the cycles (default 0)
 #   --bin PATH      the remora binary (default: the release build, built here in
 #                   CARGO_TARGET_DIR if set)
 #   --env VAR=VAL   environment for remora (repeatable), e.g. MALLOC_ARENA_MAX=2 or
@@ -23,19 +30,25 @@
 # remora here is a private one (own socket, state dirs and containerd namespace
 # `remora-bench-mem`, on the test bed's containerd), started fresh for the run; the test
 # bed's own remora is not touched. containerd cannot be restarted on a shared bed: its "fresh"
-# is its RSS before this run's load. Only this script's pods are removed. Numbers are
-# reported, never asserted; not part of scripts/test.sh.
+# is its RSS before this run's load. Only this script's pods and images are removed (the
+# private remora's namespace is emptied at exit). Numbers are reported, never asserted; not
+# part of scripts/test.sh.
 set -euo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-cycles=900 m=10 bin='' only='' metrics='' envs=()
+cycles=900 m=10 big_pulls=0 bin='' only='' metrics='' envs=()
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--cycles | --concurrent)
 		[[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "$1 needs a positive number"
 		[[ $1 == --cycles ]] && cycles=$2 || m=$2
+		shift 2
+		;;
+	--big-pulls)
+		[[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || die "$1 needs a number"
+		big_pulls=$2
 		shift 2
 		;;
 	--bin)
@@ -59,7 +72,7 @@ while [[ $# -gt 0 ]]; do
 		shift 2
 		;;
 	-h | --help)
-		sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument $1 (see --help)" ;;
@@ -90,6 +103,7 @@ start_remora() {
 	t=${t//@CNI_CONF_DIR@/$TB_ROOT/cni/net.d}
 	t=${t//@CNI_BIN_DIR@//usr/lib/cni}
 	t=${t//@HANDLER@/runc}
+	t=${t//@RUNC@/$PINNED_RUNC}
 	[[ -n $metrics ]] && t+=$'\n[metrics]\naddress = "'"$metrics"$'"'
 	printf '%s\n' "$t" >"$work/remora.toml"
 	env "${envs[@]}" "$bin" --config "$work/remora.toml" </dev/null >"$work/remora.log" 2>&1 &
@@ -119,9 +133,22 @@ remove_pods() {
 	cri "$1" rmp -f $ids >/dev/null 2>&1 || warn "could not remove every benchmark pod of $1"
 }
 
+# The big image being pulled: its runtime, repository and push_random.py's JSON (for cleanup).
+big_rt='' big_repo='' big_json=''
+# forget_big: removes the big image from its runtime and from the registry.
+forget_big() {
+	[[ -n $big_repo ]] || return 0
+	cri "$big_rt" rmi "registry.k8s.io/$big_repo:v1" >/dev/null 2>&1 || true
+	forget_pushed "$big_repo" "$big_json"
+	big_repo=''
+}
+
 cleanup() {
+	forget_big
 	if [[ -n "$remora_pid" ]]; then
 		remove_pods remora
+		# Its namespace holds nothing but this run's images.
+		cri remora rmi --all >/dev/null 2>&1 || warn "could not remove the benchmark remora's images"
 		kill -TERM "$remora_pid" 2>/dev/null || true
 		wait "$remora_pid" 2>/dev/null || true
 	fi
@@ -158,7 +185,46 @@ rss_kb() {
 	awk '/^VmRSS/ {print $2}' "/proc/$1/status"
 }
 
-declare -A fresh p20 p100 idle per_pod
+# sample_peak PID FILE: writes PID's highest RSS so far (KiB) to FILE, every 0.1 s, until killed.
+sample_peak() {
+	local max=0 k v
+	while :; do
+		while read -r k v _; do
+			[[ $k == VmRSS: ]] && ((v > max)) && max=$v && echo "$max" >"$2"
+		done <"/proc/$1/status"
+		sleep 0.1
+	done
+}
+
+# big_pulls RT PID: the --big-pulls pulls through RT (daemon PID); sets the after-cycles,
+# peak, after-pulls readings and the pulls' mean wall time (ms).
+big_pulls() {
+	local rt=$1 pid=$2 k t0 total=0 sampler
+	sleep 10
+	p_cycles[$rt]=$(rss_kb "$pid")
+	echo 0 >"$work/peak"
+	for ((k = 0; k < big_pulls; k++)); do
+		info "$rt: 512 MiB pull $((k + 1)) of $big_pulls (pushing a fresh image first)"
+		big_rt=$rt big_repo="bench-mem/$rt-$k-$(date +%s%N)"
+		big_json=$(push_random_layers "$big_repo" 8 64)
+		sample_peak "$pid" "$work/peak" &
+		sampler=$!
+		t0=$(date +%s%N)
+		"$CRICTL" --runtime-endpoint "$(endpoint "$rt")" --image-endpoint "$(endpoint "$rt")" \
+			--timeout 600s pull "registry.k8s.io/$big_repo:v1" >/dev/null ||
+			die "$rt: pull of the 512 MiB image failed"
+		total=$((total + ($(date +%s%N) - t0) / 1000000))
+		kill "$sampler"
+		wait "$sampler" 2>/dev/null || true
+		cri "$rt" rmi "registry.k8s.io/$big_repo:v1" >/dev/null || warn "$rt: rmi failed"
+		forget_big
+	done
+	peak[$rt]=$(<"$work/peak")
+	p_pulls[$rt]=$(rss_kb "$pid")
+	pull_ms[$rt]=$((total / big_pulls))
+}
+
+declare -A fresh p20 p100 idle per_pod p_cycles peak p_pulls pull_ms
 for rt in remora containerd; do
 	[[ -n $only && $only != "$rt" ]] && continue
 	if [[ $rt == remora ]]; then
@@ -191,15 +257,22 @@ for rt in remora containerd; do
 		wait "${batch[@]}" || warn "$rt: a pod of the batch failed"
 		remove_pods "$rt"
 	done
+	((big_pulls > 0)) && big_pulls "$rt" "$pid"
 	sleep 10
 	idle[$rt]=$(rss_kb "$pid")
 done
 
-echo "daemon RSS (KiB): remora $(basename "${bin:-none}")${envs[*]:+ with ${envs[*]}}${metrics:+ with metrics on $metrics} vs containerd (CRI in-process); $cycles pods in all, $m at a time after the first 100"
+echo "daemon RSS (KiB): remora $(basename "${bin:-none}")${envs[*]:+ with ${envs[*]}}${metrics:+ with metrics on $metrics} vs containerd (CRI in-process); $cycles pods in all, $m at a time after the first 100; $big_pulls pulls of 512 MiB"
 printf '%-34s %10s %12s %10s\n' "" remora containerd remora/ctrd
 row() { printf '%-34s %10s %12s %10s\n' "$1" "${2:--}" "${3:--}" "$(awk -v a="${2:-0}" -v b="${3:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }')"; }
 row "fresh (images pulled)" "${fresh[remora]:-}" "${fresh[containerd]:-}"
 row "with 20 pods" "${p20[remora]:-}" "${p20[containerd]:-}"
 row "with 100 pods" "${p100[remora]:-}" "${p100[containerd]:-}"
+if ((big_pulls > 0)); then
+	row "after the cycles, 10 s idle" "${p_cycles[remora]:-}" "${p_cycles[containerd]:-}"
+	row "peak during the 512 MiB pulls" "${peak[remora]:-}" "${peak[containerd]:-}"
+	row "after the pulls, images removed" "${p_pulls[remora]:-}" "${p_pulls[containerd]:-}"
+fi
 row "idle after the load, 0 pods" "${idle[remora]:-}" "${idle[containerd]:-}"
 row "one pod of the first 100 (ms)" "${per_pod[remora]:-}" "${per_pod[containerd]:-}"
+((big_pulls > 0)) && row "one 512 MiB pull (ms)" "${pull_ms[remora]:-}" "${pull_ms[containerd]:-}"

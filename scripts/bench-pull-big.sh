@@ -39,7 +39,6 @@ done
 
 up_release_remora
 CRICTL="$TOOLS_BIN/crictl"
-REG_STORE="$TB_ROOT/registry/docker/registry/v2"
 remora_pid=$(<"$TB_RUN/remora.pid")
 info "measuring remora $(readlink "/proc/$remora_pid/exe") (pid $remora_pid)"
 
@@ -65,21 +64,10 @@ hz=$(getconf CLK_TCK)
 # push KIND REPO: pushes a fresh image of KIND; prints push_random.py's JSON.
 push() {
 	case $1 in
-	layers) "$SCRIPTS_DIR/images/push_random.py" "$2" --layers "$layers" \
-		--layer-kb "$((layer_mb * 1024))" --gzip-level 1 ;;
+	layers) push_random_layers "$2" "$layers" "$layer_mb" ;;
 	config) "$SCRIPTS_DIR/images/push_random.py" "$2" --layers 1 --layer-kb 64 \
 		--config-kb "$((config_mb * 1024))" ;;
 	esac
-}
-
-# forget REPO JSON: deletes the image's repository and blobs from the registry's storage.
-forget() {
-	local d
-	rm -rf "${REG_STORE:?}/repositories/$1"
-	for d in $(jq -r '(.layers + [.config, .manifest])[]' <<<"$2"); do
-		d=${d#sha256:}
-		rm -rf "${REG_STORE:?}/blobs/sha256/${d:0:2}/$d"
-	done
 }
 
 # one KIND RT: one cold pull; prints "seconds bytes rss_before peak rss_after rss_removed
@@ -107,7 +95,7 @@ one() {
 	fi
 	"$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" rmi "$ref" >/dev/null
 	[[ $rt == remora ]] && removed=$(kib "$remora_pid" VmRSS)
-	forget "$repo" "$json"
+	forget_pushed "$repo" "$json"
 	awk -v s="$start" -v e="$end" -v b="$(jq .bytes <<<"$json")" \
 		-v r="$before $peak $after $removed" -v c0="$cpu0" -v c1="$cpu1" -v hz="$hz" 'BEGIN {
 		n = split(c0, a, " "); split(c1, z, " ")

@@ -102,3 +102,26 @@ up_release_remora() {
 	REMORA_SHIM_BIN="${REMORA_SHIM_BIN:-$shim}" REMORA_BIN="$bin" \
 		"$SCRIPTS_DIR/testbed.sh" up >/dev/null
 }
+
+# The local registry's storage, where benchmarks delete the images they pushed.
+REG_STORE="$TB_ROOT/registry/docker/registry/v2"
+
+# push_random_layers REPO LAYERS MIB: pushes to the local registry a fresh image (tag v1) of
+# LAYERS layers of MIB MiB of random, incompressible data each (gzip level 1, the fastest to
+# make), content no runtime has seen; prints scripts/images/push_random.py's JSON. Pulled as
+# registry.k8s.io/REPO:v1 (the test bed's registry mirror).
+push_random_layers() {
+	"$SCRIPTS_DIR/images/push_random.py" "$1" --layers "$2" --layer-kb "$(($3 * 1024))" \
+		--gzip-level 1
+}
+
+# forget_pushed REPO JSON: deletes an image pushed by push_random.py (JSON: what it printed)
+# from the registry's storage, its repository and blobs.
+forget_pushed() {
+	local d
+	rm -rf "${REG_STORE:?}/repositories/$1"
+	for d in $(jq -r '(.layers + [.config, .manifest])[]' <<<"$2"); do
+		d=${d#sha256:}
+		rm -rf "${REG_STORE:?}/blobs/sha256/${d:0:2}/$d"
+	done
+}

@@ -22,6 +22,7 @@ use super::{
 use crate::images::store::ImageInfo;
 use crate::lifecycle::backend::{RuncOptions, Runtime};
 use crate::spec::{ContainerConfig, HostFacts, NamespaceMode, SandboxConfig};
+use crate::store::persist::SANDBOX_EXTENSION;
 use crate::store::{
     container_name_key, sandbox_name_key, ContainerMetadata, ContainerState, Sandbox,
     SandboxMetadata, SandboxState, SandboxStatus,
@@ -257,7 +258,7 @@ async fn run_sandbox_succeeds_in_order_and_drops_its_intent() {
     // The exit monitor's Task.Wait may follow; the operation's own calls come first.
     let calls = b.log.calls();
     assert_eq!(
-        calls[..8],
+        calls[..9],
         [
             Call::NetnsCreate(id.clone(), None),
             Call::CniAdd(id.clone()),
@@ -270,6 +271,7 @@ async fn run_sandbox_succeeds_in_order_and_drops_its_intent() {
             ),
             Call::RecordCreate(id.clone()),
             Call::TaskCreate(id.clone()),
+            Call::RecordSetExtension(id.clone(), SANDBOX_EXTENSION.into()),
             Call::TaskStart(id.clone()),
             Call::LeaseDelete(lease),
         ]

@@ -23,15 +23,15 @@ pub const ENV: &str = "REMORA_FAILPOINTS";
 pub const POINTS: &[(&str, &str)] = &[
     (
         "sandbox.after_network",
-        "RunPodSandbox: netns made, CNI ADD done",
+        "RunPodSandbox: netns made, CNI ADD done (the pause container is being made beside)",
     ),
     (
         "sandbox.after_snapshot",
-        "RunPodSandbox: rootfs snapshot prepared, no containerd record yet",
+        "RunPodSandbox: rootfs snapshot prepared, no containerd record yet (CNI ADD runs beside)",
     ),
     (
         "sandbox.after_task",
-        "RunPodSandbox: pause task created, not started",
+        "RunPodSandbox: CNI ADD done and pause task created, not started",
     ),
     (
         "container.after_snapshot",

@@ -201,6 +201,7 @@ fn sandbox_code(e: &SandboxError) -> Code {
         | SandboxError::Files(_)
         | SandboxError::Encode(_)
         | SandboxError::Aborted(_)
+        | SandboxError::StoppedBeside(_)
         | SandboxError::Container { .. }
         | SandboxError::Journal { .. } => Code::Internal,
         SandboxError::Failpoint(_) => Code::Unavailable,

@@ -104,6 +104,11 @@ pub enum SandboxError {
     /// A test failpoint fired.
     #[error(transparent)]
     Failpoint(#[from] Fired),
+    /// Steps running concurrently with `{0}` stopped before making anything more because it
+    /// failed: its own error is the operation's, this one only tells the branch's caller why
+    /// the branch ended early.
+    #[error("stopped: {0}, running beside, failed")]
+    StoppedBeside(&'static str),
     /// The operation failed and undoing what it had made failed too (the intent stays, for
     /// the sweep): both are reported.
     #[error("{source}; {rollback}")]

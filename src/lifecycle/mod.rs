@@ -392,7 +392,10 @@ impl Pods {
     /// A lease that protects a new rootfs snapshot from containerd's GC until the container
     /// record that references it exists (deleted by the caller on success, by the undo on
     /// failure; containerd expires it if remora dies in between).
-    pub(crate) async fn creation_lease(&self, tx: &mut tx::Tx) -> Result<String, ContainerdError> {
+    pub(crate) async fn creation_lease(
+        &self,
+        tx: &mut impl tx::UndoLog,
+    ) -> Result<String, ContainerdError> {
         let lease = creation_lease_id(tx.id());
         self.leases.create(&lease, 3600).await?;
         let (leases, l) = (self.leases.clone(), lease.clone());

@@ -1,8 +1,29 @@
 //! RunPodSandbox, all or nothing, and the pause task's exit monitor.
 //!
-//! name reserved → pause image present → netns created → CNI ADD → pod files (+ shm tmpfs)
-//! → creation lease → rootfs snapshot → OCI spec → containerd container record → task created
-//! and started → lease dropped → indexed as Ready, with an exit monitor on the pause task.
+//! ```text
+//! name reserved → pause image present → netns created ─┬─ CNI ADD ─────────────────────────┬─→
+//!                                                      └─ pod files (+ shm tmpfs) → creation │
+//!                                                         lease → rootfs snapshot → OCI spec │
+//!                                                         → container record → task created ┘
+//! → the pod's addresses into the record → task started → lease dropped → indexed as Ready,
+//!   with an exit monitor on the pause task
+//! ```
+//!
+//! CNI ADD (a chain of plugin processes, the longest step before the pause task) needs only
+//! the netns; the pause container needs the netns's path but not the pod's addresses, so the
+//! two run concurrently in the operation's task, and the addresses join the record's
+//! metadata (one `Containers.Update`) before the task starts. containerd's CRI runs them one
+//! after the other (netns → CNI → sandbox container and task). Starting the pause task
+//! before CNI ADD is done would save a little more but would run the pod's first process in a
+//! netns still being wired; it is not done. A pause task in a netns whose interfaces are still
+//! being added is harmless: nothing in it runs until the task starts.
+//!
+//! Both branches always run to their end, or to a step boundary: once CNI ADD has failed the
+//! pause branch makes nothing more (a fast CNI failure costs no shim). A future is never
+//! dropped half way through a call, which could leave something made that no undo knows of.
+//! Each branch registers its undos on its own [`super::tx::Branch`], joined in a fixed order
+//! whichever finished first, so the rollback is always, newest first: task, record, snapshot,
+//! lease, pod files, CNI DEL, netns.
 //!
 //! A pod with a user namespace of its own (containerd 2.3's way): its handler must claim user
 //! namespaces (`FAILED_PRECONDITION` otherwise, before anything is made); its network namespace
@@ -14,6 +35,9 @@
 //! later step fails, the undos run in reverse.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use slog::{info, warn, Logger};
@@ -23,9 +47,11 @@ use super::events::EventKind;
 use super::journal::Intent;
 use super::sandbox_files::{self, Dns, FilesRequest};
 use super::timing::Steps;
-use super::tx::Tx;
+use super::tx::{Branch, Tx, UndoLog};
 use super::SandboxError;
-use super::{exit_ns, image_config, kill_and_delete, now_ns, wait_through_outages, Pods};
+use super::{
+    exit_ns, image_config, kill_and_delete, now_ns, wait_through_outages, HandlerRuntime, Pods,
+};
 use crate::images::store::ImageInfo;
 use crate::net::{PodNetInfo, PortMapping};
 use crate::spec::{self, NamespaceMode, SandboxConfig};
@@ -52,6 +78,21 @@ pub struct RunSandbox {
     pub runtime_handler: String,
     /// The raw request config, kept on the record.
     pub config_json: Vec<u8>,
+}
+
+/// What the pause branch of RunPodSandbox reads.
+#[derive(Clone, Copy)]
+struct PauseInputs<'a> {
+    /// The pod's metadata as its record starts (no addresses yet).
+    metadata: &'a SandboxMetadata,
+    /// The pause image.
+    image: &'a ImageInfo,
+    /// The pod's runtime.
+    runtime: &'a HandlerRuntime,
+    /// The pod's own user namespace, if any.
+    user: Option<&'a crate::spec::UserNamespace>,
+    /// The pod's netns; `None` on the host network.
+    netns_path: Option<&'a Path>,
 }
 
 impl Pods {
@@ -104,12 +145,10 @@ impl Pods {
 
         let image = self.sandbox_image().await?;
         steps.mark("image");
-        let image_config = image_config(&image);
 
         let ns = &cfg.security.namespaces;
         let host_network = ns.network == NamespaceMode::Node;
         let mut netns_path = None;
-        let mut ips = Vec::new();
         if !host_network {
             let path = self.network.create_netns(id, user.as_ref()).await?;
             steps.mark("netns");
@@ -117,24 +156,8 @@ impl Pods {
             tx.on_undo("remove network namespace", async move {
                 network.remove_netns(&p).await
             });
-            let info = PodNetInfo {
-                id: id.to_string(),
-                name: cfg.name.clone(),
-                namespace: cfg.namespace.clone(),
-                uid: cfg.uid.clone(),
-                port_mappings: req.port_mappings.clone(),
-                netns_path: path.clone(),
-                bandwidth: None,
-                dns: None,
-            };
-            // The network undoes its own partial ADD; once it succeeded, DEL is ours.
-            ips = self.network.setup(&info).await?;
-            steps.mark("cni_add");
-            let network = self.network.clone();
-            tx.on_undo("CNI DEL", async move { network.teardown(&info).await });
             netns_path = Some(path);
         }
-        crate::failpoint::hit("sandbox.after_network", &cfg.name).await?;
 
         // No hostname asked for: the node's, as containerd does (pod names can be longer than
         // a hostname may be).
@@ -143,78 +166,7 @@ impl Pods {
         } else {
             cfg.hostname.clone()
         };
-        let dir = self.sandbox_dir(id);
-        let files = sandbox_files::prepare(
-            &dir,
-            &FilesRequest {
-                hostname: hostname.clone(),
-                dns: req.dns.clone(),
-                host_network,
-                host_ipc: ns.ipc == NamespaceMode::Node,
-            },
-        )?;
-        steps.mark("pod_files");
-        let d = dir.clone();
-        tx.on_undo("remove pod files", async move {
-            super::blocking(move || sandbox_files::remove(&d)).await??;
-            Ok::<(), super::UndoError>(())
-        });
-
-        let lease = self.creation_lease(tx).await?;
-        steps.mark("lease");
-        let mounts = self
-            .snapshots
-            .prepare(
-                &lease,
-                &self.snapshotter,
-                id,
-                &image.chain_id,
-                &super::userns::snapshot_labels(user.as_ref()),
-            )
-            .await?;
-        steps.mark("prepare");
-        let (snaps, snapshotter, key) = (
-            self.snapshots.clone(),
-            self.snapshotter.clone(),
-            id.to_string(),
-        );
-        tx.on_undo("remove rootfs snapshot", async move {
-            snaps.remove(&snapshotter, &key).await
-        });
-        if user.is_some() && !super::userns::idmapped(&mounts) {
-            return Err(SandboxError::SnapshotterCannotIdmap(
-                self.snapshotter.clone(),
-            ));
-        }
-        crate::failpoint::hit("sandbox.after_snapshot", &cfg.name).await?;
-
-        let mut sandbox_cfg = cfg.clone();
-        sandbox_cfg.hostname = hostname.clone();
-        let spec = spec::sandbox_spec(&spec::SandboxInputs {
-            id,
-            config: &sandbox_cfg,
-            image: &image_config,
-            image_name: &self.sandbox_image,
-            rootfs: None,
-            netns_path: netns_path.as_deref(),
-            userns_path: user
-                .and(netns_path.as_deref())
-                .map(crate::net::netns::userns_pin)
-                .as_deref(),
-            files: &files,
-            host: &self.host,
-            unprivileged_ports: false,
-            unprivileged_icmp: false,
-        })?;
-        let spec_json = serde_json::to_vec(&spec).map_err(SandboxError::Encode)?;
-
-        let mut ip_strings: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
-        let primary = if ip_strings.is_empty() {
-            String::new()
-        } else {
-            ip_strings.remove(0)
-        };
-        let metadata = SandboxMetadata {
+        let mut metadata = SandboxMetadata {
             id: id.to_string(),
             name: cfg.name.clone(),
             namespace: cfg.namespace.clone(),
@@ -230,50 +182,68 @@ impl Pods {
                 .as_ref()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
-            ip: primary,
-            additional_ips: ip_strings,
+            // The addresses come from CNI ADD, running beside the pause container's creation.
+            ip: String::new(),
+            additional_ips: Vec::new(),
             hostname,
             log_directory: cfg.log_directory.clone(),
             namespace_options: ns.clone(),
             cgroup_parent: cfg.cgroup_parent.clone(),
             config_json: req.config_json.clone(),
         };
-        self.containers
-            .create(ContainerRecord {
-                id: id.to_string(),
-                image: self.sandbox_image.clone(),
-                labels: to_labels(&metadata),
-                spec: spec_json,
-                runtime: runtime.runtime,
-                snapshotter: self.snapshotter.clone(),
-                snapshot_key: id.to_string(),
-                sandbox: String::new(),
-                extensions: HashMap::from([(
-                    SANDBOX_EXTENSION.to_string(),
-                    encode_extension(&metadata),
-                )]),
-            })
-            .await?;
-        steps.mark("spec+record");
-        let (containers, key) = (self.containers.clone(), id.to_string());
-        tx.on_undo("delete container record", async move {
-            containers.delete(&key).await
-        });
 
-        self.tasks
-            .create(TaskSpec {
-                container_id: id.to_string(),
-                rootfs: mounts,
-                runtime_path: runtime.runtime_path,
-                ..Default::default()
-            })
-            .await?;
-        steps.mark("task_create");
-        let (tasks, key) = (self.tasks.clone(), id.to_string());
-        tx.on_undo("delete task", async move {
-            kill_and_delete(tasks.as_ref(), &key).await
-        });
+        // CNI ADD needs the netns and nothing else; the pause container needs the netns's
+        // path, not the pod's addresses. `join!`, never `try_join!`: each branch ends on its
+        // own (at a step boundary at the earliest, never dropped in the middle of a call that
+        // may have made something), and their undos join the transaction in a fixed order:
+        // the pause container's (task, record, snapshot, lease, pod files) run before CNI
+        // DEL, which runs before the netns is removed.
+        let network_failed = AtomicBool::new(false);
+        let (mut network_undo, mut pause_undo) = (tx.branch(), tx.branch());
+        let (mut network_steps, mut pause_steps) = (steps.fork(), steps.fork());
+        let pause_inputs = PauseInputs {
+            metadata: &metadata,
+            image: &image,
+            runtime: &runtime,
+            user: user.as_ref(),
+            netns_path: netns_path.as_deref(),
+        };
+        let (ips, lease) = tokio::join!(
+            self.attach_network(
+                req,
+                netns_path.as_deref(),
+                &network_failed,
+                &mut network_undo,
+                &mut network_steps,
+            ),
+            self.create_pause(
+                req,
+                pause_inputs,
+                &network_failed,
+                &mut pause_undo,
+                &mut pause_steps,
+            ),
+        );
+        tx.join(network_undo);
+        tx.join(pause_undo);
+        steps.join("network+pause", [network_steps, pause_steps]);
+        // The network's failure first: the pause branch stopping early is its consequence.
+        let ips = ips?;
+        let lease = lease?;
         crate::failpoint::hit("sandbox.after_task", &cfg.name).await?;
+
+        // The record was made before the addresses were known: they join its metadata before
+        // the pod runs (a crash before this is undone from the intent, never indexed).
+        let mut ip_strings: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+        if !ip_strings.is_empty() {
+            metadata.ip = ip_strings.remove(0);
+            metadata.additional_ips = ip_strings;
+            self.containers
+                .set_extension(id, SANDBOX_EXTENSION, encode_extension(&metadata))
+                .await?;
+            steps.mark("record_ips");
+        }
+
         let pid = self.tasks.start(id).await?;
         steps.mark("task_start");
         // The container record now holds the snapshot; the creation lease can go.
@@ -290,6 +260,185 @@ impl Pods {
         info!(log, "pod sandbox running"; "pid" => pid, "runtime_handler" => &handler, "name" => &cfg.name, "namespace" => &cfg.namespace);
         steps.log(log, "RunPodSandbox");
         Ok(())
+    }
+
+    /// The network branch: CNI ADD into the pod's netns (none on the host network); returns
+    /// the pod's addresses, primary first. Any failure is flagged in `failed` for the pause
+    /// branch.
+    async fn attach_network(
+        &self,
+        req: &RunSandbox,
+        netns_path: Option<&Path>,
+        failed: &AtomicBool,
+        undo: &mut Branch,
+        steps: &mut Steps,
+    ) -> Result<Vec<IpAddr>, SandboxError> {
+        let result = async {
+            let cfg = &req.config;
+            let mut ips = Vec::new();
+            if let Some(path) = netns_path {
+                let info = PodNetInfo {
+                    id: undo.id().to_string(),
+                    name: cfg.name.clone(),
+                    namespace: cfg.namespace.clone(),
+                    uid: cfg.uid.clone(),
+                    port_mappings: req.port_mappings.clone(),
+                    netns_path: path.to_path_buf(),
+                    bandwidth: None,
+                    dns: None,
+                };
+                // The network undoes its own partial ADD; once it succeeded, DEL is ours.
+                ips = self.network.setup(&info).await?;
+                steps.mark("cni_add");
+                let network = self.network.clone();
+                undo.on_undo("CNI DEL", async move { network.teardown(&info).await });
+            }
+            crate::failpoint::hit("sandbox.after_network", &cfg.name).await?;
+            Ok(ips)
+        }
+        .await;
+        if result.is_err() {
+            failed.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// The pause branch: pod files (+ shm tmpfs) → creation lease → rootfs snapshot → OCI
+    /// spec → container record (without the pod's addresses) → task created, not started.
+    /// Returns the creation lease. Stops before its next step once `network_failed` is set.
+    async fn create_pause(
+        &self,
+        req: &RunSandbox,
+        inputs: PauseInputs<'_>,
+        network_failed: &AtomicBool,
+        undo: &mut Branch,
+        steps: &mut Steps,
+    ) -> Result<String, SandboxError> {
+        let go_on = || {
+            if network_failed.load(Ordering::Acquire) {
+                return Err(SandboxError::StoppedBeside("CNI ADD"));
+            }
+            Ok(())
+        };
+        let PauseInputs {
+            metadata,
+            image,
+            runtime,
+            user,
+            netns_path,
+        } = inputs;
+        let id = &metadata.id;
+        let cfg = &req.config;
+        let ns = &cfg.security.namespaces;
+
+        go_on()?;
+        let dir = self.sandbox_dir(id);
+        // Registered first: removal is idempotent, and a blocking task that did not finish
+        // may have made part of them.
+        let d = dir.clone();
+        undo.on_undo("remove pod files", async move {
+            super::blocking(move || sandbox_files::remove(&d)).await??;
+            Ok::<(), super::UndoError>(())
+        });
+        let request = FilesRequest {
+            hostname: metadata.hostname.clone(),
+            dns: req.dns.clone(),
+            host_network: ns.network == NamespaceMode::Node,
+            host_ipc: ns.ipc == NamespaceMode::Node,
+        };
+        let files = super::blocking(move || sandbox_files::prepare(&dir, &request))
+            .await
+            .map_err(SandboxError::Aborted)??;
+        steps.mark("pod_files");
+
+        go_on()?;
+        let lease = self.creation_lease(undo).await?;
+        steps.mark("lease");
+        go_on()?;
+        let mounts = self
+            .snapshots
+            .prepare(
+                &lease,
+                &self.snapshotter,
+                id,
+                &image.chain_id,
+                &super::userns::snapshot_labels(user),
+            )
+            .await?;
+        steps.mark("prepare");
+        let (snaps, snapshotter, key) = (
+            self.snapshots.clone(),
+            self.snapshotter.clone(),
+            id.to_string(),
+        );
+        undo.on_undo("remove rootfs snapshot", async move {
+            snaps.remove(&snapshotter, &key).await
+        });
+        if user.is_some() && !super::userns::idmapped(&mounts) {
+            return Err(SandboxError::SnapshotterCannotIdmap(
+                self.snapshotter.clone(),
+            ));
+        }
+        crate::failpoint::hit("sandbox.after_snapshot", &cfg.name).await?;
+
+        let mut sandbox_cfg = cfg.clone();
+        sandbox_cfg.hostname = metadata.hostname.clone();
+        let spec = spec::sandbox_spec(&spec::SandboxInputs {
+            id,
+            config: &sandbox_cfg,
+            image: &image_config(image),
+            image_name: &self.sandbox_image,
+            rootfs: None,
+            netns_path,
+            userns_path: user
+                .and(netns_path)
+                .map(crate::net::netns::userns_pin)
+                .as_deref(),
+            files: &files,
+            host: &self.host,
+            unprivileged_ports: false,
+            unprivileged_icmp: false,
+        })?;
+        let spec_json = serde_json::to_vec(&spec).map_err(SandboxError::Encode)?;
+
+        go_on()?;
+        self.containers
+            .create(ContainerRecord {
+                id: id.to_string(),
+                image: self.sandbox_image.clone(),
+                labels: to_labels(metadata),
+                spec: spec_json,
+                runtime: runtime.runtime.clone(),
+                snapshotter: self.snapshotter.clone(),
+                snapshot_key: id.to_string(),
+                sandbox: String::new(),
+                extensions: HashMap::from([(
+                    SANDBOX_EXTENSION.to_string(),
+                    encode_extension(metadata),
+                )]),
+            })
+            .await?;
+        steps.mark("spec+record");
+        let (containers, key) = (self.containers.clone(), id.to_string());
+        undo.on_undo("delete container record", async move {
+            containers.delete(&key).await
+        });
+
+        go_on()?;
+        self.tasks
+            .create(TaskSpec {
+                container_id: id.to_string(),
+                rootfs: mounts,
+                runtime_path: runtime.runtime_path.clone(),
+                ..Default::default()
+            })
+            .await?;
+        steps.mark("task_create");
+        let (tasks, key) = (self.tasks.clone(), id.to_string());
+        undo.on_undo("delete task", async move {
+            kill_and_delete(tasks.as_ref(), &key).await
+        });
+        Ok(lease)
     }
 
     async fn sandbox_image(&self) -> Result<ImageInfo, SandboxError> {

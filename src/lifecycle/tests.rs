@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fakes::{Call, CallLog, FakeContainerd, FakeImages, FakeNetwork, FakeOci};
+use fakes::{Call, CallLog, FakeContainerd, FakeImages, FakeNetwork, FakeOci, Until};
 
 use super::{
     creation_lease_id, Backends, ContainerError, CreateRequest, HandlerRuntime, Pods, PodsConfig,
@@ -22,8 +22,9 @@ use super::{
 use crate::images::store::ImageInfo;
 use crate::lifecycle::backend::{RuncOptions, Runtime};
 use crate::spec::{ContainerConfig, HostFacts, NamespaceMode, SandboxConfig};
+use crate::store::persist::SANDBOX_EXTENSION;
 use crate::store::{
-    container_name_key, sandbox_name_key, ContainerMetadata, ContainerState, Sandbox,
+    container_name_key, sandbox_name_key, ContainerMetadata, ContainerState, Persisted, Sandbox,
     SandboxMetadata, SandboxState, SandboxStatus,
 };
 
@@ -190,12 +191,17 @@ async fn run_sandbox_fails_at(op: &'static str) {
     };
     let expected: Vec<Call> = made.iter().rev().flat_map(|(_, c)| c.clone()).collect();
     assert_eq!(b.log.after_failure(), expected, "{op}: undo sequence");
+    assert_pod_undone(&b, &id, op);
+}
 
-    assert!(!b.containerd.has_record(&id), "{op}: record left");
-    assert!(!b.containerd.has_task(&id), "{op}: task left");
-    assert!(b.pods.sandboxes.get(&id).is_err(), "{op}: indexed");
+/// Nothing of pod `id` is left after its failed RunPodSandbox: no record, task, index entry,
+/// pod files, name reservation or intent.
+fn assert_pod_undone(b: &Bed, id: &str, op: &str) {
+    assert!(!b.containerd.has_record(id), "{op}: record left");
+    assert!(!b.containerd.has_task(id), "{op}: task left");
+    assert!(b.pods.sandboxes.get(id).is_err(), "{op}: indexed");
     assert!(
-        !b.state_dir.join("sandboxes").join(&id).exists(),
+        !b.state_dir.join("sandboxes").join(id).exists(),
         "{op}: pod files left"
     );
     assert_eq!(
@@ -212,7 +218,7 @@ async fn run_sandbox_fails_at(op: &'static str) {
             .exists(),
         "{op}: intent kept"
     );
-    assert!(!b.pods.journal.is_stale(&id), "{op}: intent deferred");
+    assert!(!b.pods.journal.is_stale(id), "{op}: intent deferred");
 }
 
 #[tokio::test]
@@ -264,7 +270,7 @@ async fn run_sandbox_succeeds_in_order_and_drops_its_intent() {
     // The exit monitor's Task.Wait may follow; the operation's own calls come first.
     let calls = b.log.calls();
     assert_eq!(
-        calls[..8],
+        calls[..9],
         [
             Call::NetnsCreate(id.clone(), None),
             Call::CniAdd(id.clone()),
@@ -277,6 +283,7 @@ async fn run_sandbox_succeeds_in_order_and_drops_its_intent() {
             ),
             Call::RecordCreate(id.clone()),
             Call::TaskCreate(id.clone()),
+            Call::RecordSetExtension(id.clone(), SANDBOX_EXTENSION.into()),
             Call::TaskStart(id.clone()),
             Call::LeaseDelete(lease),
         ]
@@ -285,6 +292,11 @@ async fn run_sandbox_succeeds_in_order_and_drops_its_intent() {
     assert_eq!(sb.status.state, SandboxState::Ready);
     assert_eq!(sb.metadata.netns_path, netns.display().to_string());
     assert_eq!(sb.metadata.ip, "10.88.0.7");
+    assert_eq!(
+        recorded_metadata(&b, &id),
+        *sb.metadata,
+        "the record's metadata"
+    );
     assert!(!b
         .state_dir
         .join("pending")
@@ -353,6 +365,224 @@ async fn run_sandbox_on_the_host_network_makes_no_netns() {
             Call::LeaseDelete(creation_lease_id(&id)),
         ]
     );
+}
+
+/// The sandbox metadata on pod `id`'s containerd record.
+fn recorded_metadata(b: &Bed, id: &str) -> SandboxMetadata {
+    let record = b.containerd.record(id).expect("the pause record");
+    SandboxMetadata::decode_extension(&record.extensions[SANDBOX_EXTENSION])
+        .expect("the sandbox extension")
+}
+
+// CNI ADD runs concurrently with the pause container's pod files, lease, snapshot, record and
+// task create. The fakes' hold points order the two branches as each test needs.
+
+#[tokio::test]
+async fn run_sandbox_with_a_slow_cni_add_records_the_ips_before_the_task_starts() {
+    let b = bed();
+    b.log.hold("network.setup", Until::Returned("tasks.create"));
+    let id = b.pods.run_sandbox(pod_request()).await.expect("a pod");
+    let lease = creation_lease_id(&id);
+    let calls = b.log.calls();
+    assert_eq!(
+        calls[..9],
+        [
+            Call::NetnsCreate(id.clone(), None),
+            Call::CniAdd(id.clone()),
+            Call::LeaseCreate(lease.clone()),
+            Call::SnapshotPrepare(
+                lease.clone(),
+                id.clone(),
+                "sha256:pause-chain".into(),
+                vec![]
+            ),
+            Call::RecordCreate(id.clone()),
+            Call::TaskCreate(id.clone()),
+            Call::RecordSetExtension(id.clone(), SANDBOX_EXTENSION.into()),
+            Call::TaskStart(id.clone()),
+            Call::LeaseDelete(lease),
+        ]
+    );
+    let sb = b.pods.sandboxes.get(&id).expect("indexed").snapshot();
+    assert_eq!(sb.metadata.ip, "10.88.0.7");
+    assert_eq!(recorded_metadata(&b, &id).ip, "10.88.0.7");
+}
+
+#[tokio::test]
+async fn run_sandbox_cni_add_failing_after_the_pause_task_was_made_undoes_all_of_it() {
+    let b = bed();
+    b.log.fail("network.setup", 1);
+    b.log.hold("network.setup", Until::Returned("tasks.create"));
+    let err = b
+        .pods
+        .run_sandbox(pod_request())
+        .await
+        .expect_err("the scripted failure");
+    assert!(matches!(err, SandboxError::Network(_)), "{err:?}");
+    let id = first_id(&b.log);
+    let netns = b.state_dir.join("netns").join(&id);
+    let lease = creation_lease_id(&id);
+    // The pause branch made everything it makes; the network undid its own partial ADD, so
+    // there is no CNI DEL; the netns goes last.
+    assert_eq!(
+        b.log.calls(),
+        [
+            Call::NetnsCreate(id.clone(), None),
+            Call::CniAdd(id.clone()),
+            Call::LeaseCreate(lease.clone()),
+            Call::SnapshotPrepare(
+                lease.clone(),
+                id.clone(),
+                "sha256:pause-chain".into(),
+                vec![]
+            ),
+            Call::RecordCreate(id.clone()),
+            Call::TaskCreate(id.clone()),
+            Call::TaskKill(id.clone(), KILL, true),
+            Call::TaskWait(id.clone()),
+            Call::TaskDelete(id.clone()),
+            Call::RecordDelete(id.clone()),
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(lease),
+            Call::NetnsRemove(netns),
+        ]
+    );
+    assert_pod_undone(&b, &id, "network.setup");
+}
+
+#[tokio::test]
+async fn run_sandbox_snapshot_failing_while_cni_add_runs_still_ends_with_cni_del() {
+    let b = bed();
+    b.log.fail("snapshots.prepare", 1);
+    // CNI ADD succeeds only after the pause branch failed.
+    b.log
+        .hold("network.setup", Until::Returned("snapshots.prepare"));
+    let err = b
+        .pods
+        .run_sandbox(pod_request())
+        .await
+        .expect_err("the scripted failure");
+    assert!(matches!(err, SandboxError::Containerd(_)), "{err:?}");
+    let id = first_id(&b.log);
+    let netns = b.state_dir.join("netns").join(&id);
+    let lease = creation_lease_id(&id);
+    assert_eq!(
+        b.log.calls(),
+        [
+            Call::NetnsCreate(id.clone(), None),
+            Call::CniAdd(id.clone()),
+            Call::LeaseCreate(lease.clone()),
+            Call::SnapshotPrepare(
+                lease.clone(),
+                id.clone(),
+                "sha256:pause-chain".into(),
+                vec![]
+            ),
+            Call::LeaseDelete(lease),
+            Call::CniDel(id.clone()),
+            Call::NetnsRemove(netns),
+        ]
+    );
+    assert_pod_undone(&b, &id, "snapshots.prepare");
+}
+
+#[tokio::test]
+async fn run_sandbox_task_create_failing_while_cni_add_runs_still_ends_with_cni_del() {
+    let b = bed();
+    b.log.fail("tasks.create", 1);
+    b.log.hold("network.setup", Until::Returned("tasks.create"));
+    let err = b
+        .pods
+        .run_sandbox(pod_request())
+        .await
+        .expect_err("the scripted failure");
+    assert!(matches!(err, SandboxError::Containerd(_)), "{err:?}");
+    let id = first_id(&b.log);
+    let netns = b.state_dir.join("netns").join(&id);
+    assert_eq!(
+        b.log.after_failure(),
+        [
+            Call::RecordDelete(id.clone()),
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(creation_lease_id(&id)),
+            Call::CniDel(id.clone()),
+            Call::NetnsRemove(netns),
+        ]
+    );
+    assert_pod_undone(&b, &id, "tasks.create");
+}
+
+#[tokio::test]
+async fn run_sandbox_cni_add_failing_stops_the_pause_branch_before_its_next_step() {
+    let b = bed();
+    b.log.fail("network.setup", 1);
+    // CNI ADD fails once the lease is asked for; the lease is made once ADD has failed.
+    b.log.hold("network.setup", Until::Called("leases.create"));
+    b.log
+        .hold("leases.create", Until::Returned("network.setup"));
+    let err = b
+        .pods
+        .run_sandbox(pod_request())
+        .await
+        .expect_err("the scripted failure");
+    // The network's own error, not the pause branch's stop.
+    assert!(matches!(err, SandboxError::Network(_)), "{err:?}");
+    let id = first_id(&b.log);
+    let netns = b.state_dir.join("netns").join(&id);
+    let lease = creation_lease_id(&id);
+    // No snapshot, record or task was made: the lease the branch was making is undone.
+    assert_eq!(
+        b.log.calls(),
+        [
+            Call::NetnsCreate(id.clone(), None),
+            Call::CniAdd(id.clone()),
+            Call::LeaseCreate(lease.clone()),
+            Call::LeaseDelete(lease),
+            Call::NetnsRemove(netns),
+        ]
+    );
+    assert_pod_undone(&b, &id, "network.setup");
+}
+
+#[tokio::test]
+async fn run_sandbox_undo_order_is_the_same_whichever_branch_finishes_first() {
+    let mut sequences = Vec::new();
+    for slow_network in [false, true] {
+        let b = bed();
+        b.log.fail("tasks.start", 1);
+        if slow_network {
+            b.log.hold("network.setup", Until::Returned("tasks.create"));
+        } else {
+            // The pause branch waits until CNI ADD is done.
+            b.log
+                .hold("leases.create", Until::Returned("network.setup"));
+        }
+        b.pods
+            .run_sandbox(pod_request())
+            .await
+            .expect_err("the scripted failure");
+        let id = first_id(&b.log);
+        let netns = b.state_dir.join("netns").join(&id);
+        let undo = b.log.after_failure();
+        assert_eq!(
+            undo,
+            [
+                Call::TaskKill(id.clone(), KILL, true),
+                Call::TaskWait(id.clone()),
+                Call::TaskDelete(id.clone()),
+                Call::RecordDelete(id.clone()),
+                Call::SnapshotRemove(id.clone()),
+                Call::LeaseDelete(creation_lease_id(&id)),
+                Call::CniDel(id.clone()),
+                Call::NetnsRemove(netns),
+            ],
+            "slow network: {slow_network}"
+        );
+        assert_pod_undone(&b, &id, "tasks.start");
+        sequences.push(b.log.calls().iter().map(Call::op).collect::<Vec<_>>());
+    }
+    // Only where CNI ADD's result lands differs: the calls themselves are the same.
+    assert_eq!(sequences[0], sequences[1]);
 }
 
 /// A bed with one ready pod; the log starts empty.

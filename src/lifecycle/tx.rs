@@ -12,6 +12,19 @@
 //!
 //! Each undo step runs with its own timeout, in the operation's own task (never the caller's
 //! possibly cancelled one).
+//!
+//! Steps that run concurrently (RunPodSandbox's CNI ADD beside its rootfs and pause task)
+//! register their undos on a [`Branch`] each, which the transaction takes back with
+//! [`Tx::join`] once every branch has finished, failed or not: the undo order is the order
+//! of the joins, not the order in which the branches' steps happened to finish, so a rollback
+//! is the same whichever branch was faster.
+//!
+//! ```text
+//! let (mut a, mut b) = (tx.branch(), tx.branch());
+//! let (ra, rb) = tokio::join!(make_a(&mut a), make_b(&mut b));   // never try_join!
+//! tx.join(a);  tx.join(b);                      // b's undos run before a's
+//! ra?; rb?;
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,10 +41,69 @@ pub(crate) const UNDO_TIMEOUT: Duration = Duration::from_secs(30);
 
 type UndoFuture = Pin<Box<dyn Future<Output = Result<(), UndoError>> + Send>>;
 
+/// Where a step registers the undo of what it made: the transaction itself, or one of its
+/// concurrent [`Branch`]es.
+pub(crate) trait UndoLog {
+    /// The id of the object being made.
+    fn id(&self) -> &str;
+
+    /// Registers the undo of something just made; undos run in reverse order.
+    fn on_undo<E: Into<UndoError>>(
+        &mut self,
+        what: &'static str,
+        step: impl Future<Output = Result<(), E>> + Send + 'static,
+    );
+}
+
+fn boxed<E: Into<UndoError>>(
+    what: &'static str,
+    step: impl Future<Output = Result<(), E>> + Send + 'static,
+) -> (&'static str, UndoFuture) {
+    (
+        what,
+        Box::pin(async move { step.await.map_err(Into::into) }),
+    )
+}
+
 /// An operation in flight: its intent and the undo steps registered so far.
 pub(crate) struct Tx {
     intent: Intent,
     undo: Vec<(&'static str, UndoFuture)>,
+}
+
+/// The undo steps of one concurrent branch of an operation, in the order its steps made
+/// things; they join the transaction's with [`Tx::join`].
+pub(crate) struct Branch {
+    id: String,
+    undo: Vec<(&'static str, UndoFuture)>,
+}
+
+impl UndoLog for Branch {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn on_undo<E: Into<UndoError>>(
+        &mut self,
+        what: &'static str,
+        step: impl Future<Output = Result<(), E>> + Send + 'static,
+    ) {
+        self.undo.push(boxed(what, step));
+    }
+}
+
+impl UndoLog for Tx {
+    fn id(&self) -> &str {
+        self.intent.id()
+    }
+
+    fn on_undo<E: Into<UndoError>>(
+        &mut self,
+        what: &'static str,
+        step: impl Future<Output = Result<(), E>> + Send + 'static,
+    ) {
+        self.undo.push(boxed(what, step));
+    }
 }
 
 impl Tx {
@@ -41,10 +113,21 @@ impl Tx {
         what: &'static str,
         step: impl Future<Output = Result<(), E>> + Send + 'static,
     ) {
-        self.undo.push((
-            what,
-            Box::pin(async move { step.await.map_err(Into::into) }),
-        ));
+        UndoLog::on_undo(self, what, step);
+    }
+
+    /// An empty undo list for steps about to run concurrently with others.
+    pub(crate) fn branch(&self) -> Branch {
+        Branch {
+            id: self.id().to_string(),
+            undo: Vec::new(),
+        }
+    }
+
+    /// Takes a finished branch's undo steps after the ones registered so far: they run
+    /// before everything registered earlier, and after everything registered later.
+    pub(crate) fn join(&mut self, branch: Branch) {
+        self.undo.extend(branch.undo);
     }
 
     /// The operation succeeded: nothing is to be undone.
@@ -54,7 +137,7 @@ impl Tx {
 
     /// The id of the object being made.
     pub(crate) fn id(&self) -> &str {
-        self.intent.id()
+        UndoLog::id(self)
     }
 
     /// Runs the undo steps in reverse order, each bounded by [`UNDO_TIMEOUT`]; returns the

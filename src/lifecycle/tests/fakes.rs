@@ -1,7 +1,9 @@
 //! Recording fakes of what lifecycle uses (containerd's records, tasks, snapshots and leases,
 //! the local images, the pod network): each call is stored with its typed arguments in one
 //! shared [`CallLog`], in order, and any operation can be made to fail on its Nth call (as
-//! youki's `TestHelperSyscall` does).
+//! youki's `TestHelperSyscall` does). Calls of CNI ADD, lease create, snapshot prepare and task
+//! create can be held until another call was made or has returned ([`CallLog::hold`]), which
+//! orders an operation's concurrent steps as a test needs.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -100,12 +102,25 @@ impl Call {
     }
 }
 
+/// Until when a held call waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Until {
+    /// A call of this op was made.
+    Called(&'static str),
+    /// A call of this op (one with a hold point) returned.
+    Returned(&'static str),
+}
+
 #[derive(Default)]
 struct LogState {
     calls: Vec<Call>,
     counts: HashMap<&'static str, usize>,
     /// op → the call numbers (1-based) that fail.
     failing: HashMap<&'static str, HashSet<usize>>,
+    /// op → until when its calls wait before they return.
+    holds: HashMap<&'static str, Until>,
+    /// Ops (with a hold point) whose calls returned.
+    returned: HashSet<&'static str>,
 }
 
 /// The shared, ordered record of every call to every fake, and the failure script.
@@ -135,6 +150,46 @@ impl CallLog {
         s.failing.get(op).is_some_and(|f| f.contains(&n))
     }
 
+    /// Makes calls of `op` (one with a hold point: `network.setup`, `leases.create`,
+    /// `snapshots.prepare`, `tasks.create`) wait, once made and decided, until `until`.
+    pub fn hold(&self, op: &'static str, until: Until) {
+        self.state().holds.insert(op, until);
+    }
+
+    /// The hold point of a call of `op`: waits as [`CallLog::hold`] said (at most 10 s, then
+    /// goes on: the test's assertions report the order it did not get).
+    async fn held(&self, op: &'static str) {
+        let until = self.state().holds.get(op).copied();
+        let Some(until) = until else {
+            return;
+        };
+        let done = || {
+            let s = self.state();
+            match until {
+                Until::Called(other) => s.calls.iter().any(|c| c.op() == other),
+                Until::Returned(other) => s.returned.contains(other),
+            }
+        };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !done() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// A call of `op` (one with a hold point) returns now.
+    fn returned(&self, op: &'static str) {
+        self.state().returned.insert(op);
+    }
+
+    /// Records `call`, waits at its hold point, and says whether it is scripted to fail.
+    async fn record_held(&self, call: Call) -> bool {
+        let op = call.op();
+        let fail = self.record(call);
+        self.held(op).await;
+        self.returned(op);
+        fail
+    }
+
     /// Every call so far.
     pub fn calls(&self) -> Vec<Call> {
         self.state().calls.clone()
@@ -155,11 +210,12 @@ impl CallLog {
         Vec::new()
     }
 
-    /// Forgets the calls so far and restarts the call counts (the script stays).
+    /// Forgets the calls so far and restarts the call counts (the script and holds stay).
     pub fn clear(&self) {
         let mut s = self.state();
         s.calls.clear();
         s.counts.clear();
+        s.returned.clear();
     }
 }
 
@@ -224,6 +280,15 @@ impl FakeContainerd {
     fn check(&self, call: Call) -> Result<(), ContainerdError> {
         let op = call.op();
         if self.log.record(call) {
+            return Err(failed(op));
+        }
+        Ok(())
+    }
+
+    /// [`FakeContainerd::check`] with a hold point.
+    async fn check_held(&self, call: Call) -> Result<(), ContainerdError> {
+        let op = call.op();
+        if self.log.record_held(call).await {
             return Err(failed(op));
         }
         Ok(())
@@ -336,7 +401,8 @@ impl Containers for FakeContainerd {
 #[tonic::async_trait]
 impl Tasks for FakeContainerd {
     async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError> {
-        self.check(Call::TaskCreate(spec.container_id.clone()))?;
+        self.check_held(Call::TaskCreate(spec.container_id.clone()))
+            .await?;
         let state = TaskState {
             status: TaskStatus::Created,
             pid: 4242,
@@ -459,12 +525,13 @@ impl Snapshots for FakeContainerd {
         let mut sorted: Vec<(String, String)> =
             labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         sorted.sort();
-        self.check(Call::SnapshotPrepare(
+        self.check_held(Call::SnapshotPrepare(
             lease.into(),
             key.into(),
             parent.into(),
             sorted,
-        ))?;
+        ))
+        .await?;
         let mut mounts = self.mounts();
         if *Self::lock(&self.idmaps) {
             for (label, option) in [
@@ -519,7 +586,7 @@ impl Snapshots for FakeContainerd {
 #[tonic::async_trait]
 impl Leases for FakeContainerd {
     async fn create(&self, id: &str, _expire_secs: u64) -> Result<(), ContainerdError> {
-        self.check(Call::LeaseCreate(id.into()))
+        self.check_held(Call::LeaseCreate(id.into())).await
     }
     async fn delete(&self, id: &str, _sync: bool) -> Result<(), ContainerdError> {
         self.check(Call::LeaseDelete(id.into()))
@@ -573,7 +640,7 @@ impl PodNetwork for FakeNetwork {
         Ok(())
     }
     async fn setup(&self, pod: &PodNetInfo) -> Result<Vec<IpAddr>, NetError> {
-        if self.log.record(Call::CniAdd(pod.id.clone())) {
+        if self.log.record_held(Call::CniAdd(pod.id.clone())).await {
             return Err(NetError::NoPodIp {
                 network: "fake".into(),
                 rollback: None,

@@ -5,8 +5,8 @@
 # RemoveContainer), pod lifecycle (CreatePod, StatusPod, StopPod, RemovePod), image
 # lifecycle (PullImage, StatusImage, RemoveImage), ListImages, and "create PodSandbox and
 # container" (RunPodSandbox + CreateContainer + StartContainer + StopPodSandbox +
-# RemovePodSandbox). Prints each operation's mean in ms for both runtimes and the ratio
-# remora/containerd (below 1.00 is remora faster).
+# RemovePodSandbox). Prints each operation's mean and median in ms for both runtimes and the
+# ratios remora/containerd (below 1.00 is remora faster).
 #
 #   scripts/bench-critest.sh [--n N] [--rounds R] [--socket PATH]
 #
@@ -118,23 +118,42 @@ samples() {
 	done
 }
 
-declare -A mean count
+# Each operation's mean, median and sample count. The median as well as critest's mean: on a
+# shared machine one stalled sample (a 250 ms CreateContainer among 13 ms ones) moves the
+# mean of 60 by 4 ms.
+declare -A mean median count
 for rt in remora containerd; do
-	while read -r op m c; do
+	while read -r op m md c; do
 		mean[$rt.$op]=$m
+		median[$rt.$op]=$md
 		count[$rt.$op]=$c
-	done < <(samples "$rt" | awk '{s[$1] += $2; c[$1]++} END {for (o in s) printf "%s %.2f %d\n", o, s[o] / c[o], c[o]}')
+	done < <(samples "$rt" | sort -k1,1 -k2,2g | awk '
+		function flush() {
+			if (n == 0) return
+			md = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+			printf "%s %.2f %.2f %d\n", op, s / n, md, n
+		}
+		$1 != op { flush(); op = $1; n = 0; s = 0 }
+		{ v[++n] = $2; s += $2 }
+		END { flush() }')
 done
+
+# ratio A B: "A/B x", or "-" when either is missing.
+ratio() {
+	awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }'
+}
 
 ops=(CreatePod StatusPod StopPod RemovePod CreateContainer StartContainer StatusContainer
 	StopContainer RemoveContainer PullImage StatusImage RemoveImage ListImages PodAndContainer)
-echo "critest -benchmark, $rounds round(s) x $n samples, remora (release) vs containerd $(containerd --version | awk '{print $3}') CRI; mean ms"
-printf '%-18s %10s %12s %16s %8s\n' operation remora containerd remora/containerd samples
+echo "critest -benchmark, $rounds round(s) x $n samples, remora (release) vs containerd $(containerd --version | awk '{print $3}') CRI; ms"
+printf '%-16s %17s %7s %17s %7s %8s\n' operation "mean r / c" ratio "median r / c" ratio samples
 for op in "${ops[@]}"; do
 	a=${mean[remora.$op]:-} b=${mean[containerd.$op]:-}
+	ma=${median[remora.$op]:-} mb=${median[containerd.$op]:-}
 	[[ -z "$a" && -z "$b" ]] && continue
-	printf '%-18s %10s %12s %16s %8s\n' "$op" "${a:--}" "${b:--}" \
-		"$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "-" }')" \
+	printf '%-16s %17s %7s %17s %7s %8s\n' "$op" "${a:--} / ${b:--}" "$(ratio "$a" "$b")" \
+		"${ma:--} / ${mb:--}" "$(ratio "$ma" "$mb")" \
 		"${count[remora.$op]:-0}/${count[containerd.$op]:-0}"
 done
+echo "(ratio: remora/containerd, below 1.00x is remora faster)"
 echo "(PodAndContainer: critest's \"create PodSandbox and container\", runp + create + start + stopp + rmp)"

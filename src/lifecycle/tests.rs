@@ -140,6 +140,31 @@ fn first_id(log: &CallLog) -> String {
     }
 }
 
+/// A host-network-less pod's first RunPodSandbox calls, up to its pause snapshot: netns, CNI
+/// ADD, the creation lease, the snapshot (the fake's order when CNI ADD is not held back).
+fn run_sandbox_calls_through_prepare(id: &str) -> Vec<Call> {
+    let lease = creation_lease_id(id);
+    vec![
+        Call::NetnsCreate(id.to_string(), None),
+        Call::CniAdd(id.to_string()),
+        Call::LeaseCreate(lease.clone()),
+        Call::SnapshotPrepare(lease, id.to_string(), "sha256:pause-chain".into(), vec![]),
+    ]
+}
+
+/// Every call of a RunPodSandbox that succeeds, in order.
+fn run_sandbox_calls(id: &str) -> Vec<Call> {
+    let mut calls = run_sandbox_calls_through_prepare(id);
+    calls.extend([
+        Call::RecordCreate(id.to_string()),
+        Call::TaskCreate(id.to_string()),
+        Call::RecordSetExtension(id.to_string(), SANDBOX_EXTENSION.into()),
+        Call::TaskStart(id.to_string()),
+        Call::LeaseDelete(creation_lease_id(id)),
+    ]);
+    calls
+}
+
 /// The calls that undo each RunPodSandbox step, in the order the steps are made.
 fn sandbox_undo(id: &str, netns: &Path) -> Vec<(&'static str, Vec<Call>)> {
     let lease = creation_lease_id(id);
@@ -266,28 +291,9 @@ async fn run_sandbox_succeeds_in_order_and_drops_its_intent() {
     let b = bed();
     let id = b.pods.run_sandbox(pod_request()).await.expect("a pod");
     let netns = b.state_dir.join("netns").join(&id);
-    let lease = creation_lease_id(&id);
     // The exit monitor's Task.Wait may follow; the operation's own calls come first.
     let calls = b.log.calls();
-    assert_eq!(
-        calls[..9],
-        [
-            Call::NetnsCreate(id.clone(), None),
-            Call::CniAdd(id.clone()),
-            Call::LeaseCreate(lease.clone()),
-            Call::SnapshotPrepare(
-                lease.clone(),
-                id.clone(),
-                "sha256:pause-chain".into(),
-                vec![]
-            ),
-            Call::RecordCreate(id.clone()),
-            Call::TaskCreate(id.clone()),
-            Call::RecordSetExtension(id.clone(), SANDBOX_EXTENSION.into()),
-            Call::TaskStart(id.clone()),
-            Call::LeaseDelete(lease),
-        ]
-    );
+    assert_eq!(calls[..9], run_sandbox_calls(&id));
     let sb = b.pods.sandboxes.get(&id).expect("indexed").snapshot();
     assert_eq!(sb.status.state, SandboxState::Ready);
     assert_eq!(sb.metadata.netns_path, netns.display().to_string());
@@ -382,27 +388,8 @@ async fn run_sandbox_with_a_slow_cni_add_records_the_ips_before_the_task_starts(
     let b = bed();
     b.log.hold("network.setup", Until::Returned("tasks.create"));
     let id = b.pods.run_sandbox(pod_request()).await.expect("a pod");
-    let lease = creation_lease_id(&id);
     let calls = b.log.calls();
-    assert_eq!(
-        calls[..9],
-        [
-            Call::NetnsCreate(id.clone(), None),
-            Call::CniAdd(id.clone()),
-            Call::LeaseCreate(lease.clone()),
-            Call::SnapshotPrepare(
-                lease.clone(),
-                id.clone(),
-                "sha256:pause-chain".into(),
-                vec![]
-            ),
-            Call::RecordCreate(id.clone()),
-            Call::TaskCreate(id.clone()),
-            Call::RecordSetExtension(id.clone(), SANDBOX_EXTENSION.into()),
-            Call::TaskStart(id.clone()),
-            Call::LeaseDelete(lease),
-        ]
-    );
+    assert_eq!(calls[..9], run_sandbox_calls(&id));
     let sb = b.pods.sandboxes.get(&id).expect("indexed").snapshot();
     assert_eq!(sb.metadata.ip, "10.88.0.7");
     assert_eq!(recorded_metadata(&b, &id).ip, "10.88.0.7");
@@ -424,29 +411,19 @@ async fn run_sandbox_cni_add_failing_after_the_pause_task_was_made_undoes_all_of
     let lease = creation_lease_id(&id);
     // The pause branch made everything it makes; the network undid its own partial ADD, so
     // there is no CNI DEL; the netns goes last.
-    assert_eq!(
-        b.log.calls(),
-        [
-            Call::NetnsCreate(id.clone(), None),
-            Call::CniAdd(id.clone()),
-            Call::LeaseCreate(lease.clone()),
-            Call::SnapshotPrepare(
-                lease.clone(),
-                id.clone(),
-                "sha256:pause-chain".into(),
-                vec![]
-            ),
-            Call::RecordCreate(id.clone()),
-            Call::TaskCreate(id.clone()),
-            Call::TaskKill(id.clone(), KILL, true),
-            Call::TaskWait(id.clone()),
-            Call::TaskDelete(id.clone()),
-            Call::RecordDelete(id.clone()),
-            Call::SnapshotRemove(id.clone()),
-            Call::LeaseDelete(lease),
-            Call::NetnsRemove(netns),
-        ]
-    );
+    let mut expected = run_sandbox_calls_through_prepare(&id);
+    expected.extend([
+        Call::RecordCreate(id.clone()),
+        Call::TaskCreate(id.clone()),
+        Call::TaskKill(id.clone(), KILL, true),
+        Call::TaskWait(id.clone()),
+        Call::TaskDelete(id.clone()),
+        Call::RecordDelete(id.clone()),
+        Call::SnapshotRemove(id.clone()),
+        Call::LeaseDelete(lease),
+        Call::NetnsRemove(netns),
+    ]);
+    assert_eq!(b.log.calls(), expected);
     assert_pod_undone(&b, &id, "network.setup");
 }
 
@@ -466,23 +443,13 @@ async fn run_sandbox_snapshot_failing_while_cni_add_runs_still_ends_with_cni_del
     let id = first_id(&b.log);
     let netns = b.state_dir.join("netns").join(&id);
     let lease = creation_lease_id(&id);
-    assert_eq!(
-        b.log.calls(),
-        [
-            Call::NetnsCreate(id.clone(), None),
-            Call::CniAdd(id.clone()),
-            Call::LeaseCreate(lease.clone()),
-            Call::SnapshotPrepare(
-                lease.clone(),
-                id.clone(),
-                "sha256:pause-chain".into(),
-                vec![]
-            ),
-            Call::LeaseDelete(lease),
-            Call::CniDel(id.clone()),
-            Call::NetnsRemove(netns),
-        ]
-    );
+    let mut expected = run_sandbox_calls_through_prepare(&id);
+    expected.extend([
+        Call::LeaseDelete(lease),
+        Call::CniDel(id.clone()),
+        Call::NetnsRemove(netns),
+    ]);
+    assert_eq!(b.log.calls(), expected);
     assert_pod_undone(&b, &id, "snapshots.prepare");
 }
 

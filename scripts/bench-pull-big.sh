@@ -10,7 +10,13 @@
 # removed and its blobs deleted from the registry's storage.
 #
 #   scripts/bench-pull-big.sh [--layers 8] [--layer-mb 64] [--config-mb 64] [--rounds 3]
-#                             [--only layers|config]
+#                             [--only layers|config] [--ctr]
+#
+#   --ctr  also pull each image with containerd's own client, ctr (the test bed's, in
+#          namespace bench-ctr), both ways it can: through containerd's Transfer service
+#          (containerd fetches and unpacks in-process, as its CRI does) and with --local
+#          (ctr fetches and writes the blobs into containerd over gRPC, as remora does);
+#          the ratio column is then that pull's speed against remora's
 #
 # Prints per image the median wall time and MiB/s (blob bytes of the image / wall time) of
 # each runtime with the ratio remora/containerd (higher is better for remora), and remora's
@@ -25,7 +31,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-layers=8 layer_mb=64 config_mb=64 rounds=3 only=""
+layers=8 layer_mb=64 config_mb=64 rounds=3 only="" with_ctr=""
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--layers) layers=$2; shift 2 ;;
@@ -33,12 +39,14 @@ while [[ $# -gt 0 ]]; do
 	--config-mb) config_mb=$2; shift 2 ;;
 	--rounds) rounds=$2; shift 2 ;;
 	--only) only=$2; shift 2 ;;
+	--ctr) with_ctr=1; shift ;;
 	*) die "unknown argument $1" ;;
 	esac
 done
 
 up_release_remora
 CRICTL="$TOOLS_BIN/crictl"
+CTR=("$TOOLS_BIN/ctr" -a "$TB_RUN/containerd.sock" -n bench-ctr)
 remora_pid=$(<"$TB_RUN/remora.pid")
 info "measuring remora $(readlink "/proc/$remora_pid/exe") (pid $remora_pid)"
 
@@ -85,15 +93,28 @@ one() {
 	fi
 	cpu0=$(cpu_ticks)
 	start=$(date +%s.%N)
-	"$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" pull "$ref" >/dev/null ||
-		die "pull of $ref ($kind) through $rt failed"
+	case $rt in
+	ctr-transfer | ctr-local)
+		local how=()
+		[[ $rt == ctr-local ]] && how=(--local)
+		"${CTR[@]}" image pull "${how[@]}" --hosts-dir "$TB_ROOT/certs.d" "$ref" >/dev/null 2>&1 ||
+			die "pull of $ref ($kind) through $rt failed"
+		;;
+	*)
+		"$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" pull "$ref" >/dev/null ||
+			die "pull of $ref ($kind) through $rt failed"
+		;;
+	esac
 	end=$(date +%s.%N)
 	cpu1=$(cpu_ticks)
 	if [[ $rt == remora ]]; then
 		peak=$(kib "$remora_pid" VmHWM)
 		after=$(kib "$remora_pid" VmRSS)
 	fi
-	"$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" rmi "$ref" >/dev/null
+	case $rt in
+	ctr-*) "${CTR[@]}" image rm --sync "$ref" >/dev/null 2>&1 ;;
+	*) "$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" rmi "$ref" >/dev/null ;;
+	esac
 	[[ $rt == remora ]] && removed=$(kib "$remora_pid" VmRSS)
 	forget_pushed "$repo" "$json"
 	awk -v s="$start" -v e="$end" -v b="$(jq .bytes <<<"$json")" \
@@ -113,7 +134,12 @@ for kind in "${kinds[@]}"; do
 	bytes=0
 	for ((round = 1; round <= rounds; round++)); do
 		order=(remora containerd)
-		((round % 2 == 0)) && order=(containerd remora)
+		[[ -n $with_ctr ]] && order+=(ctr-transfer ctr-local)
+		if ((round % 2 == 0)); then
+			reversed=()
+			for ((i = ${#order[@]} - 1; i >= 0; i--)); do reversed+=("${order[i]}"); done
+			order=("${reversed[@]}")
+		fi
 		for rt in "${order[@]}"; do
 			read -r s b rb rp ra rr cc cr cg <<<"$(one "$kind" "$rt")"
 			info "$kind round $round: $rt ${s}s (CPU s: containerd $cc, remora $cr, registry $cg)"
@@ -139,7 +165,18 @@ for kind in "${kinds[@]}"; do
 			-v c="$(tr ' ' '\n' <<<"${cpu[containerd.$d]}" | grep . | median)" \
 			'BEGIN { printf "%-28s %12.2f %12.2f\n", "CPU s: " d, r, c }'
 	done
+	for rt in ctr-transfer ctr-local; do
+		[[ -n ${secs[$rt]:-} ]] || continue
+		x_s=$(tr ' ' '\n' <<<"${secs[$rt]}" | grep . | median)
+		awk -v rt="$rt" -v x="$x_s" -v r="$r_s" -v b="$bytes" \
+			-v cc="$(tr ' ' '\n' <<<"${cpu[$rt.containerd]}" | grep . | median)" 'BEGIN {
+			printf "%-28s %12.3f s %8.1f MiB/s, remora/%s %.2fx; CPU s: containerd %.2f\n",
+				rt " (ctr)", x, b / x / 1048576, rt, x / r, cc }'
+	done
 	read -r rb rp ra rr <<<"${last[rss]}"
 	echo "remora RSS (KiB, last round): before $rb, peak $rp, after pull $ra, after removal $rr"
 	echo
 done
+# ctr's images are gone (each removed with a synchronous GC); its namespace goes too.
+[[ -z $with_ctr ]] || "${CTR[@]:0:3}" namespaces rm bench-ctr >/dev/null 2>&1 ||
+	info "containerd namespace bench-ctr left behind (something of the pulls is still in it)"

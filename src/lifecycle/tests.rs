@@ -140,6 +140,19 @@ fn first_id(log: &CallLog) -> String {
     }
 }
 
+/// Runs a RunPodSandbox that the bed's scripted failure makes fail: its error, and the id and
+/// netns path the operation used.
+async fn run_sandbox_failing(b: &Bed) -> (SandboxError, String, PathBuf) {
+    let err = b
+        .pods
+        .run_sandbox(pod_request())
+        .await
+        .expect_err("the scripted failure");
+    let id = first_id(&b.log);
+    let netns = b.state_dir.join("netns").join(&id);
+    (err, id, netns)
+}
+
 /// A host-network-less pod's first RunPodSandbox calls, up to its pause snapshot: netns, CNI
 /// ADD, the creation lease, the snapshot (the fake's order when CNI ADD is not held back).
 fn run_sandbox_calls_through_prepare(id: &str) -> Vec<Call> {
@@ -315,12 +328,7 @@ async fn run_sandbox_failed_undo_is_reported_and_the_intent_kept() {
     let b = bed();
     b.log.fail("tasks.create", 1);
     b.log.fail("snapshots.remove", 1);
-    let err = b
-        .pods
-        .run_sandbox(pod_request())
-        .await
-        .expect_err("the scripted failure");
-    let id = first_id(&b.log);
+    let (err, id, _) = run_sandbox_failing(&b).await;
     let SandboxError::RolledBackPartly { source, rollback } = &err else {
         panic!("the rollback failure is not reported: {err:?}");
     };
@@ -400,14 +408,8 @@ async fn run_sandbox_cni_add_failing_after_the_pause_task_was_made_undoes_all_of
     let b = bed();
     b.log.fail("network.setup", 1);
     b.log.hold("network.setup", Until::Returned("tasks.create"));
-    let err = b
-        .pods
-        .run_sandbox(pod_request())
-        .await
-        .expect_err("the scripted failure");
+    let (err, id, netns) = run_sandbox_failing(&b).await;
     assert!(matches!(err, SandboxError::Network(_)), "{err:?}");
-    let id = first_id(&b.log);
-    let netns = b.state_dir.join("netns").join(&id);
     let lease = creation_lease_id(&id);
     // The pause branch made everything it makes; the network undid its own partial ADD, so
     // there is no CNI DEL; the netns goes last.
@@ -434,14 +436,8 @@ async fn run_sandbox_snapshot_failing_while_cni_add_runs_still_ends_with_cni_del
     // CNI ADD succeeds only after the pause branch failed.
     b.log
         .hold("network.setup", Until::Returned("snapshots.prepare"));
-    let err = b
-        .pods
-        .run_sandbox(pod_request())
-        .await
-        .expect_err("the scripted failure");
+    let (err, id, netns) = run_sandbox_failing(&b).await;
     assert!(matches!(err, SandboxError::Containerd(_)), "{err:?}");
-    let id = first_id(&b.log);
-    let netns = b.state_dir.join("netns").join(&id);
     let lease = creation_lease_id(&id);
     let mut expected = run_sandbox_calls_through_prepare(&id);
     expected.extend([
@@ -458,14 +454,8 @@ async fn run_sandbox_task_create_failing_while_cni_add_runs_still_ends_with_cni_
     let b = bed();
     b.log.fail("tasks.create", 1);
     b.log.hold("network.setup", Until::Returned("tasks.create"));
-    let err = b
-        .pods
-        .run_sandbox(pod_request())
-        .await
-        .expect_err("the scripted failure");
+    let (err, id, netns) = run_sandbox_failing(&b).await;
     assert!(matches!(err, SandboxError::Containerd(_)), "{err:?}");
-    let id = first_id(&b.log);
-    let netns = b.state_dir.join("netns").join(&id);
     assert_eq!(
         b.log.after_failure(),
         [
@@ -487,15 +477,9 @@ async fn run_sandbox_cni_add_failing_stops_the_pause_branch_before_its_next_step
     b.log.hold("network.setup", Until::Called("leases.create"));
     b.log
         .hold("leases.create", Until::Returned("network.setup"));
-    let err = b
-        .pods
-        .run_sandbox(pod_request())
-        .await
-        .expect_err("the scripted failure");
+    let (err, id, netns) = run_sandbox_failing(&b).await;
     // The network's own error, not the pause branch's stop.
     assert!(matches!(err, SandboxError::Network(_)), "{err:?}");
-    let id = first_id(&b.log);
-    let netns = b.state_dir.join("netns").join(&id);
     let lease = creation_lease_id(&id);
     // No snapshot, record or task was made: the lease the branch was making is undone.
     assert_eq!(
@@ -524,12 +508,7 @@ async fn run_sandbox_undo_order_is_the_same_whichever_branch_finishes_first() {
             b.log
                 .hold("leases.create", Until::Returned("network.setup"));
         }
-        b.pods
-            .run_sandbox(pod_request())
-            .await
-            .expect_err("the scripted failure");
-        let id = first_id(&b.log);
-        let netns = b.state_dir.join("netns").join(&id);
+        let (_, id, netns) = run_sandbox_failing(&b).await;
         let undo = b.log.after_failure();
         assert_eq!(
             undo,
@@ -965,11 +944,7 @@ async fn the_sweep_finishes_a_rollback_that_failed() {
     let b = bed();
     b.log.fail("tasks.create", 1);
     b.log.fail("snapshots.remove", 1);
-    b.pods
-        .run_sandbox(pod_request())
-        .await
-        .expect_err("the scripted failure");
-    let id = first_id(&b.log);
+    let (_, id, _) = run_sandbox_failing(&b).await;
     assert!(b.pods.journal.is_stale(&id));
     let before = b.log.calls().len();
     let swept = b.pods.sweep_half_made().await;

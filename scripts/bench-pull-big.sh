@@ -91,30 +91,30 @@ one() {
 		before=$(kib "$remora_pid" VmRSS)
 		echo 5 >"/proc/$remora_pid/clear_refs" # VmHWM := VmRSS
 	fi
-	cpu0=$(cpu_ticks)
-	start=$(date +%s.%N)
+	# The client's pull and remove commands; their stderr is kept for a failure's message
+	# (ctr warns about cgroup v1 on every call).
+	local pull rm err
 	case $rt in
 	ctr-transfer | ctr-local)
-		local how=()
-		[[ $rt == ctr-local ]] && how=(--local)
-		"${CTR[@]}" image pull "${how[@]}" --hosts-dir "$TB_ROOT/certs.d" "$ref" >/dev/null 2>&1 ||
-			die "pull of $ref ($kind) through $rt failed"
+		pull=("${CTR[@]}" image pull --hosts-dir "$TB_ROOT/certs.d")
+		[[ $rt == ctr-local ]] && pull+=(--local)
+		rm=("${CTR[@]}" image rm --sync)
 		;;
 	*)
-		"$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" pull "$ref" >/dev/null ||
-			die "pull of $ref ($kind) through $rt failed"
+		pull=("$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" pull)
+		rm=("$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" rmi)
 		;;
 	esac
+	cpu0=$(cpu_ticks)
+	start=$(date +%s.%N)
+	err=$("${pull[@]}" "$ref" 2>&1 >/dev/null) || die "pull of $ref ($kind) through $rt failed: $err"
 	end=$(date +%s.%N)
 	cpu1=$(cpu_ticks)
 	if [[ $rt == remora ]]; then
 		peak=$(kib "$remora_pid" VmHWM)
 		after=$(kib "$remora_pid" VmRSS)
 	fi
-	case $rt in
-	ctr-*) "${CTR[@]}" image rm --sync "$ref" >/dev/null 2>&1 ;;
-	*) "$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" rmi "$ref" >/dev/null ;;
-	esac
+	err=$("${rm[@]}" "$ref" 2>&1 >/dev/null) || warn "removing $ref through $rt failed: $err"
 	[[ $rt == remora ]] && removed=$(kib "$remora_pid" VmRSS)
 	forget_pushed "$repo" "$json"
 	awk -v s="$start" -v e="$end" -v b="$(jq .bytes <<<"$json")" \
@@ -126,6 +126,8 @@ one() {
 }
 
 median() { sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}'; }
+# median_of "V V ...": the median of a space-separated list (as the rounds collect them).
+median_of() { tr ' ' '\n' <<<"$1" | grep . | median; }
 
 kinds=(layers config)
 [[ -n $only ]] && kinds=("$only")
@@ -149,8 +151,8 @@ for kind in "${kinds[@]}"; do
 			[[ $rt == remora ]] && last[rss]="$rb $rp $ra $rr"
 		done
 	done
-	r_s=$(tr ' ' '\n' <<<"${secs[remora]}" | grep . | median)
-	c_s=$(tr ' ' '\n' <<<"${secs[containerd]}" | grep . | median)
+	r_s=$(median_of "${secs[remora]}")
+	c_s=$(median_of "${secs[containerd]}")
 	case $kind in
 	layers) what="$layers x $layer_mb MiB incompressible layers" ;;
 	config) what="a $config_mb MiB config" ;;
@@ -161,15 +163,15 @@ for kind in "${kinds[@]}"; do
 		printf "%-28s %12.3f %12.3f %11.2fx\n", "wall time (s)", r, c, c / r
 		printf "%-28s %12.1f %12.1f %11.2fx\n", "MiB/s", b / r / 1048576, b / c / 1048576, c / r }'
 	for d in containerd remora registry; do
-		awk -v d="$d" -v r="$(tr ' ' '\n' <<<"${cpu[remora.$d]}" | grep . | median)" \
-			-v c="$(tr ' ' '\n' <<<"${cpu[containerd.$d]}" | grep . | median)" \
+		awk -v d="$d" -v r="$(median_of "${cpu[remora.$d]}")" \
+			-v c="$(median_of "${cpu[containerd.$d]}")" \
 			'BEGIN { printf "%-28s %12.2f %12.2f\n", "CPU s: " d, r, c }'
 	done
 	for rt in ctr-transfer ctr-local; do
 		[[ -n ${secs[$rt]:-} ]] || continue
-		x_s=$(tr ' ' '\n' <<<"${secs[$rt]}" | grep . | median)
+		x_s=$(median_of "${secs[$rt]}")
 		awk -v rt="$rt" -v x="$x_s" -v r="$r_s" -v b="$bytes" \
-			-v cc="$(tr ' ' '\n' <<<"${cpu[$rt.containerd]}" | grep . | median)" 'BEGIN {
+			-v cc="$(median_of "${cpu[$rt.containerd]}")" 'BEGIN {
 			printf "%-28s %12.3f s %8.1f MiB/s, remora/%s %.2fx; CPU s: containerd %.2f\n",
 				rt " (ctr)", x, b / x / 1048576, rt, x / r, cc }'
 	done

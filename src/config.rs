@@ -97,7 +97,14 @@ snapshotter = "overlayfs"
 # containerd-style registry hosts directory: <config_path>/<host>/hosts.toml configures
 # mirrors, TLS and plain-HTTP hosts per registry (see containerd's docs/hosts.md).
 config_path = "/etc/remora/certs.d"
-# Blob downloads running at once, across all pulls.
+# Who downloads and unpacks image layers: "transfer", containerd's Transfer service (the
+# layer bytes go from the registry straight into containerd; containerd's transfer plugin
+# settings bound its downloads), or "remora", remora's own registry client, writing them
+# into containerd's content store and applying them through its Diff service. Either way
+# remora resolves tags and fetches and checks manifests and configs itself.
+pull_layers = "transfer"
+# Blob downloads running at once, across all pulls (with pull_layers = "transfer": of
+# manifests and configs; the layers' are containerd's).
 max_concurrent_downloads = 3
 # A download that receives fewer than stall_min_bytes within stall_timeout is aborted
 # (a trickle does not keep it alive).
@@ -350,6 +357,8 @@ pub struct ImagesConfig {
     pub snapshotter: String,
     /// hosts.toml directory.
     pub config_path: PathBuf,
+    /// Who downloads and unpacks layers.
+    pub pull_layers: PullLayers,
     /// Concurrent blob downloads.
     pub max_concurrent_downloads: usize,
     /// Stall threshold in bytes per `stall_timeout`.
@@ -372,6 +381,7 @@ impl Default for ImagesConfig {
             sandbox_image: "registry.k8s.io/pause:3.10".to_string(),
             snapshotter: "overlayfs".to_string(),
             config_path: PathBuf::from("/etc/remora/certs.d"),
+            pull_layers: PullLayers::Transfer,
             max_concurrent_downloads: 3,
             stall_min_bytes: 65536,
             stall_timeout: Duration::from_secs(60),
@@ -380,6 +390,16 @@ impl Default for ImagesConfig {
             resolver_rate: 10,
         }
     }
+}
+
+/// Who downloads and unpacks image layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PullLayers {
+    /// containerd's Transfer service.
+    Transfer,
+    /// remora's registry client, through containerd's content store and Diff service.
+    Remora,
 }
 
 /// Cgroup driver reported to kubelet.

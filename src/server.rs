@@ -23,7 +23,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use crate::config::{CgroupDriver, Config, RuntimeConfig};
+use crate::config::{CgroupDriver, Config, PullLayers, RuntimeConfig};
 use crate::containerd::health::{HealthMonitor, ProbeSchedule};
 use crate::containerd::Client;
 use crate::cri::service::CriService;
@@ -31,7 +31,7 @@ use crate::cri::{ImageRuntime, Runtime};
 use crate::events;
 use crate::events::monitor::{ImageEvents, Resync, RuntimeEvents, Subscription};
 use crate::events::queue::{OrderedQueue, QueueConfig};
-use crate::images::pull::{Backend, PullConfig, Puller};
+use crate::images::pull::{Backend, PullConfig, Puller, TransferConfig};
 use crate::images::registry::{RegistryClient, RegistryConfig};
 use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
@@ -239,7 +239,8 @@ fn image_runtime(
         images: shared.clone(),
         leases: shared.clone(),
         snapshots: shared.clone(),
-        differ: shared,
+        differ: shared.clone(),
+        transfer: shared,
     };
     let registry = Arc::new(
         RegistryClient::new(RegistryConfig {
@@ -259,6 +260,11 @@ fn image_runtime(
             os: std::env::consts::OS.to_string(),
             architecture: std::env::consts::ARCH.to_string(),
             max_concurrent_downloads: img.max_concurrent_downloads,
+            transfer: (img.pull_layers == PullLayers::Transfer).then(|| TransferConfig {
+                host_dir: img.config_path.clone(),
+                stall_min_bytes: img.stall_min_bytes,
+                stall_timeout: img.stall_timeout,
+            }),
         },
         backend.clone(),
         registry,

@@ -9,6 +9,7 @@ pub mod events;
 pub mod health;
 pub mod images;
 pub mod runtime;
+pub mod transfer;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -9,7 +9,7 @@ use thiserror::Error;
 use tonic::Code;
 
 use crate::containerd::error::ContainerdError;
-use crate::images::pull::PullError;
+use crate::images::pull::{PullError, TransferFailure};
 use crate::images::registry::client::RegistryError;
 use crate::lifecycle::sandbox_stats::StatsError;
 use crate::lifecycle::ContainerError;
@@ -92,6 +92,16 @@ fn pull_code(e: &PullError) -> Code {
             _ => Code::Unknown,
         },
         PullError::Containerd { source, .. } => containerd_error_code(source),
+        PullError::Transfer {
+            failure, source, ..
+        } => match failure {
+            // As when remora's own client finds the bytes wrong, or the registry missing them.
+            TransferFailure::Verify => Code::DataLoss,
+            TransferFailure::NotFound => Code::NotFound,
+            TransferFailure::Unreachable => Code::Unavailable,
+            TransferFailure::Other => containerd_error_code(source),
+        },
+        PullError::TransferStalled { .. } => Code::Unavailable,
         PullError::ShuttingDown { .. } => Code::Unavailable,
         // Includes `ManifestError::TooLarge`: a manifest or config over remora's limits.
         PullError::Manifest { .. } | PullError::Unpack { .. } => Code::FailedPrecondition,

@@ -206,3 +206,82 @@ pub trait Differ: Send + Sync + 'static {
     /// Applies the (compressed) layer blob onto `mounts`; returns the uncompressed digest.
     async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, ContainerdError>;
 }
+
+/// Credentials containerd's Transfer service is given when a registry asks it for them.
+#[derive(Clone, PartialEq, Eq)]
+pub enum TransferAuth {
+    /// User name and password (exchanged for a token where the registry wants one).
+    Basic {
+        /// User name.
+        username: String,
+        /// Password.
+        password: String,
+    },
+    /// An identity (refresh) token, exchanged for an access token.
+    Refresh(String),
+    /// A registry token, sent as `Authorization: Bearer <token>`.
+    Bearer(String),
+}
+
+impl std::fmt::Debug for TransferAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secrets: only which kind was given.
+        f.write_str(match self {
+            TransferAuth::Basic { .. } => "Basic(<redacted>)",
+            TransferAuth::Refresh(_) => "Refresh(<redacted>)",
+            TransferAuth::Bearer(_) => "Bearer(<redacted>)",
+        })
+    }
+}
+
+/// A pull by containerd's Transfer service: fetch `reference` from its registry into the
+/// content store, unpack it for one platform, and record it as `image_name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferPull {
+    /// What to pull: `name@digest`, so containerd fetches exactly what remora resolved.
+    pub reference: String,
+    /// containerd-style hosts.toml directory for the registry's endpoints.
+    pub host_dir: std::path::PathBuf,
+    /// The image record containerd writes.
+    pub image_name: String,
+    /// Its labels.
+    pub labels: HashMap<String, String>,
+    /// Platform OS picked from an index and unpacked for.
+    pub os: String,
+    /// Platform architecture (OCI naming: `amd64`).
+    pub architecture: String,
+    /// Platform variant, if any.
+    pub variant: Option<String>,
+    /// Snapshotter the layers are unpacked into.
+    pub snapshotter: String,
+    /// The lease everything the transfer writes is held by (containerd's transfer uses the
+    /// caller's lease instead of one of its own).
+    pub lease: String,
+    /// Credentials answered when the registry challenges containerd; none for anonymous.
+    pub auth: Option<TransferAuth>,
+}
+
+/// One progress report of a transfer (containerd sends one per blob about every 300 ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransferProgress {
+    /// `downloading`, `complete`, `extracting`, `extracted`, `saved`, or a free-text step.
+    pub event: String,
+    /// The blob's digest, when the report is about a blob.
+    pub digest: Option<String>,
+    /// Bytes done so far of this blob (cumulative).
+    pub progress: i64,
+    /// The blob's size.
+    pub total: i64,
+}
+
+/// containerd's Transfer service, for pulls.
+#[tonic::async_trait]
+pub trait Transfer: Send + Sync + 'static {
+    /// Runs the pull to its end, sending progress reports to `progress` while it runs.
+    /// Dropping the future cancels the transfer in containerd.
+    async fn pull(
+        &self,
+        request: TransferPull,
+        progress: tokio::sync::mpsc::UnboundedSender<TransferProgress>,
+    ) -> Result<(), ContainerdError>;
+}

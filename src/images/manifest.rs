@@ -591,7 +591,7 @@ where
 }
 
 /// Normalises architecture names the way containerd's `platforms` package does.
-fn normalize_arch(arch: &str, variant: Option<&str>) -> (String, Option<String>) {
+pub(crate) fn normalize_arch(arch: &str, variant: Option<&str>) -> (String, Option<String>) {
     let arch = arch.to_ascii_lowercase();
     let variant = variant
         .filter(|v| !v.is_empty())

@@ -38,13 +38,14 @@ use tokio::sync::Semaphore;
 use tonic::Code;
 
 use super::backend::{
-    Blob, Content, ContentWriter, Differ, ImageRecord, Images, Leases, Snapshots,
+    Blob, Content, ContentWriter, Differ, ImageRecord, Images, Leases, Snapshots, Transfer,
+    TransferAuth, TransferProgress, TransferPull,
 };
 use super::coalesce::Coalescer;
 use super::config_stream::ConfigParser;
 use super::manifest::{
-    is_index_media_type, select_platform, Descriptor, ImageConfig, Manifest, ManifestError,
-    VerifyError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
+    is_index_media_type, select_platform, Descriptor, ImageConfig, ImageManifest, Manifest,
+    ManifestError, VerifyError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
 };
 use super::reference::{Reference, ReferenceError};
 use super::registry::auth::Credentials;
@@ -142,6 +143,33 @@ pub enum PullError {
         /// Why.
         source: Arc<UnpackError>,
     },
+    /// containerd's Transfer service failed to fetch or unpack the layers.
+    #[error("{reference}: pulling the layers through containerd's Transfer service: {source}")]
+    Transfer {
+        /// The image.
+        reference: String,
+        /// What kind of failure containerd's message says it was.
+        failure: TransferFailure,
+        /// containerd's error.
+        source: ContainerdError,
+    },
+    /// The layer downloads of containerd's Transfer service made too little progress.
+    #[error(
+        "{reference}: layer download by containerd's Transfer service stalled: {window_bytes} \
+         bytes in the last {period:?}, less than {min_bytes}; blobs in flight: {blobs}"
+    )]
+    TransferStalled {
+        /// The image.
+        reference: String,
+        /// Bytes received in the last period.
+        window_bytes: u64,
+        /// The period.
+        period: Duration,
+        /// The threshold.
+        min_bytes: u64,
+        /// Digests of the blobs still downloading.
+        blobs: String,
+    },
     /// The digest resolver is shut down (remora is stopping).
     #[error("{reference}: remora is shutting down")]
     ShuttingDown {
@@ -161,6 +189,29 @@ pub struct PullConfig {
     pub architecture: String,
     /// Concurrent blob downloads across all pulls.
     pub max_concurrent_downloads: usize,
+    /// Set: containerd's Transfer service fetches and unpacks the layers (see
+    /// [`TransferConfig`]); unset: remora downloads them and applies them through `Diff`.
+    pub transfer: Option<TransferConfig>,
+}
+
+/// Layers pulled by containerd's Transfer service.
+///
+/// remora still resolves the tag, fetches and checks the index, manifest and config (with
+/// their size limits, streaming the config) into the content store under its pull lease; the
+/// transfer then runs in that lease for `name@digest`: containerd finds those blobs present,
+/// downloads the layers straight from the registry and unpacks them, so the layer bytes never
+/// cross remora's gRPC connection. containerd's transfer plugin settings (its own
+/// `max_concurrent_downloads`) bound the layer downloads, not remora's.
+#[derive(Debug, Clone)]
+pub struct TransferConfig {
+    /// hosts.toml directory containerd resolves the registry's endpoints with (remora's
+    /// `config_path`, so both clients reach the same endpoints).
+    pub host_dir: std::path::PathBuf,
+    /// A transfer whose downloads in flight receive fewer bytes than this within
+    /// `stall_timeout` is cancelled.
+    pub stall_min_bytes: u64,
+    /// The stall period.
+    pub stall_timeout: Duration,
 }
 
 /// The containerd services a pull writes through.
@@ -176,6 +227,8 @@ pub struct Backend {
     pub snapshots: Arc<dyn Snapshots>,
     /// Diff service.
     pub differ: Arc<dyn Differ>,
+    /// Transfer service.
+    pub transfer: Arc<dyn Transfer>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -487,60 +540,16 @@ impl Inner {
             });
         }
 
-        // Layers download concurrently, de-duplicated by digest across pulls and bounded by
-        // the download semaphore; each is applied as soon as it and every layer below it are
-        // stored, while the layers above still download: a big pull costs about its slowest
-        // stage (download, or containerd's decompress-and-write in Diff.Apply), not their sum.
-        let source_label = format!("containerd.io/distribution.source.{}", reference.registry);
-        let source_repo = reference.repository.clone();
-        // Shared: the download of layer i is awaited both by the join below and, in order,
-        // by the unpacking; it runs once, polled by either.
-        let fetches: Vec<_> = manifest
-            .layers
-            .iter()
-            .zip(&diff_ids)
-            .map(|(layer, diff_id)| {
-                let labels = HashMap::from([
-                    ("containerd.io/uncompressed".to_string(), diff_id.clone()),
-                    (source_label.clone(), source_repo.clone()),
-                ]);
-                self.layer(reference, layer, creds, lease, labels)
-                    .boxed()
-                    .shared()
-            })
-            .collect();
-        let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();
-        let unpacking = async {
-            let mut unpacker = Unpacker::new(
-                self.backend.snapshots.as_ref(),
-                self.backend.differ.as_ref(),
-                lease,
-                &self.config.snapshotter,
-                &diff_ids,
-            );
-            for (blob, fetched) in layer_blobs.iter().zip(&fetches) {
-                // A failed download stops the unpacking; the join reports it.
-                fetched.clone().await?;
-                unpacker
-                    .apply_next(blob)
-                    .await
-                    .map_err(|e| PullError::Unpack {
-                        reference: reference.to_string(),
-                        source: Arc::new(e),
-                    })?;
+        let top = match &self.config.transfer {
+            Some(transfer) => {
+                self.transfer_layers(reference, target, &diff_ids, creds, lease, transfer)
+                    .await?
             }
-            Ok::<String, PullError>(unpacker.into_top())
+            None => {
+                self.download_and_unpack(reference, &manifest, &diff_ids, creds, lease)
+                    .await?
+            }
         };
-        // Wait for every download even after a failure (no fail-fast), the unpacking's
-        // included: each download deletes its own lease when it ends, so once all have
-        // ended, deleting this pull's lease with sync GC leaves nothing of a failed pull
-        // behind (the snapshots applied so far were made in it too). A download's failure
-        // comes first: it is why the unpacking stopped.
-        let (downloaded, unpacked) = tokio::join!(join_all(fetches.iter().cloned()), unpacking);
-        for result in downloaded {
-            result?;
-        }
-        let top = unpacked?;
 
         // GC labels bottom-up, then the image records.
         let label = |k: String, v: String| (k, v);
@@ -596,6 +605,72 @@ impl Inner {
         };
         self.record(reference, target, &info).await?;
         Ok(info)
+    }
+
+    /// Downloads the layers through remora's registry client into containerd's content
+    /// store and applies them in order; returns the top snapshot's chain id.
+    async fn download_and_unpack(
+        &self,
+        reference: &Reference,
+        manifest: &ImageManifest,
+        diff_ids: &[String],
+        creds: &Credentials,
+        lease: &str,
+    ) -> Result<String, PullError> {
+        // Layers download concurrently, de-duplicated by digest across pulls and bounded by
+        // the download semaphore; each is applied as soon as it and every layer below it are
+        // stored, while the layers above still download: a big pull costs about its slowest
+        // stage (download, or containerd's decompress-and-write in Diff.Apply), not their sum.
+        let source_label = format!("containerd.io/distribution.source.{}", reference.registry);
+        let source_repo = reference.repository.clone();
+        // Shared: the download of layer i is awaited both by the join below and, in order,
+        // by the unpacking; it runs once, polled by either.
+        let fetches: Vec<_> = manifest
+            .layers
+            .iter()
+            .zip(diff_ids)
+            .map(|(layer, diff_id)| {
+                let labels = HashMap::from([
+                    ("containerd.io/uncompressed".to_string(), diff_id.clone()),
+                    (source_label.clone(), source_repo.clone()),
+                ]);
+                self.layer(reference, layer, creds, lease, labels)
+                    .boxed()
+                    .shared()
+            })
+            .collect();
+        let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();
+        let unpacking = async {
+            let mut unpacker = Unpacker::new(
+                self.backend.snapshots.as_ref(),
+                self.backend.differ.as_ref(),
+                lease,
+                &self.config.snapshotter,
+                diff_ids,
+            );
+            for (blob, fetched) in layer_blobs.iter().zip(&fetches) {
+                // A failed download stops the unpacking; the join reports it.
+                fetched.clone().await?;
+                unpacker
+                    .apply_next(blob)
+                    .await
+                    .map_err(|e| PullError::Unpack {
+                        reference: reference.to_string(),
+                        source: Arc::new(e),
+                    })?;
+            }
+            Ok::<String, PullError>(unpacker.into_top())
+        };
+        // Wait for every download even after a failure (no fail-fast), the unpacking's
+        // included: each download deletes its own lease when it ends, so once all have
+        // ended, deleting this pull's lease with sync GC leaves nothing of a failed pull
+        // behind (the snapshots applied so far were made in it too). A download's failure
+        // comes first: it is why the unpacking stopped.
+        let (downloaded, unpacked) = tokio::join!(join_all(fetches.iter().cloned()), unpacking);
+        for result in downloaded {
+            result?;
+        }
+        unpacked
     }
 
     /// Creates/updates the image records for `reference` (its tag, if any, and its digest
@@ -1088,6 +1163,9 @@ pub enum LoadError {
 
 /// How long the warm path's cached digest lasts by default.
 pub const DEFAULT_DIGEST_TTL: Duration = Duration::from_secs(10);
+
+mod transfer;
+pub use transfer::TransferFailure;
 
 #[cfg(test)]
 mod tests;

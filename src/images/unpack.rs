@@ -46,6 +46,17 @@ pub enum UnpackError {
         /// What containerd computed.
         got: String,
     },
+    /// containerd's Transfer service finished without the snapshot the image's layers make
+    /// (it unpacked another platform's manifest, or nothing).
+    #[error(
+        "containerd's transfer left no {snapshotter} snapshot {chain_id} for the image's layers"
+    )]
+    NotUnpacked {
+        /// The snapshotter.
+        snapshotter: String,
+        /// The top layer's chain id.
+        chain_id: String,
+    },
     /// containerd failed.
     #[error(transparent)]
     Containerd(#[from] ContainerdError),

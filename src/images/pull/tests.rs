@@ -669,6 +669,25 @@ impl Differ for RecordingDiffer {
     }
 }
 
+/// These tests pull through remora's own client (`PullConfig::transfer` unset): a call to
+/// the Transfer service is a defect, answered as containerd answers an unknown method.
+struct NoTransfer;
+
+#[tonic::async_trait]
+impl crate::images::backend::Transfer for NoTransfer {
+    async fn pull(
+        &self,
+        _: crate::images::backend::TransferPull,
+        _: tokio::sync::mpsc::UnboundedSender<crate::images::backend::TransferProgress>,
+    ) -> Result<(), ContainerdError> {
+        Err(call_err(
+            "Transfer.Transfer",
+            Code::Unimplemented,
+            "these tests pull through remora's client",
+        ))
+    }
+}
+
 struct Env {
     puller: Arc<Puller>,
     metrics: crate::metrics::Metrics,
@@ -723,6 +742,7 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
         leases: Arc::new(ctr.clone()),
         snapshots: snaps.clone(),
         differ: differ.clone(),
+        transfer: Arc::new(NoTransfer),
     };
     let metrics = crate::metrics::Metrics::new();
     let puller = Puller::new(
@@ -731,6 +751,7 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
             os: "linux".into(),
             architecture: "amd64".into(),
             max_concurrent_downloads: opts.max_concurrent_downloads,
+            transfer: None,
         },
         backend,
         Arc::new(registry),

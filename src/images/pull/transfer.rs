@@ -1,0 +1,498 @@
+//! Layers pulled by containerd's Transfer service ([`super::TransferConfig`]): the request,
+//! the watch over its progress reports (metrics and stall detection), and what its failures
+//! mean.
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slog::debug;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{
+    Inner, PullError, TransferAuth, TransferConfig, TransferProgress, TransferPull, LABEL_MANAGED,
+};
+use crate::containerd::error::ContainerdError;
+use crate::images::manifest::{normalize_arch, Descriptor};
+use crate::images::reference::Reference;
+use crate::images::registry::auth::Credentials;
+use crate::images::unpack::{chain_ids, UnpackError};
+use crate::metrics::Metrics;
+
+/// What a failed transfer was, read from containerd's message (containerd passes most
+/// fetch failures on as text with code `Unknown`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferFailure {
+    /// containerd refused a blob whose bytes do not match its digest or size: the registry
+    /// sent the wrong bytes, or cut the body short.
+    Verify,
+    /// The registry could not be reached, or a download broke off: worth retrying.
+    Unreachable,
+    /// The registry does not have a blob the manifest names.
+    NotFound,
+    /// Anything else: containerd's own code says what.
+    Other,
+}
+
+impl TransferFailure {
+    /// Classifies containerd's answer to `Transfer.Transfer`.
+    pub fn of(e: &ContainerdError) -> Self {
+        let ContainerdError::Call { code, message, .. } = e else {
+            return TransferFailure::Unreachable;
+        };
+        let m = message.to_ascii_lowercase();
+        if m.contains("unexpected commit digest") || m.contains("unexpected commit size") {
+            TransferFailure::Verify
+        } else if *code == tonic::Code::NotFound || m.contains("not found") {
+            TransferFailure::NotFound
+        } else if *code == tonic::Code::Unavailable
+            || [
+                "unexpected eof",
+                "connection refused",
+                "connection reset",
+                "i/o timeout",
+                "no route to host",
+                "tls handshake",
+                "unexpected status code 5",
+            ]
+            .iter()
+            .any(|s| m.contains(s))
+        {
+            TransferFailure::Unreachable
+        } else {
+            TransferFailure::Other
+        }
+    }
+}
+
+/// The credentials containerd answers a registry's challenge with, in the order remora's own
+/// client prefers them: a registry token as is, an identity token to exchange, user and
+/// password. `None` for an anonymous pull (no credential stream is opened).
+pub(super) fn transfer_auth(creds: &Credentials) -> Option<TransferAuth> {
+    if !creds.registry_token.is_empty() {
+        Some(TransferAuth::Bearer(creds.registry_token.clone()))
+    } else if !creds.identity_token.is_empty() {
+        Some(TransferAuth::Refresh(creds.identity_token.clone()))
+    } else {
+        creds
+            .basic()
+            .map(|(username, password)| TransferAuth::Basic { username, password })
+    }
+}
+
+/// A stall: too few bytes in one period while downloads were in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Stall {
+    window_bytes: u64,
+    blobs: Vec<String>,
+}
+
+/// Follows a transfer's progress reports. containerd reports each blob's cumulative offset
+/// about every 300 ms while it grows, then `complete`; unpacking reports follow. The watch
+/// turns them into byte counts (for the pull metrics) and finds a stall: a period of
+/// `period` in which blobs were downloading but fewer than `min_bytes` arrived in all. A
+/// period with nothing downloading (waiting for a download slot, or unpacking) is no stall.
+pub(super) struct ProgressWatch {
+    min_bytes: u64,
+    period: Duration,
+    /// Bytes reported so far, per blob.
+    seen: HashMap<String, i64>,
+    /// Blobs reported downloading and not yet complete.
+    active: BTreeSet<String>,
+    window_start: Instant,
+    window_bytes: u64,
+}
+
+impl ProgressWatch {
+    pub(super) fn new(min_bytes: u64, period: Duration, now: Instant) -> Self {
+        Self {
+            min_bytes,
+            period,
+            seen: HashMap::new(),
+            active: BTreeSet::new(),
+            window_start: now,
+            window_bytes: 0,
+        }
+    }
+
+    /// Takes one report; returns the bytes it adds.
+    pub(super) fn report(&mut self, p: &TransferProgress) -> u64 {
+        let Some(digest) = &p.digest else { return 0 };
+        match p.event.as_str() {
+            "downloading" => {
+                let seen = self.seen.entry(digest.clone()).or_insert(0);
+                let added = u64::try_from(p.progress - *seen).unwrap_or(0);
+                *seen = (*seen).max(p.progress);
+                if p.total <= 0 || p.progress < p.total {
+                    self.active.insert(digest.clone());
+                }
+                self.window_bytes += added;
+                added
+            }
+            "complete" => {
+                // Only a blob seen downloading counts: a `complete` without it is one that
+                // was already present, or came too fast for a report in between (then its
+                // bytes are not counted; the total is what downloads reported).
+                self.active.remove(digest);
+                match self.seen.get_mut(digest) {
+                    Some(seen) => {
+                        let added = u64::try_from(p.total - *seen).unwrap_or(0);
+                        *seen = (*seen).max(p.total);
+                        self.window_bytes += added;
+                        added
+                    }
+                    None => 0,
+                }
+            }
+            _ => 0,
+        }
+    }
+
+    /// When the current period ends.
+    pub(super) fn deadline(&self) -> Instant {
+        self.window_start + self.period
+    }
+
+    /// Ends the current period at `now`: a stall if blobs were downloading and too few bytes
+    /// came; otherwise a new period starts.
+    pub(super) fn end_period(&mut self, now: Instant) -> Option<Stall> {
+        if !self.active.is_empty() && self.window_bytes < self.min_bytes {
+            return Some(Stall {
+                window_bytes: self.window_bytes,
+                blobs: self.active.iter().cloned().collect(),
+            });
+        }
+        self.window_start = now;
+        self.window_bytes = 0;
+        None
+    }
+}
+
+/// Why a watched transfer ended without success.
+pub(super) enum Watched {
+    Failed(ContainerdError),
+    Stalled(Stall),
+}
+
+/// Runs `transfer` to its end while reading its progress from `reports`; a stall drops
+/// (cancels) it.
+pub(super) async fn watch<F>(
+    transfer: F,
+    mut reports: mpsc::UnboundedReceiver<TransferProgress>,
+    mut watch: ProgressWatch,
+    metrics: &Metrics,
+) -> Result<(), Watched>
+where
+    F: Future<Output = Result<(), ContainerdError>>,
+{
+    tokio::pin!(transfer);
+    loop {
+        tokio::select! {
+            result = &mut transfer => return result.map_err(Watched::Failed),
+            Some(p) = reports.recv() => {
+                let added = watch.report(&p);
+                if added > 0 {
+                    metrics.pull_bytes(added);
+                }
+            }
+            _ = tokio::time::sleep_until(watch.deadline()) => {
+                if let Some(stall) = watch.end_period(Instant::now()) {
+                    return Err(Watched::Stalled(stall));
+                }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Has containerd's Transfer service fetch and unpack the layers of `target` (the index or
+    /// manifest remora resolved, whose manifest and config are in the content store already)
+    /// in this pull's `lease`; returns the top snapshot's chain id.
+    pub(super) async fn transfer_layers(
+        &self,
+        reference: &Reference,
+        target: &Descriptor,
+        diff_ids: &[String],
+        creds: &Credentials,
+        lease: &str,
+        transfer: &TransferConfig,
+    ) -> Result<String, PullError> {
+        let (architecture, variant) = normalize_arch(&self.config.architecture, None);
+        let name = format!("{}@{}", reference.name(), target.digest);
+        let request = TransferPull {
+            reference: name.clone(),
+            host_dir: transfer.host_dir.clone(),
+            image_name: name,
+            labels: HashMap::from([(LABEL_MANAGED.to_string(), "managed".to_string())]),
+            os: self.config.os.clone(),
+            architecture,
+            variant,
+            snapshotter: self.config.snapshotter.clone(),
+            lease: lease.to_string(),
+            auth: transfer_auth(creds),
+        };
+        let started = std::time::Instant::now();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let progress = ProgressWatch::new(
+            transfer.stall_min_bytes,
+            transfer.stall_timeout,
+            Instant::now(),
+        );
+        let pulled = watch(
+            self.backend.transfer.pull(request, tx),
+            rx,
+            progress,
+            &self.metrics,
+        )
+        .await;
+        match pulled {
+            Ok(()) => {
+                debug!(self.log, "layers pulled by containerd's Transfer service";
+                    "image" => %reference, "took_ms" => started.elapsed().as_millis());
+            }
+            Err(Watched::Failed(source)) => {
+                return Err(PullError::Transfer {
+                    reference: reference.to_string(),
+                    failure: TransferFailure::of(&source),
+                    source,
+                })
+            }
+            Err(Watched::Stalled(stall)) => {
+                self.metrics.pull_stalled();
+                return Err(PullError::TransferStalled {
+                    reference: reference.to_string(),
+                    window_bytes: stall.window_bytes,
+                    period: transfer.stall_timeout,
+                    min_bytes: transfer.stall_min_bytes,
+                    blobs: stall.blobs.join(", "),
+                });
+            }
+        }
+        // containerd unpacked the manifest it picked for the platform; the image's snapshot
+        // must be the chain of the manifest remora picked (the one its record will name).
+        let top = chain_ids(diff_ids).pop().unwrap_or_default();
+        if top.is_empty() {
+            return Ok(top);
+        }
+        let present = self
+            .backend
+            .snapshots
+            .exists(&self.config.snapshotter, &top)
+            .await
+            .map_err(|e| self.containerd_err(reference, e))?;
+        if !present {
+            return Err(PullError::Unpack {
+                reference: reference.to_string(),
+                source: Arc::new(UnpackError::NotUnpacked {
+                    snapshotter: self.config.snapshotter.clone(),
+                    chain_id: top,
+                }),
+            });
+        }
+        Ok(top)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(event: &str, digest: &str, progress: i64, total: i64) -> TransferProgress {
+        TransferProgress {
+            event: event.into(),
+            digest: Some(digest.into()),
+            progress,
+            total,
+        }
+    }
+
+    fn call(code: tonic::Code, message: &str) -> ContainerdError {
+        ContainerdError::Call {
+            address: "/run/c.sock".into(),
+            op: "Transfer.Transfer",
+            code,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn reports_count_each_byte_once() {
+        let t0 = Instant::now();
+        let mut w = ProgressWatch::new(100, Duration::from_secs(10), t0);
+        assert_eq!(w.report(&report("downloading", "a", 30, 100)), 30);
+        assert_eq!(w.report(&report("downloading", "a", 70, 100)), 40);
+        // A repeated offset adds nothing; `complete` adds the rest of a blob seen downloading.
+        assert_eq!(w.report(&report("downloading", "a", 70, 100)), 0);
+        assert_eq!(w.report(&report("complete", "a", 100, 100)), 30);
+        // A blob complete without a download report was already present.
+        assert_eq!(w.report(&report("complete", "b", 50, 50)), 0);
+        assert_eq!(w.report(&report("extracting", "a", 10, 100)), 0);
+        let step = TransferProgress {
+            event: "Pulling from x".into(),
+            digest: None,
+            progress: 0,
+            total: 0,
+        };
+        assert_eq!(w.report(&step), 0);
+    }
+
+    #[test]
+    fn a_period_with_downloads_and_too_few_bytes_is_a_stall() {
+        let t0 = Instant::now();
+        let period = Duration::from_secs(10);
+        let mut w = ProgressWatch::new(100, period, t0);
+        w.report(&report("downloading", "a", 150, 1000));
+        assert_eq!(w.deadline(), t0 + period);
+        // 150 bytes in the first period: no stall, a new period starts.
+        assert_eq!(w.end_period(t0 + period), None);
+        assert_eq!(w.deadline(), t0 + 2 * period);
+        w.report(&report("downloading", "a", 200, 1000));
+        assert_eq!(
+            w.end_period(t0 + 2 * period),
+            Some(Stall {
+                window_bytes: 50,
+                blobs: vec!["a".into()],
+            })
+        );
+    }
+
+    #[test]
+    fn a_period_with_nothing_downloading_is_no_stall() {
+        let t0 = Instant::now();
+        let period = Duration::from_secs(10);
+        let mut w = ProgressWatch::new(100, period, t0);
+        // Nothing reported yet (resolving, or waiting for a download slot).
+        assert_eq!(w.end_period(t0 + period), None);
+        // Every download complete: unpacking may take long without a byte counted.
+        w.report(&report("downloading", "a", 10, 20));
+        w.report(&report("complete", "a", 20, 20));
+        assert_eq!(w.end_period(t0 + 2 * period), None);
+        assert_eq!(w.end_period(t0 + 3 * period), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_transfer_is_cancelled_at_the_end_of_the_period() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let guard = SetOnDrop(cancelled.clone());
+        let transfer = async move {
+            let _guard = guard;
+            tx.send(report("downloading", "sha256:a", 10, 1000)).ok();
+            // Never ends by itself: only the watch can end it.
+            std::future::pending::<()>().await;
+            Ok(())
+        };
+        let period = Duration::from_secs(60);
+        let started = Instant::now();
+        let out = watch(
+            transfer,
+            rx,
+            ProgressWatch::new(65536, period, started),
+            &Metrics::new(),
+        )
+        .await;
+        match out {
+            Err(Watched::Stalled(stall)) => {
+                assert_eq!(stall.blobs, vec!["sha256:a".to_string()]);
+                assert_eq!(stall.window_bytes, 10);
+            }
+            _ => panic!("expected a stall"),
+        }
+        assert_eq!(started.elapsed(), period);
+        assert!(
+            cancelled.load(std::sync::atomic::Ordering::SeqCst),
+            "transfer dropped"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_transfer_is_returned_and_its_bytes_counted() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let metrics = Metrics::new();
+        let transfer = async move {
+            tx.send(report("downloading", "sha256:a", 4096, 8192)).ok();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Err(call(tonic::Code::Unknown, "failed to copy: unexpected EOF"))
+        };
+        let out = watch(
+            transfer,
+            rx,
+            ProgressWatch::new(1, Duration::from_secs(60), Instant::now()),
+            &metrics,
+        )
+        .await;
+        let Err(Watched::Failed(e)) = out else {
+            panic!("expected the transfer's error")
+        };
+        assert_eq!(TransferFailure::of(&e), TransferFailure::Unreachable);
+        assert!(metrics.encode().contains("4096"), "{}", metrics.encode());
+    }
+
+    #[test]
+    fn containerd_messages_are_classified() {
+        use tonic::Code;
+        for (code, msg, want) in [
+            (
+                Code::FailedPrecondition,
+                "failed commit on ref \"layer-sha256:ab\": unexpected commit digest sha256:cd, expected sha256:ab: failed precondition",
+                TransferFailure::Verify,
+            ),
+            (
+                Code::FailedPrecondition,
+                "failed commit on ref \"layer-sha256:ab\": unexpected commit size 10, expected 30: failed precondition",
+                TransferFailure::Verify,
+            ),
+            (Code::NotFound, "failed to resolve image: x: not found", TransferFailure::NotFound),
+            (
+                Code::Unknown,
+                "dial tcp 127.0.0.1:9: connect: connection refused",
+                TransferFailure::Unreachable,
+            ),
+            (Code::Unavailable, "connection error", TransferFailure::Unreachable),
+            (Code::InvalidArgument, "bad platform", TransferFailure::Other),
+        ] {
+            assert_eq!(TransferFailure::of(&call(code, msg)), want, "{msg}");
+        }
+    }
+
+    #[test]
+    fn credentials_are_offered_in_the_clients_order() {
+        assert_eq!(transfer_auth(&Credentials::anonymous()), None);
+        let basic = Credentials {
+            username: "u".into(),
+            password: "p".into(),
+            ..Credentials::anonymous()
+        };
+        assert_eq!(
+            transfer_auth(&basic),
+            Some(TransferAuth::Basic {
+                username: "u".into(),
+                password: "p".into()
+            })
+        );
+        let identity = Credentials {
+            identity_token: "i".into(),
+            ..basic.clone()
+        };
+        assert_eq!(
+            transfer_auth(&identity),
+            Some(TransferAuth::Refresh("i".into()))
+        );
+        let token = Credentials {
+            registry_token: "t".into(),
+            ..identity
+        };
+        assert_eq!(
+            transfer_auth(&token),
+            Some(TransferAuth::Bearer("t".into()))
+        );
+    }
+}

@@ -26,6 +26,19 @@ use tonic::transport::Channel;
 
 pub use error::ContainerdError;
 
+/// An id for a containerd object remora names (a lease, a stream, a snapshot key):
+/// `<prefix>-<nanos>-<seq>`, unique in this process (the sequence) and across restarts (the
+/// time).
+pub fn unique_id(prefix: &str) -> String {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{nanos}-{seq}")
+}
+
 /// containerd's answer to `Version`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerdVersion {

@@ -11,7 +11,6 @@
 //! host asks for credentials and waits for one `AuthResponse`. Messages are
 //! `google.protobuf.Any` with the bare message name as type URL (containerd's `typeurl`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use containerd_client::services::v1::streaming_client::StreamingClient;
@@ -42,8 +41,6 @@ const AUTH_RESPONSE: &str = "containerd.types.transfer.AuthResponse";
 /// How long containerd gets to acknowledge a new stream.
 const STREAM_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
-static STREAM_SEQ: AtomicU64 = AtomicU64::new(0);
-
 fn to_any(type_url: &str, msg: &impl Message) -> Any {
     Any {
         type_url: type_url.to_string(),
@@ -56,14 +53,9 @@ fn is_type(any: &Any, name: &str) -> bool {
     any.type_url == name || any.type_url.ends_with(&format!("/{name}"))
 }
 
-/// A stream id unique in this process (the sequence) and across restarts (the time).
+/// A stream id of `kind`, unique across pulls and restarts.
 fn stream_id(kind: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let seq = STREAM_SEQ.fetch_add(1, Ordering::Relaxed);
-    format!("remora-{kind}-{nanos}-{seq}")
+    super::unique_id(&format!("remora-{kind}"))
 }
 
 /// The answer to a registry's credential challenge.

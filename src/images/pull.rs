@@ -25,7 +25,7 @@
 //!   what an image needs and frees what no image references once its records go.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -73,16 +73,9 @@ const LEASE_EXPIRY_SECS: u64 = 3600;
 /// download keeps its writer at most for the coalescer's cancel grace.
 const REF_LOCK_WAIT: Duration = Duration::from_secs(30);
 
-static LEASE_SEQ: AtomicU64 = AtomicU64::new(0);
-
-/// A lease id unique in this process (the sequence) and across restarts (the time).
+/// A lease id of `kind`, unique across pulls and restarts.
 fn lease_id(kind: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let seq = LEASE_SEQ.fetch_add(1, Ordering::Relaxed);
-    format!("remora-{kind}-{nanos}-{seq}")
+    crate::containerd::unique_id(&format!("remora-{kind}"))
 }
 
 /// Opens a content writer, waiting (bounded by [`REF_LOCK_WAIT`]) while containerd reports

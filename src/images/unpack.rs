@@ -16,7 +16,6 @@
 //! calls.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -78,15 +77,8 @@ pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
     out
 }
 
-static KEY_SEQ: AtomicU64 = AtomicU64::new(0);
-
 fn unique_key(chain_id: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let seq = KEY_SEQ.fetch_add(1, Ordering::Relaxed);
-    format!("extract-{nanos}-{seq} {chain_id}")
+    format!("{} {chain_id}", crate::containerd::unique_id("extract"))
 }
 
 /// Unpacks `layers` (with their config `diff_ids`) into `snapshotter` within `lease`; returns the

@@ -1,13 +1,14 @@
 //! remora dies at the worst moment (failpoints: `REMORA_FAILPOINTS`), or handling an exit
 //! keeps failing: after a restart nothing is half made, and every exit is recorded once.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1;
 use tokio_stream::StreamExt;
 
 use crate::cri;
-use crate::harness::{push_image, scratch, wait_until, BedRemora};
+use crate::harness::{push_image, scratch, wait_until, BedRemora, HoldingProxy, TESTBED_CERTS};
 
 /// The test bed network's host-local IPAM dir (see scripts/testbed.sh).
 const IPAM_DIR: &str = "/run/remora-testbed/cni/networks/remora-testbed";
@@ -301,7 +302,7 @@ async fn remora_killed_after_remove_container_answered_finishes_the_removal_afte
 
 #[tokio::test]
 async fn remora_killed_mid_pull_leaves_no_lease_or_content_after_restart() {
-    let mut bed = BedRemora::start();
+    let mut bed = BedRemora::start_pulling_layers_with(Path::new(TESTBED_CERTS), "remora");
     let image = push_image(3, 256 * 1024).await;
     let reference = image.reference.clone();
     let blobs: Vec<String> = image
@@ -327,26 +328,91 @@ async fn remora_killed_mid_pull_leaves_no_lease_or_content_after_restart() {
     );
 
     bed.restart();
-    wait_until("orphaned leases to go", Duration::from_secs(30), || async {
-        remora_leases(&bed).is_empty()
-    })
-    .await;
-    let content = bed.ctr_ids(&["content", "ls", "-q"]);
-    for d in &blobs {
-        assert!(!content.contains(d), "blob {d} collected with its lease");
-    }
-    assert!(
-        !bed.ctr(&["content", "active"]).contains("remora-"),
-        "no ingest left"
-    );
-    assert!(
-        bed.ctr_ids(&["images", "ls", "-q"]).is_empty(),
-        "no image record"
-    );
+    assert_pull_left_nothing(&bed, &blobs).await;
     // And the pull works now.
     cri::pull(&bed.remora, &reference)
         .await
         .expect("pull after restart");
+}
+
+#[tokio::test]
+async fn remora_killed_while_containerd_downloads_a_layer_leaves_nothing_after_restart() {
+    // containerd's Transfer service downloads the layers through a registry that stops
+    // sending each one after 1.5 MiB; remora dies at containerd's first download report
+    // (containerd writes a download in 1 MiB steps, so a layer reports progress only past
+    // the first MiB).
+    let proxy = HoldingProxy::start(3 << 19);
+    let certs = scratch();
+    let hosts = certs.path().join("registry.k8s.io");
+    std::fs::create_dir_all(&hosts).expect("hosts dir");
+    std::fs::write(
+        hosts.join("hosts.toml"),
+        format!("server = \"http://{}\"\n", proxy.addr),
+    )
+    .expect("hosts.toml");
+    let mut bed = BedRemora::start_pulling_layers_with(certs.path(), "transfer");
+    let image = push_image(3, 3 << 20).await;
+    let reference = image.reference.clone();
+    let blobs: Vec<String> = image
+        .layers
+        .iter()
+        .chain([&image.config, &image.manifest])
+        .cloned()
+        .collect();
+    arm(&mut bed, "pull.transfer_downloading");
+    let err = cri::pull(&bed.remora, &reference)
+        .await
+        .expect_err("remora dies mid-pull");
+    assert!(
+        matches!(err.code(), tonic::Code::Unavailable | tonic::Code::Unknown),
+        "{err:?}"
+    );
+    let status = bed.remora.wait_exit(Duration::from_secs(10));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "killed by its failpoint"
+    );
+    assert!(!remora_leases(&bed).is_empty(), "the pull left its leases");
+    let stored = bed.ctr_ids(&["content", "ls", "-q"]);
+    assert!(
+        stored.contains(&image.manifest) && stored.contains(&image.config),
+        "remora stored the manifest and config before the transfer: {stored:?}"
+    );
+
+    bed.restart();
+    assert_pull_left_nothing(&bed, &blobs).await;
+    // And the pull works now, through the same registry.
+    proxy.release();
+    cri::pull(&bed.remora, &reference)
+        .await
+        .expect("pull after restart");
+}
+
+/// After a restart that followed a kill mid-pull: the pull's leases go, and with them every
+/// blob, ingest and snapshot of the image; no image record was made.
+async fn assert_pull_left_nothing(bed: &BedRemora, blobs: &[String]) {
+    wait_until("orphaned leases to go", Duration::from_secs(30), || async {
+        remora_leases(bed).is_empty()
+    })
+    .await;
+    let content = bed.ctr_ids(&["content", "ls", "-q"]);
+    for d in blobs {
+        assert!(!content.contains(d), "blob {d} collected with its lease");
+    }
+    // Line counts include the listings' header line.
+    wait_until("no ingest left", Duration::from_secs(30), || async {
+        bed.ctr(&["content", "active"]).lines().count() <= 1
+    })
+    .await;
+    wait_until("no snapshot left", Duration::from_secs(30), || async {
+        bed.ctr_ids(&["snapshots", "ls"]).len() <= 1
+    })
+    .await;
+    assert!(
+        bed.ctr_ids(&["images", "ls", "-q"]).is_empty(),
+        "no image record"
+    );
 }
 
 #[tokio::test]

@@ -608,7 +608,33 @@ impl BedRemora {
         )
     }
 
+    /// Starts remora on the test bed with `certs` as its hosts.toml directory and its layers
+    /// pulled by `pull_layers` (`"remora"` or `"transfer"`; see `[images] pull_layers`).
+    pub fn start_pulling_layers_with(certs: &Path, pull_layers: &str) -> Self {
+        Self::start_configured(certs, None, "", |config| {
+            let edited = config.replacen(
+                "[images]\n",
+                &format!("[images]\npull_layers = \"{pull_layers}\"\n"),
+                1,
+            );
+            assert_ne!(
+                edited, config,
+                "the test bed template has an [images] table"
+            );
+            edited
+        })
+    }
+
     fn start_with_extra(certs: &Path, cni: Option<&Path>, extra: &str) -> Self {
+        Self::start_configured(certs, cni, extra, |config| config)
+    }
+
+    fn start_configured(
+        certs: &Path,
+        cni: Option<&Path>,
+        extra: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> Self {
         assert!(
             Path::new(TESTBED_CONTAINERD).exists(),
             "the test bed is not up: run scripts/testbed.sh up"
@@ -636,6 +662,7 @@ impl BedRemora {
         // Tests read remora's log; the test bed's own remora logs at the default level.
         config.push_str("\n[log]\nlevel = \"debug\"\n");
         config.push_str(extra);
+        let config = edit(config);
         let remora = Remora::start(dir.path(), &config, &socket);
         BedRemora {
             remora,
@@ -1041,4 +1068,89 @@ fn the_test_handler_goes_into_every_extra_config_fragment() {
     );
     let own = parse("[runtime]\ndefault_handler = \"crun\"\n");
     assert_eq!(own.runtime.default_handler, "crun");
+}
+
+/// A TCP proxy on loopback in front of the test bed's registry that forwards each
+/// connection's first `limit` bytes from the registry, then holds the connection (reads no
+/// more from the registry) until [`HoldingProxy::release`]: a registry that stops sending in
+/// the middle of a layer, so a test can act while a download is in flight. Runs on a thread
+/// of its own, so the test's blocking calls do not stop it.
+pub struct HoldingProxy {
+    /// Its address (`127.0.0.1:port`).
+    pub addr: std::net::SocketAddr,
+    release: tokio::sync::watch::Sender<bool>,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+impl HoldingProxy {
+    /// Starts a proxy to the test bed registry holding each connection after `limit` bytes.
+    pub fn start(limit: usize) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("proxy address");
+        let (release, released) = tokio::sync::watch::channel(false);
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("proxy runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                loop {
+                    let Ok((client, _)) = listener.accept().await else {
+                        return;
+                    };
+                    tokio::spawn(Self::forward(client, limit, released.clone()));
+                }
+            });
+        });
+        HoldingProxy {
+            addr,
+            release,
+            _thread: thread,
+        }
+    }
+
+    async fn forward(
+        client: tokio::net::TcpStream,
+        limit: usize,
+        mut released: tokio::sync::watch::Receiver<bool>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(upstream) = tokio::net::TcpStream::connect(TESTBED_REGISTRY).await else {
+            return;
+        };
+        let (mut client_rx, mut client_tx) = client.into_split();
+        let (mut up_rx, mut up_tx) = upstream.into_split();
+        let requests = tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut client_rx, &mut up_tx).await;
+        });
+        let mut sent = 0usize;
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            if sent >= limit && !*released.borrow() && released.wait_for(|r| *r).await.is_err() {
+                break;
+            }
+            let room = if *released.borrow() {
+                buf.len()
+            } else {
+                buf.len().min(limit - sent)
+            };
+            match up_rx.read(&mut buf[..room]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if client_tx.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    sent += n;
+                }
+            }
+        }
+        requests.abort();
+    }
+
+    /// Forwards everything from now on, held connections included.
+    pub fn release(&self) {
+        let _ = self.release.send(true);
+    }
 }

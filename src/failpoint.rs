@@ -50,6 +50,10 @@ pub const POINTS: &[(&str, &str)] = &[
         "PullImage: a blob written to the content store (kill only)",
     ),
     (
+        "pull.transfer_downloading",
+        "PullImage (pull_layers = \"transfer\"): containerd reported a blob downloading (kill only)",
+    ),
+    (
         "exit.handle",
         "recording a container exit (context: the container's name)",
     ),

@@ -41,6 +41,11 @@ const AUTH_RESPONSE: &str = "containerd.types.transfer.AuthResponse";
 /// How long containerd gets to acknowledge a new stream.
 const STREAM_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a pull waits, after containerd's answer, for the rest of its progress reports
+/// (containerd closes the progress stream before it answers; the reports may still be on
+/// their way).
+const PROGRESS_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
 fn to_any(type_url: &str, msg: &impl Message) -> Any {
     Any {
         type_url: type_url.to_string(),
@@ -150,7 +155,7 @@ impl Transfer for Client {
             outbound: progress_out,
             inbound: mut progress_in,
         } = self.open_stream(&progress_id).await?;
-        let _progress_task = AbortOnDrop(tokio::spawn(async move {
+        let mut progress_task = AbortOnDrop(tokio::spawn(async move {
             // Keeps the stream's sending half open until containerd closes the stream.
             let _keep = progress_out;
             while let Ok(Some(any)) = progress_in.message().await {
@@ -218,10 +223,13 @@ impl Transfer for Client {
         };
         // No deadline: a big pull takes as long as it takes; stalls are detected from the
         // progress reports by the caller, which drops this future to cancel.
-        TransferClient::new(self.channel())
+        let answer = TransferClient::new(self.channel())
             .transfer(self.request(req, Some(&request.lease)))
-            .await
-            .map_err(|s| self.call_error("Transfer.Transfer", s))?;
+            .await;
+        // Every report reaches the caller before the answer does: the last ones (a blob
+        // complete between two of containerd's ticks) are its only sign of those bytes.
+        let _ = tokio::time::timeout(PROGRESS_DRAIN_TIMEOUT, &mut progress_task.0).await;
+        answer.map_err(|s| self.call_error("Transfer.Transfer", s))?;
         Ok(())
     }
 }

@@ -89,18 +89,27 @@ pub(super) struct Stall {
     blobs: Vec<String>,
 }
 
-/// Follows a transfer's progress reports. containerd reports each blob's cumulative offset
-/// about every 300 ms while it grows, then `complete`; unpacking reports follow. The watch
-/// turns them into byte counts (for the pull metrics) and finds a stall: a period of
-/// `period` in which blobs were downloading but fewer than `min_bytes` arrived in all. A
-/// period with nothing downloading (waiting for a download slot, or unpacking) is no stall.
+/// Follows a transfer's progress reports. containerd reports each blob it fetches
+/// `waiting` (with its size), then its cumulative offset about every 300 ms while it grows,
+/// then `complete` — or, once unpacking has taken the blob over, `extracting` and `extracted`
+/// instead; a blob found present already is reported `already exists`. A blob fetched
+/// between two of containerd's ticks gets no offset report at all. The watch turns the
+/// reports into byte counts (for the pull metrics) and finds a stall: a period of `period`
+/// in which blobs were downloading but fewer than `min_bytes` arrived in all. A period with
+/// nothing downloading (waiting for a download slot, or unpacking) is no stall.
 pub(super) struct ProgressWatch {
     min_bytes: u64,
     period: Duration,
+    /// Blobs reported `waiting`, with their sizes.
+    fetched: HashMap<String, i64>,
     /// Bytes reported so far, per blob.
     seen: HashMap<String, i64>,
     /// Blobs reported downloading and not yet complete.
     active: BTreeSet<String>,
+    /// Blobs reported complete, or being unpacked: all their bytes arrived.
+    done: BTreeSet<String>,
+    /// Blobs reported `already exists`: none of their bytes came from the registry.
+    present: BTreeSet<String>,
     window_start: Instant,
     window_bytes: u64,
 }
@@ -110,44 +119,77 @@ impl ProgressWatch {
         Self {
             min_bytes,
             period,
+            fetched: HashMap::new(),
             seen: HashMap::new(),
             active: BTreeSet::new(),
+            done: BTreeSet::new(),
+            present: BTreeSet::new(),
             window_start: now,
             window_bytes: 0,
         }
     }
 
-    /// Takes one report; returns the bytes it adds.
+    /// Takes one report; returns the bytes it adds now (see [`ProgressWatch::settle`] for the
+    /// rest).
     pub(super) fn report(&mut self, p: &TransferProgress) -> u64 {
         let Some(digest) = &p.digest else { return 0 };
         match p.event.as_str() {
+            "waiting" => {
+                self.fetched.entry(digest.clone()).or_insert(p.total);
+                0
+            }
             "downloading" => {
-                let seen = self.seen.entry(digest.clone()).or_insert(0);
-                let added = u64::try_from(p.progress - *seen).unwrap_or(0);
-                *seen = (*seen).max(p.progress);
+                let added = self.count(digest, p.progress);
                 if p.total <= 0 || p.progress < p.total {
                     self.active.insert(digest.clone());
                 }
-                self.window_bytes += added;
                 added
             }
-            "complete" => {
-                // Only a blob seen downloading counts: a `complete` without it is one that
-                // was already present, or came too fast for a report in between (then its
-                // bytes are not counted; the total is what downloads reported).
+            "complete" | "extracting" | "extracted" => {
                 self.active.remove(digest);
-                match self.seen.get_mut(digest) {
-                    Some(seen) => {
-                        let added = u64::try_from(p.total - *seen).unwrap_or(0);
-                        *seen = (*seen).max(p.total);
-                        self.window_bytes += added;
-                        added
-                    }
-                    None => 0,
+                self.done.insert(digest.clone());
+                // A blob seen downloading is counted to its end now; one that never was
+                // (fetched between two ticks) when the transfer ends, once an `already
+                // exists` can no longer follow (containerd may report a present blob
+                // `complete` when its tick falls before the `already exists`).
+                if self.seen.contains_key(digest) && !self.present.contains(digest) {
+                    self.count(digest, p.total)
+                } else {
+                    0
                 }
+            }
+            "already exists" => {
+                self.active.remove(digest);
+                self.present.insert(digest.clone());
+                0
             }
             _ => 0,
         }
+    }
+
+    /// Records `digest` at offset `offset`; returns the bytes that adds.
+    fn count(&mut self, digest: &str, offset: i64) -> u64 {
+        let seen = self.seen.entry(digest.to_string()).or_insert(0);
+        let added = u64::try_from(offset - *seen).unwrap_or(0);
+        *seen = (*seen).max(offset);
+        self.window_bytes += added;
+        added
+    }
+
+    /// Once the transfer has ended (no report can follow): the bytes of fetched blobs not
+    /// counted yet — each blob fetched and not present before, if the transfer `succeeded`
+    /// (every blob it fetched arrived), or reported complete. Counts each once.
+    pub(super) fn settle(&mut self, succeeded: bool) -> u64 {
+        let mut added = 0;
+        for (digest, total) in std::mem::take(&mut self.fetched) {
+            if self.present.contains(&digest) || !(succeeded || self.done.contains(&digest)) {
+                continue;
+            }
+            let seen = self.seen.get(&digest).copied().unwrap_or(0);
+            added += u64::try_from(total - seen).unwrap_or(0);
+            self.seen.insert(digest, total.max(seen));
+        }
+        added
     }
 
     /// When the current period ends.
@@ -177,33 +219,50 @@ pub(super) enum Watched {
 }
 
 /// Runs `transfer` to its end while reading its progress from `reports`; a stall drops
-/// (cancels) it.
+/// (cancels) it. `image` names the pull for the `pull.transfer_downloading` failpoint.
 pub(super) async fn watch<F>(
     transfer: F,
     mut reports: mpsc::UnboundedReceiver<TransferProgress>,
     mut watch: ProgressWatch,
     metrics: &Metrics,
+    image: &str,
 ) -> Result<(), Watched>
 where
     F: Future<Output = Result<(), ContainerdError>>,
 {
     tokio::pin!(transfer);
-    loop {
+    let ended = loop {
         tokio::select! {
-            result = &mut transfer => return result.map_err(Watched::Failed),
+            result = &mut transfer => break result.map_err(Watched::Failed),
             Some(p) = reports.recv() => {
                 let added = watch.report(&p);
                 if added > 0 {
                     metrics.pull_bytes(added);
                 }
+                if p.event == "downloading" {
+                    // Kill only: containerd is writing a blob in the pull's lease.
+                    let _ = crate::failpoint::hit("pull.transfer_downloading", image).await;
+                }
             }
             _ = tokio::time::sleep_until(watch.deadline()) => {
                 if let Some(stall) = watch.end_period(Instant::now()) {
-                    return Err(Watched::Stalled(stall));
+                    break Err(Watched::Stalled(stall));
                 }
             }
         }
+    };
+    // Reports sent before the transfer's answer are still queued.
+    while let Ok(p) = reports.try_recv() {
+        let added = watch.report(&p);
+        if added > 0 {
+            metrics.pull_bytes(added);
+        }
     }
+    let rest = watch.settle(ended.is_ok());
+    if rest > 0 {
+        metrics.pull_bytes(rest);
+    }
+    ended
 }
 
 impl Inner {
@@ -245,6 +304,7 @@ impl Inner {
             rx,
             progress,
             &self.metrics,
+            &reference.to_string(),
         )
         .await;
         match pulled {
@@ -326,8 +386,6 @@ mod tests {
         // A repeated offset adds nothing; `complete` adds the rest of a blob seen downloading.
         assert_eq!(w.report(&report("downloading", "a", 70, 100)), 0);
         assert_eq!(w.report(&report("complete", "a", 100, 100)), 30);
-        // A blob complete without a download report was already present.
-        assert_eq!(w.report(&report("complete", "b", 50, 50)), 0);
         assert_eq!(w.report(&report("extracting", "a", 10, 100)), 0);
         let step = TransferProgress {
             event: "Pulling from x".into(),
@@ -336,6 +394,82 @@ mod tests {
             total: 0,
         };
         assert_eq!(w.report(&step), 0);
+    }
+
+    #[test]
+    fn blobs_fetched_between_two_ticks_count_at_the_end_unless_present() {
+        let t0 = Instant::now();
+        let mut w = ProgressWatch::new(100, Duration::from_secs(10), t0);
+        for (d, size) in [
+            ("fast", 50),
+            ("unpacked", 40),
+            ("present", 70),
+            ("slow", 100),
+        ] {
+            assert_eq!(w.report(&report("waiting", d, 0, size)), 0);
+        }
+        // No offset report: counted when the transfer ends (an `already exists` may follow).
+        assert_eq!(w.report(&report("complete", "fast", 50, 50)), 0);
+        assert_eq!(w.report(&report("extracted", "unpacked", 40, 40)), 0);
+        // Present before the transfer, maybe reported `complete` before `already exists`.
+        assert_eq!(w.report(&report("complete", "present", 70, 70)), 0);
+        assert_eq!(w.report(&report("already exists", "present", 70, 70)), 0);
+        // Seen downloading: counted as it goes, and to its end when unpacking takes it over.
+        assert_eq!(w.report(&report("downloading", "slow", 30, 100)), 30);
+        assert_eq!(w.report(&report("extracting", "slow", 10, 100)), 70);
+        assert_eq!(w.report(&report("extracted", "slow", 100, 100)), 0);
+        assert_eq!(w.settle(true), 50 + 40);
+        assert_eq!(w.settle(true), 0, "counted once");
+    }
+
+    #[test]
+    fn a_failed_transfer_counts_only_the_blobs_that_arrived() {
+        let t0 = Instant::now();
+        let mut w = ProgressWatch::new(100, Duration::from_secs(10), t0);
+        w.report(&report("waiting", "arrived", 0, 50));
+        w.report(&report("waiting", "broken", 0, 80));
+        w.report(&report("complete", "arrived", 50, 50));
+        assert_eq!(w.report(&report("downloading", "broken", 20, 80)), 20);
+        assert_eq!(w.settle(false), 50);
+    }
+
+    #[test]
+    fn a_blob_being_unpacked_is_no_longer_downloading() {
+        let t0 = Instant::now();
+        let period = Duration::from_secs(10);
+        let mut w = ProgressWatch::new(100, period, t0);
+        w.report(&report("downloading", "a", 500, 1000));
+        // containerd may skip `complete` once unpacking took the blob over.
+        w.report(&report("extracting", "a", 0, 1000));
+        assert_eq!(w.end_period(t0 + period), None);
+        // A long unpack, no bytes: no stall.
+        assert_eq!(w.end_period(t0 + 2 * period), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transfer_counts_the_reports_queued_before_its_answer() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let metrics = Metrics::new();
+        let transfer = async move {
+            // All sent before the answer, none read yet.
+            tx.send(report("waiting", "sha256:a", 0, 3000)).ok();
+            tx.send(report("waiting", "sha256:b", 0, 777)).ok();
+            tx.send(report("downloading", "sha256:a", 1000, 3000)).ok();
+            tx.send(report("extracted", "sha256:a", 3000, 3000)).ok();
+            tx.send(report("extracted", "sha256:b", 777, 777)).ok();
+            Ok(())
+        };
+        let out = watch(
+            transfer,
+            rx,
+            ProgressWatch::new(1, Duration::from_secs(60), Instant::now()),
+            &metrics,
+            "img",
+        )
+        .await;
+        assert!(out.is_ok());
+        let text = metrics.encode();
+        assert!(text.contains(&format!(" {}", 3000 + 777)), "{text}");
     }
 
     #[test]
@@ -397,6 +531,7 @@ mod tests {
             rx,
             ProgressWatch::new(65536, period, started),
             &Metrics::new(),
+            "img",
         )
         .await;
         match out {
@@ -427,6 +562,7 @@ mod tests {
             rx,
             ProgressWatch::new(1, Duration::from_secs(60), Instant::now()),
             &metrics,
+            "img",
         )
         .await;
         let Err(Watched::Failed(e)) = out else {

@@ -8,7 +8,9 @@ use k8s_cri::v1;
 use tokio_stream::StreamExt;
 
 use crate::cri;
-use crate::harness::{push_image, scratch, wait_until, BedRemora, HoldingProxy, TESTBED_CERTS};
+use crate::harness::{
+    push_image, scratch, wait_until, BedRemora, HoldingProxy, PushedImage, TESTBED_CERTS,
+};
 
 /// The test bed network's host-local IPAM dir (see scripts/testbed.sh).
 const IPAM_DIR: &str = "/run/remora-testbed/cni/networks/remora-testbed";
@@ -304,23 +306,7 @@ async fn remora_killed_after_remove_container_answered_finishes_the_removal_afte
 async fn remora_killed_mid_pull_leaves_no_lease_or_content_after_restart() {
     let mut bed = BedRemora::start_pulling_layers_with(Path::new(TESTBED_CERTS), "remora");
     let image = push_image(3, 256 * 1024).await;
-    let reference = image.reference.clone();
-    let blobs: Vec<String> = image
-        .layers
-        .iter()
-        .chain([&image.config, &image.manifest])
-        .cloned()
-        .collect();
-    arm(&mut bed, "pull.after_blob");
-    let err = cri::pull(&bed.remora, &reference)
-        .await
-        .expect_err("remora dies mid-pull");
-    assert!(
-        matches!(err.code(), tonic::Code::Unavailable | tonic::Code::Unknown),
-        "{err:?}"
-    );
-    bed.remora.wait_exit(Duration::from_secs(10));
-    assert!(!remora_leases(&bed).is_empty(), "the pull left its leases");
+    let (reference, blobs) = pull_killed_at(&mut bed, &image, "pull.after_blob").await;
     let content_before = bed.ctr_ids(&["content", "ls", "-q"]);
     assert!(
         blobs.iter().any(|d| content_before.contains(d)),
@@ -352,28 +338,7 @@ async fn remora_killed_while_containerd_downloads_a_layer_leaves_nothing_after_r
     .expect("hosts.toml");
     let mut bed = BedRemora::start_pulling_layers_with(certs.path(), "transfer");
     let image = push_image(3, 3 << 20).await;
-    let reference = image.reference.clone();
-    let blobs: Vec<String> = image
-        .layers
-        .iter()
-        .chain([&image.config, &image.manifest])
-        .cloned()
-        .collect();
-    arm(&mut bed, "pull.transfer_downloading");
-    let err = cri::pull(&bed.remora, &reference)
-        .await
-        .expect_err("remora dies mid-pull");
-    assert!(
-        matches!(err.code(), tonic::Code::Unavailable | tonic::Code::Unknown),
-        "{err:?}"
-    );
-    let status = bed.remora.wait_exit(Duration::from_secs(10));
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(9),
-        "killed by its failpoint"
-    );
-    assert!(!remora_leases(&bed).is_empty(), "the pull left its leases");
+    let (reference, blobs) = pull_killed_at(&mut bed, &image, "pull.transfer_downloading").await;
     let stored = bed.ctr_ids(&["content", "ls", "-q"]);
     assert!(
         stored.contains(&image.manifest) && stored.contains(&image.config),
@@ -387,6 +352,37 @@ async fn remora_killed_while_containerd_downloads_a_layer_leaves_nothing_after_r
     cri::pull(&bed.remora, &reference)
         .await
         .expect("pull after restart");
+}
+
+/// Pulls `image` with `failpoint` armed: remora dies of it mid-pull, leaving the pull's
+/// leases. Returns the image's reference and blobs.
+async fn pull_killed_at(
+    bed: &mut BedRemora,
+    image: &PushedImage,
+    failpoint: &str,
+) -> (String, Vec<String>) {
+    let blobs: Vec<String> = image
+        .layers
+        .iter()
+        .chain([&image.config, &image.manifest])
+        .cloned()
+        .collect();
+    arm(bed, failpoint);
+    let err = cri::pull(&bed.remora, &image.reference)
+        .await
+        .expect_err("remora dies mid-pull");
+    assert!(
+        matches!(err.code(), tonic::Code::Unavailable | tonic::Code::Unknown),
+        "{err:?}"
+    );
+    let status = bed.remora.wait_exit(Duration::from_secs(10));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "killed by {failpoint}"
+    );
+    assert!(!remora_leases(bed).is_empty(), "the pull left its leases");
+    (image.reference.clone(), blobs)
 }
 
 /// After a restart that followed a kill mid-pull: the pull's leases go, and with them every

@@ -377,6 +377,19 @@ mod tests {
         }
     }
 
+    /// [`watch`] with a stall check that never fires (1 byte a minute).
+    async fn watch_without_stalls<F>(
+        transfer: F,
+        reports: mpsc::UnboundedReceiver<TransferProgress>,
+        metrics: &Metrics,
+    ) -> Result<(), Watched>
+    where
+        F: Future<Output = Result<(), ContainerdError>>,
+    {
+        let progress = ProgressWatch::new(1, Duration::from_secs(60), Instant::now());
+        watch(transfer, reports, progress, metrics, "img").await
+    }
+
     #[test]
     fn reports_count_each_byte_once() {
         let t0 = Instant::now();
@@ -459,14 +472,7 @@ mod tests {
             tx.send(report("extracted", "sha256:b", 777, 777)).ok();
             Ok(())
         };
-        let out = watch(
-            transfer,
-            rx,
-            ProgressWatch::new(1, Duration::from_secs(60), Instant::now()),
-            &metrics,
-            "img",
-        )
-        .await;
+        let out = watch_without_stalls(transfer, rx, &metrics).await;
         assert!(out.is_ok());
         let text = metrics.encode();
         assert!(text.contains(&format!(" {}", 3000 + 777)), "{text}");
@@ -557,14 +563,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
             Err(call(tonic::Code::Unknown, "failed to copy: unexpected EOF"))
         };
-        let out = watch(
-            transfer,
-            rx,
-            ProgressWatch::new(1, Duration::from_secs(60), Instant::now()),
-            &metrics,
-            "img",
-        )
-        .await;
+        let out = watch_without_stalls(transfer, rx, &metrics).await;
         let Err(Watched::Failed(e)) = out else {
             panic!("expected the transfer's error")
         };

@@ -6,7 +6,8 @@
 # Both images are generated from /dev/urandom (python's os.urandom) and pushed to the local
 # registry just before each pull, never committed; each pull gets a fresh image, so nothing of
 # it is in containerd's content store (which is shared across namespaces). The runtimes
-# alternate, and which one goes first flips every round. After each pull the image is
+# alternate, and which one goes first flips every round (an even --rounds gives each the
+# same number of first places); every pull starts after a sync. After each pull the image is
 # removed and its blobs deleted from the registry's storage.
 #
 #   scripts/bench-pull-big.sh [--layers 8] [--layer-mb 64] [--config-mb 64] [--rounds 3]
@@ -105,6 +106,9 @@ one() {
 		rm=("$CRICTL" --config "$TB_ROOT/crictl-$rt.yaml" rmi)
 		;;
 	esac
+	# The push (and the last round's pull and removal) left hundreds of MiB of dirty pages;
+	# written back now, they do not slow down whichever pull comes next.
+	sync
 	cpu0=$(cpu_ticks)
 	start=$(date +%s.%N)
 	err=$("${pull[@]}" "$ref" 2>&1 >/dev/null) || die "pull of $ref ($kind) through $rt failed: $err"

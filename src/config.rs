@@ -101,9 +101,8 @@ config_path = "/etc/remora/certs.d"
 # layer bytes go from the registry straight into containerd; containerd's transfer plugin
 # settings bound its downloads), or "remora", remora's own registry client, writing them
 # into containerd's content store and applying them through its Diff service. Either way
-# remora resolves tags and fetches and checks manifests and configs itself. "transfer" is
-# new and not yet the default (see the README's big-pull benchmark).
-pull_layers = "remora"
+# remora resolves tags and fetches and checks manifests and configs itself.
+pull_layers = "transfer"
 # Blob downloads running at once, across all pulls (with pull_layers = "transfer": of
 # manifests and configs; the layers' are containerd's).
 max_concurrent_downloads = 3
@@ -382,7 +381,7 @@ impl Default for ImagesConfig {
             sandbox_image: "registry.k8s.io/pause:3.10".to_string(),
             snapshotter: "overlayfs".to_string(),
             config_path: PathBuf::from("/etc/remora/certs.d"),
-            pull_layers: PullLayers::Remora,
+            pull_layers: PullLayers::Transfer,
             max_concurrent_downloads: 3,
             stall_min_bytes: 65536,
             stall_timeout: Duration::from_secs(60),

@@ -1154,3 +1154,138 @@ impl HoldingProxy {
         let _ = self.release.send(true);
     }
 }
+
+/// One request an [`AuthProxy`] received.
+#[derive(Debug, Clone)]
+pub struct ProxiedRequest {
+    /// `GET`, `HEAD`…
+    pub method: String,
+    /// The request path (`/v2/<repo>/blobs/<digest>`).
+    pub path: String,
+    /// Its `User-Agent`.
+    pub user_agent: String,
+    /// Whether it carried the right credentials (else it got a 401 challenge).
+    pub authorized: bool,
+}
+
+/// A registry that wants Basic authentication: a proxy on loopback in front of the test bed's
+/// registry that answers every request without the right `Authorization` header with a
+/// `401` Basic challenge, and forwards the others (one request per connection). Records each
+/// request. Runs on a thread of its own.
+pub struct AuthProxy {
+    /// Its address (`127.0.0.1:port`).
+    pub addr: std::net::SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<ProxiedRequest>>>,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+impl AuthProxy {
+    /// Starts a proxy accepting `user`:`password`.
+    pub fn start(user: &str, password: &str) -> Self {
+        use base64::Engine as _;
+        let expected = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("proxy address");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("proxy runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                loop {
+                    let Ok((client, _)) = listener.accept().await else {
+                        return;
+                    };
+                    tokio::spawn(Self::serve(client, expected.clone(), log.clone()));
+                }
+            });
+        });
+        AuthProxy {
+            addr,
+            seen,
+            _thread: thread,
+        }
+    }
+
+    async fn serve(
+        mut client: tokio::net::TcpStream,
+        expected: String,
+        log: std::sync::Arc<std::sync::Mutex<Vec<ProxiedRequest>>>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // The request head (pulls send no bodies).
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+            if head.len() > 64 * 1024 {
+                return;
+            }
+        }
+        let text = String::from_utf8_lossy(&head).into_owned();
+        let mut lines = text.split("\r\n");
+        let mut request_line = lines.next().unwrap_or_default().split_whitespace();
+        let method = request_line.next().unwrap_or_default().to_string();
+        let path = request_line.next().unwrap_or_default().to_string();
+        let mut headers: Vec<(String, String)> = Vec::new();
+        for line in lines.take_while(|l| !l.is_empty()) {
+            if let Some((k, v)) = line.split_once(':') {
+                headers.push((k.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let authorized = header("Authorization") == expected;
+        log.lock().expect("proxy log").push(ProxiedRequest {
+            method: method.clone(),
+            path: path.clone(),
+            user_agent: header("User-Agent"),
+            authorized,
+        });
+        if !authorized {
+            let _ = client
+                .write_all(
+                    b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"remora-it\"\r\n\
+                      Docker-Distribution-Api-Version: registry/2.0\r\n\
+                      Content-Length: 0\r\nConnection: close\r\n\r\n",
+                )
+                .await;
+            return;
+        }
+        let Ok(mut upstream) = tokio::net::TcpStream::connect(TESTBED_REGISTRY).await else {
+            return;
+        };
+        // The same head with `Connection: close`: one request per connection.
+        let mut forwarded = format!("{method} {path} HTTP/1.1\r\n");
+        for (k, v) in &headers {
+            if !k.eq_ignore_ascii_case("Connection") {
+                forwarded.push_str(&format!("{k}: {v}\r\n"));
+            }
+        }
+        forwarded.push_str("Connection: close\r\n\r\n");
+        if upstream.write_all(forwarded.as_bytes()).await.is_err() {
+            return;
+        }
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    }
+
+    /// The requests received so far.
+    pub fn requests(&self) -> Vec<ProxiedRequest> {
+        self.seen.lock().expect("proxy log").clone()
+    }
+}

@@ -7,7 +7,9 @@ use k8s_cri::v1;
 use tonic::Code;
 
 use crate::cri;
-use crate::harness::{push_image, push_image_with, registry_gets, wait_until, BedRemora};
+use crate::harness::{
+    push_image, push_image_with, registry_gets, wait_until, AuthProxy, BedRemora,
+};
 
 fn spec(image: &str) -> Option<v1::ImageSpec> {
     Some(cri::image_spec(image))
@@ -479,4 +481,69 @@ async fn a_config_over_the_limit_is_refused_naming_it_and_leaves_nothing() {
     );
     assert!(status(&bed, &pushed.reference).await.is_none());
     assert_nothing_left(&bed);
+}
+
+#[tokio::test]
+async fn a_registry_wanting_credentials_gets_the_pulls_from_remora_and_containerds_transfer() {
+    let proxy = AuthProxy::start("it-user", "it-secret");
+    let certs = certs_dir(&[("registry.k8s.io", &format!("http://{}", proxy.addr))]);
+    let bed = BedRemora::start_pulling_layers_with(certs.path(), "transfer");
+    let image = push_image(2, 64 * 1024).await;
+
+    // Without credentials: refused, and nothing left behind.
+    let err = cri::pull(&bed.remora, &image.reference)
+        .await
+        .expect_err("no credentials");
+    assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
+    assert!(bed.ctr_ids(&["leases", "ls", "-q"]).is_empty());
+
+    // With them: remora fetches the manifest and config, containerd the layers, both
+    // answering the registry's challenge with the pull's credentials.
+    bed.remora
+        .images()
+        .pull_image(v1::PullImageRequest {
+            image: Some(cri::image_spec(&image.reference)),
+            auth: Some(v1::AuthConfig {
+                username: "it-user".into(),
+                password: "it-secret".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("pull with credentials");
+    assert!(status(&bed, &image.reference).await.is_some());
+    let requests = proxy.requests();
+    let from = |who: &str, digest: &str| {
+        requests
+            .iter()
+            // containerd names the registry in a query (`?ns=registry.k8s.io`).
+            .filter(|r| r.user_agent.contains(who) && r.path.contains(&format!("/{digest}")))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    for layer in &image.layers {
+        let gets = from("containerd", layer);
+        assert!(
+            gets.iter().any(|r| r.method == "GET" && r.authorized),
+            "containerd fetched layer {layer} with the credentials: {gets:?}"
+        );
+        assert!(
+            from("remora", layer).is_empty(),
+            "remora left layer {layer} to containerd"
+        );
+    }
+    // containerd asked remora for them: its first request was answered with a challenge.
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.user_agent.contains("containerd") && !r.authorized),
+        "containerd was challenged: {requests:?}"
+    );
+    assert!(
+        from("remora", &image.config)
+            .iter()
+            .any(|r| r.method == "GET" && r.authorized),
+        "remora fetched the config with the credentials: {requests:?}"
+    );
 }

@@ -1070,6 +1070,33 @@ fn the_test_handler_goes_into_every_extra_config_fragment() {
     assert_eq!(own.runtime.default_handler, "crun");
 }
 
+/// Listens on a loopback port and serves each connection with `handle` on a thread of its own
+/// (a current-thread runtime), so the test's blocking calls do not stop it. Returns the
+/// address and the thread.
+fn serve_on_thread<F, Fut>(handle: F) -> (std::net::SocketAddr, std::thread::JoinHandle<()>)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let addr = listener.local_addr().expect("proxy address");
+    let thread = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("proxy runtime");
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::task::spawn_local(handle(client));
+            }
+        });
+    });
+    (addr, thread)
+}
+
 /// A TCP proxy on loopback in front of the test bed's registry that forwards each
 /// connection's first `limit` bytes from the registry, then holds the connection (reads no
 /// more from the registry) until [`HoldingProxy::release`]: a registry that stops sending in
@@ -1085,25 +1112,9 @@ pub struct HoldingProxy {
 impl HoldingProxy {
     /// Starts a proxy to the test bed registry holding each connection after `limit` bytes.
     pub fn start(limit: usize) -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("proxy address");
         let (release, released) = tokio::sync::watch::channel(false);
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("proxy runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                loop {
-                    let Ok((client, _)) = listener.accept().await else {
-                        return;
-                    };
-                    tokio::spawn(Self::forward(client, limit, released.clone()));
-                }
-            });
-        });
+        let (addr, thread) =
+            serve_on_thread(move |client| Self::forward(client, limit, released.clone()));
         HoldingProxy {
             addr,
             release,
@@ -1187,26 +1198,10 @@ impl AuthProxy {
             "Basic {}",
             base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
         );
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("proxy address");
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = seen.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("proxy runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                loop {
-                    let Ok((client, _)) = listener.accept().await else {
-                        return;
-                    };
-                    tokio::spawn(Self::serve(client, expected.clone(), log.clone()));
-                }
-            });
-        });
+        let (addr, thread) =
+            serve_on_thread(move |client| Self::serve(client, expected.clone(), log.clone()));
         AuthProxy {
             addr,
             seen,

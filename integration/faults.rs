@@ -9,7 +9,7 @@ use tokio_stream::StreamExt;
 
 use crate::cri;
 use crate::harness::{
-    push_image, scratch, wait_until, BedRemora, HoldingProxy, PushedImage, TESTBED_CERTS,
+    certs_dir, push_image, scratch, wait_until, BedRemora, HoldingProxy, PushedImage, TESTBED_CERTS,
 };
 
 /// The test bed network's host-local IPAM dir (see scripts/testbed.sh).
@@ -328,14 +328,7 @@ async fn remora_killed_while_containerd_downloads_a_layer_leaves_nothing_after_r
     // (containerd writes a download in 1 MiB steps, so a layer reports progress only past
     // the first MiB).
     let proxy = HoldingProxy::start(3 << 19);
-    let certs = scratch();
-    let hosts = certs.path().join("registry.k8s.io");
-    std::fs::create_dir_all(&hosts).expect("hosts dir");
-    std::fs::write(
-        hosts.join("hosts.toml"),
-        format!("server = \"http://{}\"\n", proxy.addr),
-    )
-    .expect("hosts.toml");
+    let certs = certs_dir(&[("registry.k8s.io", &format!("http://{}", proxy.addr))]);
     let mut bed = BedRemora::start_pulling_layers_with(certs.path(), "transfer");
     let image = push_image(3, 3 << 20).await;
     let (reference, blobs) = pull_killed_at(&mut bed, &image, "pull.transfer_downloading").await;

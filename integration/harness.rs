@@ -1070,6 +1070,18 @@ fn the_test_handler_goes_into_every_extra_config_fragment() {
     assert_eq!(own.runtime.default_handler, "crun");
 }
 
+/// A hosts.toml directory of a test's own: each (host, server) pair gets `server = …`.
+pub fn certs_dir(hosts: &[(&str, &str)]) -> tempfile::TempDir {
+    let certs = scratch();
+    for (host, server) in hosts {
+        let dir = certs.path().join(host);
+        std::fs::create_dir_all(&dir).expect("hosts dir");
+        std::fs::write(dir.join("hosts.toml"), format!("server = \"{server}\"\n"))
+            .expect("hosts.toml");
+    }
+    certs
+}
+
 /// Listens on a loopback port and serves each connection with `handle` on a thread of its own
 /// (a current-thread runtime), so the test's blocking calls do not stop it. Returns the
 /// address and the thread.

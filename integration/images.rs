@@ -8,7 +8,7 @@ use tonic::Code;
 
 use crate::cri;
 use crate::harness::{
-    push_image, push_image_with, registry_gets, wait_until, AuthProxy, BedRemora,
+    certs_dir, push_image, push_image_with, registry_gets, wait_until, AuthProxy, BedRemora,
 };
 
 fn spec(image: &str) -> Option<v1::ImageSpec> {
@@ -209,17 +209,6 @@ async fn concurrent_pulls_of_one_image_fetch_each_blob_once() {
     }
     let manifest_gets = registry_gets(&format!("/v2/{}/manifests/", pushed.repository));
     assert!(manifest_gets <= 1, "{manifest_gets} manifest GETs");
-}
-
-/// A hosts.toml directory of a test's own: each (host, server) pair gets `server = …`.
-fn certs_dir(hosts: &[(&str, &str)]) -> tempfile::TempDir {
-    let certs = crate::harness::scratch();
-    for (host, server) in hosts {
-        let dir = certs.path().join(host);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("hosts.toml"), format!("server = \"{server}\"\n")).unwrap();
-    }
-    certs
 }
 
 #[tokio::test]
@@ -495,7 +484,7 @@ async fn a_registry_wanting_credentials_gets_the_pulls_from_remora_and_container
         .await
         .expect_err("no credentials");
     assert_eq!(err.code(), Code::PermissionDenied, "{err:?}");
-    assert!(bed.ctr_ids(&["leases", "ls", "-q"]).is_empty());
+    assert_nothing_left(&bed);
 
     // With them: remora fetches the manifest and config, containerd the layers, both
     // answering the registry's challenge with the pull's credentials.

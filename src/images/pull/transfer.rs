@@ -178,7 +178,8 @@ impl ProgressWatch {
 
     /// Once the transfer has ended (no report can follow): the bytes of fetched blobs not
     /// counted yet — each blob fetched and not present before, if the transfer `succeeded`
-    /// (every blob it fetched arrived), or reported complete. Counts each once.
+    /// (every blob it fetched arrived), or reported complete. Counts each once (the fetched
+    /// blobs are taken).
     pub(super) fn settle(&mut self, succeeded: bool) -> u64 {
         let mut added = 0;
         for (digest, total) in std::mem::take(&mut self.fetched) {
@@ -187,7 +188,6 @@ impl ProgressWatch {
             }
             let seen = self.seen.get(&digest).copied().unwrap_or(0);
             added += u64::try_from(total - seen).unwrap_or(0);
-            self.seen.insert(digest, total.max(seen));
         }
         added
     }
@@ -218,6 +218,14 @@ pub(super) enum Watched {
     Stalled(Stall),
 }
 
+/// Gives `watch` one report and the pull metrics the bytes it adds.
+fn take(watch: &mut ProgressWatch, p: &TransferProgress, metrics: &Metrics) {
+    let added = watch.report(p);
+    if added > 0 {
+        metrics.pull_bytes(added);
+    }
+}
+
 /// Runs `transfer` to its end while reading its progress from `reports`; a stall drops
 /// (cancels) it. `image` names the pull for the `pull.transfer_downloading` failpoint.
 pub(super) async fn watch<F>(
@@ -235,10 +243,7 @@ where
         tokio::select! {
             result = &mut transfer => break result.map_err(Watched::Failed),
             Some(p) = reports.recv() => {
-                let added = watch.report(&p);
-                if added > 0 {
-                    metrics.pull_bytes(added);
-                }
+                take(&mut watch, &p, metrics);
                 if p.event == "downloading" {
                     // Kill only: containerd is writing a blob in the pull's lease.
                     let _ = crate::failpoint::hit("pull.transfer_downloading", image).await;
@@ -253,10 +258,7 @@ where
     };
     // Reports sent before the transfer's answer are still queued.
     while let Ok(p) = reports.try_recv() {
-        let added = watch.report(&p);
-        if added > 0 {
-            metrics.pull_bytes(added);
-        }
+        take(&mut watch, &p, metrics);
     }
     let rest = watch.settle(ended.is_ok());
     if rest > 0 {

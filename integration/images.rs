@@ -536,3 +536,85 @@ async fn a_registry_wanting_credentials_gets_the_pulls_from_remora_and_container
         "remora fetched the config with the credentials: {requests:?}"
     );
 }
+
+/// One PullImage over a raw HTTP/2 stream to remora's socket, with `grpc-timeout` set to
+/// `timeout` and the request's body sent `body_after` after its headers. tonic's client is not
+/// used: it enforces the deadline itself and would hide what the server answers.
+async fn raw_pull(
+    socket: &std::path::Path,
+    image: &str,
+    timeout: &str,
+    body_after: Duration,
+) -> tonic::Status {
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::Frame;
+    use prost::Message;
+
+    let io = hyper_util::rt::TokioIo::new(
+        tokio::net::UnixStream::connect(socket)
+            .await
+            .expect("connect to remora"),
+    );
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .expect("HTTP/2 handshake");
+    tokio::spawn(conn);
+    let message = v1::PullImageRequest {
+        image: spec(image),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    // gRPC's length-prefixed message: not compressed, 4-byte big-endian length.
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&message);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<bytes::Bytes>, std::io::Error>>(1);
+    let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let request = hyper::Request::post("http://remora/runtime.v1.ImageService/PullImage")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("grpc-timeout", timeout)
+        .body(body)
+        .expect("request");
+    let send_body = tokio::spawn(async move {
+        tokio::time::sleep(body_after).await;
+        // remora may have answered (and reset the stream) already: nothing to send then.
+        let _ = tx.send(Ok(Frame::data(framed.into()))).await;
+    });
+    let response = sender.send_request(request).await.expect("a response");
+    let status = match tonic::Status::from_header_map(response.headers()) {
+        Some(status) => status,
+        None => {
+            let body = response.into_body().collect().await.expect("the body");
+            let trailers = body.trailers().cloned().expect("trailers");
+            tonic::Status::from_header_map(&trailers).expect("a grpc-status")
+        }
+    };
+    send_body.await.expect("body sender");
+    status
+}
+
+/// critest's "public image should timeout if requested" (a 1 ms deadline), the way it failed
+/// on a loaded machine: the body came after tonic had started its timer, tonic's timeout
+/// answered CANCELLED before remora's handler ran. Here the body comes 50 ms after the headers.
+#[tokio::test]
+async fn a_pull_past_the_callers_deadline_is_deadline_exceeded_even_before_its_body_arrives() {
+    let bed = BedRemora::start();
+    let socket = &bed.remora.socket;
+    let late = raw_pull(socket, "busybox", "1m", Duration::from_millis(50)).await;
+    assert_eq!(late.code(), Code::DeadlineExceeded, "{late:?}");
+    assert!(late.message().contains("PullImage"), "{late:?}");
+    for round in 0..20 {
+        let prompt = raw_pull(socket, "busybox", "1m", Duration::ZERO).await;
+        assert_eq!(
+            prompt.code(),
+            Code::DeadlineExceeded,
+            "round {round}: {prompt:?}"
+        );
+    }
+    // The same raw call with time enough pulls: the client above is not what failed.
+    let ok = raw_pull(socket, "busybox", "60S", Duration::ZERO).await;
+    assert_eq!(ok.code(), Code::Ok, "{ok:?}");
+    assert!(status(&bed, "busybox").await.is_some());
+}

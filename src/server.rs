@@ -688,10 +688,15 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         log: log.clone(),
         metrics,
     };
+    let deadlines = crate::cri::deadline::DeadlineLayer::new(
+        log.new(slog::o!("component" => "cri")),
+        rt.metrics.clone(),
+    );
     let service = CriService::new(rt);
     let mut server_stop = stop_rx;
     let mut server = tokio::spawn(
         tonic::transport::Server::builder()
+            .layer(deadlines)
             .add_service(
                 RuntimeServiceServer::new(service.clone())
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -31,12 +31,6 @@ pub enum CriError {
     /// containerd could not be reached or failed.
     #[error(transparent)]
     Containerd(#[from] ContainerdError),
-    /// The caller's deadline passed before the operation finished.
-    #[error("{rpc}: deadline exceeded")]
-    DeadlineExceeded {
-        /// The RPC.
-        rpc: &'static str,
-    },
     /// A request field is missing or malformed.
     #[error("invalid {what}: {reason}")]
     InvalidArgument {
@@ -132,7 +126,6 @@ impl CriError {
             CriError::Containerd(ContainerdError::Timeout { .. }) => Code::Unavailable,
             CriError::Containerd(ContainerdError::Call { code, .. }) => containerd_code(*code),
             CriError::InvalidArgument { .. } => Code::InvalidArgument,
-            CriError::DeadlineExceeded { .. } => Code::DeadlineExceeded,
             CriError::Pull(e) => pull_code(e),
             CriError::Convert(_) => Code::InvalidArgument,
             CriError::Store(e) => store_code(e),

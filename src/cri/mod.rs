@@ -9,6 +9,7 @@
 //!   Status, RuntimeConfig; `image_*`: the image service).
 
 pub mod convert;
+pub mod deadline;
 pub mod error;
 pub mod image_fs_info;
 pub mod image_pull;

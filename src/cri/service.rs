@@ -869,23 +869,6 @@ fn pod_ids(id: &str) -> Ids {
     }
 }
 
-/// The caller's deadline, from the `grpc-timeout` header (`<digits><unit>`).
-fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
-    let v = md.get("grpc-timeout")?.to_str().ok()?;
-    let (num, unit) = v.split_at(v.len().checked_sub(1)?);
-    let n: u64 = num.parse().ok()?;
-    use std::time::Duration;
-    Some(match unit {
-        "H" => Duration::from_secs(n * 3600),
-        "M" => Duration::from_secs(n * 60),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
-        _ => return None,
-    })
-}
-
 /// The statuses of every container of a pod sandbox, as they are now.
 fn container_statuses(rt: &Runtime, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
     rt.pods
@@ -1065,7 +1048,6 @@ impl ImageService for CriService {
         &self,
         request: Request<v1::PullImageRequest>,
     ) -> Result<Response<v1::PullImageResponse>, Status> {
-        let deadline = grpc_timeout(request.metadata());
         let req = request.into_inner();
         let image = image_name(&req.image);
         let creds = credentials(req.auth);
@@ -1079,16 +1061,8 @@ impl ImageService for CriService {
             "PullImage",
             ids,
             |_log| async move {
-                let pull = image_pull::pull_image(&self.rt, &image, creds);
-                let image_ref = match deadline {
-                    // Answer DEADLINE_EXCEEDED ourselves, a little before the caller's deadline:
-                    // tonic's own timeout would answer CANCELLED. The pull goes on for any other
-                    // caller waiting on it (coalesced), and is abandoned otherwise.
-                    Some(d) => tokio::time::timeout(d.mul_f64(0.9), pull)
-                        .await
-                        .map_err(|_| CriError::DeadlineExceeded { rpc: "PullImage" })??,
-                    None => pull.await?,
-                };
+                // A caller's deadline is cri::deadline's (DEADLINE_EXCEEDED, for every RPC).
+                let image_ref = image_pull::pull_image(&self.rt, &image, creds).await?;
                 Ok(v1::PullImageResponse { image_ref })
             },
         )

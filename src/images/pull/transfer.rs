@@ -2,7 +2,7 @@
 //! the watch over its progress reports (metrics and stall detection), and what its failures
 //! mean.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,18 +100,48 @@ pub(super) struct Stall {
 pub(super) struct ProgressWatch {
     min_bytes: u64,
     period: Duration,
-    /// Blobs reported `waiting`, with their sizes.
-    fetched: HashMap<String, i64>,
-    /// Bytes reported so far, per blob.
-    seen: HashMap<String, i64>,
-    /// Blobs reported downloading and not yet complete.
-    active: BTreeSet<String>,
-    /// Blobs reported complete, or being unpacked: all their bytes arrived.
-    done: BTreeSet<String>,
-    /// Blobs reported `already exists`: none of their bytes came from the registry.
-    present: BTreeSet<String>,
+    /// Every blob reported, by digest (ordered: a stall names them in order).
+    blobs: BTreeMap<String, Blob>,
     window_start: Instant,
     window_bytes: u64,
+}
+
+/// What the watch knows of one blob.
+#[derive(Debug, Default)]
+struct Blob {
+    /// Its size from its `waiting` report, until the transfer's end settles it.
+    waiting: Option<i64>,
+    /// The bytes counted so far; `None` while no offset was reported.
+    seen: Option<i64>,
+    state: BlobState,
+}
+
+/// Where a blob is; a later state never goes back to an earlier one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum BlobState {
+    /// Announced (`waiting`) or reported at its full size only.
+    #[default]
+    Queued,
+    /// Reported downloading and not complete yet.
+    Downloading,
+    /// Reported complete, or being unpacked: all its bytes arrived.
+    Arrived,
+    /// Reported `already exists`: none of its bytes came from the registry.
+    Present,
+}
+
+impl Blob {
+    fn advance(&mut self, to: BlobState) {
+        self.state = self.state.max(to);
+    }
+
+    /// Records offset `offset`; returns the bytes that adds.
+    fn count(&mut self, offset: i64) -> u64 {
+        let seen = self.seen.get_or_insert(0);
+        let added = u64::try_from(offset - *seen).unwrap_or(0);
+        *seen = (*seen).max(offset);
+        added
+    }
 }
 
 impl ProgressWatch {
@@ -119,11 +149,7 @@ impl ProgressWatch {
         Self {
             min_bytes,
             period,
-            fetched: HashMap::new(),
-            seen: HashMap::new(),
-            active: BTreeSet::new(),
-            done: BTreeSet::new(),
-            present: BTreeSet::new(),
+            blobs: BTreeMap::new(),
             window_start: now,
             window_bytes: 0,
         }
@@ -133,61 +159,58 @@ impl ProgressWatch {
     /// rest).
     pub(super) fn report(&mut self, p: &TransferProgress) -> u64 {
         let Some(digest) = &p.digest else { return 0 };
-        match p.event.as_str() {
+        let blob = self.blobs.entry(digest.clone()).or_default();
+        let added = match p.event.as_str() {
             "waiting" => {
-                self.fetched.entry(digest.clone()).or_insert(p.total);
+                blob.waiting.get_or_insert(p.total);
                 0
             }
             "downloading" => {
-                let added = self.count(digest, p.progress);
                 if p.total <= 0 || p.progress < p.total {
-                    self.active.insert(digest.clone());
+                    blob.advance(BlobState::Downloading);
                 }
-                added
+                blob.count(p.progress)
             }
             "complete" | "extracting" | "extracted" => {
-                self.active.remove(digest);
-                self.done.insert(digest.clone());
+                blob.advance(BlobState::Arrived);
                 // A blob seen downloading is counted to its end now; one that never was
                 // (fetched between two ticks) when the transfer ends, once an `already
                 // exists` can no longer follow (containerd may report a present blob
                 // `complete` when its tick falls before the `already exists`).
-                if self.seen.contains_key(digest) && !self.present.contains(digest) {
-                    self.count(digest, p.total)
+                if blob.seen.is_some() && blob.state != BlobState::Present {
+                    blob.count(p.total)
                 } else {
                     0
                 }
             }
             "already exists" => {
-                self.active.remove(digest);
-                self.present.insert(digest.clone());
+                blob.advance(BlobState::Present);
                 0
             }
             _ => 0,
-        }
-    }
-
-    /// Records `digest` at offset `offset`; returns the bytes that adds.
-    fn count(&mut self, digest: &str, offset: i64) -> u64 {
-        let seen = self.seen.entry(digest.to_string()).or_insert(0);
-        let added = u64::try_from(offset - *seen).unwrap_or(0);
-        *seen = (*seen).max(offset);
+        };
         self.window_bytes += added;
         added
     }
 
     /// Once the transfer has ended (no report can follow): the bytes of fetched blobs not
     /// counted yet — each blob fetched and not present before, if the transfer `succeeded`
-    /// (every blob it fetched arrived), or reported complete. Counts each once (the fetched
-    /// blobs are taken).
+    /// (every blob it fetched arrived), or reported complete. Counts each once (a blob's
+    /// `waiting` size is taken).
     pub(super) fn settle(&mut self, succeeded: bool) -> u64 {
         let mut added = 0;
-        for (digest, total) in std::mem::take(&mut self.fetched) {
-            if self.present.contains(&digest) || !(succeeded || self.done.contains(&digest)) {
+        for blob in self.blobs.values_mut() {
+            let Some(total) = blob.waiting.take() else {
                 continue;
+            };
+            let arrived = match blob.state {
+                BlobState::Present => false,
+                BlobState::Arrived => true,
+                BlobState::Queued | BlobState::Downloading => succeeded,
+            };
+            if arrived {
+                added += u64::try_from(total - blob.seen.unwrap_or(0)).unwrap_or(0);
             }
-            let seen = self.seen.get(&digest).copied().unwrap_or(0);
-            added += u64::try_from(total - seen).unwrap_or(0);
         }
         added
     }
@@ -200,11 +223,19 @@ impl ProgressWatch {
     /// Ends the current period at `now`: a stall if blobs were downloading and too few bytes
     /// came; otherwise a new period starts.
     pub(super) fn end_period(&mut self, now: Instant) -> Option<Stall> {
-        if !self.active.is_empty() && self.window_bytes < self.min_bytes {
-            return Some(Stall {
-                window_bytes: self.window_bytes,
-                blobs: self.active.iter().cloned().collect(),
-            });
+        if self.window_bytes < self.min_bytes {
+            let downloading: Vec<String> = self
+                .blobs
+                .iter()
+                .filter(|(_, blob)| blob.state == BlobState::Downloading)
+                .map(|(digest, _)| digest.clone())
+                .collect();
+            if !downloading.is_empty() {
+                return Some(Stall {
+                    window_bytes: self.window_bytes,
+                    blobs: downloading,
+                });
+            }
         }
         self.window_start = now;
         self.window_bytes = 0;

@@ -134,18 +134,11 @@ async fn remora_killed_mid_run_pod_sandbox_leaves_nothing_after_restart() {
         // Half made, as the failpoint's place says. CNI ADD runs beside the pause container's
         // creation: at `after_network` the other branch may have made anything up to the task
         // (or died in the middle of a containerd call); at `after_snapshot` CNI ADD may be
-        // running still: its plugins outlive remora, as they would any crash, and are waited
-        // for (the sweep's DEL must come after them).
+        // running still: its plugins outlive remora, as they would any crash, and the sweep
+        // waits for them (its DEL must come after them).
         let netns = bed.state_dir().join("netns").join(&id);
         assert!(netns.exists(), "{point}: the pod's netns exists");
-        if point == "sandbox.after_snapshot" {
-            wait_until(
-                "the killed remora's CNI plugins to end",
-                Duration::from_secs(20),
-                || async { !cni_plugin_running(&id) },
-            )
-            .await;
-        } else {
+        if point != "sandbox.after_snapshot" {
             assert!(ipam_holds(&id), "{point}: CNI ADD allocated an address");
         }
         if point != "sandbox.after_network" {
@@ -160,6 +153,10 @@ async fn remora_killed_mid_run_pod_sandbox_leaves_nothing_after_restart() {
         }
 
         restart_and_sweep(&mut bed, "the sweep of the half-made pod").await;
+        assert!(
+            !cni_plugin_running(&id),
+            "{point}: DEL came after ADD's plugins"
+        );
         assert!(!netns.exists(), "{point}: netns removed");
         assert!(!ipam_holds(&id), "{point}: CNI DEL released the address");
         assert!(!active_snapshots(&bed).contains(&id), "{point}: snapshot");
@@ -179,6 +176,66 @@ async fn remora_killed_mid_run_pod_sandbox_leaves_nothing_after_restart() {
             .expect("RunPodSandbox");
         cri::remove_pod(&bed.remora, &pod).await;
     }
+}
+
+/// A remora killed while its CNI ADD waits in the IPAM plugin (here host-local behind a
+/// wrapper that starts it 4 s late): bridge has the pod's netns open and allocates the address
+/// only after the crash. The restarted remora's DEL must come after that, or the address
+/// stays reserved for a pod that does not exist.
+#[tokio::test]
+async fn remora_killed_while_cni_add_waits_for_ipam_leaves_no_address_after_restart() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let bins = scratch();
+    let slow = bins.path().join("slow-host-local");
+    std::fs::write(
+        &slow,
+        "#!/bin/sh\n# host-local, 4 s late on ADD\n\
+         [ \"$CNI_COMMAND\" = ADD ] && sleep 4\nexec /usr/lib/cni/host-local\n",
+    )
+    .expect("write the IPAM wrapper");
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let conf = scratch();
+    let bed_list = std::fs::read_to_string(
+        Path::new(crate::harness::TESTBED_CNI).join("10-remora-testbed.conflist"),
+    )
+    .expect("the test bed's network config");
+    let list = bed_list.replacen(
+        "\"type\": \"host-local\"",
+        "\"type\": \"slow-host-local\"",
+        1,
+    );
+    assert_ne!(list, bed_list, "the test bed's network uses host-local");
+    std::fs::write(conf.path().join("10-slow-ipam.conflist"), list).expect("write the config");
+
+    let mut bed = BedRemora::start_with_cni(conf.path(), bins.path());
+    let logs = scratch();
+    let config = cri::pod_config("late-ipam", logs.path(), false);
+    let point = "sandbox.after_snapshot";
+    arm(&mut bed, point);
+    let r = cri::run_pod(&bed.remora, &config).await;
+    let id = killed(&mut bed, point, r);
+    assert!(
+        cni_plugin_running(&id),
+        "the killed remora's CNI ADD is still in its IPAM plugin"
+    );
+    assert!(!ipam_holds(&id), "no address yet");
+
+    restart_and_sweep(&mut bed, "the sweep of the pod whose ADD outlived remora").await;
+    assert!(
+        !cni_plugin_running(&id),
+        "the sweep's DEL came before the ADD's plugins ended"
+    );
+    assert!(
+        !ipam_holds(&id),
+        "CNI DEL came after the allocation and released it"
+    );
+    assert!(
+        !bed.state_dir().join("netns").join(&id).exists(),
+        "netns removed"
+    );
+    let pods = cri::list_pods(&bed.remora).await;
+    assert!(pods.is_empty(), "kubelet never sees it: {pods:?}");
 }
 
 #[tokio::test]

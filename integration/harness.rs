@@ -608,6 +608,20 @@ impl BedRemora {
         )
     }
 
+    /// Starts remora on the test bed with `conf_dir` as its CNI conf dir and `bin_dir`
+    /// searched for plugins before the test bed's plugin dir.
+    pub fn start_with_cni(conf_dir: &Path, bin_dir: &Path) -> Self {
+        Self::start_configured(Path::new(TESTBED_CERTS), Some(conf_dir), "", |config| {
+            let edited = config.replacen(
+                "bin_dirs = [\"/usr/lib/cni\"]",
+                &format!("bin_dirs = [\"{}\", \"/usr/lib/cni\"]", bin_dir.display()),
+                1,
+            );
+            assert_ne!(edited, config, "the test bed template has a bin_dirs line");
+            edited
+        })
+    }
+
     /// Starts remora on the test bed with `certs` as its hosts.toml directory and its layers
     /// pulled by `pull_layers` (`"remora"` or `"transfer"`; see `[images] pull_layers`).
     pub fn start_pulling_layers_with(certs: &Path, pull_layers: &str) -> Self {

@@ -319,4 +319,8 @@ pub trait PodNetwork: Send + Sync + 'static {
     async fn setup(&self, pod: &PodNetInfo) -> Result<Vec<IpAddr>, NetError>;
     /// CNI DEL; idempotent.
     async fn teardown(&self, pod: &PodNetInfo) -> Result<(), NetError>;
+    /// Waits until no CNI plugin a crashed remora started for pod `id` is running (killing
+    /// them after the plugin timeout); returns how many were found. For the sweep of a
+    /// half-made pod, before its DEL.
+    async fn await_orphaned_plugins(&self, id: &str) -> Result<usize, NetError>;
 }

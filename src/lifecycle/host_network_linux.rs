@@ -62,4 +62,8 @@ impl PodNetwork for HostNetwork {
     async fn teardown(&self, pod: &PodNetInfo) -> Result<(), NetError> {
         self.cni.teardown(pod).await
     }
+
+    async fn await_orphaned_plugins(&self, id: &str) -> Result<usize, NetError> {
+        Ok(self.cni.await_orphaned_plugins(id).await?.found)
+    }
 }

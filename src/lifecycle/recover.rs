@@ -203,6 +203,12 @@ impl Pods {
                 let dir = self.sandbox_dir(id);
                 super::blocking(move || super::sandbox_files::remove(&dir)).await??;
                 if let Some(path) = netns_path {
+                    // Its ADD's plugins outlive the crash: DEL only once they ended.
+                    let plugins = self.network.await_orphaned_plugins(id).await?;
+                    if plugins > 0 {
+                        info!(self.log, "waited for the CNI plugins a crash left running";
+                            "pod_id" => id, "plugins" => plugins);
+                    }
                     let info = super::sandbox_stop::pod_net_info(id, name, namespace, uid, path);
                     self.network.teardown(&info).await?;
                     self.network.remove_netns(path).await?;

@@ -958,6 +958,7 @@ async fn the_sweep_finishes_a_rollback_that_failed() {
             Call::RecordDelete(id.clone()),
             Call::SnapshotRemove(id.clone()),
             Call::LeaseDelete(creation_lease_id(&id)),
+            Call::CniOrphans(id.clone()),
             Call::CniDel(id.clone()),
             Call::NetnsRemove(netns),
         ]
@@ -968,6 +969,31 @@ async fn the_sweep_finishes_a_rollback_that_failed() {
         .join("pending")
         .join(format!("{id}.json"))
         .exists());
+}
+
+#[tokio::test]
+async fn the_sweep_runs_no_del_while_a_crashed_adds_plugins_may_run_and_keeps_the_intent() {
+    let b = bed();
+    b.log.fail("tasks.create", 1);
+    b.log.fail("snapshots.remove", 1);
+    let (_, id, _) = run_sandbox_failing(&b).await;
+    // The plugins neither end nor go when killed: no DEL (it would race their ADD).
+    b.log.fail("network.await_orphaned_plugins", 1);
+    let before = b.log.calls().len();
+    let swept = b.pods.sweep_half_made().await;
+    assert_eq!((swept.intents, swept.failed), (0, 1));
+    let calls = b.log.calls()[before..].to_vec();
+    assert_eq!(
+        calls.last(),
+        Some(&Call::CniOrphans(id.clone())),
+        "{calls:?}"
+    );
+    assert!(b.pods.journal.is_stale(&id), "kept for the next resync");
+    // The next sweep finds them gone and finishes.
+    let swept = b.pods.sweep_half_made().await;
+    assert_eq!((swept.intents, swept.failed), (1, 0));
+    assert!(b.log.calls().contains(&Call::CniDel(id.clone())));
+    assert!(!b.pods.journal.is_stale(&id));
 }
 
 /// `runc` (Go shim, no options) and `remora` (remora's shim at a fixed path, running crun),

@@ -180,6 +180,9 @@ pub enum NetError {
     #[cfg(target_os = "linux")]
     #[error(transparent)]
     Netns(#[from] NetnsError),
+    /// CNI plugins a crashed remora left running for the pod did not go, even killed.
+    #[error(transparent)]
+    PluginsLeft(#[from] super::cni::orphans::PluginsLeft),
     /// The blocking config load did not complete (panicked or runtime shutting down).
     #[error("loading the CNI config did not complete: {0}")]
     Aborted(String),
@@ -260,6 +263,16 @@ impl PodNetwork {
                 network: net.name.clone(),
                 source,
             })
+    }
+
+    /// Waits for the CNI plugins a crashed remora left running for pod `id` (they outlive
+    /// it; a DEL must come after them), for at most the plugin timeout, then kills them. See
+    /// [`super::cni::orphans`]. Only for pods no call of this process is attaching.
+    pub async fn await_orphaned_plugins(
+        &self,
+        id: &str,
+    ) -> Result<super::cni::orphans::Orphans, NetError> {
+        Ok(super::cni::orphans::await_orphans(id, self.exec.timeout()).await?)
     }
 
     /// Verifies the pod's attachment is as ADD left it (CNI CHECK, cniVersion 0.4.0 or later).

@@ -66,6 +66,8 @@ pub enum Call {
     CniAdd(String),
     /// `PodNetwork::teardown` (CNI DEL) of this pod id.
     CniDel(String),
+    /// `PodNetwork::await_orphaned_plugins` of this pod id.
+    CniOrphans(String),
     /// `LocalImages::pull`.
     ImagePull(String),
     /// `OciRuntime::force_delete` (id, runtime binary name).
@@ -96,6 +98,7 @@ impl Call {
             Call::NetnsRemove(_) => "network.remove_netns",
             Call::CniAdd(_) => "network.setup",
             Call::CniDel(_) => "network.teardown",
+            Call::CniOrphans(_) => "network.await_orphaned_plugins",
             Call::ImagePull(_) => "images.pull",
             Call::OciForceDelete(..) => "oci.force_delete",
         }
@@ -653,6 +656,12 @@ impl PodNetwork for FakeNetwork {
             return Err(NetError::Netns(netns_failed(&pod.netns_path)));
         }
         Ok(())
+    }
+    async fn await_orphaned_plugins(&self, id: &str) -> Result<usize, NetError> {
+        if self.log.record(Call::CniOrphans(id.into())) {
+            return Err(NetError::Netns(netns_failed(&self.dir.join(id))));
+        }
+        Ok(0)
     }
 }
 

@@ -24,6 +24,7 @@
 pub mod cache;
 pub mod config;
 pub mod invoke;
+pub mod orphans;
 pub mod result;
 pub mod template;
 #[cfg(test)]
@@ -220,6 +221,11 @@ impl CniExec {
             cache_dir,
             timeout,
         }
+    }
+
+    /// The limit of one plugin run.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// CNI ADD of the whole list; returns the last plugin's result and caches it. On error,

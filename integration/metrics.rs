@@ -250,15 +250,18 @@ async fn json_logs_carry_rpc_req_id_and_the_ids() {
         .expect_err("unknown container");
     assert_eq!(err.code(), tonic::Code::NotFound);
 
-    // The async drain writes the lines shortly after the calls.
+    // The async drain writes the lines shortly after the calls, and may be in the middle of
+    // one when the file is read: only complete lines (ended by a newline) count.
     let mut lines = Vec::new();
     crate::harness::wait_until(
         "the ContainerStatus rejection is logged",
         Duration::from_secs(10),
         || {
             let text = remora.log_text();
-            lines = text.lines().map(str::to_string).collect::<Vec<_>>();
-            async move { text.contains("ContainerStatus") }
+            let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+            lines = complete.lines().map(str::to_string).collect::<Vec<_>>();
+            let logged = lines.iter().any(|l| l.contains("ContainerStatus"));
+            async move { logged }
         },
     )
     .await;

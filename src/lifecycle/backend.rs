@@ -13,6 +13,7 @@ use crate::containerd::error::ContainerdError;
 use crate::images::backend::Mount;
 use crate::images::pull::PullError;
 use crate::images::store::ImageInfo;
+use crate::net::cni::orphans::Orphans;
 use crate::net::netns::NetnsError;
 use crate::net::{NetError, PodNetInfo};
 
@@ -320,7 +321,7 @@ pub trait PodNetwork: Send + Sync + 'static {
     /// CNI DEL; idempotent.
     async fn teardown(&self, pod: &PodNetInfo) -> Result<(), NetError>;
     /// Waits until no CNI plugin a crashed remora started for pod `id` is running (killing
-    /// them after the plugin timeout); returns how many were found. For the sweep of a
-    /// half-made pod, before its DEL.
-    async fn await_orphaned_plugins(&self, id: &str) -> Result<usize, NetError>;
+    /// them after the plugin timeout); returns how many were found and killed. For the sweep
+    /// of a half-made pod, before its DEL.
+    async fn await_orphaned_plugins(&self, id: &str) -> Result<Orphans, NetError>;
 }

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use super::backend::PodNetwork;
+use crate::net::cni::orphans::Orphans;
 use crate::net::netns::{self, NetnsDir, NetnsError};
 use crate::net::{NetError, PodNetInfo};
 
@@ -63,7 +64,7 @@ impl PodNetwork for HostNetwork {
         self.cni.teardown(pod).await
     }
 
-    async fn await_orphaned_plugins(&self, id: &str) -> Result<usize, NetError> {
-        Ok(self.cni.await_orphaned_plugins(id).await?.found)
+    async fn await_orphaned_plugins(&self, id: &str) -> Result<Orphans, NetError> {
+        self.cni.await_orphaned_plugins(id).await
     }
 }

@@ -205,9 +205,10 @@ impl Pods {
                 if let Some(path) = netns_path {
                     // Its ADD's plugins outlive the crash: DEL only once they ended.
                     let plugins = self.network.await_orphaned_plugins(id).await?;
-                    if plugins > 0 {
+                    if plugins.found > 0 {
                         info!(self.log, "waited for the CNI plugins a crash left running";
-                            "pod_id" => id, "plugins" => plugins);
+                            "pod_id" => id, "plugins" => plugins.found,
+                            "groups_killed" => plugins.killed);
                     }
                     let info = super::sandbox_stop::pod_net_info(id, name, namespace, uid, path);
                     self.network.teardown(&info).await?;

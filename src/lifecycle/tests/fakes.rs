@@ -18,6 +18,7 @@ use crate::lifecycle::backend::{
     ContainerRecord, Containers, ExecStdio, Exit, ForceDeleted, LocalImages, OciCliError,
     OciRuntime, PodNetwork, Runtime, TaskSpec, TaskState, TaskStatus, Tasks,
 };
+use crate::net::cni::orphans::Orphans;
 use crate::net::netns::NetnsError;
 use crate::net::{NetError, PodNetInfo};
 
@@ -657,11 +658,11 @@ impl PodNetwork for FakeNetwork {
         }
         Ok(())
     }
-    async fn await_orphaned_plugins(&self, id: &str) -> Result<usize, NetError> {
+    async fn await_orphaned_plugins(&self, id: &str) -> Result<Orphans, NetError> {
         if self.log.record(Call::CniOrphans(id.into())) {
             return Err(NetError::Netns(netns_failed(&self.dir.join(id))));
         }
-        Ok(0)
+        Ok(Orphans::default())
     }
 }
 

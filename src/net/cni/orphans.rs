@@ -101,16 +101,12 @@ async fn scan_now(id: &str) -> Vec<Found> {
 /// process groups and waits for them to go. Only for ids no call of this process is working
 /// on (a crashed remora's): a live ADD's plugins would be killed too.
 pub async fn await_orphans(id: &str, limit: Duration) -> Result<Orphans, PluginsLeft> {
-    let mut left = scan_now(id).await;
+    let found = scan_now(id).await;
     let mut outcome = Orphans {
-        found: left.len(),
+        found: found.len(),
         killed: 0,
     };
-    let give_up = Instant::now() + limit;
-    while !left.is_empty() && Instant::now() < give_up {
-        tokio::time::sleep(POLL).await;
-        left = scan_now(id).await;
-    }
+    let left = until_gone(id, found, Instant::now() + limit).await;
     if left.is_empty() {
         return Ok(outcome);
     }
@@ -122,21 +118,25 @@ pub async fn await_orphans(id: &str, limit: Duration) -> Result<Orphans, Plugins
         let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
     }
     outcome.killed = groups.len();
-    let grace_ends = Instant::now() + KILLED_GRACE;
-    loop {
-        left = scan_now(id).await;
-        if left.is_empty() {
-            return Ok(outcome);
-        }
-        if Instant::now() >= grace_ends {
-            return Err(PluginsLeft {
-                id: id.to_string(),
-                pids: left.iter().map(|f| f.pid).collect(),
-                grace: KILLED_GRACE,
-            });
-        }
-        tokio::time::sleep(POLL).await;
+    let left = until_gone(id, left, Instant::now() + KILLED_GRACE).await;
+    if left.is_empty() {
+        return Ok(outcome);
     }
+    Err(PluginsLeft {
+        id: id.to_string(),
+        pids: left.iter().map(|f| f.pid).collect(),
+        grace: KILLED_GRACE,
+    })
+}
+
+/// Looks for `id`'s processes again every [`POLL`] while some of `left` (the last look's) run
+/// and `until` has not passed; returns those still running (none once they are gone).
+async fn until_gone(id: &str, mut left: Vec<Found>, until: Instant) -> Vec<Found> {
+    while !left.is_empty() && Instant::now() < until {
+        tokio::time::sleep(POLL).await;
+        left = scan_now(id).await;
+    }
+    left
 }
 
 #[cfg(test)]

@@ -126,6 +126,8 @@ impl ShimError {
             ShimError::InvalidArgument { .. } => Code::INVALID_ARGUMENT,
             ShimError::Unimplemented(_) => Code::UNIMPLEMENTED,
             ShimError::Runc(RuncError::NotFound { .. }) => Code::NOT_FOUND,
+            // The runtime hung and was killed: the message names the command and container.
+            ShimError::Runc(RuncError::Timeout { .. }) => Code::DEADLINE_EXCEEDED,
             ShimError::Signal {
                 source: nix::Error::ESRCH,
                 ..
@@ -175,6 +177,15 @@ mod tests {
             ),
             (ShimError::Unimplemented("Checkpoint"), Code::UNIMPLEMENTED),
             (
+                ShimError::Runc(RuncError::Timeout {
+                    command: "runc create".into(),
+                    id: "c1".into(),
+                    after: std::time::Duration::from_secs(120),
+                    pid: 42,
+                }),
+                Code::DEADLINE_EXCEEDED,
+            ),
+            (
                 ShimError::Signal {
                     signal: 9,
                     pid: 1,
@@ -189,6 +200,13 @@ mod tests {
                 ttrpc::Error::RpcStatus(s) => {
                     assert_eq!(s.code(), code, "{msg}");
                     assert_eq!(s.message(), msg);
+                    if code == Code::DEADLINE_EXCEEDED {
+                        // The verb and the container are named.
+                        assert!(
+                            msg.contains("runc create") && msg.contains("\"c1\""),
+                            "{msg}"
+                        );
+                    }
                 }
                 other => panic!("not a status: {other:?}"),
             }

@@ -144,6 +144,32 @@ impl Reaper {
         self.book().watch(pid, Some(spawned_at), Instant::now())
     }
 
+    /// Sends SIGKILL to the process group that `pid` leads, unless `exit` (its watch) holds
+    /// its exit already; returns whether the group was signalled.
+    ///
+    /// For a child of this process that was spawned as the leader of a group of its own
+    /// (`process_group(0)`). The check and the kill run under the book's lock, and the loop
+    /// reaps under that lock too: while the exit is not booked the leader is not reaped, and an
+    /// unreaped process (a zombie too) keeps its pid, so the group id cannot name another
+    /// group. Once the exit is booked nothing is signalled: the leader's pid may be reused, and
+    /// what stays in its group (a container's init that did not `setsid`) is not this call's to
+    /// kill. The killed processes are reaped by the loop like any other child (the leader's
+    /// exit goes to `exit`); nothing here waits, so nothing is reaped twice.
+    pub fn kill_group(&self, pid: i32, exit: &oneshot::Receiver<Exit>) -> Result<bool, Errno> {
+        let _book = self.book();
+        // Empty: no exit sent (a terminated receiver got its exit earlier, and is empty too).
+        if !exit.is_empty() || exit.is_terminated() || pid <= 1 {
+            return Ok(false);
+        }
+        match nix::sys::signal::killpg(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL) {
+            Ok(()) => Ok(true),
+            // Not expected (an unreaped leader, a zombie too, is a member of its group); if so,
+            // there is nothing to kill.
+            Err(Errno::ESRCH) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
         // The book's methods do not panic, so a poisoned lock still holds consistent data.
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
@@ -153,10 +179,13 @@ impl Reaper {
 /// Reaps at start, then after every SIGCHLD, until the runtime stops.
 async fn reap_loop(book: Arc<Mutex<Book>>, mut sigchld: tokio::signal::unix::Signal, log: Logger) {
     loop {
-        let exits = reap_all(&log);
-        if !exits.is_empty() {
-            let now = Instant::now();
+        {
+            // `waitpid` runs under the book's lock, so a reaped exit is booked before anyone
+            // can look: [`Reaper::kill_group`] relies on it (a child whose exit is not booked
+            // still holds its pid).
             let mut book = book.lock().unwrap_or_else(PoisonError::into_inner);
+            let exits = reap_all(&log);
+            let now = Instant::now();
             for exit in exits {
                 debug!(log, "process exited"; "pid" => exit.pid, "status" => exit.status);
                 book.exited(exit, now);

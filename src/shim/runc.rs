@@ -26,27 +26,42 @@
 //! - **Pids.** `create` and `exec` return the pid the runtime wrote to the pid file (the spec'd
 //!   API returned `()`; `runc.create(..).await?;` still compiles). The exec process file goes
 //!   into the bundle (the temp dir for an unknown id) and is removed on every path out.
-//! - **Known limit.** Piped calls read stdout/stderr to EOF: a runtime that left a descendant
-//!   holding them open would keep the call waiting. runc's piped subcommands start no such
-//!   process; callers bound each call with their own timeout.
+//! - **Timeouts.** Every call is bounded ([`Timeouts`]: [`LONG_CALL_TIMEOUT`] for `create`,
+//!   `start` and `exec`, which run OCI hooks and set up the container; [`SHORT_CALL_TIMEOUT`]
+//!   for the rest), so a hung runtime cannot hold a container's lifecycle lock for good. A call
+//!   that times out is [`RuncError::Timeout`], naming the command and the container. The bound
+//!   covers reading the pipes too: a runtime that left a descendant holding them open no
+//!   longer keeps the call waiting.
+//! - **The guard.** The runtime is spawned as the leader of a process group of its own, and a
+//!   guard (`RuntimeGuard`) holds its watch from `spawn` on. When the call times out, or is
+//!   dropped (a ttrpc deadline, a cancelled caller) before the runtime's exit is in, the guard
+//!   SIGKILLs the group: the runtime and what it started (`runc init` stages, hooks). As Go's
+//!   `exec.CommandContext` in go-runc, but for the whole group. Once the exit is in, the guard
+//!   signals nothing: the container's init (which `runc init` moves to a session of its own,
+//!   and which a runtime that did not `setsid` would leave in the group) is not the call's to
+//!   kill. The reaper reaps the killed processes; the check and the kill run under its lock
+//!   ([`Reaper::kill_group`]), so the group id cannot have been reused and nothing is reaped
+//!   twice.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use serde::Deserialize;
-use slog::{debug, Logger};
+use slog::{debug, warn, Logger};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
 
-use crate::shim::reaper::Reaper;
+use crate::shim::reaper::{Exit, Reaper};
 use crate::shim::Stdio;
 
 /// Why an OCI runtime call failed.
@@ -93,6 +108,18 @@ pub enum RuncError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// The runtime did not finish within its bound; it was killed with its process group.
+    #[error("{command} of container {id:?} did not finish within {after:?}; the runtime (pid {pid}) and its process group were killed")]
+    Timeout {
+        /// The runtime command, e.g. `runc create`.
+        command: String,
+        /// The container (empty for `features`).
+        id: String,
+        /// The bound it overran.
+        after: Duration,
+        /// The runtime process.
+        pid: u32,
     },
     /// The reaper stopped before the runtime's exit was seen.
     #[error("{command} of container {id:?}: the reaper stopped before its exit (pid {pid})")]
@@ -145,6 +172,38 @@ pub enum RuncError {
     },
 }
 
+/// The bound of `create`, `start` and `exec`: they run the OCI hooks (`prestart`,
+/// `createRuntime`, `poststart`…) and set up mounts, cgroups and namespaces, which a loaded
+/// node can make slow. Two minutes, as `runtime_request_timeout` is kubelet's.
+pub const LONG_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The bound of every other command (`kill`, `delete`, `state`, `ps`, `pause`, `resume`,
+/// `update`, `features`): runc answers them in milliseconds; a forced delete waits for the
+/// kill, a pause for the freezer.
+pub const SHORT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a killed runtime gets to be reaped before a timed-out call returns (SIGKILL ends
+/// it at once unless it sits in an uninterruptible sleep).
+const KILLED_GRACE: Duration = Duration::from_secs(5);
+
+/// How long runtime commands may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// `create`, `start`, `exec`.
+    pub long: Duration,
+    /// Every other command.
+    pub short: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            long: LONG_CALL_TIMEOUT,
+            short: SHORT_CALL_TIMEOUT,
+        }
+    }
+}
+
 /// Options of `create`.
 #[derive(Debug, Default)]
 pub struct CreateOpts {
@@ -187,6 +246,7 @@ pub struct Runc {
     systemd_cgroup: bool,
     reaper: Reaper,
     log: Logger,
+    timeouts: Timeouts,
     /// Bundles by container id, for `--log <bundle>/log.json`.
     bundles: Mutex<HashMap<String, PathBuf>>,
     /// Numbers exec process files, unique within this process.
@@ -209,9 +269,16 @@ impl Runc {
             systemd_cgroup,
             reaper,
             log,
+            timeouts: Timeouts::default(),
             bundles: Mutex::new(HashMap::new()),
             process_files: AtomicU64::new(0),
         }
+    }
+
+    /// The same runtime with other bounds on its commands.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Runc {
+        self.timeouts = timeouts;
+        self
     }
 
     /// Records the bundle of a container this instance did not create, so that calls on it log
@@ -340,8 +407,8 @@ impl Runc {
         self.run(&Call::Features, Streams::piped()).await
     }
 
-    /// Runs one runtime command to its exit; its stdout if it succeeded (empty for `create` and
-    /// `exec`, whose stdout is the container's).
+    /// Runs one runtime command to its exit, within its bound; its stdout if it succeeded (empty
+    /// for `create` and `exec`, whose stdout is the container's).
     async fn run(&self, call: &Call<'_>, streams: Streams<'_>) -> Result<Vec<u8>, RuncError> {
         let id = call.id();
         let log_file = call
@@ -356,6 +423,8 @@ impl Runc {
             .map_or(0, |meta| meta.len());
 
         let mut command = Command::new(&self.binary);
+        // A group of its own, so that the guard can kill what the runtime started with it.
+        command.process_group(0);
         command.args(argv(
             &self.root,
             self.systemd_cgroup,
@@ -395,7 +464,17 @@ impl Runc {
             source,
         })?;
         let pid = child.id();
-        let exit = self.reaper.watch_spawned(pid as i32, spawned_at);
+        // From here on, a dropped call kills the runtime (see the module docs).
+        let mut guard = RuntimeGuard {
+            reaper: &self.reaper,
+            pid: pid as i32,
+            exit: self.reaper.watch_spawned(pid as i32, spawned_at),
+            exited: None,
+            killed: false,
+            command: call.name(),
+            id,
+            log: &self.log,
+        };
         // Not waited on: the reaper reaps it. Dropping the command closes this process's copies
         // of the child's ends, so the pipes see EOF when the child (and its heirs) close theirs.
         drop(child);
@@ -403,27 +482,45 @@ impl Runc {
         debug!(self.log, "OCI runtime started";
             "command" => call.name(), "container_id" => id, "pid" => pid);
 
-        let (exit, stdout, stderr) = match piped {
-            None => (exit.await, Vec::new(), Vec::new()),
-            Some((stdin, stdout, stderr)) => {
-                let (_, exit, stdout, stderr) = tokio::join!(
-                    async {
-                        if let Some((pipe, input)) = stdin {
-                            // A write error means the runtime stopped reading, which it only
-                            // does when it fails: its exit status and message say why.
-                            let _ = write_all(pipe, input).await;
-                        }
-                    },
-                    exit,
-                    read_all(stdout),
-                    read_all(stderr),
-                );
-                let stdout = stdout.map_err(|source| self.pipe_error(call, "stdout", source))?;
-                let stderr = stderr.map_err(|source| self.pipe_error(call, "stderr", source))?;
-                (exit, stdout, stderr)
+        let limit = call.timeout(&self.timeouts);
+        let finished = tokio::time::timeout(limit, async {
+            match piped {
+                None => Ok::<_, RuncError>((guard.wait().await, Vec::new(), Vec::new())),
+                Some((stdin, stdout, stderr)) => {
+                    let (_, exit, stdout, stderr) = tokio::join!(
+                        async {
+                            if let Some((pipe, input)) = stdin {
+                                // A write error means the runtime stopped reading, which it
+                                // only does when it fails: its exit status and message say why.
+                                let _ = write_all(pipe, input).await;
+                            }
+                        },
+                        guard.wait(),
+                        read_all(stdout),
+                        read_all(stderr),
+                    );
+                    let stdout =
+                        stdout.map_err(|source| self.pipe_error(call, "stdout", source))?;
+                    let stderr =
+                        stderr.map_err(|source| self.pipe_error(call, "stderr", source))?;
+                    Ok((exit, stdout, stderr))
+                }
             }
+        })
+        .await;
+        let Ok(finished) = finished else {
+            guard.kill();
+            // The reaper reaps it; bounded, in case it cannot die at once.
+            let _ = tokio::time::timeout(KILLED_GRACE, guard.wait()).await;
+            return Err(RuncError::Timeout {
+                command: self.command(call),
+                id: id.to_owned(),
+                after: limit,
+                pid,
+            });
         };
-        let exit = exit.map_err(|_| RuncError::ReaperGone {
+        let (exit, stdout, stderr) = finished?;
+        let exit = exit.ok_or_else(|| RuncError::ReaperGone {
             command: self.command(call),
             id: id.to_owned(),
             pid,
@@ -514,6 +611,103 @@ impl Runc {
     }
 }
 
+/// Runs `binary args…` to its end within `limit`, stdout and stderr captured, for the shim's
+/// one-shot actions (`delete` after a dead shim, `-info`): they run no tokio runtime and no
+/// reaper, and wait for their own child. The runtime leads a process group of its own; past
+/// `limit` the group is SIGKILLed while the runtime is not yet reaped (its pid, the group id,
+/// is still its own), then reaped. The pipes are read on threads, so a full pipe cannot stall
+/// the runtime; what a leftover descendant keeps open is given up at the deadline.
+/// `verb` names the subcommand in errors (`runc delete`).
+pub fn run_blocking(
+    binary: &Path,
+    args: &[OsString],
+    verb: &str,
+    id: &str,
+    limit: Duration,
+) -> Result<std::process::Output, RuncError> {
+    use std::process::Stdio as S;
+    let command = || {
+        let name = binary.file_name().unwrap_or(binary.as_os_str());
+        format!("{} {verb}", name.to_string_lossy())
+    };
+    let mut child = Command::new(binary)
+        .args(args)
+        .stdin(S::null())
+        .stdout(S::piped())
+        .stderr(S::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|source| RuncError::Spawn {
+            binary: binary.to_owned(),
+            source,
+        })?;
+    let deadline = Instant::now() + limit;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let readers: [Option<Box<dyn Read + Send>>; 2] = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ];
+    for (index, reader) in readers.into_iter().enumerate() {
+        if let Some(mut reader) = reader {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                // A read error leaves what was read: the exit status tells the outcome.
+                let _ = reader.read_to_end(&mut bytes);
+                let _ = tx.send((index, bytes));
+            });
+        }
+    }
+    drop(tx);
+    let pid = child.id();
+    let status = loop {
+        let polled = child.try_wait().map_err(|source| RuncError::Spawn {
+            binary: binary.to_owned(),
+            source,
+        })?;
+        if let Some(status) = polled {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            // Not reaped yet (try_wait said so): the group id is still the runtime's.
+            if let Ok(pgid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(pgid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            // SIGKILLed: the wait ends unless it sits in the kernel.
+            let _ = child.wait();
+            return Err(RuncError::Timeout {
+                command: command(),
+                id: id.to_owned(),
+                after: limit,
+                pid,
+            });
+        }
+        // A one-shot action's child: polling keeps it free of signal handlers and runtimes.
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut streams = [Vec::new(), Vec::new()];
+    while let Ok((index, bytes)) =
+        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+    {
+        streams[index] = bytes;
+    }
+    let [stdout, stderr] = streams;
+    Ok(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
 /// Reads a pid file written by the runtime (`--pid-file`): the pid, trimmed.
 pub fn read_pid_file(path: &Path) -> Result<u32, RuncError> {
     let content = std::fs::read_to_string(path).map_err(|source| RuncError::PidFile {
@@ -526,6 +720,59 @@ pub fn read_pid_file(path: &Path) -> Result<u32, RuncError> {
             path: path.to_owned(),
             content,
         }),
+    }
+}
+
+/// Kills the runtime's process group if its call ends (times out, or is dropped) before the
+/// runtime's exit is in (module docs, "The guard").
+struct RuntimeGuard<'a> {
+    reaper: &'a Reaper,
+    /// The runtime, leader of its own process group.
+    pid: i32,
+    /// Its exit, from the reaper.
+    exit: oneshot::Receiver<Exit>,
+    /// Its exit once received (the receiver must not be polled again after that).
+    exited: Option<Exit>,
+    /// Whether the group was killed already.
+    killed: bool,
+    command: &'static str,
+    id: &'a str,
+    log: &'a Logger,
+}
+
+impl RuntimeGuard<'_> {
+    /// The runtime's exit; `None` if the reaper stopped first.
+    async fn wait(&mut self) -> Option<Exit> {
+        if self.exited.is_none() && !self.exit.is_terminated() {
+            self.exited = (&mut self.exit).await.ok();
+        }
+        self.exited
+    }
+
+    /// SIGKILLs the runtime's group unless its exit is in.
+    fn kill(&mut self) {
+        if self.exited.is_some() || self.exit.is_terminated() || self.killed {
+            return;
+        }
+        self.killed = true;
+        if let Err(e) = self.reaper.kill_group(self.pid, &self.exit) {
+            // Not expected (EPERM on our own child?); the call's own error says it timed out.
+            warn!(self.log, "killing the OCI runtime's process group failed";
+                "command" => self.command, "container_id" => self.id, "pid" => self.pid,
+                "error" => %e);
+        }
+    }
+}
+
+impl Drop for RuntimeGuard<'_> {
+    fn drop(&mut self) {
+        if self.exited.is_some() || self.exit.is_terminated() || self.killed {
+            return;
+        }
+        // The call was dropped while the runtime ran: nobody else will hear of it.
+        self.kill();
+        warn!(self.log, "OCI runtime call abandoned before the runtime ended; killed it and its process group";
+            "command" => self.command, "container_id" => self.id, "pid" => self.pid);
     }
 }
 
@@ -681,6 +928,14 @@ impl<'a> Call<'a> {
             Call::Resume { .. } => "resume",
             Call::Update { .. } => "update",
             Call::Features => "features",
+        }
+    }
+
+    /// How long the call may run.
+    fn timeout(&self, timeouts: &Timeouts) -> Duration {
+        match self {
+            Call::Create { .. } | Call::Start { .. } | Call::Exec { .. } => timeouts.long,
+            _ => timeouts.short,
         }
     }
 

@@ -56,7 +56,7 @@ use super::io::{IoSpec, ProcessIo};
 use super::oom::OomWatch;
 use super::publisher::{drain_spool, Backoff, Forwarder, Publisher, TtrpcForwarder};
 use super::reaper::{Exit, Reaper};
-use super::runc::{CreateOpts, ExecOpts, Runc, RuncError};
+use super::runc::{CreateOpts, ExecOpts, Runc, RuncError, SHORT_CALL_TIMEOUT};
 
 /// How long an exit waits for its process's output to drain before TaskExit goes out anyway
 /// (a grandchild may hold the pipe open for ever).
@@ -1290,19 +1290,28 @@ pub fn delete_command(flags: &Flags) -> Result<(), BootstrapError> {
         .unwrap_or_default();
     if !flags.id.is_empty() {
         // Best effort, as Go shims do: the answer matters more than a runtime that is gone.
-        let out = std::process::Command::new(opts.binary())
-            .arg("--root")
-            .arg(opts.root_for(&flags.namespace))
-            .args(["delete", "--force", &flags.id])
-            .output();
-        if let Ok(o) = out {
-            if !o.status.success() {
-                eprintln!(
-                    "runc delete {}: {}",
-                    flags.id,
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-            }
+        let args: [std::ffi::OsString; 5] = [
+            "--root".into(),
+            opts.root_for(&flags.namespace).into_os_string(),
+            "delete".into(),
+            "--force".into(),
+            flags.id.clone().into(),
+        ];
+        // Bounded: a hung runtime must not hold containerd's cleanup (nor outlive it).
+        match super::runc::run_blocking(
+            &opts.binary(),
+            &args,
+            "delete",
+            &flags.id,
+            SHORT_CALL_TIMEOUT,
+        ) {
+            Ok(o) if !o.status.success() => eprintln!(
+                "runc delete {}: {}",
+                flags.id,
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("{e}"),
         }
     }
     let rootfs = bundle.join("rootfs");
@@ -1385,10 +1394,13 @@ pub fn info() -> Result<(), BootstrapError> {
     let mut v = RuntimeVersion::new();
     v.version = env!("CARGO_PKG_VERSION").to_string();
     info.version = MessageField::some(v);
-    if let Ok(out) = std::process::Command::new(opts.binary())
-        .arg("features")
-        .output()
-    {
+    if let Ok(out) = super::runc::run_blocking(
+        &opts.binary(),
+        &["features".into()],
+        "features",
+        "",
+        SHORT_CALL_TIMEOUT,
+    ) {
         if out.status.success() {
             let mut any = Any::new();
             any.type_url =

@@ -611,3 +611,272 @@ async fn real_runc_child() {
 
     println!("runc child: all checks passed");
 }
+
+/// Writes a fake OCI runtime: a shell script `dir/name` running `body`. Only in the re-executed
+/// child, which forks nothing else meanwhile: an executable written while another thread forks
+/// can fail to exec (ETXTBSY).
+fn fake_runtime(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write the fake runtime");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .expect("make the fake runtime executable");
+    path
+}
+
+/// A runtime that hangs: it starts a child (`sleep 1000 &`), writes both pids (`child.pid`,
+/// then `runtime.pid`, each renamed into place whole) into `dir`, and becomes `sleep 1000`.
+fn hung_runtime(dir: &Path) -> PathBuf {
+    let d = dir.display();
+    fake_runtime(
+        dir,
+        "hung-runtime",
+        &format!(
+            "sleep 1000 </dev/null >/dev/null 2>&1 &\n\
+             echo $! > {d}/child.tmp && mv {d}/child.tmp {d}/child.pid\n\
+             echo $$ > {d}/runtime.tmp && mv {d}/runtime.tmp {d}/runtime.pid\n\
+             exec sleep 1000"
+        ),
+    )
+}
+
+/// The pid in `path`, if the file is there.
+fn pid_in(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The process's state letter (`S`, `R`, `Z`…) from `/proc/<pid>/stat`; `None` once reaped.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// Waits (10 s at most) until `/proc/<pid>` is gone: the process ended *and* was reaped (a
+/// zombie keeps its entry).
+async fn until_reaped(pid: u32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} (pid {pid}, state {:?}) still there after 10 s",
+            proc_state(pid)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[test]
+fn hung_and_abandoned_runtimes_are_killed_and_reaped() {
+    run_in_child(
+        "shim::runc::tests::fake_runtime_child",
+        &[],
+        "fake runtime child: all checks passed",
+    );
+}
+
+/// The body of `hung_and_abandoned_runtimes_are_killed_and_reaped`, in its own process (a
+/// subreaper running the reaper loop, as the shim).
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "run by hung_and_abandoned_runtimes_are_killed_and_reaped in a child process"]
+async fn fake_runtime_child() {
+    if !in_child() {
+        // Run directly (`--ignored`) inside the shared binary, it must not become a subreaper.
+        return;
+    }
+    let log = Logger::root(slog::Discard, slog::o!());
+    let reaper = Reaper::start(log.clone()).expect("start the reaper");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let runtime = |binary: PathBuf, timeouts: Timeouts| {
+        Runc::new(
+            binary,
+            tmp.path().join("root"),
+            false,
+            reaper.clone(),
+            log.clone(),
+        )
+        .with_timeouts(timeouts)
+    };
+    // Long enough for sh to start and write its pids on a loaded node.
+    let bound = Duration::from_secs(3);
+
+    // A piped command (`state`) that hangs: Timeout, naming command and container, after the
+    // short bound; the runtime and its child are killed and reaped.
+    let dir = tmp.path().join("state");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let runc = runtime(
+        hung_runtime(&dir),
+        Timeouts {
+            long: Duration::from_secs(600),
+            short: bound,
+        },
+    );
+    let started = Instant::now();
+    let err = within("hung state", runc.state("c1")).await.unwrap_err();
+    match &err {
+        RuncError::Timeout {
+            command, id, after, ..
+        } => {
+            assert_eq!(
+                (command.as_str(), id.as_str()),
+                ("hung-runtime state", "c1")
+            );
+            assert_eq!(*after, bound);
+        }
+        other => panic!("expected Timeout, got {other}"),
+    }
+    assert!(started.elapsed() >= bound, "not before its bound");
+    let hung = pid_in(&dir.join("runtime.pid")).expect("the runtime wrote its pid");
+    let child = pid_in(&dir.join("child.pid")).expect("the runtime wrote its child's pid");
+    match err {
+        RuncError::Timeout { pid, .. } => assert_eq!(pid, hung),
+        _ => unreachable!("matched above"),
+    }
+    until_reaped(hung, "the timed-out runtime").await;
+    until_reaped(child, "the timed-out runtime's child").await;
+
+    // A container-streams command (`create`) that hangs: the long bound applies.
+    let dir = tmp.path().join("create");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let runc = runtime(
+        hung_runtime(&dir),
+        Timeouts {
+            long: bound,
+            short: Duration::from_secs(600),
+        },
+    );
+    let opts = CreateOpts {
+        pid_file: dir.join("init.pid"),
+        ..CreateOpts::default()
+    };
+    let err = within("hung create", runc.create("c2", &dir, opts))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuncError::Timeout { command, id, .. } if command == "hung-runtime create" && id == "c2"),
+        "{err}"
+    );
+    let hung = pid_in(&dir.join("runtime.pid")).expect("the runtime wrote its pid");
+    let child = pid_in(&dir.join("child.pid")).expect("the runtime wrote its child's pid");
+    until_reaped(hung, "the timed-out create").await;
+    until_reaped(child, "the timed-out create's child").await;
+
+    // A call dropped while the runtime runs (a ttrpc deadline): killed and reaped too.
+    let dir = tmp.path().join("dropped");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let runc = runtime(hung_runtime(&dir), Timeouts::default());
+    let opts = CreateOpts {
+        pid_file: dir.join("init.pid"),
+        ..CreateOpts::default()
+    };
+    // Boxed, so that dropping it drops the call (a pinned local lives to the scope's end).
+    let mut call = Box::pin(runc.create("c3", &dir, opts));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (hung, child) = loop {
+        tokio::select! {
+            result = &mut call => panic!("the hung runtime returned: {result:?}"),
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
+        if let Some(hung) = pid_in(&dir.join("runtime.pid")) {
+            let child = pid_in(&dir.join("child.pid")).expect("written before runtime.pid");
+            break (hung, child);
+        }
+        assert!(Instant::now() < deadline, "the runtime never wrote its pid");
+    };
+    assert!(proc_state(hung).is_some(), "running while the call is");
+    drop(call);
+    until_reaped(hung, "the abandoned runtime").await;
+    until_reaped(child, "the abandoned runtime's child").await;
+
+    // A create that succeeds: what the runtime left in its group (an init that did not
+    // setsid) is the container's, not the guard's to kill.
+    let dir = tmp.path().join("created");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let runc = runtime(
+        fake_runtime(
+            &dir,
+            "ok-runtime",
+            "while [ $# -gt 0 ]; do [ \"$1\" = --pid-file ] && pidfile=$2; shift; done\n\
+             sleep 1000 </dev/null >/dev/null 2>&1 &\n\
+             echo $! > \"$pidfile\"",
+        ),
+        Timeouts::default(),
+    );
+    let opts = CreateOpts {
+        pid_file: dir.join("init.pid"),
+        ..CreateOpts::default()
+    };
+    let init = within("create", runc.create("c4", &dir, opts))
+        .await
+        .expect("create");
+    let state = proc_state(init);
+    assert!(
+        matches!(state, Some(s) if s != 'Z'),
+        "the init must live on after create succeeded: {state:?}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(init as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the fake init");
+    until_reaped(init, "the fake init").await;
+
+    println!("fake runtime child: all checks passed");
+}
+
+#[test]
+fn a_blocking_call_past_its_limit_is_killed_with_its_group_and_reaped() {
+    // The `delete` and `-info` actions' runner: no reaper there, it waits for its own child.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let d = dir.path().display();
+    let script = format!(
+        "sleep 1000 </dev/null >/dev/null 2>&1 &\n\
+         echo $! > {d}/child.tmp && mv {d}/child.tmp {d}/child.pid\n\
+         echo $$ > {d}/runtime.tmp && mv {d}/runtime.tmp {d}/runtime.pid\n\
+         exec sleep 1000"
+    );
+    let limit = Duration::from_secs(3);
+    let err = run_blocking(
+        Path::new("/bin/sh"),
+        &["-c".into(), script.into()],
+        "state",
+        "c1",
+        limit,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, RuncError::Timeout { command, id, after, .. } if command == "sh state" && id == "c1" && *after == limit),
+        "{err}"
+    );
+    let runtime = pid_in(&dir.path().join("runtime.pid")).expect("it wrote its pid");
+    let child = pid_in(&dir.path().join("child.pid")).expect("it wrote its child's pid");
+    assert_eq!(
+        proc_state(runtime),
+        None,
+        "killed and reaped before the call returned"
+    );
+    // Killed with the group; re-parented away from this process, so a zombie until its new
+    // parent reaps it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(proc_state(child), None | Some('Z')) {
+        assert!(Instant::now() < deadline, "child {child} still alive");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let out = run_blocking(
+        Path::new("/bin/sh"),
+        &["-c".into(), "echo out; echo err >&2; exit 3".into()],
+        "state",
+        "",
+        limit,
+    )
+    .expect("runs");
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(
+        (&out.stdout[..], &out.stderr[..]),
+        (&b"out\n"[..], &b"err\n"[..])
+    );
+}

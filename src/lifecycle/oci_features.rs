@@ -13,11 +13,12 @@
 //! and Linux 5.19 for overlayfs over idmapped layers, which its rootfs is (the overlayfs
 //! snapshotter's `uidmap=`/`gidmap=` options).
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde::Deserialize;
 use thiserror::Error;
+
+use super::oci_cli::{output_within, Bounded};
 
 /// The optional features of one handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -121,26 +122,21 @@ pub fn from_document(
 /// Runs `<binary> features` and reads its answer. `binary` is a name looked up on `PATH` or a
 /// path.
 pub async fn probe(binary: &str, kernel: (u32, u32)) -> Result<HandlerFeatures, FeaturesError> {
-    let child = tokio::process::Command::new(binary)
-        .arg("features")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| FeaturesError::Spawn {
+    // Bounded, and killed with its process group past the bound (see `output_within`).
+    let out = output_within(
+        tokio::process::Command::new(binary).arg("features"),
+        PROBE_TIMEOUT,
+    )
+    .await
+    .map_err(|e| match e {
+        Bounded::TimedOut => FeaturesError::Timeout {
+            binary: binary.to_string(),
+        },
+        Bounded::Io(source) => FeaturesError::Spawn {
             binary: binary.to_string(),
             source,
-        })?;
-    let out = tokio::time::timeout(PROBE_TIMEOUT, child.wait_with_output())
-        .await
-        .map_err(|_| FeaturesError::Timeout {
-            binary: binary.to_string(),
-        })?
-        .map_err(|source| FeaturesError::Spawn {
-            binary: binary.to_string(),
-            source,
-        })?;
+        },
+    })?;
     if !out.status.success() {
         return Err(FeaturesError::Failed {
             binary: binary.to_string(),

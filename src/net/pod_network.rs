@@ -272,7 +272,7 @@ impl PodNetwork {
         &self,
         id: &str,
     ) -> Result<super::cni::orphans::Orphans, NetError> {
-        Ok(super::cni::orphans::await_orphans(id, self.exec.timeout()).await?)
+        Ok(super::cni::orphans::await_orphans(id, self.exec.timeout(), &self.bin_dirs).await?)
     }
 
     /// Verifies the pod's attachment is as ADD left it (CNI CHECK, cniVersion 0.4.0 or later).

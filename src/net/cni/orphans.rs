@@ -8,12 +8,25 @@
 //! `CNI_CONTAINERID=<pod id>` every plugin gets in its environment (helper plugins such as
 //! host-local inherit it), for at most the plugin timeout (the bound the dead remora would
 //! have given them), then kills their process groups.
+//!
+//! # Trust
+//!
+//! Any local user sets the environment of their own processes, so `CNI_CONTAINERID` alone
+//! proves nothing. A process counts as a plugin only if it runs as root (real and effective
+//! uid 0: remora runs its plugins as root, and a non-root user cannot make such a process) and
+//! its executable (`/proc/<pid>/exe`) is a root-owned file under one of the configured
+//! `bin_dirs` (a user may run a plugin binary, but not as root). A group is killed only when
+//! its leader (the process whose pid is the group id: remora starts each plugin as the leader
+//! of a group of its own) is such a plugin, never a group id ≤ 1 and never remora's own group.
+//! Plugins in any other group are waited for, and reported if they stay
+//! ([`PluginsLeft`]), not killed.
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::unistd::{getpgrp, Pid};
 use thiserror::Error;
 use tokio::time::Instant;
 
@@ -58,9 +71,55 @@ fn pgid_from_stat(stat: &str) -> Option<i32> {
     after.split_whitespace().nth(2)?.parse().ok()
 }
 
-/// The live processes under `proc_root` whose environment holds `CNI_CONTAINERID=<id>`.
-/// Zombies have no environment left and are not found.
-fn scan(proc_root: &Path, id: &str) -> Vec<Found> {
+/// Whether a `/proc/<pid>/status` text says real and effective uid 0 (`Uid:` real, effective,
+/// saved, filesystem).
+fn runs_as_root(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .map(|uids| {
+            let uids: Vec<&str> = uids.split_whitespace().collect();
+            uids.len() >= 2 && uids[0] == "0" && uids[1] == "0"
+        })
+        .unwrap_or(false)
+}
+
+/// Whether the process at `proc_dir` (`/proc/<pid>`) is a CNI plugin remora could have
+/// started: root, running a root-owned executable under one of `bin_dirs` (canonical paths).
+fn is_plugin(proc_dir: &Path, bin_dirs: &[PathBuf]) -> bool {
+    let Ok(status) = std::fs::read_to_string(proc_dir.join("status")) else {
+        return false;
+    };
+    if !runs_as_root(&status) {
+        return false;
+    }
+    // The kernel's own path of the executable: canonical, " (deleted)" appended if replaced
+    // since (then it is under no bin dir by name, and not trusted).
+    let Ok(exe) = std::fs::read_link(proc_dir.join("exe")) else {
+        return false;
+    };
+    if !bin_dirs
+        .iter()
+        .any(|dir| exe.parent() == Some(dir.as_path()))
+    {
+        return false;
+    }
+    // The file the process runs (`exe` followed), whoever may have renamed it since.
+    std::fs::metadata(proc_dir.join("exe")).is_ok_and(|meta| meta.uid() == 0)
+}
+
+/// The plugin directories as the kernel names executables in them (symlinks resolved);
+/// directories that do not exist are left out.
+fn canonical_dirs(bin_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    bin_dirs
+        .iter()
+        .filter_map(|dir| std::fs::canonicalize(dir).ok())
+        .collect()
+}
+
+/// The live plugins (by [`is_plugin`]) under `proc_root` whose environment holds
+/// `CNI_CONTAINERID=<id>`. Zombies have no environment left and are not found.
+fn scan(proc_root: &Path, id: &str, bin_dirs: &[PathBuf]) -> Vec<Found> {
     let want = format!("CNI_CONTAINERID={id}");
     let Ok(dir) = std::fs::read_dir(proc_root) else {
         return Vec::new();
@@ -81,6 +140,9 @@ fn scan(proc_root: &Path, id: &str) -> Vec<Found> {
         if !env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
             continue;
         }
+        if !is_plugin(&entry.path(), bin_dirs) {
+            continue;
+        }
         let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
         if let Some(pgid) = pgid_from_stat(&stat) {
             found.push(Found { pid, pgid });
@@ -89,36 +151,55 @@ fn scan(proc_root: &Path, id: &str) -> Vec<Found> {
     found
 }
 
-async fn scan_now(id: &str) -> Vec<Found> {
+async fn scan_now(id: &str, bin_dirs: &[PathBuf]) -> Vec<Found> {
     let id = id.to_string();
+    let bin_dirs = bin_dirs.to_vec();
     // A panic in the scan (none is expected) finds nothing, like an unreadable /proc.
-    tokio::task::spawn_blocking(move || scan(Path::new("/proc"), &id))
+    tokio::task::spawn_blocking(move || scan(Path::new("/proc"), &id, &bin_dirs))
         .await
         .unwrap_or_default()
 }
 
-/// Waits until no process with `CNI_CONTAINERID=<id>` is left; after `limit`, kills their
-/// process groups and waits for them to go. Only for ids no call of this process is working
-/// on (a crashed remora's): a live ADD's plugins would be killed too.
-pub async fn await_orphans(id: &str, limit: Duration) -> Result<Orphans, PluginsLeft> {
-    let found = scan_now(id).await;
+/// The process groups of `found` that may be killed: those led by a plugin found (the leader's
+/// pid is the group id), never a group id ≤ 1 nor `own` (remora's group).
+fn groups_to_kill(found: &[Found], own: i32) -> Vec<i32> {
+    let mut groups: Vec<i32> = found
+        .iter()
+        .map(|f| f.pgid)
+        .filter(|&pgid| pgid > 1 && pgid != own)
+        .filter(|&pgid| found.iter().any(|leader| leader.pid == pgid))
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups
+}
+
+/// Waits until no plugin (module docs, "Trust") with `CNI_CONTAINERID=<id>` is left; after
+/// `limit`, kills the process groups they lead and waits for them to go. `bin_dirs`: the
+/// configured CNI plugin directories. Only for ids no call of this process is working on (a
+/// crashed remora's): a live ADD's plugins would be killed too.
+pub async fn await_orphans(
+    id: &str,
+    limit: Duration,
+    bin_dirs: &[PathBuf],
+) -> Result<Orphans, PluginsLeft> {
+    let bin_dirs = canonical_dirs(bin_dirs);
+    let found = scan_now(id, &bin_dirs).await;
     let mut outcome = Orphans {
         found: found.len(),
         killed: 0,
     };
-    let left = until_gone(id, found, Instant::now() + limit).await;
+    let left = until_gone(id, &bin_dirs, found, Instant::now() + limit).await;
     if left.is_empty() {
         return Ok(outcome);
     }
-    let mut groups: Vec<i32> = left.iter().map(|f| f.pgid).collect();
-    groups.sort_unstable();
-    groups.dedup();
+    let groups = groups_to_kill(&left, getpgrp().as_raw());
     for pgid in &groups {
         // ESRCH: the group ended meanwhile, as wanted.
         let _ = killpg(Pid::from_raw(*pgid), Signal::SIGKILL);
     }
     outcome.killed = groups.len();
-    let left = until_gone(id, left, Instant::now() + KILLED_GRACE).await;
+    let left = until_gone(id, &bin_dirs, left, Instant::now() + KILLED_GRACE).await;
     if left.is_empty() {
         return Ok(outcome);
     }
@@ -131,10 +212,15 @@ pub async fn await_orphans(id: &str, limit: Duration) -> Result<Orphans, Plugins
 
 /// Looks for `id`'s processes again every [`POLL`] while some of `left` (the last look's) run
 /// and `until` has not passed; returns those still running (none once they are gone).
-async fn until_gone(id: &str, mut left: Vec<Found>, until: Instant) -> Vec<Found> {
+async fn until_gone(
+    id: &str,
+    bin_dirs: &[PathBuf],
+    mut left: Vec<Found>,
+    until: Instant,
+) -> Vec<Found> {
     while !left.is_empty() && Instant::now() < until {
         tokio::time::sleep(POLL).await;
-        left = scan_now(id).await;
+        left = scan_now(id, bin_dirs).await;
     }
     left
 }
@@ -154,6 +240,23 @@ mod tests {
         );
         assert_eq!(pgid_from_stat("42 (short) S"), None);
         assert_eq!(pgid_from_stat(""), None);
+    }
+
+    /// The directory `sleep` (the tests' "plugin") runs from, as the kernel names it.
+    fn sleep_dir() -> Vec<PathBuf> {
+        let sleep = std::fs::canonicalize("/usr/bin/sleep").expect("sleep is installed");
+        vec![sleep.parent().expect("a directory").to_path_buf()]
+    }
+
+    /// Whether `pid` is alive (not gone, not a zombie).
+    fn alive(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?;
+                Some(state != "Z")
+            })
+            .unwrap_or(false)
     }
 
     fn unique_id(what: &str) -> String {
@@ -181,9 +284,10 @@ mod tests {
         let child = plugin(&id, "30");
         let pid = i32::try_from(child.id()).unwrap();
         let waiter = reap(child);
-        let found = scan(Path::new("/proc"), &id);
+        let dirs = sleep_dir();
+        let found = scan(Path::new("/proc"), &id, &dirs);
         assert_eq!(found, vec![Found { pid, pgid: pid }]);
-        assert!(scan(Path::new("/proc"), &format!("{id}-other")).is_empty());
+        assert!(scan(Path::new("/proc"), &format!("{id}-other"), &dirs).is_empty());
         let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
         assert_eq!(waiter.join().unwrap().signal(), Some(9));
     }
@@ -192,7 +296,9 @@ mod tests {
     async fn plugins_that_end_in_time_are_waited_for_not_killed() {
         let id = unique_id("ends");
         let waiter = reap(plugin(&id, "0.3"));
-        let outcome = await_orphans(&id, Duration::from_secs(20)).await.unwrap();
+        let outcome = await_orphans(&id, Duration::from_secs(20), &sleep_dir())
+            .await
+            .unwrap();
         assert_eq!(
             outcome,
             Orphans {
@@ -207,7 +313,7 @@ mod tests {
     async fn plugins_past_the_limit_are_killed_as_a_group() {
         let id = unique_id("killed");
         let waiter = reap(plugin(&id, "30"));
-        let outcome = await_orphans(&id, Duration::from_millis(200))
+        let outcome = await_orphans(&id, Duration::from_millis(200), &sleep_dir())
             .await
             .unwrap();
         assert_eq!(
@@ -222,9 +328,114 @@ mod tests {
 
     #[tokio::test]
     async fn no_plugin_means_no_wait() {
-        let outcome = await_orphans(&unique_id("none"), Duration::from_secs(20))
+        let outcome = await_orphans(&unique_id("none"), Duration::from_secs(20), &sleep_dir())
             .await
             .unwrap();
         assert_eq!(outcome, Orphans::default());
+    }
+
+    #[tokio::test]
+    async fn a_process_outside_bin_dirs_is_left_alone() {
+        // Any user can put CNI_CONTAINERID=<a pod> in their own process's environment.
+        let id = unique_id("outside");
+        let child = plugin(&id, "30");
+        let pid = i32::try_from(child.id()).unwrap();
+        let waiter = reap(child);
+        let elsewhere = tempfile::tempdir().expect("temp dir");
+        let outcome = await_orphans(
+            &id,
+            Duration::from_millis(200),
+            &[elsewhere.path().to_path_buf()],
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome, Orphans::default(), "not a plugin: not found");
+        assert!(alive(pid), "left alone");
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        assert_eq!(waiter.join().unwrap().signal(), Some(9));
+    }
+
+    #[tokio::test]
+    async fn a_non_root_process_running_a_plugin_binary_is_left_alone() {
+        // A plugin binary is world-executable: a user may run one, but not as root.
+        let id = unique_id("nonroot");
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("CNI_CONTAINERID", &id)
+            .uid(65534)
+            .gid(65534)
+            .process_group(0)
+            .spawn()
+            .expect("spawn sleep as nobody");
+        let pid = i32::try_from(child.id()).unwrap();
+        let waiter = reap(child);
+        let outcome = await_orphans(&id, Duration::from_millis(200), &sleep_dir())
+            .await
+            .unwrap();
+        assert_eq!(outcome, Orphans::default(), "not root: not a plugin");
+        assert!(alive(pid), "left alone");
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        assert_eq!(waiter.join().unwrap().signal(), Some(9));
+    }
+
+    #[tokio::test]
+    async fn a_plugin_whose_group_leader_is_no_plugin_is_not_killed() {
+        // The group's leader (sh) has no CNI_CONTAINERID: killing the group would kill a
+        // process that is not a plugin of this pod.
+        use std::io::BufRead;
+        let id = unique_id("unled");
+        let mut leader = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!("env CNI_CONTAINERID={id} sleep 30 & echo $!; wait"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn sh");
+        let leader_pid = i32::try_from(leader.id()).unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(leader.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("read the plugin's pid");
+        let member: i32 = line.trim().parse().expect("a pid");
+        let waiter = reap(leader);
+        let err = await_orphans(&id, Duration::from_millis(200), &sleep_dir())
+            .await
+            .expect_err("found, not killed, still there");
+        assert_eq!(err.pids, vec![member]);
+        assert!(alive(member) && alive(leader_pid), "neither was killed");
+        let _ = killpg(Pid::from_raw(leader_pid), Signal::SIGKILL);
+        assert_eq!(waiter.join().unwrap().signal(), Some(9));
+    }
+
+    #[test]
+    fn only_groups_led_by_a_plugin_are_killed() {
+        let found = |pid, pgid| Found { pid, pgid };
+        let own = 500;
+        let plugins = [
+            found(10, 10), // a leader: its group goes
+            found(11, 10), // its helper (host-local under bridge): same group
+            found(20, 19), // led by 19, which is no plugin
+            found(30, 0),  // impossible group ids
+            found(1, 1),
+            found(own, own), // remora's own group, even if a "plugin" seemed to lead it
+            found(40, own),
+        ];
+        assert_eq!(groups_to_kill(&plugins, own), vec![10]);
+    }
+
+    #[test]
+    fn root_is_real_and_effective_uid_zero() {
+        assert!(runs_as_root(
+            "Name:\tbridge\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n"
+        ));
+        assert!(
+            !runs_as_root("Uid:\t1000\t0\t0\t0\n"),
+            "setuid: real uid is the user's"
+        );
+        assert!(!runs_as_root("Uid:\t0\t1000\t1000\t1000\n"));
+        assert!(!runs_as_root("Name:\tx\n"));
+        assert!(!runs_as_root(""));
     }
 }

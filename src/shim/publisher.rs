@@ -31,6 +31,12 @@
 //!   protobuf bytes]`. Replay stops at the first incomplete or corrupt record (a write torn by a
 //!   crash, zeros left by the filesystem), logs what it ignores, and cuts the file back to the
 //!   good prefix so that new records do not land behind garbage.
+//! - **A spool is untrusted input.** It is a file on disk that something other than this shim
+//!   may have written or replaced. Replay reads at most [`MAX_SPOOL_LEN`] bytes and
+//!   [`MAX_SPOOL_RECORDS`] records (what lies beyond is damage, logged and cut off), a length
+//!   field is checked against [`MAX_RECORD_LEN`] before anything is sliced, and the file is
+//!   opened with `O_NOFOLLOW`: a symlink planted in its place is refused, not followed to a
+//!   file the shim would then truncate.
 //! - **Spool write failures are not event failures.** A failed append (disk full) is logged once
 //!   per failure streak; the event stays queued in memory. The next append rewrites the whole
 //!   file from the in-memory queue, so once writes work again the spool is complete again.
@@ -41,6 +47,7 @@
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -435,8 +442,12 @@ pub async fn drain_spool(
     log: &Logger,
 ) -> Result<usize, PublishError> {
     let deadline = Instant::now() + within;
-    let bytes = match std::fs::read(spool) {
-        Ok(bytes) => bytes,
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(spool);
+    let file = match opened {
+        Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(source) => {
             return Err(PublishError::ReadSpool {
@@ -445,7 +456,10 @@ pub async fn drain_spool(
             })
         }
     };
-    let replay = Replay::parse(&bytes);
+    let replay = Replay::read(&file).map_err(|source| PublishError::ReadSpool {
+        path: spool.to_path_buf(),
+        source,
+    })?;
     replay.log_damage(spool, log);
     let total = replay.envelopes.len();
     let backoff = Backoff::default();
@@ -529,7 +543,16 @@ const HEADER_LEN: usize = 8;
 
 /// No envelope comes near this (ttrpc caps a message at 4 MiB); a larger length field is
 /// corruption.
-const MAX_RECORD_LEN: usize = 16 << 20;
+pub const MAX_RECORD_LEN: usize = 16 << 20;
+
+/// The most bytes of a spool read back: two records of the largest size, or some hundred
+/// thousand ordinary events (a few hundred bytes each), far more than containerd's absence
+/// piles up. More is damage (or hostile), and is not read: the shim's memory stays bounded.
+pub const MAX_SPOOL_LEN: u64 = 2 * MAX_RECORD_LEN as u64;
+
+/// The most records replayed from one spool: each decoded envelope costs memory whatever its
+/// size on disk (a 9-byte record decodes to a full envelope), so the count is bounded too.
+pub const MAX_SPOOL_RECORDS: usize = 1 << 16;
 
 /// The spool file, append-only between truncations.
 struct Spool {
@@ -544,29 +567,27 @@ struct Spool {
 impl Spool {
     /// Opens (creating) the spool, reads its complete records and cuts any damaged tail off.
     fn open(path: PathBuf, log: &Logger) -> Result<(Spool, Vec<Envelope>), PublishError> {
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|source| PublishError::OpenSpool {
                 path: path.clone(),
                 source,
             })?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|source| PublishError::ReadSpool {
-                path: path.clone(),
-                source,
-            })?;
-        let replay = Replay::parse(&bytes);
+        let replay = Replay::read(&file).map_err(|source| PublishError::ReadSpool {
+            path: path.clone(),
+            source,
+        })?;
         replay.log_damage(&path, log);
         let mut spool = Spool {
             path,
             file,
             failing: false,
         };
-        if replay.good_len < bytes.len() as u64 {
+        if replay.damage.is_some() {
             // New records must not land behind the damage, where replay would never reach them.
             if let Err(e) = spool.file.set_len(replay.good_len) {
                 error!(log, "event spool cannot be cut back to its good records; rewriting it on the next event";
@@ -661,6 +682,28 @@ struct Replay {
 }
 
 impl Replay {
+    /// Reads and parses `file` from where it is, [`MAX_SPOOL_LEN`] bytes at most: a longer file
+    /// is damaged from the cap on (or from the last good record before it).
+    fn read(file: &File) -> std::io::Result<Replay> {
+        let len = file.metadata()?.len();
+        let want = len.min(MAX_SPOOL_LEN + 1);
+        // Bounded by the cap: a length that lies (a file growing meanwhile) costs no more.
+        let mut bytes = Vec::with_capacity(usize::try_from(want).unwrap_or(0));
+        Read::take(file, MAX_SPOOL_LEN + 1).read_to_end(&mut bytes)?;
+        let over = bytes.len() as u64 > MAX_SPOOL_LEN;
+        if !over {
+            return Ok(Replay::parse(&bytes));
+        }
+        // The record cut by the cap is incomplete, not corrupt: said as what it is.
+        let mut replay = Replay::parse(&bytes[..MAX_SPOOL_LEN as usize]);
+        let total = len.max(bytes.len() as u64);
+        replay.damage = Some((
+            total.saturating_sub(replay.good_len),
+            "spool longer than the replay cap",
+        ));
+        Ok(replay)
+    }
+
     fn parse(bytes: &[u8]) -> Replay {
         let mut replay = Replay {
             envelopes: Vec::new(),
@@ -670,6 +713,10 @@ impl Replay {
         };
         let mut rest = bytes;
         while !rest.is_empty() {
+            if replay.envelopes.len() + replay.undecodable >= MAX_SPOOL_RECORDS {
+                replay.damage = Some((rest.len() as u64, "more records than a spool may hold"));
+                break;
+            }
             let reason = match record(rest) {
                 Ok((body, tail)) => {
                     match Envelope::parse_from_bytes(body) {

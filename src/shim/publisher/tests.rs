@@ -594,3 +594,252 @@ async fn ttrpc_forwarder_reconnects_after_the_server_comes_back() {
         .collect();
     assert_eq!(pids, [1, 4]);
 }
+
+#[test]
+fn a_symlink_in_the_spools_place_is_refused_not_followed() {
+    // Replay cuts a damaged spool back: followed, the link would truncate its target.
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("precious");
+    std::fs::write(&target, b"not a spool, and not the shim's").unwrap();
+    let spool = dir.path().join("events");
+    std::os::unix::fs::symlink(&target, &spool).unwrap();
+    let opened = Spool::open(spool.clone(), &discard());
+    assert!(
+        matches!(&opened, Err(PublishError::OpenSpool { source, .. }) if source.raw_os_error() == Some(libc::ELOOP)),
+        "{:?}",
+        opened.as_ref().err()
+    );
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        b"not a spool, and not the shim's"
+    );
+}
+
+#[test]
+fn replay_keeps_at_most_max_spool_records() {
+    // Tiny records (an envelope with only a topic) decode to full envelopes each.
+    let small = Envelope {
+        topic: "t".into(),
+        ..Default::default()
+    };
+    let mut bytes = Vec::new();
+    for _ in 0..MAX_SPOOL_RECORDS + 100 {
+        encode_record(&small, &mut bytes).unwrap();
+    }
+    let replay = Replay::parse(&bytes);
+    assert_eq!(replay.envelopes.len(), MAX_SPOOL_RECORDS);
+    let record_len = bytes.len() / (MAX_SPOOL_RECORDS + 100);
+    assert_eq!(
+        replay.damage,
+        Some((
+            (100 * record_len) as u64,
+            "more records than a spool may hold"
+        ))
+    );
+}
+
+#[test]
+fn a_huge_spool_is_read_up_to_its_cap_only() {
+    crate::shim::reaper::tests::run_in_child(
+        "shim::publisher::tests::huge_spool_child",
+        &[],
+        "huge spool child: all checks passed",
+    );
+}
+
+/// The peak resident memory of this process, in bytes (`VmHWM`).
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/self/status");
+    kb * 1024
+}
+
+/// The body of `a_huge_spool_is_read_up_to_its_cap_only`, in a process of its own so that its
+/// peak memory is its own.
+#[test]
+#[ignore = "run by a_huge_spool_is_read_up_to_its_cap_only in a child process"]
+fn huge_spool_child() {
+    if !crate::shim::reaper::tests::in_child() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("events");
+    // One good record, then a sparse hole four times the cap (no disk space, all zeros read).
+    let mut bytes = Vec::new();
+    encode_record(
+        &envelope("k8s.io", TASK_EXIT_EVENT_TOPIC, &exit("a", 1)).unwrap(),
+        &mut bytes,
+    )
+    .unwrap();
+    std::fs::write(&spool, &bytes).unwrap();
+    let huge = 4 * MAX_SPOOL_LEN;
+    OpenOptions::new()
+        .write(true)
+        .open(&spool)
+        .unwrap()
+        .set_len(huge)
+        .unwrap();
+
+    let before = peak_rss();
+    let (_spool, envelopes) = Spool::open(spool.clone(), &discard()).unwrap();
+    let grew = peak_rss().saturating_sub(before);
+    assert_eq!(envelopes.len(), 1, "the good record is kept");
+    assert!(
+        grew < MAX_SPOOL_LEN + (16 << 20),
+        "reading a {huge}-byte spool grew the peak memory by {grew} bytes"
+    );
+    assert_eq!(spool_len(&spool), bytes.len() as u64, "the rest is cut off");
+
+    // The same for the `delete` action's drain.
+    OpenOptions::new()
+        .write(true)
+        .open(&spool)
+        .unwrap()
+        .set_len(huge)
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let fake = Fake::accepting();
+    let before = peak_rss();
+    let delivered = runtime
+        .block_on(drain_spool(
+            &spool,
+            fake.clone(),
+            Duration::from_secs(10),
+            &discard(),
+        ))
+        .unwrap();
+    let grew = peak_rss().saturating_sub(before);
+    assert_eq!(delivered, 1);
+    assert!(
+        grew < MAX_SPOOL_LEN + (16 << 20),
+        "draining a {huge}-byte spool grew the peak memory by {grew} bytes"
+    );
+    println!("huge spool child: all checks passed");
+}
+
+/// Property tests of the spool's reader: a spool is a file on disk, hostile input. Nothing
+/// panics, nothing is read beyond the input, good records before damage are kept, and a
+/// length field (up to 4 GiB) or a protobuf length inside a record never makes the reader
+/// allocate what it claims (the huge-spool test above bounds the memory of a whole file).
+mod props {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+    use proptest::test_runner::Config;
+
+    use super::*;
+
+    fn config() -> Config {
+        Config {
+            cases: 256,
+            // No persistence file: the suite runs from the library's tests, not a crate dir.
+            failure_persistence: None,
+            ..Config::default()
+        }
+    }
+
+    /// A protobuf varint.
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    /// Protobuf-shaped bytes: fields with any number and wire type, varints of any size and
+    /// length prefixes that claim anything (up to 2^64) whatever follows.
+    fn protobuf_ish() -> impl Strategy<Value = Vec<u8>> {
+        let field = (
+            0u64..8,
+            0u64..6,
+            prop_oneof![Just(u64::MAX), Just(1u64 << 32), 0u64..64, any::<u64>()],
+            vec(any::<u8>(), 0..24),
+        );
+        vec(field, 1..8).prop_map(|fields| {
+            let mut out = Vec::new();
+            for (number, wire, value, bytes) in fields {
+                varint(number << 3 | wire, &mut out);
+                varint(value, &mut out);
+                out.extend_from_slice(&bytes);
+            }
+            out
+        })
+    }
+
+    /// One record around `body`, its header's length field `len` (the true one, or a lie).
+    fn record_with(len: u32, body: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&crc32(body).to_le_bytes());
+        out.extend_from_slice(body);
+    }
+
+    fn check_bounds(replay: &Replay, input: usize) -> Result<(), TestCaseError> {
+        prop_assert!(replay.good_len <= input as u64);
+        prop_assert!(replay.envelopes.len() + replay.undecodable <= input / (HEADER_LEN + 1));
+        let ignored = replay.damage.map_or(0, |(ignored, _)| ignored);
+        prop_assert_eq!(replay.good_len + ignored, input as u64);
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn any_bytes_replay_without_panic_within_the_input(
+            bytes in vec(any::<u8>(), 0..2048),
+        ) {
+            check_bounds(&Replay::parse(&bytes), bytes.len())?;
+        }
+
+        #[test]
+        fn any_checksummed_body_is_decoded_or_skipped(
+            bodies in vec(prop_oneof![protobuf_ish(), vec(any::<u8>(), 1..256)], 1..6),
+        ) {
+            let mut bytes = Vec::new();
+            for body in &bodies {
+                if body.is_empty() {
+                    continue;
+                }
+                record_with(body.len() as u32, body, &mut bytes);
+            }
+            let replay = Replay::parse(&bytes);
+            check_bounds(&replay, bytes.len())?;
+            prop_assert!(replay.damage.is_none(), "intact records are no damage");
+            let records = bodies.iter().filter(|b| !b.is_empty()).count();
+            prop_assert_eq!(replay.envelopes.len() + replay.undecodable, records);
+        }
+
+        #[test]
+        fn good_records_survive_any_tail(
+            pids in vec(any::<u32>(), 0..6),
+            claimed in prop_oneof![Just(u32::MAX), Just(MAX_RECORD_LEN as u32 + 1), any::<u32>()],
+            tail in vec(any::<u8>(), 0..512),
+        ) {
+            let mut bytes = Vec::new();
+            let mut sent = Vec::new();
+            for pid in &pids {
+                let e = envelope("k8s.io", TASK_EXIT_EVENT_TOPIC, &exit("a", *pid)).unwrap();
+                encode_record(&e, &mut bytes).unwrap();
+                sent.push(e);
+            }
+            let good = bytes.len();
+            // A header whose length field claims anything (4 GiB included), then bytes.
+            record_with(claimed, &tail, &mut bytes);
+            let replay = Replay::parse(&bytes);
+            check_bounds(&replay, bytes.len())?;
+            prop_assert!(replay.envelopes.len() >= sent.len());
+            prop_assert_eq!(&replay.envelopes[..sent.len()], &sent[..]);
+            prop_assert!(replay.good_len >= good as u64);
+            if claimed as usize > MAX_RECORD_LEN || claimed == 0 {
+                prop_assert_eq!(replay.damage, Some(((bytes.len() - good) as u64, "impossible record length")));
+            }
+        }
+    }
+}

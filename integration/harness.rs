@@ -196,12 +196,25 @@ pub fn oci_binary_of(handler: &str) -> PathBuf {
 /// `scripts/remora-testbed.toml` sets them for the test bed's remoras.
 pub fn pinned_handlers() -> String {
     let runc = pinned_runc();
-    format!(
+    with_it_shim(format!(
         "[runtime.handlers.runc]\nruntime_type = \"io.containerd.runc.v2\"\nbinary_name = \"{runc}\"\n\
          [runtime.handlers.remora]\nruntime_type = \"io.containerd.remora.v2\"\nbinary_name = \"{runc}\"\n\
          [runtime.handlers.crun]\nruntime_type = \"io.containerd.remora.v2\"\nbinary_name = \"crun\"\n",
         runc = runc.display()
-    )
+    ))
+}
+
+/// `config` with `runtime_path = "$REMORA_IT_SHIM"` in every handler of remora's shim when
+/// `REMORA_IT_SHIM` names a shim binary (a worktree's own build: the installed one is the test
+/// bed's, shared); unchanged when unset, and containerd finds the installed shim.
+pub fn with_it_shim(config: String) -> String {
+    match std::env::var("REMORA_IT_SHIM") {
+        Ok(path) if !path.is_empty() => {
+            let line = "runtime_type = \"io.containerd.remora.v2\"\n";
+            config.replace(line, &format!("{line}runtime_path = \"{path}\"\n"))
+        }
+        _ => config,
+    }
 }
 
 /// `extra` (a TOML fragment appended to a test's config) with `[runtime] default_handler`
@@ -549,7 +562,7 @@ pub fn testbed_remora_config(vars: &[(&str, &str)]) -> String {
         !unfilled.is_match(&config),
         "scripts/remora-testbed.toml has a placeholder the harness does not fill in:\n{config}"
     );
-    config
+    with_it_shim(config)
 }
 
 /// A unique-enough suffix for names made by one test.

@@ -400,6 +400,17 @@ mod tests {
             .expect("read the plugin's pid");
         let member: i32 = line.trim().parse().expect("a pid");
         let waiter = reap(leader);
+        // `$!` is the forked shell until it has exec'd env and then sleep.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::read_link(format!("/proc/{member}/exe"))
+            .map_or(true, |exe| !exe.ends_with("sleep"))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{member} never became sleep"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let err = await_orphans(&id, Duration::from_millis(200), &sleep_dir())
             .await
             .expect_err("found, not killed, still there");

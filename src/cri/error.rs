@@ -97,6 +97,8 @@ fn pull_code(e: &PullError) -> Code {
         },
         PullError::TransferStalled { .. } => Code::Unavailable,
         PullError::ShuttingDown { .. } => Code::Unavailable,
+        // A lookup that panicked or hung: the registry's fault, worth retrying later.
+        PullError::Resolver { .. } => Code::Unavailable,
         // Includes `ManifestError::TooLarge`: a manifest or config over remora's limits.
         PullError::Manifest { .. } | PullError::Unpack { .. } => Code::FailedPrecondition,
     }

@@ -81,6 +81,11 @@ fn pull_code(e: &PullError) -> Code {
             // Like the oversized manifests and configs of `PullError::Manifest`: the image is
             // one remora will not read into memory, whatever the caller retries.
             RegistryError::TooLarge { .. } => Code::FailedPrecondition,
+            // A token answer over remora's limit: as an oversized manifest.
+            RegistryError::Auth {
+                source: crate::images::registry::auth::AuthError::TokenTooLarge { .. },
+                ..
+            } => Code::FailedPrecondition,
             r if r.is_retriable() => Code::Unavailable,
             RegistryError::Stalled { .. } => Code::Unavailable,
             _ => Code::Unknown,

@@ -296,16 +296,17 @@ fn describe(result: &Result<String, tonic::Status>, took: Duration) -> String {
 
 #[tokio::test]
 async fn hostile_registries_get_bounded_answers_and_good_pulls_go_on() {
-    // Token server with an overflowing lifetime, in front of the good registry. i64::MAX
-    // seconds, not u64::MAX: containerd's Go client (which fetches the layers) refuses a
-    // number over its int; remora's Instant overflows at either.
+    // Token server with an overflowing lifetime, in front of the good registry: u64::MAX
+    // seconds for remora (which overflowed Instant + lifetime), i64::MAX for containerd's Go
+    // client, which fetches the layers and refuses a number over its int.
     let expiry = Hostile::start("127.0.0.1", |s: &Seen| {
         if s.path.starts_with("/token") {
-            reply(
-                "200 OK",
-                &[("Content-Type", "application/json")],
-                br#"{"token":"x","expires_in":9223372036854775807}"#,
-            )
+            let body: &[u8] = if s.user_agent.starts_with("remora") {
+                br#"{"token":"x","expires_in":18446744073709551615}"#
+            } else {
+                br#"{"token":"x","expires_in":9223372036854775807}"#
+            };
+            reply("200 OK", &[("Content-Type", "application/json")], body)
         } else if s.authorization == "Bearer x" {
             Answer::Forward
         } else {
@@ -422,8 +423,15 @@ async fn hostile_registries_get_bounded_answers_and_good_pulls_go_on() {
     result
         .as_ref()
         .expect("a pull through a huge-expiry token server");
+    assert!(
+        expiry
+            .seen()
+            .iter()
+            .any(|s| s.path.starts_with("/token") && s.user_agent.starts_with("remora")),
+        "remora fetched a token with the huge lifetime"
+    );
     run.good_pull_after(
-        "token expires_in = i64::MAX seconds",
+        "token expires_in = u64::MAX seconds (to remora)",
         describe(&result, took),
     )
     .await;

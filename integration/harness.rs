@@ -652,6 +652,12 @@ impl BedRemora {
         })
     }
 
+    /// Starts remora on the test bed with `certs` as its hosts.toml directory and its config
+    /// text passed through `edit`.
+    pub fn start_with_certs_edited(certs: &Path, edit: impl FnOnce(String) -> String) -> Self {
+        Self::start_configured(certs, None, "", edit)
+    }
+
     fn start_with_extra(certs: &Path, cni: Option<&Path>, extra: &str) -> Self {
         Self::start_configured(certs, cni, extra, |config| config)
     }
@@ -1117,7 +1123,19 @@ where
     F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+    serve_on_thread_at("127.0.0.1", handle)
+}
+
+/// [`serve_on_thread`] on loopback address `ip` (`127.0.0.2` plays another host).
+pub fn serve_on_thread_at<F, Fut>(
+    ip: &str,
+    handle: F,
+) -> (std::net::SocketAddr, std::thread::JoinHandle<()>)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let listener = std::net::TcpListener::bind((ip, 0)).expect("bind proxy");
     listener.set_nonblocking(true).expect("nonblocking");
     let addr = listener.local_addr().expect("proxy address");
     let thread = std::thread::spawn(move || {

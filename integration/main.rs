@@ -13,6 +13,7 @@ mod containers;
 mod crictl;
 mod daemon;
 mod faults;
+mod hostile_registry;
 mod images;
 mod metrics;
 mod pods;

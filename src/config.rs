@@ -117,6 +117,8 @@ digest_cache_ttl = "10s"
 resolver_workers = 4
 # Tag-to-digest resolutions started per second, at most.
 resolver_rate = 10
+# Overall deadline of one tag-to-digest resolution (its requests, retries, token fetches).
+resolve_timeout = "1m"
 
 [runtime]
 # Cgroup driver reported to kubelet by the RuntimeConfig RPC: "cgroupfs" or "systemd".
@@ -373,6 +375,9 @@ pub struct ImagesConfig {
     pub resolver_workers: usize,
     /// Resolutions started per second.
     pub resolver_rate: u32,
+    /// Overall deadline of one resolution.
+    #[serde(with = "humantime_serde")]
+    pub resolve_timeout: Duration,
 }
 
 impl Default for ImagesConfig {
@@ -388,6 +393,7 @@ impl Default for ImagesConfig {
             digest_cache_ttl: Duration::from_secs(10),
             resolver_workers: 4,
             resolver_rate: 10,
+            resolve_timeout: crate::images::resolver::RESOLVE_TIMEOUT,
         }
     }
 }
@@ -716,6 +722,12 @@ impl Config {
             if n == 0 {
                 return Err(invalid(key, "must be at least 1"));
             }
+        }
+        if img.resolve_timeout.is_zero() {
+            return Err(invalid(
+                "images.resolve_timeout",
+                "must be greater than zero",
+            ));
         }
         if img.stall_timeout.is_zero() {
             return Err(invalid("images.stall_timeout", "must be greater than zero"));

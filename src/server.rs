@@ -274,6 +274,7 @@ fn image_runtime(
             rate_per_sec: f64::from(img.resolver_rate),
             burst: img.resolver_rate,
             ttl: img.digest_cache_ttl,
+            resolve_timeout: img.resolve_timeout,
             ..ResolverConfig::default()
         },
         metrics.clone(),

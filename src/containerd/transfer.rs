@@ -63,6 +63,11 @@ fn stream_id(kind: &str) -> String {
     super::unique_id(&format!("remora-{kind}"))
 }
 
+/// Whether containerd's `AuthRequest` for `host` may be answered with the pull's credentials.
+fn auth_host_allowed(allowed: &[String], host: &str) -> bool {
+    allowed.iter().any(|a| a.eq_ignore_ascii_case(host))
+}
+
 /// The answer to a registry's credential challenge.
 fn auth_response(auth: &TransferAuth) -> AuthResponse {
     let (auth_type, username, secret) = match auth {
@@ -179,14 +184,25 @@ impl Transfer for Client {
                 mut inbound,
             } = self.open_stream(&auth_id).await?;
             let answer = to_any(AUTH_RESPONSE, &auth_response(auth));
+            let refusal = to_any(AUTH_RESPONSE, &AuthResponse::default());
+            let allowed = request.auth_hosts.clone();
             _auth_task = Some(AbortOnDrop(tokio::spawn(async move {
-                // One answer per challenge; the same credentials for every host containerd
-                // asks about (the image's registry and its mirrors), as remora's own client.
+                // One answer per challenge: the credentials for the image's registry and its
+                // configured mirrors (as remora's own client uses them), no credentials
+                // (`NONE`, an anonymous attempt) for any other host containerd asks about.
                 while let Ok(Some(any)) = inbound.message().await {
-                    if is_type(&any, AUTH_REQUEST)
-                        && AuthRequest::decode(any.value.as_slice()).is_ok()
-                        && outbound.send(answer.clone()).await.is_err()
-                    {
+                    if !is_type(&any, AUTH_REQUEST) {
+                        continue;
+                    }
+                    let Ok(asked) = AuthRequest::decode(any.value.as_slice()) else {
+                        continue;
+                    };
+                    let reply = if auth_host_allowed(&allowed, &asked.host) {
+                        &answer
+                    } else {
+                        &refusal
+                    };
+                    if outbound.send(reply.clone()).await.is_err() {
                         break;
                     }
                 }
@@ -237,6 +253,19 @@ impl Transfer for Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_registrys_hosts_get_the_credentials() {
+        let allowed = vec!["127.0.0.1:5000".to_string(), "mirror.example".to_string()];
+        assert!(auth_host_allowed(&allowed, "127.0.0.1:5000"));
+        assert!(auth_host_allowed(&allowed, "Mirror.Example"));
+        assert!(!auth_host_allowed(&allowed, "127.0.0.2:5000"));
+        assert!(!auth_host_allowed(&allowed, "127.0.0.1:5001"));
+        assert!(!auth_host_allowed(&[], "127.0.0.1:5000"));
+        let refusal = AuthResponse::default();
+        assert_eq!(refusal.auth_type, AuthType::None as i32);
+        assert!(refusal.secret.is_empty() && refusal.username.is_empty());
+    }
 
     #[test]
     fn credentials_answer_each_kind_of_challenge() {

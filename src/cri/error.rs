@@ -81,6 +81,11 @@ fn pull_code(e: &PullError) -> Code {
             // Like the oversized manifests and configs of `PullError::Manifest`: the image is
             // one remora will not read into memory, whatever the caller retries.
             RegistryError::TooLarge { .. } => Code::FailedPrecondition,
+            // A token answer over remora's limit: as an oversized manifest.
+            RegistryError::Auth {
+                source: crate::images::registry::auth::AuthError::TokenTooLarge { .. },
+                ..
+            } => Code::FailedPrecondition,
             r if r.is_retriable() => Code::Unavailable,
             RegistryError::Stalled { .. } => Code::Unavailable,
             _ => Code::Unknown,
@@ -97,6 +102,8 @@ fn pull_code(e: &PullError) -> Code {
         },
         PullError::TransferStalled { .. } => Code::Unavailable,
         PullError::ShuttingDown { .. } => Code::Unavailable,
+        // A lookup that panicked or hung: the registry's fault, worth retrying later.
+        PullError::Resolver { .. } => Code::Unavailable,
         // Includes `ManifestError::TooLarge`: a manifest or config over remora's limits.
         PullError::Manifest { .. } | PullError::Unpack { .. } => Code::FailedPrecondition,
     }

@@ -1050,6 +1050,11 @@ impl ImageService for CriService {
     ) -> Result<Response<v1::PullImageResponse>, Status> {
         let req = request.into_inner();
         let image = image_name(&req.image);
+        let server_address = req
+            .auth
+            .as_ref()
+            .map(|a| a.server_address.clone())
+            .unwrap_or_default();
         let creds = credentials(req.auth);
         let ids = Ids {
             image: Some(image.clone()),
@@ -1062,7 +1067,8 @@ impl ImageService for CriService {
             ids,
             |_log| async move {
                 // A caller's deadline is cri::deadline's (DEADLINE_EXCEEDED, for every RPC).
-                let image_ref = image_pull::pull_image(&self.rt, &image, creds).await?;
+                let image_ref =
+                    image_pull::pull_image(&self.rt, &image, creds, &server_address).await?;
                 Ok(v1::PullImageResponse { image_ref })
             },
         )

@@ -259,6 +259,10 @@ pub struct TransferPull {
     pub lease: String,
     /// Credentials answered when the registry challenges containerd; none for anonymous.
     pub auth: Option<TransferAuth>,
+    /// The hosts (`host[:port]`) containerd may be given `auth` for: the registry's hosts
+    /// from `host_dir` (its mirrors and server). Any other host asking is answered with no
+    /// credentials.
+    pub auth_hosts: Vec<String>,
 }
 
 /// One progress report of a transfer (containerd sends one per blob about every 300 ms).

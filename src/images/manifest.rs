@@ -477,8 +477,23 @@ impl Manifest {
             what: "image manifest",
             source,
         })?;
-        match sniff.media_type.as_deref() {
-            Some(m) if !m.is_empty() => Self::parse(m, data),
+        // The document's own type decides, once: a generic one there again (`application/json`)
+        // is no answer, and asking `parse` with it would recurse until the stack overflows.
+        let own = sniff
+            .media_type
+            .as_deref()
+            .map(|m| m.split(';').next().unwrap_or("").trim())
+            .filter(|m| !(m.is_empty() || *m == "application/json" || *m == "text/plain"));
+        match own {
+            Some(m) if is_index_media_type(m) => Self::index(data),
+            Some(m) if is_image_manifest_media_type(m) => Self::image(data),
+            Some(m)
+                if m == MEDIA_TYPE_DOCKER_SCHEMA1
+                    || m == "application/vnd.docker.distribution.manifest.v1+json" =>
+            {
+                Err(ManifestError::Schema1)
+            }
+            Some(m) => Err(ManifestError::UnsupportedMediaType(m.to_owned())),
             _ if sniff.schema_version == Some(1) => Err(ManifestError::Schema1),
             _ if sniff.manifests.is_some() => Self::index(data),
             _ => Self::image(data),

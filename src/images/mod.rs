@@ -21,3 +21,6 @@ pub mod registry;
 pub mod resolver;
 pub mod store;
 pub mod unpack;
+
+#[cfg(test)]
+mod props;

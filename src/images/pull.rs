@@ -169,6 +169,15 @@ pub enum PullError {
         /// The image.
         reference: String,
     },
+    /// The digest lookup failed without a registry error: it panicked, gave no answer within
+    /// its deadline, or the resolver lost its round. Retriable.
+    #[error("{reference}: {source}")]
+    Resolver {
+        /// The image.
+        reference: String,
+        /// What happened to the lookup.
+        source: ResolverError,
+    },
 }
 
 /// Pull settings.
@@ -243,8 +252,11 @@ struct Inner {
     registry: Arc<RegistryClient>,
     index: Arc<ImageIndex>,
     resolver: Resolver,
-    /// Credentials for resolver keys (the resolver only carries strings).
-    creds: Arc<Mutex<HashMap<String, Credentials>>>,
+    /// The overall deadline of one digest lookup, also for the direct one after a failure.
+    resolve_timeout: Duration,
+    /// Credentials for resolver keys (the resolver only carries strings), held only while a
+    /// caller waits on that key (see [`CredsHold`]).
+    creds: Arc<Mutex<HashMap<String, HeldCreds>>>,
     pulls: Coalescer<PullKey, ImageInfo, PullError>,
     blobs: Coalescer<String, (), PullError>,
     downloads: Arc<Semaphore>,
@@ -252,10 +264,52 @@ struct Inner {
     log: Logger,
 }
 
+/// Credentials of a resolver key and how many callers are waiting on that key.
+struct HeldCreds {
+    creds: Credentials,
+    holders: usize,
+}
+
+/// Puts a caller's credentials where the resolver's lookup finds them, for as long as the
+/// caller waits; the last holder of a key to go (answered, failed or cancelled) removes them,
+/// so no credentials stay in memory past the pulls that brought them.
+struct CredsHold {
+    map: Arc<Mutex<HashMap<String, HeldCreds>>>,
+    key: String,
+}
+
+impl CredsHold {
+    fn new(map: &Arc<Mutex<HashMap<String, HeldCreds>>>, key: &str, creds: &Credentials) -> Self {
+        lock(map)
+            .entry(key.to_owned())
+            .and_modify(|h| h.holders += 1)
+            .or_insert_with(|| HeldCreds {
+                creds: creds.clone(),
+                holders: 1,
+            });
+        Self {
+            map: Arc::clone(map),
+            key: key.to_owned(),
+        }
+    }
+}
+
+impl Drop for CredsHold {
+    fn drop(&mut self) {
+        let mut map = lock(&self.map);
+        if let Some(held) = map.get_mut(&self.key) {
+            held.holders -= 1;
+            if held.holders == 0 {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
 /// Resolver adapter: key = `<credential identity>\0<reference>`, value = descriptor JSON.
 struct RegistryResolve {
     registry: Arc<RegistryClient>,
-    creds: Arc<Mutex<HashMap<String, Credentials>>>,
+    creds: Arc<Mutex<HashMap<String, HeldCreds>>>,
 }
 
 #[tonic::async_trait]
@@ -266,7 +320,12 @@ impl Resolve for RegistryResolve {
             .ok_or_else(|| ResolveError::permanent(format!("malformed resolver key {key:?}")))?;
         let reference =
             Reference::parse(reference).map_err(|e| ResolveError::permanent(e.to_string()))?;
-        let creds = lock(&self.creds).get(key).cloned().unwrap_or_default();
+        // Absent only if every caller of the key went away meanwhile: then nobody needs the
+        // answer, and an anonymous lookup leaks nothing.
+        let creds = lock(&self.creds)
+            .get(key)
+            .map(|h| h.creds.clone())
+            .unwrap_or_default();
         match self.registry.resolve(&reference, &creds).await {
             Ok(resolved) => serde_json::to_string(&resolved.descriptor)
                 .map_err(|e| ResolveError::permanent(e.to_string())),
@@ -300,6 +359,7 @@ impl Puller {
         log: Logger,
     ) -> Result<Self, super::resolver::ConfigError> {
         let creds = Arc::new(Mutex::new(HashMap::new()));
+        let resolve_timeout = resolver_config.resolve_timeout;
         let resolver = Resolver::with_metrics(
             resolver_config,
             RegistryResolve {
@@ -316,6 +376,7 @@ impl Puller {
                 registry,
                 index,
                 resolver,
+                resolve_timeout,
                 creds,
                 pulls: Coalescer::new(),
                 blobs: Coalescer::new(),
@@ -401,7 +462,7 @@ impl Inner {
         creds: &Credentials,
     ) -> Result<Descriptor, PullError> {
         let key = format!("{}\0{}", creds.identity(), reference);
-        lock(&self.creds).insert(key.clone(), creds.clone());
+        let _hold = CredsHold::new(&self.creds, &key, creds);
         match self.resolver.resolve(&key).await {
             Ok(json) => serde_json::from_str(&json).map_err(|e| {
                 self.manifest_err(
@@ -412,16 +473,33 @@ impl Inner {
                     },
                 )
             }),
+            // Only a resolver that was shut down says so: remora is stopping.
             Err(ResolverError::ShutDown) => Err(PullError::ShuttingDown {
                 reference: reference.to_string(),
             }),
             // The resolver keeps errors as text; ask once directly for the typed error (it is
-            // in backoff, so this costs one request per failed pull, not per caller).
+            // in backoff, so this costs one request per failed pull, not per caller), under
+            // the same deadline as the lookup.
             Err(ResolverError::Resolve(_)) => {
                 self.resolver.invalidate(&key);
-                let resolved = self.registry.resolve(reference, creds).await?;
+                let resolved = tokio::time::timeout(
+                    self.resolve_timeout,
+                    self.registry.resolve(reference, creds),
+                )
+                .await
+                .map_err(|_| PullError::Resolver {
+                    reference: reference.to_string(),
+                    source: ResolverError::TimedOut {
+                        after: self.resolve_timeout,
+                    },
+                })??;
                 Ok(resolved.descriptor)
             }
+            // A lookup that panicked or hung: asking again directly would do the same.
+            Err(source) => Err(PullError::Resolver {
+                reference: reference.to_string(),
+                source,
+            }),
         }
     }
 

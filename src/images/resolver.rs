@@ -31,7 +31,15 @@
 //!   cached answer early (for example after a pull found the digest gone).
 //! * **Shutdown**: dropping the [`Resolver`] or calling [`Resolver::shutdown`] cancels the
 //!   workers (they stop at their next await point) and fails every pending round with
-//!   [`ResolverError::ShutDown`], so no caller waits forever.
+//!   [`ResolverError::ShutDown`], so no caller waits forever. That error means exactly this:
+//!   nothing else produces it.
+//! * **Workers cannot die or hang.** Each lookup runs in a task of its own under an overall
+//!   deadline (`resolve_timeout`): a lookup that panics completes its round with
+//!   [`ResolverError::Panicked`], one that does not answer in time with
+//!   [`ResolverError::TimedOut`], and the worker goes on to the next key. Both are retriable
+//!   and back off like any failure. (A registry answering a token lifetime that overflowed an
+//!   `Instant` once panicked a worker per lookup until none was left, and every later pull on
+//!   the node was told remora was shutting down.)
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -83,9 +91,43 @@ pub enum ResolverError {
     /// The lookup failed (now, or within the key's backoff window).
     #[error(transparent)]
     Resolve(#[from] ResolveError),
-    /// The resolver was shut down before the lookup finished.
+    /// The lookup panicked; its round was completed with this error and the worker went on.
+    #[error("digest lookup failed: it panicked ({message})")]
+    Panicked {
+        /// The panic's message, if it had one.
+        message: String,
+    },
+    /// The lookup gave no answer within the resolver's `resolve_timeout`.
+    #[error("digest lookup gave no answer within {after:?}")]
+    TimedOut {
+        /// The deadline.
+        after: Duration,
+    },
+    /// The round ended without a result although the resolver is running (a bug; reported
+    /// rather than waited on).
+    #[error("digest lookup was abandoned without a result")]
+    Abandoned,
+    /// No worker takes keys any more although the resolver was not shut down (a bug; workers
+    /// are built not to exit on their own).
+    #[error("digest resolver has no running worker")]
+    NoWorkers,
+    /// The resolver was shut down (remora is stopping) before the lookup finished.
     #[error("digest resolver is shut down")]
     ShutDown,
+}
+
+impl ResolverError {
+    /// Whether asking again later may succeed.
+    pub fn retriable(&self) -> bool {
+        match self {
+            ResolverError::Resolve(e) => e.retriable,
+            ResolverError::Panicked { .. }
+            | ResolverError::TimedOut { .. }
+            | ResolverError::Abandoned
+            | ResolverError::NoWorkers => true,
+            ResolverError::ShutDown => false,
+        }
+    }
 }
 
 /// An invalid [`ResolverConfig`].
@@ -124,7 +166,13 @@ pub struct ResolverConfig {
     pub backoff_min: Duration,
     /// Cap on the backoff delay.
     pub backoff_max: Duration,
+    /// Overall deadline of one lookup (every request, retry and token fetch in it).
+    pub resolve_timeout: Duration,
 }
+
+/// Default overall deadline of one lookup: room for a few retried requests, and well within
+/// the time kubelet gives a pull.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for ResolverConfig {
     fn default() -> Self {
@@ -135,6 +183,7 @@ impl Default for ResolverConfig {
             ttl: Duration::from_secs(10),
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
+            resolve_timeout: RESOLVE_TIMEOUT,
         }
     }
 }
@@ -176,12 +225,13 @@ impl Pending {
                 return result.clone();
             }
             if self.rx.changed().await.is_err() {
-                // The round's sender is gone: finished (re-check) or dropped by shutdown.
+                // The round's sender is gone: finished (re-check). Shutdown sends `ShutDown`
+                // before it drops the sender, so an empty slot here is not a shutdown.
                 return self
                     .rx
                     .borrow()
                     .clone()
-                    .unwrap_or(Err(ResolverError::ShutDown));
+                    .unwrap_or(Err(ResolverError::Abandoned));
             }
         }
     }
@@ -198,9 +248,10 @@ pub struct Resolver {
 
 struct Shared {
     state: Mutex<State>,
-    resolve: Box<dyn Resolve>,
+    resolve: Arc<dyn Resolve>,
     limiter: TokenBucket,
     ttl: Duration,
+    resolve_timeout: Duration,
     backoff_min: Duration,
     backoff_max: Duration,
     metrics: Metrics,
@@ -232,7 +283,7 @@ enum Outcome {
         expires: Instant,
     },
     Failed {
-        error: ResolveError,
+        error: ResolverError,
         retry_at: Instant,
     },
 }
@@ -245,7 +296,7 @@ impl Shared {
     }
 
     /// Records a finished round and wakes its waiters.
-    fn complete(&self, key: &str, result: Result<String, ResolveError>) {
+    fn complete(&self, key: &str, result: Result<String, ResolverError>) {
         let now = Instant::now();
         let mut state = self.lock();
         // Gone only if shutdown drained everything meanwhile: nobody to tell.
@@ -272,7 +323,7 @@ impl Shared {
             }
         }
         if let Some(tx) = entry.round.take() {
-            tx.send_replace(Some(result.map_err(ResolverError::from)));
+            tx.send_replace(Some(result));
         }
     }
 }
@@ -331,9 +382,10 @@ impl Resolver {
                 shut_down: false,
                 sweep_at: MIN_SWEEP,
             }),
-            resolve: Box::new(resolve),
+            resolve: Arc::new(resolve),
             limiter: TokenBucket::new(config.rate_per_sec, config.burst),
             ttl: config.ttl,
+            resolve_timeout: config.resolve_timeout,
             backoff_min: config.backoff_min,
             backoff_max: config.backoff_max,
             metrics: metrics.clone(),
@@ -394,15 +446,15 @@ impl Resolver {
                 return Lookup::Ready(Ok(value.clone()));
             }
             Some(Outcome::Failed { error, retry_at }) if now < *retry_at => {
-                return Lookup::Ready(Err(error.clone().into()));
+                return Lookup::Ready(Err(error.clone()));
             }
             _ => {}
         }
         // The receiving end lives as long as any worker; workers exit only after `shut_down`
         // is set, which we checked under this same lock. Still, do not leave a round behind
-        // that nobody will finish.
+        // that nobody will finish, and do not call it a shutdown: it is not one.
         if self.queue.send(key.to_owned()).is_err() {
-            return Lookup::Ready(Err(ResolverError::ShutDown));
+            return Lookup::Ready(Err(ResolverError::NoWorkers));
         }
         let (tx, rx) = watch::channel(None);
         entry.round = Some(tx);
@@ -443,8 +495,9 @@ impl Resolver {
         let mut state = self.shared.lock();
         state.shut_down = true;
         for entry in state.entries.values_mut() {
-            // Dropping a round's sender wakes its waiters with `ShutDown`.
-            entry.round = None;
+            if let Some(round) = entry.round.take() {
+                round.send_replace(Some(Err(ResolverError::ShutDown)));
+            }
         }
     }
 }
@@ -488,13 +541,57 @@ async fn worker(
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep_until(start) => {}
         }
+        // The lookup runs in a task of its own, so that its panic is a `JoinError` here and
+        // not the end of this worker, and under the overall deadline.
+        let mut lookup = tokio::spawn({
+            let resolve = Arc::clone(&shared.resolve);
+            let key = key.clone();
+            async move { resolve.resolve(&key).await }
+        });
         let result = tokio::select! {
             biased;
-            () = shutdown.cancelled() => return,
-            result = shared.resolve.resolve(&key) => result,
+            () = shutdown.cancelled() => {
+                lookup.abort();
+                // Wait for it to go, so that nothing of the lookup outlives `shutdown()`.
+                let _ = lookup.await;
+                return;
+            }
+            joined = tokio::time::timeout(shared.resolve_timeout, &mut lookup) => joined,
+        };
+        let result = match result {
+            Ok(Ok(answer)) => answer.map_err(ResolverError::from),
+            Ok(Err(join)) if join.is_panic() => Err(ResolverError::Panicked {
+                message: panic_message(join.into_panic()),
+            }),
+            // Cancelled by no one here: the runtime is going away.
+            Ok(Err(_cancelled)) => Err(ResolverError::Abandoned),
+            Err(_elapsed) => {
+                lookup.abort();
+                Err(ResolverError::TimedOut {
+                    after: shared.resolve_timeout,
+                })
+            }
         };
         shared.complete(&key, result);
     }
+}
+
+/// The message of a lookup task's panic, bounded in length.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    const MAX: usize = 200;
+    let mut message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    if message.len() > MAX {
+        let mut end = MAX;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+    }
+    message
 }
 
 /// A token bucket in its GCRA form: one "theoretical arrival time" instead of a token count,
@@ -578,6 +675,14 @@ mod tests {
             let now_running = s.running.fetch_add(1, Ordering::SeqCst) + 1;
             s.max_running.fetch_max(now_running, Ordering::SeqCst);
             s.starts.lock().unwrap().push(Instant::now());
+            // Hostile lookups: as when a registry's answer made the client panic, or a
+            // registry accepts the connection and never answers.
+            if key.starts_with("panic") {
+                panic!("overflow when adding duration to instant");
+            }
+            if key.starts_with("hang") {
+                std::future::pending::<()>().await;
+            }
             if s.gated {
                 s.gate.acquire().await.unwrap().forget();
             }
@@ -599,6 +704,7 @@ mod tests {
             ttl: Duration::from_secs(10),
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
+            resolve_timeout: Duration::from_secs(30),
         }
     }
 
@@ -994,6 +1100,83 @@ mod tests {
             ..config()
         };
         assert!(matches!(new(nan), Some(ConfigError::BadRate(_))));
+    }
+
+    /// A lookup that panics completes its round with an error that is not `ShutDown`, backs
+    /// off like any failure, and the worker goes on serving other keys. With one worker, a
+    /// worker that died would leave every later key unanswered (or, once the queue's
+    /// receiver went with it, answered "shut down").
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_lookup_fails_its_round_and_the_worker_goes_on() {
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 1,
+                ..config()
+            },
+            FakeState::default(),
+        );
+        for round in 0..3 {
+            let key = format!("panic{round}");
+            let err = tokio::time::timeout(Duration::from_secs(1), r.resolve(&key))
+                .await
+                .expect("the round of a panicking lookup completes")
+                .unwrap_err();
+            assert!(
+                matches!(&err, ResolverError::Panicked { message } if message.contains("overflow")),
+                "{err:?}"
+            );
+            assert!(err.retriable());
+            // Within its backoff window the key answers the same error from the cache.
+            assert_eq!(ready(r.get(&key)), Err(err));
+            // The single worker still serves the next key.
+            assert_eq!(
+                r.resolve(&format!("ok{round}")).await,
+                digest(&format!("ok{round}"))
+            );
+        }
+        assert_eq!(calls(&s), 6);
+    }
+
+    /// A lookup that never answers is cut off at `resolve_timeout`; its round fails with
+    /// `TimedOut` (not `ShutDown`) and the worker serves the key queued behind it.
+    #[tokio::test(start_paused = true)]
+    async fn a_lookup_that_never_answers_times_out_and_the_worker_goes_on() {
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 1,
+                resolve_timeout: Duration::from_secs(5),
+                ..config()
+            },
+            FakeState::default(),
+        );
+        let start = Instant::now();
+        let hung = r.get("hang");
+        let behind = r.get("ok");
+        assert!(is_pending(&hung) && is_pending(&behind));
+        let err = tokio::time::timeout(Duration::from_secs(60), hung.wait())
+            .await
+            .expect("the round of a hung lookup completes")
+            .unwrap_err();
+        assert_eq!(
+            err,
+            ResolverError::TimedOut {
+                after: Duration::from_secs(5)
+            }
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        assert!(err.retriable());
+        assert_eq!(behind.wait().await, digest("ok"));
+        assert_eq!(calls(&s), 2);
+        // The hung lookup was dropped, not left running: only the resolver holds the fake.
+        settle().await;
+        assert_eq!(
+            s.running.load(Ordering::SeqCst),
+            1,
+            "the hung call never returned"
+        );
+        r.shutdown().await;
+        drop(r);
+        assert_eq!(Arc::strong_count(&s), 1);
     }
 
     #[tokio::test(start_paused = true)]

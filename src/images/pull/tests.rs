@@ -763,6 +763,7 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
             ttl: opts.ttl,
             backoff_min: Duration::from_millis(10),
             backoff_max: Duration::from_millis(50),
+            resolve_timeout: Duration::from_secs(30),
         },
         metrics.clone(),
         Logger::root(slog::Discard, slog::o!()),

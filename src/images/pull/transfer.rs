@@ -18,6 +18,7 @@ use crate::containerd::error::ContainerdError;
 use crate::images::manifest::{normalize_arch, Descriptor};
 use crate::images::reference::Reference;
 use crate::images::registry::auth::Credentials;
+use crate::images::registry::RegistryClient;
 use crate::images::unpack::{chain_ids, UnpackError};
 use crate::metrics::Metrics;
 
@@ -80,6 +81,27 @@ pub(super) fn transfer_auth(creds: &Credentials) -> Option<TransferAuth> {
             .basic()
             .map(|(username, password)| TransferAuth::Basic { username, password })
     }
+}
+
+/// The hosts containerd may be given the pull's credentials for: the registry's configured
+/// hosts (mirrors and server), as remora's own client uses them, except those that named a
+/// token realm elsewhere (containerd would send the credentials there). Unreadable hosts
+/// configuration: none (remora's own fetch of the manifest failed on it already).
+async fn auth_hosts(
+    registry_client: &RegistryClient,
+    host_dir: &std::path::Path,
+    registry: &str,
+) -> Vec<String> {
+    crate::images::registry::hosts::load_hosts(Some(host_dir), registry)
+        .await
+        .map(|hosts| {
+            hosts
+                .into_iter()
+                .map(|h| h.host)
+                .filter(|h| !registry_client.realm_is_foreign(h))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A stall: too few bytes in one period while downloads were in flight.
@@ -324,6 +346,7 @@ impl Inner {
             snapshotter: self.config.snapshotter.clone(),
             lease: lease.to_string(),
             auth: transfer_auth(creds),
+            auth_hosts: auth_hosts(&self.registry, &transfer.host_dir, &reference.registry).await,
         };
         let started = std::time::Instant::now();
         let (tx, rx) = mpsc::unbounded_channel();

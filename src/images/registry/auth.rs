@@ -11,6 +11,21 @@
 //!
 //! Tokens are cached until shortly before they expire, so a burst of layer downloads costs
 //! one token request. Secrets never appear in `Debug` output or error messages.
+//!
+//! # What a registry is trusted with
+//!
+//! * **Lifetimes are bounded.** A token lives at most [`MAX_TOKEN_LIFETIME`] whatever
+//!   `expires_in` says (an `expires_in` of `u64::MAX` once overflowed an `Instant` and
+//!   panicked the lookup); a Basic header or a registry token is cached
+//!   [`CREDENTIAL_CACHE_TTL`] at most, so credentials do not outlive their pulls by much.
+//! * **The cache is bounded**: [`MAX_CACHED`] entries; expired ones go first, then those
+//!   expiring soonest.
+//! * **Token bodies are bounded**: at most [`MAX_TOKEN_BODY`] bytes are read, streamed.
+//! * **Secrets go only where they belong.** Basic credentials and a refresh token are sent to
+//!   a token realm only if it is [`realm_may_get_secrets`]: the registry's own host, or (for
+//!   DNS names) a host under the registry's parent domain (`registry-1.docker.io` →
+//!   `auth.docker.io`), and never over plain http when the registry is reached over https.
+//!   Any other realm is asked anonymously.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,6 +42,14 @@ use tokio::time::Instant;
 
 /// Token lifetime when the token server does not say (distribution spec: 60 s).
 const DEFAULT_TOKEN_LIFETIME: Duration = Duration::from_secs(60);
+/// The longest a token is cached, whatever the token server says.
+pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// How long a Basic `Authorization` value or a registry token is cached.
+pub const CREDENTIAL_CACHE_TTL: Duration = Duration::from_secs(60);
+/// The most (host, scope, identity) entries the authorization cache holds.
+pub const MAX_CACHED: usize = 1024;
+/// The largest token response read (real ones are a few KiB).
+pub const MAX_TOKEN_BODY: u64 = 1 << 20;
 /// OAuth2 client id sent with refresh-token grants.
 const CLIENT_ID: &str = "remora";
 
@@ -161,6 +184,14 @@ pub enum AuthError {
         /// What is wrong.
         reason: String,
     },
+    /// The token server's answer is larger than [`MAX_TOKEN_BODY`].
+    #[error("token server {realm} sent more than {limit} bytes")]
+    TokenTooLarge {
+        /// Token realm URL.
+        realm: String,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 impl AuthError {
@@ -250,7 +281,7 @@ struct TokenKey {
 #[derive(Debug)]
 struct Cached {
     authorization: String,
-    expires: Option<Instant>,
+    expires: Instant,
 }
 
 #[derive(Deserialize)]
@@ -267,6 +298,10 @@ struct TokenResponse {
 #[derive(Debug, Default)]
 pub struct Authorizer {
     cache: Mutex<HashMap<TokenKey, Cached>>,
+    /// Registry hosts whose challenge named a realm that may not get secrets (at most
+    /// [`MAX_CACHED`]; forgotten all at once when full): containerd's Transfer service, which
+    /// sends credentials to whatever realm it is told, is given none for them.
+    foreign_realms: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Authorizer {
@@ -284,9 +319,7 @@ impl Authorizer {
         };
         let mut cache = self.lock();
         match cache.get(&key) {
-            Some(c) if c.expires.is_none_or(|e| Instant::now() < e) => {
-                Some(c.authorization.clone())
-            }
+            Some(c) if Instant::now() < c.expires => Some(c.authorization.clone()),
             Some(_) => {
                 cache.remove(&key);
                 None
@@ -296,11 +329,15 @@ impl Authorizer {
     }
 
     /// Answers `challenge` for `host` (fetching a token when needed), caches the result under
-    /// (host, scope, identity) and returns the `Authorization` value to send.
+    /// (host, scope, identity) and returns the `Authorization` value to send. `https` says
+    /// whether the registry host is reached over https (a token realm over plain http then
+    /// gets no secrets).
+    #[allow(clippy::too_many_arguments)]
     pub async fn authorize(
         &self,
         http: &reqwest::Client,
         host: &str,
+        https: bool,
         scope: &str,
         creds: &Credentials,
         challenge: &Challenge,
@@ -309,20 +346,62 @@ impl Authorizer {
         let (authorization, lifetime) = match challenge.scheme.as_str() {
             "basic" => {
                 let (u, p) = creds.basic().ok_or(AuthError::NoBasicCredentials)?;
-                (format!("Basic {}", BASE64.encode(format!("{u}:{p}"))), None)
+                (
+                    format!("Basic {}", BASE64.encode(format!("{u}:{p}"))),
+                    CREDENTIAL_CACHE_TTL,
+                )
             }
-            "bearer" if !creds.registry_token.is_empty() => {
-                (format!("Bearer {}", creds.registry_token), None)
-            }
+            "bearer" if !creds.registry_token.is_empty() => (
+                format!("Bearer {}", creds.registry_token),
+                CREDENTIAL_CACHE_TTL,
+            ),
             "bearer" => {
-                let (token, lifetime) = fetch_token(http, scope, creds, challenge, timeout).await?;
-                (format!("Bearer {token}"), Some(lifetime))
+                let origin = Origin { host, https };
+                let realm = challenge.params.get("realm");
+                if realm
+                    .and_then(|r| url::Url::parse(r).ok())
+                    .is_none_or(|r| !realm_may_get_secrets(host, https, &r))
+                {
+                    let mut foreign = lock_set(&self.foreign_realms);
+                    if foreign.len() >= MAX_CACHED {
+                        foreign.clear();
+                    }
+                    foreign.insert(host.to_owned());
+                }
+                let (token, lifetime) =
+                    fetch_token(http, origin, scope, creds, challenge, timeout).await?;
+                // Renew a little early so a token does not expire between check and use.
+                (format!("Bearer {token}"), lifetime.mul_f64(0.9))
             }
             other => return Err(AuthError::UnsupportedChallenge(other.to_owned())),
         };
-        // Renew a little early so a token does not expire between check and use.
-        let expires = lifetime.map(|l| Instant::now() + l.mul_f64(0.9));
-        self.lock().insert(
+        let now = Instant::now();
+        // `lifetime` is at most MAX_TOKEN_LIFETIME, so this does not overflow; if it did, the
+        // answer is used once and not cached.
+        let Some(expires) = now.checked_add(lifetime) else {
+            return Ok(authorization);
+        };
+        let mut cache = self.lock();
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, c| now < c.expires);
+        }
+        while cache.len() >= MAX_CACHED {
+            // Full of live entries: the one expiring soonest goes.
+            let Some(soonest) =
+                cache
+                    .iter()
+                    .min_by_key(|(_, c)| c.expires)
+                    .map(|(k, _)| TokenKey {
+                        host: k.host.clone(),
+                        scope: k.scope.clone(),
+                        identity: k.identity.clone(),
+                    })
+            else {
+                break;
+            };
+            cache.remove(&soonest);
+        }
+        cache.insert(
             TokenKey {
                 host: host.to_owned(),
                 scope: scope.to_owned(),
@@ -336,6 +415,17 @@ impl Authorizer {
         Ok(authorization)
     }
 
+    /// Whether `host` (`host[:port]`) challenged with a token realm that may not get its
+    /// credentials (another host, or plain http for an https registry).
+    pub fn realm_is_foreign(&self, host: &str) -> bool {
+        lock_set(&self.foreign_realms).contains(host)
+    }
+
+    /// Entries in the cache (expired ones included until they are swept).
+    pub fn cached_len(&self) -> usize {
+        self.lock().len()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenKey, Cached>> {
         // A panic while holding this lock cannot leave the map inconsistent (single
         // insert/remove calls), so a poisoned lock is still usable.
@@ -343,8 +433,122 @@ impl Authorizer {
     }
 }
 
+fn lock_set(
+    set: &Mutex<std::collections::HashSet<String>>,
+) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    // Single insert/contains/clear calls: a poisoned lock still holds a usable set.
+    set.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The registry host a challenge came from.
+#[derive(Clone, Copy)]
+struct Origin<'a> {
+    /// `host[:port]`.
+    host: &'a str,
+    /// Reached over https.
+    https: bool,
+}
+
+/// The registry an `AuthConfig.server_address` names, normalised as image references name
+/// registries: scheme and path dropped, lowercased, Docker Hub's aliases as `docker.io`.
+fn server_registry(server_address: &str) -> String {
+    let s = server_address.trim();
+    let s = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"))
+        .unwrap_or(s);
+    let host = s.split('/').next().unwrap_or("").to_ascii_lowercase();
+    match host.as_str() {
+        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => {
+            "docker.io".to_owned()
+        }
+        _ => host,
+    }
+}
+
+/// Whether credentials sent with `server_address` may be used for `registry` (a reference's
+/// registry, `docker.io` for Docker Hub). An empty `server_address` does not restrict them
+/// (kubelet leaves it empty for credentials it matched to the image itself).
+pub fn server_address_matches(server_address: &str, registry: &str) -> bool {
+    if server_address.trim().is_empty() {
+        return true;
+    }
+    let server = server_registry(server_address);
+    let registry = registry.to_ascii_lowercase();
+    // kubelet's keys may be globs of one label (`*.azurecr.io`).
+    match server.strip_prefix("*.") {
+        Some(suffix) => registry
+            .strip_suffix(suffix)
+            .and_then(|label| label.strip_suffix('.'))
+            .is_some_and(|label| !label.is_empty() && !label.contains('.')),
+        None => server == registry,
+    }
+}
+
+/// The host name of `host[:port]` (IPv6 in brackets), lowercased, without the port.
+fn host_name(host_port: &str) -> Option<String> {
+    let url = url::Url::parse(&format!("http://{host_port}/")).ok()?;
+    url.host_str().map(str::to_ascii_lowercase)
+}
+
+/// Whether a token realm may be sent the registry's secrets (Basic credentials, a refresh
+/// token): over https if the registry is, and on the registry's own host or, for DNS names,
+/// on a host within the registry's parent domain of at least two labels
+/// (`registry-1.docker.io` → `auth.docker.io`, `registry.gitlab.com` → `gitlab.com`). An
+/// IP address must match exactly. The port does not matter (a registry's own token server
+/// often listens on another port of its host).
+pub fn realm_may_get_secrets(registry_host: &str, registry_https: bool, realm: &url::Url) -> bool {
+    if registry_https && realm.scheme() != "https" {
+        return false;
+    }
+    if !matches!(realm.scheme(), "https" | "http") {
+        return false;
+    }
+    let (Some(registry), Some(realm_host)) = (host_name(registry_host), realm.host()) else {
+        return false;
+    };
+    let realm_name = match realm_host {
+        url::Host::Domain(d) => d.to_ascii_lowercase(),
+        // An address: only the registry's own.
+        ip => return ip.to_string() == registry,
+    };
+    if realm_name == registry {
+        return true;
+    }
+    if registry.parse::<std::net::IpAddr>().is_ok() || registry.starts_with('[') {
+        return false;
+    }
+    let Some((_, parent)) = registry.split_once('.') else {
+        return false;
+    };
+    parent.contains('.') && (realm_name == parent || realm_name.ends_with(&format!(".{parent}")))
+}
+
+/// A token server's JSON answer: the token (`access_token` preferred) and its lifetime,
+/// bounded by [`MAX_TOKEN_LIFETIME`] (absent or 0: the spec's 60 s).
+pub fn parse_token_response(body: &[u8]) -> Result<(String, Duration), String> {
+    let t: TokenResponse =
+        serde_json::from_slice(body).map_err(|e| format!("not a token response: {e}"))?;
+    let token = if t.access_token.is_empty() {
+        t.token
+    } else {
+        t.access_token
+    };
+    if token.is_empty() {
+        return Err("no token in the response".into());
+    }
+    let lifetime = t
+        .expires_in
+        .filter(|s| *s > 0)
+        .map_or(DEFAULT_TOKEN_LIFETIME, |s| {
+            Duration::from_secs(s.min(MAX_TOKEN_LIFETIME.as_secs()))
+        });
+    Ok((token, lifetime))
+}
+
 async fn fetch_token(
     http: &reqwest::Client,
+    origin: Origin<'_>,
     scope: &str,
     creds: &Credentials,
     challenge: &Challenge,
@@ -368,7 +572,10 @@ async fn fetch_token(
         .cloned()
         .unwrap_or_else(|| scope.to_owned());
 
-    let request = if !creds.identity_token.is_empty() {
+    // A realm elsewhere is asked anonymously: it may hand out a token for public content,
+    // and it learns nothing it should not.
+    let secrets = realm_may_get_secrets(origin.host, origin.https, &url);
+    let request = if secrets && !creds.identity_token.is_empty() {
         let body = url::form_urlencoded::Serializer::new(String::new())
             .append_pair("grant_type", "refresh_token")
             .append_pair("refresh_token", &creds.identity_token)
@@ -393,7 +600,7 @@ async fn fetch_token(
             }
         }
         let req = http.get(url);
-        match creds.basic() {
+        match creds.basic().filter(|_| secrets) {
             Some((u, p)) => req.basic_auth(u, Some(p)),
             None => req,
         }
@@ -417,25 +624,27 @@ async fn fetch_token(
     if !status.is_success() {
         return Err(unavailable(format!("HTTP {status}")));
     }
-    let body = resp
-        .bytes()
-        .await
-        .map_err(|e| unavailable(super::error::error_chain(&e)))?;
-    let t: TokenResponse =
-        serde_json::from_slice(&body).map_err(|e| invalid(format!("not a token response: {e}")))?;
-    let token = if t.access_token.is_empty() {
-        t.token
-    } else {
-        t.access_token
+    let too_large = || AuthError::TokenTooLarge {
+        realm: realm.clone(),
+        limit: MAX_TOKEN_BODY,
     };
-    if token.is_empty() {
-        return Err(invalid("no token in the response".into()));
+    if resp.content_length().is_some_and(|n| n > MAX_TOKEN_BODY) {
+        return Err(too_large());
     }
-    let lifetime = t
-        .expires_in
-        .filter(|s| *s > 0)
-        .map_or(DEFAULT_TOKEN_LIFETIME, Duration::from_secs);
-    Ok((token, lifetime))
+    // Streamed against the cap, never buffered whole (the request's timeout bounds the time).
+    let mut resp = resp;
+    let mut body = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| unavailable(super::error::error_chain(&e)))?
+    {
+        if (body.len() + chunk.len()) as u64 > MAX_TOKEN_BODY {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    parse_token_response(&body).map_err(invalid)
 }
 
 #[cfg(test)]

@@ -119,6 +119,12 @@ impl RegistryClient {
         })
     }
 
+    /// Whether `host` (`host[:port]`) has named a token realm that may not be sent the
+    /// registry's credentials; see [`super::auth::realm_may_get_secrets`].
+    pub fn realm_is_foreign(&self, host: &str) -> bool {
+        self.auth.realm_is_foreign(host)
+    }
+
     /// The manifest (or index) `reference` names: its media type, digest and size.
     ///
     /// A tag is resolved with `HEAD` (one cheap request when the registry sends

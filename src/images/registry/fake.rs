@@ -48,7 +48,15 @@ impl Fake {
     pub(crate) async fn start(
         handler: impl Fn(&Hit) -> Response<Body> + Send + Sync + 'static,
     ) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on("127.0.0.1", handler).await
+    }
+
+    /// Serves `handler` on `ip`:0 (another loopback address plays another host).
+    pub(crate) async fn start_on(
+        ip: &str,
+        handler: impl Fn(&Hit) -> Response<Body> + Send + Sync + 'static,
+    ) -> Self {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(Mutex::new(Vec::new()));
         let handler = Arc::new(handler);
@@ -155,6 +163,31 @@ pub(crate) fn trickle(data: Bytes, chunk: usize, every: Duration) -> Response<Bo
         .header("content-length", len.to_string())
         .body(BodyExt::boxed(StreamBody::new(s)))
         .unwrap()
+}
+
+/// A body of `len` bytes of `byte`, generated 64 KiB at a time as it is read (never held
+/// whole), with `declared` as its Content-Length if given (true or not), else none.
+pub(crate) fn endless(len: u64, byte: u8, declared: Option<u64>) -> Response<Body> {
+    const CHUNK: u64 = 64 << 10;
+    let chunk = Bytes::from(vec![byte; CHUNK as usize]);
+    let s = futures_util::stream::unfold(0u64, move |sent| {
+        let chunk = chunk.clone();
+        async move {
+            if sent >= len {
+                return None;
+            }
+            let n = CHUNK.min(len - sent);
+            Some((
+                Ok::<_, Infallible>(Frame::data(chunk.slice(..n as usize))),
+                sent + n,
+            ))
+        }
+    });
+    let mut response = Response::builder().status(200);
+    if let Some(declared) = declared {
+        response = response.header("content-length", declared.to_string());
+    }
+    response.body(BodyExt::boxed(StreamBody::new(s))).unwrap()
 }
 
 /// The registry name every test reference uses.

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use hyper::Response;
 
+use super::auth::{parse_token_response, realm_may_get_secrets, Challenge, MAX_TOKEN_LIFETIME};
 use super::fake::*;
 use super::*;
 use crate::images::manifest::{Descriptor, Digest, VerifyError, MEDIA_TYPE_OCI_MANIFEST};
@@ -584,10 +585,15 @@ async fn too_many_requests_honours_retry_after() {
     .await;
     let dir = hosts_dir(&fake.host(), &[]);
     let start = Instant::now();
-    client(dir.path())
-        .resolve(&reference("library/app:1"), &anon())
-        .await
-        .unwrap();
+    // Retry-After is honoured up to retry_max (see huge_retry_after_is_capped_...).
+    RegistryClient::new(RegistryConfig {
+        retry_max: Duration::from_secs(2),
+        ..config(dir.path())
+    })
+    .unwrap()
+    .resolve(&reference("library/app:1"), &anon())
+    .await
+    .unwrap();
     assert!(
         start.elapsed() >= Duration::from_secs(1),
         "waited {:?}",
@@ -740,4 +746,296 @@ async fn slow_consumer_is_not_a_stall() {
         tokio::time::sleep(Duration::from_millis(600)).await;
     }
     assert_eq!(got, data.to_vec());
+}
+
+// ---- Hostile registries (issue 26) ----
+
+/// A registry on 127.0.0.1 that wants `Bearer x` and names `realm` in its challenge.
+async fn bearer_registry(realm: String) -> Fake {
+    let body = manifest_body();
+    let ok = manifest_handler(body);
+    Fake::start(move |h: &Hit| {
+        if h.header("authorization") == "Bearer x" {
+            ok(h)
+        } else {
+            let challenge = format!(r#"Bearer realm="{realm}",service="fake""#);
+            with_headers(401, &[("www-authenticate", &challenge)], "")
+        }
+    })
+    .await
+}
+
+fn alice() -> Credentials {
+    Credentials {
+        username: "alice".into(),
+        password: "pw".into(),
+        ..Default::default()
+    }
+}
+
+/// `expires_in` of u64::MAX once overflowed `Instant + lifetime` and panicked the lookup. It
+/// is clamped: the token works and is cached.
+#[tokio::test]
+async fn huge_expires_in_is_clamped_not_a_panic() {
+    let tokens =
+        Fake::start(|_h: &Hit| reply(200, r#"{"token":"x","expires_in":18446744073709551615}"#))
+            .await;
+    let fake = bearer_registry(format!("http://{}/token", tokens.host())).await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    let c = client(dir.path());
+    let r = reference("library/app:1");
+    c.resolve(&r, &anon()).await.unwrap();
+    c.resolve(&r, &anon()).await.unwrap();
+    assert_eq!(tokens.hits().len(), 1, "the token is cached");
+    assert_eq!(
+        parse_token_response(br#"{"token":"x","expires_in":18446744073709551615}"#),
+        Ok(("x".to_owned(), MAX_TOKEN_LIFETIME))
+    );
+}
+
+/// A `Retry-After` of years is waited at most `retry_max` (40 ms here).
+#[tokio::test]
+async fn huge_retry_after_is_capped_at_the_retry_maximum() {
+    let ok = manifest_handler(manifest_body());
+    let n = Arc::new(Mutex::new(0));
+    let fake = Fake::start(move |h: &Hit| {
+        let mut n = n.lock().unwrap();
+        *n += 1;
+        if *n == 1 {
+            with_headers(429, &[("retry-after", "18446744073709551615")], "")
+        } else {
+            ok(h)
+        }
+    })
+    .await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    let started = Instant::now();
+    let resolved = tokio::time::timeout(
+        Duration::from_secs(10),
+        client(dir.path()).resolve(&reference("library/app:1"), &anon()),
+    )
+    .await
+    .expect("the retry waits at most retry_max");
+    resolved.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(fake.hits().len(), 2);
+}
+
+/// A token answer of 64 MiB (generated as it is sent, no Content-Length) is refused after
+/// MAX_TOKEN_BODY bytes, and one announcing a huge Content-Length without reading it.
+#[tokio::test]
+async fn oversize_token_body_is_refused() {
+    let tokens = Fake::start(|h: &Hit| {
+        if h.path == "/declared" {
+            endless(1 << 30, b' ', Some(1 << 40))
+        } else {
+            endless(64 << 20, b' ', None)
+        }
+    })
+    .await;
+    for path in ["/streamed", "/declared"] {
+        let fake = bearer_registry(format!("http://{}{path}", tokens.host())).await;
+        let dir = hosts_dir(&fake.host(), &[]);
+        let err = client(dir.path())
+            .resolve(&reference("library/app:1"), &anon())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                RegistryError::Auth {
+                    source: auth::AuthError::TokenTooLarge { .. },
+                    ..
+                }
+            ),
+            "{path}: {err}"
+        );
+        assert!(!err.is_retriable(), "{err}");
+    }
+}
+
+/// A realm on another host (127.0.0.2 for a registry on 127.0.0.1) gets neither Basic
+/// credentials nor a refresh token: it is asked anonymously, with a GET.
+#[tokio::test]
+async fn realm_on_another_host_gets_no_secrets() {
+    let tokens = Fake::start_on("127.0.0.2", |_h: &Hit| reply(200, r#"{"token":"x"}"#)).await;
+    let fake = bearer_registry(format!("http://{}/token", tokens.host())).await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    let c = client(dir.path());
+    let refresh = Credentials {
+        identity_token: "idtok".into(),
+        ..Default::default()
+    };
+    for creds in [alice(), refresh] {
+        c.resolve(&reference("library/app:1"), &creds)
+            .await
+            .unwrap();
+    }
+    let hits = tokens.hits();
+    assert_eq!(hits.len(), 2);
+    for h in &hits {
+        assert_eq!(h.method, "GET");
+        assert_eq!(h.header("authorization"), "", "{h:?}");
+        assert!(!String::from_utf8_lossy(&h.body).contains("idtok"));
+        assert!(!h.query.contains("idtok"));
+    }
+
+    // The registry's own host (another port) still gets them.
+    let own = Fake::start(|_h: &Hit| reply(200, r#"{"token":"x"}"#)).await;
+    let fake = bearer_registry(format!("http://{}/token", own.host())).await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    client(dir.path())
+        .resolve(&reference("library/app:1"), &alice())
+        .await
+        .unwrap();
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("alice:pw")
+    );
+    assert_eq!(own.hits()[0].header("authorization"), basic);
+}
+
+#[test]
+fn which_realms_get_secrets() {
+    let url = |s: &str| url::Url::parse(s).unwrap();
+    let ok = |host: &str, https: bool, realm: &str| realm_may_get_secrets(host, https, &url(realm));
+    assert!(ok(
+        "registry-1.docker.io",
+        true,
+        "https://auth.docker.io/token"
+    ));
+    assert!(ok(
+        "registry.gitlab.com",
+        true,
+        "https://gitlab.com/jwt/auth"
+    ));
+    assert!(ok("ghcr.io", true, "https://ghcr.io/token"));
+    assert!(ok("localhost:5000", false, "http://localhost:5001/auth"));
+    assert!(ok("127.0.0.1:5000", false, "http://127.0.0.1:5001/auth"));
+    // Plain http for an https registry.
+    assert!(!ok(
+        "registry-1.docker.io",
+        true,
+        "http://auth.docker.io/token"
+    ));
+    // Other hosts.
+    assert!(!ok("127.0.0.1:5000", false, "http://127.0.0.2:5000/auth"));
+    assert!(!ok("ghcr.io", true, "https://evil.io/token"));
+    assert!(!ok("ghcr.io", true, "https://ghcr.io.evil.io/token"));
+    assert!(!ok(
+        "registry-1.docker.io",
+        true,
+        "https://docker.io.evil.io/token"
+    ));
+    assert!(!ok("a.io", true, "https://b.io/token"));
+    assert!(!ok("[::1]:5000", false, "http://[::2]:5000/auth"));
+    assert!(!ok("ghcr.io", true, "ftp://ghcr.io/token"));
+}
+
+#[test]
+fn server_address_scopes_credentials() {
+    use auth::server_address_matches as m;
+    assert!(m("", "ghcr.io"));
+    assert!(m("https://index.docker.io/v1/", "docker.io"));
+    assert!(m("docker.io", "docker.io"));
+    assert!(m("https://ghcr.io", "ghcr.io"));
+    assert!(m("myreg:5000", "myreg:5000"));
+    assert!(m("*.azurecr.io", "mine.azurecr.io"));
+    assert!(!m("*.azurecr.io", "a.b.azurecr.io"));
+    assert!(!m("*.azurecr.io", "azurecr.io"));
+    assert!(!m("ghcr.io", "docker.io"));
+    assert!(!m("https://index.docker.io/v1/", "evil.io"));
+    assert!(!m("myreg:5000", "myreg:5001"));
+}
+
+/// A redirect to another host (a blob on a storage host) is followed without the
+/// registry's `Authorization`; the registry itself got it.
+#[tokio::test]
+async fn redirect_to_another_host_carries_no_credentials() {
+    let data = blob_data();
+    let d = data.clone();
+    let storage = Fake::start_on("127.0.0.2", move |_h: &Hit| reply(200, d.clone())).await;
+    let target = format!("http://{}/blob", storage.host());
+    let fake = Fake::start(move |h: &Hit| {
+        if h.header("authorization").is_empty() {
+            with_headers(401, &[("www-authenticate", "Basic realm=\"fake\"")], "")
+        } else {
+            with_headers(307, &[("location", &target)], "")
+        }
+    })
+    .await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    let dsc = desc(&data, "application/vnd.oci.image.layer.v1.tar");
+    let s = client(dir.path())
+        .fetch_blob(&reference("library/app:1"), &dsc, 0, &alice())
+        .await
+        .unwrap();
+    assert_eq!(collect(s).await.unwrap(), data.to_vec());
+    assert!(fake
+        .hits()
+        .iter()
+        .any(|h| h.header("authorization").starts_with("Basic ")));
+    let hits = storage.hits();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].header("authorization"), "", "{:?}", hits[0]);
+}
+
+/// A manifest whose body is longer than its descriptor says is refused, without reading more
+/// than one byte past the declared size.
+#[tokio::test]
+async fn manifest_longer_than_declared_is_refused() {
+    let body = manifest_body();
+    let mut long = body.to_vec();
+    long.extend_from_slice(&[b' '; 4096]);
+    let fake = Fake::start(move |_h: &Hit| reply(200, long.clone())).await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    let err = client(dir.path())
+        .fetch_manifest(
+            &reference("library/app:1"),
+            &desc(&body, MEDIA_TYPE_OCI_MANIFEST),
+            &anon(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RegistryError::Verify { .. }), "{err}");
+}
+
+/// Basic credentials are cached a minute at most, and the cache holds at most MAX_CACHED
+/// entries however many scopes are asked for.
+#[tokio::test(start_paused = true)]
+async fn authorization_cache_has_a_ttl_and_a_size_cap() {
+    let a = auth::Authorizer::new();
+    let http = reqwest::Client::new();
+    let basic = Challenge::parse("Basic realm=x").unwrap();
+    let timeout = Duration::from_secs(1);
+    a.authorize(&http, "h", false, "s", &alice(), &basic, timeout)
+        .await
+        .unwrap();
+    let id = alice().identity();
+    assert!(a.cached("h", "s", &id).is_some());
+    tokio::time::advance(auth::CREDENTIAL_CACHE_TTL).await;
+    assert!(
+        a.cached("h", "s", &id).is_none(),
+        "Basic credentials outlived their TTL"
+    );
+    for i in 0..auth::MAX_CACHED + 100 {
+        a.authorize(
+            &http,
+            "h",
+            false,
+            &format!("s{i}"),
+            &alice(),
+            &basic,
+            timeout,
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(a.cached_len(), auth::MAX_CACHED);
+    let last = format!("s{}", auth::MAX_CACHED + 99);
+    assert!(a.cached("h", &last, &id).is_some());
 }

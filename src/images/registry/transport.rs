@@ -47,11 +47,30 @@ pub(super) struct TlsKey {
     ca: Vec<PathBuf>,
 }
 
+/// Redirects followed per request.
+const MAX_REDIRECTS: usize = 10;
+
 /// Builds the common HTTP client settings.
+///
+/// Redirects: blob downloads are commonly redirected to a storage host, so a redirect to
+/// another host is followed, but reqwest drops `Authorization` (and cookies) when the
+/// redirect leaves the origin (scheme, host or port), so credentials and tokens are never
+/// sent there; a redirect from https down to plain http is refused.
 pub(super) fn http_builder(config: &RegistryConfig) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .user_agent(concat!("remora/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(config.request_timeout)
+        .redirect(reqwest::redirect::Policy::custom(|attempt| {
+            let downgrade = attempt.url().scheme() == "http"
+                && attempt.previous().iter().any(|u| u.scheme() == "https");
+            if downgrade {
+                attempt.error("refused a redirect from https to plain http")
+            } else if attempt.previous().len() > MAX_REDIRECTS {
+                attempt.error("too many redirects")
+            } else {
+                attempt.follow()
+            }
+        }))
 }
 
 impl RegistryClient {
@@ -118,7 +137,12 @@ impl RegistryClient {
                 Ok(resp) => return Ok(resp),
                 Err(e) if e.is_retriable() && attempt < attempts => {
                     let delay = backoff.next_delay();
-                    let delay = e.retry_after().map_or(delay, |ra| ra.max(delay));
+                    // A registry's Retry-After is honoured up to the retry maximum: a huge one
+                    // must not hold the lookup (and a resolver worker) for years.
+                    let delay = e
+                        .retry_after()
+                        .map_or(delay, |ra| ra.max(delay))
+                        .min(self.config.retry_max.max(delay));
                     tokio::time::sleep(delay).await;
                     attempt += 1;
                 }
@@ -167,6 +191,7 @@ impl RegistryClient {
                 .authorize(
                     &http,
                     &host.host,
+                    host.scheme == super::hosts::Scheme::Https,
                     &scope,
                     creds,
                     &challenge,

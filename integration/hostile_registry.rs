@@ -1,0 +1,547 @@
+//! Hostile registries (issue 26): a registry a pod author picks may answer anything. remora
+//! must answer each pull with an error (or the image) within a bound, keep its memory bounded,
+//! send no credentials where they do not belong, and go on pulling from good registries.
+//!
+//! One remora on the test bed, its hosts.toml sending `*.hostile.test` to fakes on loopback
+//! (each a thread of its own, generating what it sends as it sends it) and `registry.k8s.io`
+//! to the test bed's registry. After each hostile pull, a pull of a freshly pushed image from
+//! the good registry must succeed within [`GOOD_PULL`], and remora's RSS must stay within
+//! [`RSS_GROWTH`] of what it was after the first good pull.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1;
+use tonic::Code;
+
+use crate::cri;
+use crate::harness::{
+    certs_dir, push_image, push_image_with, serve_on_thread_at, BedRemora, TESTBED_REGISTRY,
+};
+
+/// The resolve deadline remora runs with here (`[images] resolve_timeout`).
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a hostile pull may take to be answered: the resolve deadline and some slack.
+const HOSTILE_ANSWER: Duration = Duration::from_secs(40);
+/// How long the good pull after each hostile one may take.
+const GOOD_PULL: Duration = Duration::from_secs(30);
+/// How much remora's RSS may grow over the whole test.
+const RSS_GROWTH: u64 = 64 << 20;
+/// The token body the "big token" registry sends: 2 GiB, generated as it is written.
+const BIG_TOKEN: u64 = 2 << 30;
+
+/// One request a hostile registry saw.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    host: String,
+    authorization: String,
+    user_agent: String,
+}
+
+/// What a hostile registry does with one request.
+enum Answer {
+    /// This status line, headers and body.
+    Reply {
+        status: &'static str,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+    /// A 200 with these headers and a body of `len` spaces, written 64 KiB at a time until
+    /// the client goes (never held whole).
+    Stream {
+        headers: Vec<(String, String)>,
+        len: u64,
+    },
+    /// Forward to the test bed's registry.
+    Forward,
+    /// Keep the connection and never answer.
+    Hang,
+}
+
+fn reply(status: &'static str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    Answer::Reply {
+        status,
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        body: body.to_vec(),
+    }
+}
+
+/// A registry on loopback answering each request (one per connection) with `answer`.
+struct Hostile {
+    addr: std::net::SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+type AnswerFn = dyn Fn(&Seen) -> Answer + Send + Sync;
+
+impl Hostile {
+    fn start(ip: &str, answer: impl Fn(&Seen) -> Answer + Send + Sync + 'static) -> Self {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let answer: Arc<AnswerFn> = Arc::new(answer);
+        let (addr, thread) = serve_on_thread_at(ip, move |client| {
+            Self::serve(client, answer.clone(), log.clone())
+        });
+        Hostile {
+            addr,
+            seen,
+            _thread: thread,
+        }
+    }
+
+    async fn serve(
+        mut client: tokio::net::TcpStream,
+        answer: Arc<AnswerFn>,
+        log: Arc<Mutex<Vec<Seen>>>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+            if head.len() > 64 * 1024 {
+                return;
+            }
+        }
+        let text = String::from_utf8_lossy(&head).into_owned();
+        let mut lines = text.split("\r\n");
+        let mut request_line = lines.next().unwrap_or_default().split_whitespace();
+        let method = request_line.next().unwrap_or_default().to_string();
+        let path = request_line.next().unwrap_or_default().to_string();
+        let headers: Vec<(String, String)> = lines
+            .take_while(|l| !l.is_empty())
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let seen = Seen {
+            method: method.clone(),
+            path: path.clone(),
+            host: header("Host"),
+            authorization: header("Authorization"),
+            user_agent: header("User-Agent"),
+        };
+        log.lock().expect("hostile log").push(seen.clone());
+        let head_of = |status: &str, headers: &[(String, String)], len: Option<usize>| {
+            let mut h = format!("HTTP/1.1 {status}\r\n");
+            for (k, v) in headers {
+                h.push_str(&format!("{k}: {v}\r\n"));
+            }
+            if let Some(len) = len {
+                h.push_str(&format!("Content-Length: {len}\r\n"));
+            }
+            h.push_str("Connection: close\r\n\r\n");
+            h
+        };
+        match answer(&seen) {
+            Answer::Reply {
+                status,
+                headers,
+                body,
+            } => {
+                let has_length = headers
+                    .iter()
+                    .any(|(k, _)| k.eq_ignore_ascii_case("Content-Length"));
+                let h = head_of(status, &headers, (!has_length).then_some(body.len()));
+                let _ = client.write_all(h.as_bytes()).await;
+                if method != "HEAD" {
+                    let _ = client.write_all(&body).await;
+                }
+            }
+            Answer::Stream { headers, len } => {
+                let h = head_of("200 OK", &headers, None);
+                if client.write_all(h.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b' '; 64 << 10];
+                let mut sent = 0u64;
+                while sent < len {
+                    let n = (len - sent).min(chunk.len() as u64) as usize;
+                    if client.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    sent += n as u64;
+                }
+            }
+            Answer::Forward => {
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(TESTBED_REGISTRY).await
+                else {
+                    return;
+                };
+                let mut forwarded = format!("{method} {path} HTTP/1.1\r\n");
+                for (k, v) in &headers {
+                    if !k.eq_ignore_ascii_case("Connection") {
+                        forwarded.push_str(&format!("{k}: {v}\r\n"));
+                    }
+                }
+                forwarded.push_str("Connection: close\r\n\r\n");
+                if upstream.write_all(forwarded.as_bytes()).await.is_err() {
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            }
+            Answer::Hang => {
+                // Hold the connection open; read (and drop) whatever else comes.
+                while matches!(client.read(&mut buf).await, Ok(n) if n > 0) {}
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().expect("hostile log").clone()
+    }
+}
+
+/// A 401 asking for a bearer token from `realm`.
+fn challenge(realm: &str) -> Answer {
+    let value = format!(r#"Bearer realm="{realm}",service="hostile""#);
+    reply(
+        "401 Unauthorized",
+        &[
+            ("WWW-Authenticate", &value),
+            ("Docker-Distribution-Api-Version", "registry/2.0"),
+        ],
+        b"",
+    )
+}
+
+/// remora's resident set, from /proc.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kib << 10
+}
+
+struct Run {
+    bed: BedRemora,
+    baseline: u64,
+    rows: Vec<String>,
+}
+
+impl Run {
+    /// Pulls a freshly pushed image from the good registry; it must work within GOOD_PULL
+    /// and remora's RSS stay within RSS_GROWTH of the baseline.
+    async fn good_pull_after(&mut self, case: &str, answered: String) {
+        let image = push_image(1, 64 * 1024).await;
+        let started = Instant::now();
+        let pulled = tokio::time::timeout(GOOD_PULL, cri::pull(&self.bed.remora, &image.reference))
+            .await
+            .unwrap_or_else(|_| panic!("after {case}: the good pull took over {GOOD_PULL:?}"));
+        pulled.unwrap_or_else(|e| panic!("after {case}: the good pull failed: {e:?}"));
+        let took = started.elapsed();
+        let rss = rss(self.bed.remora.pid());
+        assert!(
+            rss < self.baseline + RSS_GROWTH,
+            "after {case}: remora's RSS is {} MiB, baseline {} MiB",
+            rss >> 20,
+            self.baseline >> 20
+        );
+        let row = format!(
+            "{case} | {answered} | good pull in {took:.1?}, RSS {} MiB (baseline {} MiB)",
+            rss >> 20,
+            self.baseline >> 20
+        );
+        eprintln!("hostile registry: {row}");
+        self.rows.push(row);
+    }
+
+    /// Pulls `image` (with `auth`); the answer must come within HOSTILE_ANSWER.
+    async fn hostile_pull(
+        &self,
+        case: &str,
+        image: &str,
+        auth: Option<v1::AuthConfig>,
+    ) -> (Result<String, tonic::Status>, Duration) {
+        let started = Instant::now();
+        let mut client = self.bed.remora.images();
+        let pull = client.pull_image(v1::PullImageRequest {
+            image: Some(cri::image_spec(image)),
+            auth,
+            ..Default::default()
+        });
+        let result = tokio::time::timeout(HOSTILE_ANSWER, pull)
+            .await
+            .unwrap_or_else(|_| panic!("{case}: no answer within {HOSTILE_ANSWER:?}"))
+            .map(|r| r.into_inner().image_ref);
+        (result, started.elapsed())
+    }
+}
+
+fn describe(result: &Result<String, tonic::Status>, took: Duration) -> String {
+    match result {
+        Ok(id) => format!("pulled {} in {took:.1?}", &id[..19.min(id.len())]),
+        Err(s) => format!("{:?} in {took:.1?}: {}", s.code(), s.message()),
+    }
+}
+
+#[tokio::test]
+async fn hostile_registries_get_bounded_answers_and_good_pulls_go_on() {
+    // Token server with an overflowing lifetime, in front of the good registry: u64::MAX
+    // seconds for remora (which overflowed Instant + lifetime), i64::MAX for containerd's Go
+    // client, which fetches the layers and refuses a number over its int.
+    let expiry = Hostile::start("127.0.0.1", |s: &Seen| {
+        if s.path.starts_with("/token") {
+            let body: &[u8] = if s.user_agent.starts_with("remora") {
+                br#"{"token":"x","expires_in":18446744073709551615}"#
+            } else {
+                br#"{"token":"x","expires_in":9223372036854775807}"#
+            };
+            reply("200 OK", &[("Content-Type", "application/json")], body)
+        } else if s.authorization == "Bearer x" {
+            Answer::Forward
+        } else {
+            challenge(&format!("http://{}/token", s.host))
+        }
+    });
+    // Always 429 with a Retry-After of 584 billion years.
+    let retry = Hostile::start("127.0.0.1", |_s: &Seen| {
+        reply(
+            "429 Too Many Requests",
+            &[("Retry-After", "18446744073709551615")],
+            b"",
+        )
+    });
+    // A token answer of gigabytes.
+    let big_token = Hostile::start("127.0.0.1", |s: &Seen| {
+        if s.path.starts_with("/token") {
+            Answer::Stream {
+                headers: vec![("Content-Type".into(), "application/json".into())],
+                len: BIG_TOKEN,
+            }
+        } else {
+            challenge(&format!("http://{}/token", s.host))
+        }
+    });
+    // A realm on another host (127.0.0.2), in front of the good registry.
+    let realm = Hostile::start("127.0.0.2", |_s: &Seen| {
+        reply(
+            "200 OK",
+            &[("Content-Type", "application/json")],
+            br#"{"token":"x","expires_in":60}"#,
+        )
+    });
+    let realm_url = format!("http://{}/token", realm.addr);
+    let foreign = Hostile::start("127.0.0.1", move |s: &Seen| {
+        if s.authorization == "Bearer x" {
+            Answer::Forward
+        } else {
+            challenge(&realm_url)
+        }
+    });
+    // A manifest whose size lies: HEAD says 300 bytes, GET sends a gigabyte.
+    let lies = Hostile::start("127.0.0.1", |s: &Seen| {
+        let manifest = "application/vnd.oci.image.manifest.v1+json";
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        if s.method == "HEAD" {
+            reply(
+                "200 OK",
+                &[
+                    ("Content-Type", manifest),
+                    ("Docker-Content-Digest", &digest),
+                    ("Content-Length", "300"),
+                ],
+                b"",
+            )
+        } else {
+            Answer::Stream {
+                headers: vec![
+                    ("Content-Type".into(), manifest.into()),
+                    ("Docker-Content-Digest".into(), digest),
+                ],
+                len: 1 << 30,
+            }
+        }
+    });
+    // Accepts the connection, reads the request, never answers.
+    let silent = Hostile::start("127.0.0.1", |_s: &Seen| Answer::Hang);
+
+    let server = |h: &Hostile| format!("http://{}", h.addr);
+    let good = format!("http://{TESTBED_REGISTRY}");
+    let certs = certs_dir(&[
+        ("registry.k8s.io", &good),
+        ("expiry.hostile.test", &server(&expiry)),
+        ("retry.hostile.test", &server(&retry)),
+        ("bigtoken.hostile.test", &server(&big_token)),
+        ("realm.hostile.test", &server(&foreign)),
+        ("lies.hostile.test", &server(&lies)),
+        ("silent.hostile.test", &server(&silent)),
+    ]);
+    // Layers through containerd's Transfer service (the default), and a short resolve
+    // deadline so that the cases that hang end within the test.
+    let bed = BedRemora::start_with_certs_edited(certs.path(), |config| {
+        let edited = config.replacen(
+            "[images]\n",
+            &format!(
+                "[images]\npull_layers = \"transfer\"\nresolve_timeout = \"{}s\"\n",
+                RESOLVE_TIMEOUT.as_secs()
+            ),
+            1,
+        );
+        assert_ne!(
+            edited, config,
+            "the test bed template has an [images] table"
+        );
+        edited
+    });
+
+    // Baseline: after a first good pull (code and caches warm).
+    let first = push_image(1, 64 * 1024).await;
+    cri::pull(&bed.remora, &first.reference)
+        .await
+        .expect("first good pull");
+    let baseline = rss(bed.remora.pid());
+    let mut run = Run {
+        bed,
+        baseline,
+        rows: Vec::new(),
+    };
+
+    // 1. expires_in = u64::MAX: the token is clamped; the pull itself works.
+    let image = push_image(1, 4096).await;
+    let name = format!("expiry.hostile.test/{}:v1", image.repository);
+    let (result, took) = run.hostile_pull("huge expires_in", &name, None).await;
+    result
+        .as_ref()
+        .expect("a pull through a huge-expiry token server");
+    assert!(
+        expiry
+            .seen()
+            .iter()
+            .any(|s| s.path.starts_with("/token") && s.user_agent.starts_with("remora")),
+        "remora fetched a token with the huge lifetime"
+    );
+    run.good_pull_after(
+        "token expires_in = u64::MAX seconds (to remora)",
+        describe(&result, took),
+    )
+    .await;
+
+    // 2. Retry-After of u64::MAX seconds: the retries wait retry_max at most and the
+    // resolve deadline ends it.
+    let (result, took) = run
+        .hostile_pull("huge Retry-After", "retry.hostile.test/x:1", None)
+        .await;
+    let err = result.as_ref().expect_err("always 429");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(!err.message().contains("shutting down"), "{err:?}");
+    run.good_pull_after("429 with Retry-After = u64::MAX", describe(&result, took))
+        .await;
+
+    // 3. A token body of 2 GiB: refused after remora's cap.
+    let (result, took) = run
+        .hostile_pull("2 GiB token", "bigtoken.hostile.test/x:1", None)
+        .await;
+    let err = result.as_ref().expect_err("oversize token");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    run.good_pull_after("token body of 2 GiB", describe(&result, took))
+        .await;
+
+    // 4. A realm on another host: asked anonymously, by remora and by containerd.
+    let image = push_image(1, 4096).await;
+    let name = format!("realm.hostile.test/{}:v1", image.repository);
+    let auth = v1::AuthConfig {
+        username: "it-user".into(),
+        password: "it-secret".into(),
+        server_address: "realm.hostile.test".into(),
+        ..Default::default()
+    };
+    let (result, took) = run.hostile_pull("foreign realm", &name, Some(auth)).await;
+    result
+        .as_ref()
+        .expect("an anonymous token from the foreign realm works");
+    let asked = realm.seen();
+    assert!(!asked.is_empty(), "the realm was asked");
+    for s in &asked {
+        assert_eq!(
+            s.authorization, "",
+            "the foreign realm got credentials: {s:?}"
+        );
+        assert!(!s.path.contains("it-secret"), "{s:?}");
+    }
+    assert!(
+        foreign
+            .seen()
+            .iter()
+            .all(|s| !s.authorization.starts_with("Basic ")),
+        "the registry challenged for Bearer only"
+    );
+    run.good_pull_after(
+        "token realm on another host (127.0.0.2), pull with credentials",
+        format!(
+            "{}; the realm saw {} token requests ({}), none with credentials",
+            describe(&result, took),
+            asked.len(),
+            asked
+                .iter()
+                .map(|s| s
+                    .user_agent
+                    .split('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+    .await;
+
+    // 5. A manifest whose size lies (1 GiB sent for 300 declared), and a config whose
+    // declared size is smaller than it is.
+    let (result, took) = run
+        .hostile_pull("manifest size lies", "lies.hostile.test/x:1", None)
+        .await;
+    let err = result.as_ref().expect_err("lying manifest");
+    assert_eq!(err.code(), Code::DataLoss, "{err:?}");
+    run.good_pull_after(
+        "manifest: HEAD says 300 bytes, GET sends 1 GiB",
+        describe(&result, took),
+    )
+    .await;
+    let lying_config = push_image_with(1, 4096, 0, Some(10)).await;
+    let (result, took) = run
+        .hostile_pull("config size lies", &lying_config.reference, None)
+        .await;
+    assert!(result.is_err(), "a config longer than its descriptor says");
+    run.good_pull_after(
+        "config declared 10 bytes, is longer",
+        describe(&result, took),
+    )
+    .await;
+
+    // 6. A registry that never answers: the resolve deadline ends it.
+    let (result, took) = run
+        .hostile_pull("silent", "silent.hostile.test/x:1", None)
+        .await;
+    let err = result.as_ref().expect_err("never answers");
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(!err.message().contains("shutting down"), "{err:?}");
+    assert!(took < RESOLVE_TIMEOUT + Duration::from_secs(15), "{took:?}");
+    run.good_pull_after("accepts, never answers", describe(&result, took))
+        .await;
+
+    let log = run.bed.remora.log_text();
+    assert!(!log.contains("panicked"), "remora's log shows a panic");
+    eprintln!("hostile registry table:\n{}", run.rows.join("\n"));
+}

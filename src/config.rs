@@ -57,9 +57,11 @@ pub const DEFAULT_TOML: &str = r#"# remora configuration. Every key is optional;
 # The socket is created with mode 0660, owned by the user remora runs as (root).
 # A lock file "<socket>.lock" beside it keeps a second remora off the same socket.
 socket = "/run/remora/remora.sock"
-# Persistent state (CNI result cache).
+# Persistent state (CNI result cache). Mode 0700 (set at start if it is wider).
 root_dir = "/var/lib/remora"
-# Volatile state: pod network namespaces, pod files (hostname, hosts, resolv.conf, /dev/shm).
+# Volatile state: pod network namespaces, pod files (hostname, hosts, resolv.conf, /dev/shm),
+# image volumes, container FIFOs. Mode 0700 (set at start if it is wider): only root reaches
+# what is below, the socket above included when it is there.
 state_dir = "/run/remora"
 
 [log]

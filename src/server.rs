@@ -411,6 +411,10 @@ pub fn runtime_handlers(
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
                 features: features.get(name).copied().unwrap_or_default(),
+                pass_through: crate::spec::PassThrough {
+                    pod: h.pod_annotations.clone(),
+                    container: h.container_annotations.clone(),
+                },
             };
             (name.clone(), runtime)
         })

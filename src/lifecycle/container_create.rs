@@ -161,6 +161,7 @@ impl Pods {
         }
         self.check_mount_propagation(&req.config.mounts).await?;
         let runtime = handler.runtime.clone();
+        let pass_through = handler.pass_through.clone();
         let image: ImageInfo = self
             .find_image(&req.image)
             .ok_or_else(|| ContainerError::ImageNotFound(req.image.clone()))?;
@@ -257,6 +258,7 @@ impl Pods {
                     target_pid,
                     host: &host,
                     device_lookup: &host_device,
+                    pass_through: &pass_through,
                 })
             };
             // The image's passwd and group files read in place where the snapshot's layers

@@ -15,6 +15,7 @@ mod daemon;
 mod faults;
 mod images;
 mod metrics;
+mod modes;
 mod pods;
 mod recovery;
 mod runtime_info;

@@ -658,6 +658,22 @@ impl BedRemora {
         Self::start_configured(certs, None, "", edit)
     }
 
+    /// Starts remora on the test bed with its pod network and its config passed through
+    /// `edit` (the rendered test bed template) first.
+    pub fn start_with_network_edited(edit: impl FnOnce(String) -> String) -> Self {
+        Self::start_configured(
+            Path::new(TESTBED_CERTS),
+            Some(Path::new(TESTBED_CNI)),
+            "",
+            edit,
+        )
+    }
+
+    /// remora's root dir (the CNI cache).
+    pub fn root_dir(&self) -> PathBuf {
+        self._dir.path().join("root")
+    }
+
     fn start_with_extra(certs: &Path, cni: Option<&Path>, extra: &str) -> Self {
         Self::start_configured(certs, cni, extra, |config| config)
     }

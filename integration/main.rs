@@ -16,6 +16,7 @@ mod faults;
 mod hostile_registry;
 mod images;
 mod metrics;
+mod modes;
 mod pods;
 mod recovery;
 mod runtime_info;

@@ -57,9 +57,11 @@ pub const DEFAULT_TOML: &str = r#"# remora configuration. Every key is optional;
 # The socket is created with mode 0660, owned by the user remora runs as (root).
 # A lock file "<socket>.lock" beside it keeps a second remora off the same socket.
 socket = "/run/remora/remora.sock"
-# Persistent state (CNI result cache).
+# Persistent state (CNI result cache). Mode 0700 (set at start if it is wider).
 root_dir = "/var/lib/remora"
-# Volatile state: pod network namespaces, pod files (hostname, hosts, resolv.conf, /dev/shm).
+# Volatile state: pod network namespaces, pod files (hostname, hosts, resolv.conf, /dev/shm),
+# image volumes, container FIFOs. Mode 0700 (set at start if it is wider): only root reaches
+# what is below, the socket above included when it is there.
 state_dir = "/run/remora"
 
 [log]
@@ -137,7 +139,11 @@ default_handler = "runc"
 # io.containerd.remora.v2 is remora's own shim (containerd-shim-remora-v2, found in PATH).
 # Optional keys: runtime_path, an absolute path to the shim binary (containerd then runs
 # it instead of looking runtime_type up); binary_name, the OCI runtime the shim runs
-# ("runc", "crun" or a path); root, the OCI runtime's state directory (--root).
+# ("runc", "crun" or a path); root, the OCI runtime's state directory (--root);
+# pod_annotations and container_annotations, the pod and container annotations passed into
+# the OCI spec, which the OCI runtime reads (runc and crun act on org.systemd.property.* and
+# run.oci.*): lists of patterns where '*' and '?' match any characters but '/', e.g.
+# ["io.katacontainers.*"]. Empty by default: no pod author's annotation reaches the runtime.
 runtime_type = "io.containerd.runc.v2"
 
 [runtime.handlers.remora]
@@ -448,6 +454,16 @@ pub struct RuntimeHandler {
     /// The OCI runtime's state directory (`--root`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<PathBuf>,
+    /// Pod annotations passed to the OCI spec of the pod's pause container and of each of its
+    /// containers, as patterns (`*`, `?`; containerd's `pod_annotations`). Empty: none.
+    /// Everything else stays out of the spec, which the OCI runtime reads
+    /// ([`crate::spec::passthrough`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_annotations: Vec<String>,
+    /// Container annotations passed to the container's OCI spec, as patterns (containerd's
+    /// `container_annotations`). Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub container_annotations: Vec<String>,
 }
 
 impl RuntimeHandler {
@@ -458,6 +474,8 @@ impl RuntimeHandler {
             runtime_path: None,
             binary_name: None,
             root: None,
+            pod_annotations: Vec::new(),
+            container_annotations: Vec::new(),
         }
     }
 }
@@ -790,6 +808,14 @@ impl Config {
                     ));
                 }
             }
+            for (field, patterns) in [
+                (".pod_annotations", &h.pod_annotations),
+                (".container_annotations", &h.container_annotations),
+            ] {
+                for p in patterns {
+                    crate::spec::passthrough::check_pattern(p).map_err(|r| invalid(field, r))?;
+                }
+            }
         }
         if !rt.handlers.contains_key(&rt.default_handler) {
             let known: Vec<&str> = rt.handlers.keys().map(String::as_str).collect();
@@ -979,6 +1005,25 @@ mod tests {
     }
 
     #[test]
+    fn handlers_pass_no_annotations_unless_listed() {
+        let c = Config::default();
+        assert!(c
+            .runtime
+            .handlers
+            .values()
+            .all(|h| h.pod_annotations.is_empty() && h.container_annotations.is_empty()));
+        let c = Config::from_toml(
+            "[runtime.handlers.runc]\nruntime_type = \"x\"\n\
+             pod_annotations = [\"io.katacontainers.*\"]\ncontainer_annotations = [\"run.oci.foo\"]\n",
+            "t",
+        )
+        .unwrap();
+        let h = &c.runtime.handlers["runc"];
+        assert_eq!(h.pod_annotations, ["io.katacontainers.*"]);
+        assert_eq!(h.container_annotations, ["run.oci.foo"]);
+    }
+
+    #[test]
     fn bad_handlers_are_rejected_with_the_key() {
         let cases = [
             (
@@ -1008,6 +1053,14 @@ mod tests {
             (
                 "[runtime.handlers.runc]\nruntime_type = \"x\"\nbinry_name = \"crun\"\n",
                 "binry_name",
+            ),
+            (
+                "[runtime.handlers.runc]\nruntime_type = \"x\"\npod_annotations = [\"a[b]\"]\n",
+                "runtime.handlers.runc.pod_annotations",
+            ),
+            (
+                "[runtime.handlers.runc]\nruntime_type = \"x\"\ncontainer_annotations = [\"\"]\n",
+                "runtime.handlers.runc.container_annotations",
             ),
             ("[runtime]\nhandlers = {}\n", "runtime.handlers"),
             ("[runtime]\nruntime_type = \"x\"\n", "runtime_type"),

@@ -95,6 +95,59 @@ pub enum ServerError {
     /// The gRPC server stopped with an error.
     #[error("CRI gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// A state directory could not be made private (mode 0700).
+    #[error("cannot {action} state directory {}: {source}", path.display())]
+    StateDir {
+        /// What was being done ("create", "stat", "chmod 0700").
+        action: &'static str,
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A configured state directory exists and is not a directory.
+    #[error("state directory {} exists and is not a directory", .0.display())]
+    StateDirNotDir(PathBuf),
+}
+
+/// Mode of remora's own state directories (`state_dir`, `root_dir`): root only, as
+/// containerd's since CVE-2024-25621. They hold every pod's files (its 1777 `/dev/shm`), the
+/// image volumes and temporary rootfs mounts, container FIFOs and the CNI cache; a local user
+/// who could traverse them could reach all of that.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+
+/// Creates `dir` (and missing parents) with mode 0700, or sets 0700 on it when it exists with
+/// another mode (a remora before this fix, or an admin's `mkdir`, made it 0755). Returns the
+/// mode it had when that was changed. A symlink is followed (an admin may point the state
+/// elsewhere); what it points at must be a directory.
+pub fn make_private_dir(dir: &Path) -> Result<Option<u32>, ServerError> {
+    let err = |action: &'static str| {
+        let path = dir.to_path_buf();
+        move |source| ServerError::StateDir {
+            action,
+            path,
+            source,
+        }
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR_MODE)
+        .create(dir)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => ServerError::StateDirNotDir(dir.to_path_buf()),
+            _ => err("create")(e),
+        })?;
+    let meta = std::fs::metadata(dir).map_err(err("stat"))?;
+    if !meta.is_dir() {
+        return Err(ServerError::StateDirNotDir(dir.to_path_buf()));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode == PRIVATE_DIR_MODE {
+        return Ok(None);
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
+        .map_err(err("chmod 0700"))?;
+    Ok(Some(mode))
 }
 
 /// Largest CRI message accepted or sent, as kubelet's own client allows.
@@ -359,6 +412,10 @@ pub fn runtime_handlers(
                     .map(|p| p.display().to_string())
                     .unwrap_or_default(),
                 features: features.get(name).copied().unwrap_or_default(),
+                pass_through: crate::spec::PassThrough {
+                    pod: h.pod_annotations.clone(),
+                    container: h.container_annotations.clone(),
+                },
             };
             (name.clone(), runtime)
         })
@@ -579,6 +636,13 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         None
     });
 
+    // Before the socket (which lives in state_dir by default) and before anything is made in
+    // them.
+    for dir in [&config.server.state_dir, &config.server.root_dir] {
+        if let Some(was) = make_private_dir(dir)? {
+            warn!(log, "state directory was reachable by other users; set its mode to 0700"; "path" => %dir.display(), "was" => format!("{was:o}"));
+        }
+    }
     let (guard, listener) = bind_socket(&config.server.socket)?;
     let cd = &config.containerd;
     let client = Client::new(&cd.address, &cd.namespace, cd.probe_timeout);
@@ -770,6 +834,33 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn state_dirs_are_made_private_and_a_wider_mode_is_fixed() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let mode =
+            |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        // Made anew, parents included.
+        let fresh = tmp.path().join("a/b/state");
+        assert_eq!(super::make_private_dir(&fresh).unwrap(), None);
+        assert_eq!(mode(&fresh), 0o700);
+        // Left 0755 by an older remora: fixed, and the old mode reported.
+        let old = tmp.path().join("old");
+        std::fs::create_dir(&old).unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(super::make_private_dir(&old).unwrap(), Some(0o755));
+        assert_eq!(mode(&old), 0o700);
+        assert_eq!(super::make_private_dir(&old).unwrap(), None);
+        // A file where the directory should be is refused, naming it.
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let e = super::make_private_dir(&file).unwrap_err();
+        assert!(
+            matches!(&e, super::ServerError::StateDirNotDir(p) if p == &file),
+            "{e}"
+        );
+    }
+
     #[test]
     fn handlers_get_options_only_when_they_set_something() {
         use crate::config::{CgroupDriver, RuntimeConfig, RuntimeHandler};

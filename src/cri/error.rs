@@ -11,6 +11,7 @@ use tonic::Code;
 use crate::containerd::error::ContainerdError;
 use crate::images::pull::{PullError, TransferFailure};
 use crate::images::registry::client::RegistryError;
+use crate::io::cri_log::LogError;
 use crate::lifecycle::sandbox_stats::StatsError;
 use crate::lifecycle::ContainerError;
 use crate::lifecycle::SandboxError;
@@ -167,9 +168,20 @@ fn container_code(e: &ContainerError) -> Code {
         | ContainerError::PodHandlerGone { .. }
         | ContainerError::RecursiveReadOnlyUnsupported { .. }
         | ContainerError::SnapshotterCannotIdmap(_) => Code::FailedPrecondition,
-        ContainerError::EmptyCommand | ContainerError::UserNamespaceMismatch { .. } => {
-            Code::InvalidArgument
+        ContainerError::EmptyCommand
+        | ContainerError::UserNamespaceMismatch { .. }
+        | ContainerError::MountPropagation { .. } => Code::InvalidArgument,
+        // A snapshotter whose mounts remora cannot mount is a node's configuration.
+        ContainerError::Rootfs(m) | ContainerError::ImageVolumeMount { source: m, .. }
+            if m.is_unsupported() =>
+        {
+            Code::FailedPrecondition
         }
+        // Something other than a regular file at the log path: refused, not followed.
+        ContainerError::Log {
+            source: LogError::Symlink { .. } | LogError::NotRegular { .. },
+            ..
+        } => Code::FailedPrecondition,
         ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
         ContainerError::Name(_) => Code::AlreadyExists,
         ContainerError::Spec(_) => Code::InvalidArgument,
@@ -186,7 +198,8 @@ fn container_code(e: &ContainerError) -> Code {
         | ContainerError::Log { .. }
         | ContainerError::Encode(_)
         | ContainerError::Aborted(_)
-        | ContainerError::Journal { .. } => Code::Internal,
+        | ContainerError::Journal { .. }
+        | ContainerError::MountTable { .. } => Code::Internal,
         ContainerError::Failpoint(_) => Code::Unavailable,
     }
 }

@@ -218,6 +218,21 @@ pub enum LogError {
         /// Why.
         source: std::io::Error,
     },
+    /// The log path is a symlink: refused, not followed (whoever can write the log directory,
+    /// a container with it mounted, say, would make remora append to any file it names).
+    #[error("log file {} is a symlink; refusing to follow it", path.display())]
+    Symlink {
+        /// The log file.
+        path: PathBuf,
+    },
+    /// The log path is not a regular file (a FIFO, a device, a directory).
+    #[error("log file {} is a {kind}, not a regular file", path.display())]
+    NotRegular {
+        /// The log file.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
     /// Writing to the log file failed.
     #[error("cannot write log file {}: {source}", path.display())]
     Write {
@@ -364,16 +379,83 @@ async fn open_log_file(path: &Path) -> Result<tokio::fs::File, LogError> {
                 source,
             })?;
     }
-    tokio::fs::OpenOptions::new()
+    // O_NOFOLLOW: a symlink at the path is refused (ELOOP), never followed. O_NONBLOCK: a
+    // FIFO put there does not block the open until a reader comes; the fstat below refuses it.
+    let file = tokio::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(LOG_FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .await
-        .map_err(|source| LogError::Open {
+        .map_err(|source| {
+            if source.raw_os_error() == Some(libc::ELOOP) {
+                return LogError::Symlink {
+                    path: path.to_path_buf(),
+                };
+            }
+            // A FIFO without a reader (ENXIO), a directory (EISDIR): say what is there.
+            match std::fs::symlink_metadata(path)
+                .ok()
+                .and_then(|m| special(&m))
+            {
+                Some(kind) => LogError::NotRegular {
+                    path: path.to_path_buf(),
+                    kind,
+                },
+                None => LogError::Open {
+                    path: path.to_path_buf(),
+                    source,
+                },
+            }
+        })?;
+    let meta = file.metadata().await.map_err(|source| LogError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if let Some(kind) = special(&meta) {
+        return Err(LogError::NotRegular {
             path: path.to_path_buf(),
-            source,
-        })
+            kind,
+        });
+    }
+    // Appends to a regular file never block; O_NONBLOCK is dropped anyway so that the writes
+    // behave as they always did.
+    let std_file = file.into_std().await;
+    clear_nonblock(&std_file).map_err(|source| LogError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(tokio::fs::File::from_std(std_file))
+}
+
+/// What `meta` is when it is not a regular file.
+fn special(meta: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let ft = meta.file_type();
+    Some(if ft.is_file() {
+        return None;
+    } else if ft.is_dir() {
+        "directory"
+    } else if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "device"
+    } else if ft.is_symlink() {
+        "symlink"
+    } else {
+        "special file"
+    })
+}
+
+fn clear_nonblock(f: &std::fs::File) -> std::io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = fcntl(f, FcntlArg::F_GETFL).map_err(std::io::Error::from)?;
+    let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
+    fcntl(f, FcntlArg::F_SETFL(flags)).map_err(std::io::Error::from)?;
+    Ok(())
 }
 
 /// What a copier did, returned when it ends; the caller logs it.
@@ -595,6 +677,53 @@ mod tests {
         assert_eq!(split(nz(4), &[b"abcd\r", b"\n"]), ["F abcd"]);
         assert_eq!(split(nz(4), &[b"abcd\rX\n"]), ["P abcd", "F \\rX"]);
         assert_eq!(split(nz(4), &[b"abcd\r"]), ["P abcd", "P \\r"]);
+    }
+
+    #[tokio::test]
+    async fn a_symlink_or_special_file_at_the_log_path_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        std::fs::write(&victim, b"untouched").unwrap();
+        let link = tmp.path().join("0.log");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let e = LogWriter::open(&link, nz(8)).await.unwrap_err();
+        assert!(
+            matches!(&e, LogError::Symlink { path } if path == &link),
+            "{e}"
+        );
+        assert!(e.to_string().contains("symlink"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"untouched");
+
+        let fifo = tmp.path().join("1.log");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // Without O_NONBLOCK this open would wait for a reader forever: bound it.
+        let e = tokio::time::timeout(Duration::from_secs(10), LogWriter::open(&fifo, nz(8)))
+            .await
+            .expect("opening a FIFO log path does not block")
+            .unwrap_err();
+        assert!(
+            matches!(&e, LogError::NotRegular { kind: "FIFO", .. }),
+            "{e}"
+        );
+        let dir = tmp.path().join("2.log");
+        std::fs::create_dir(&dir).unwrap();
+        let e = LogWriter::open(&dir, nz(8)).await.unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                LogError::NotRegular {
+                    kind: "directory",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+
+        // A regular file still opens and is written in append mode.
+        let ok = tmp.path().join("3.log");
+        let w = LogWriter::open(&ok, nz(8)).await.unwrap();
+        drop(w);
+        assert!(ok.is_file());
     }
 
     #[tokio::test]

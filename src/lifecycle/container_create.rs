@@ -66,6 +66,54 @@ impl Pods {
         .map_err(ContainerError::Aborted)?
     }
 
+    /// Refuses a `Bidirectional` or `HostToContainer` mount whose source is not on a mount
+    /// that propagates that way ([`super::mountinfo`]), before anything is made.
+    async fn check_mount_propagation(
+        &self,
+        mounts: &[spec::MountRequest],
+    ) -> Result<(), ContainerError> {
+        let wanted: Vec<(String, PathBuf, spec::MountPropagation)> = mounts
+            .iter()
+            .filter(|m| m.image.is_none() && m.propagation != spec::MountPropagation::Private)
+            .map(|m| (m.container_path.clone(), m.host_path.clone(), m.propagation))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        blocking(move || {
+            const MOUNTINFO: &str = "/proc/self/mountinfo";
+            let table_err = |mount: &str| {
+                let mount = mount.to_string();
+                move |source| ContainerError::MountTable {
+                    mount,
+                    path: MOUNTINFO.into(),
+                    source,
+                }
+            };
+            let table = std::fs::read_to_string(MOUNTINFO).map_err(table_err(&wanted[0].0))?;
+            let table = super::mountinfo::parse(&table);
+            for (mount, host_path, propagation) in wanted {
+                let source = super::mountinfo::resolve_existing(&host_path).map_err(|source| {
+                    ContainerError::Host {
+                        action: "resolve mount source",
+                        path: host_path.clone(),
+                        source,
+                    }
+                })?;
+                super::mountinfo::check_propagation(&table, &source, propagation).map_err(
+                    |source| ContainerError::MountPropagation {
+                        mount,
+                        propagation,
+                        source,
+                    },
+                )?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(ContainerError::Aborted)?
+    }
+
     async fn create_inner(
         self: &Arc<Self>,
         req: CreateRequest,
@@ -111,7 +159,9 @@ impl Pods {
                 pod: describe(pod_user),
             });
         }
+        self.check_mount_propagation(&req.config.mounts).await?;
         let runtime = handler.runtime.clone();
+        let pass_through = handler.pass_through.clone();
         let image: ImageInfo = self
             .find_image(&req.image)
             .ok_or_else(|| ContainerError::ImageNotFound(req.image.clone()))?;
@@ -208,6 +258,7 @@ impl Pods {
                     target_pid,
                     host: &host,
                     device_lookup: &host_device,
+                    pass_through: &pass_through,
                 })
             };
             // The image's passwd and group files read in place where the snapshot's layers

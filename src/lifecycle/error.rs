@@ -178,6 +178,29 @@ pub enum ContainerError {
         #[source]
         source: super::mount::MountError,
     },
+    /// A mount's propagation cannot work with its source's mount (containerd's
+    /// `ensureShared` / `ensureSharedOrSlave`).
+    #[error("mount {mount}: propagation {propagation:?} needs its source on a shared mount{}: {source}", if matches!(propagation, crate::spec::MountPropagation::HostToContainer) { " or a slave one" } else { "" })]
+    MountPropagation {
+        /// The mount's container path.
+        mount: String,
+        /// What it asked for.
+        propagation: crate::spec::MountPropagation,
+        /// Why not.
+        #[source]
+        source: super::mountinfo::PropagationError,
+    },
+    /// The host's mount table could not be read for a propagation check.
+    #[error("cannot read {path} to check mount {mount}'s propagation: {source}")]
+    MountTable {
+        /// The mount's container path.
+        mount: String,
+        /// What was read.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The image is not present (kubelet pulls before it creates).
     #[error("image {0:?} not found: pull it first")]
     ImageNotFound(String),

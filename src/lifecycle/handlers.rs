@@ -22,6 +22,8 @@ pub struct HandlerRuntime {
     pub runtime_path: String,
     /// What its OCI runtime supports ([`super::oci_features`]).
     pub features: HandlerFeatures,
+    /// The pod and container annotations its pods' specs carry ([`crate::spec::passthrough`]).
+    pub pass_through: crate::spec::PassThrough,
 }
 
 /// The configured handlers and the default one.
@@ -51,6 +53,7 @@ impl RuntimeHandlers {
             },
             runtime_path: String::new(),
             features: HandlerFeatures::default(),
+            pass_through: Default::default(),
         };
         Self::new("runc", BTreeMap::from([("runc".to_string(), runc)]))
     }
@@ -101,6 +104,7 @@ mod tests {
             },
             runtime_path: "/opt/shim".into(),
             features: HandlerFeatures::default(),
+            pass_through: Default::default(),
         };
         let mut h = RuntimeHandlers::single_runc("io.containerd.runc.v2");
         h.by_name.insert("remora".into(), remora);

@@ -65,6 +65,9 @@ pub mod journal;
 #[cfg(target_os = "linux")]
 #[path = "mount_linux.rs"]
 pub mod mount;
+#[cfg(target_os = "linux")]
+#[path = "mountinfo_linux.rs"]
+pub mod mountinfo;
 pub mod oci_cli;
 pub mod oci_features;
 #[cfg(target_os = "linux")]

@@ -18,6 +18,23 @@ pub enum MountError {
     /// The snapshotter returned no mounts.
     #[error("the snapshot has no mounts")]
     NoMounts,
+    /// The snapshotter returned more than one mount (containerd 2.x's mount manager stacks
+    /// them, e.g. an erofs layer under an overlay); remora mounts one.
+    #[error("the snapshot has {0} mounts; remora can mount a snapshot of one mount only")]
+    MultipleMounts(usize),
+    /// A mount type remora cannot mount itself (a containerd mount-manager template such as
+    /// `format/overlay` or `mkdir/…`).
+    #[error("the snapshot's mount type {0:?} is not one remora can mount")]
+    UnsupportedKind(String),
+    /// A mount option remora cannot honour (loop devices, propagation, remount, or data
+    /// options on a bind mount, which the kernel would ignore).
+    #[error("the snapshot's {kind} mount has option {option:?}, which remora cannot honour")]
+    UnsupportedOption {
+        /// The mount type.
+        kind: String,
+        /// The option.
+        option: String,
+    },
     /// The mount point could not be made.
     #[error("create {}: {source}", path.display())]
     Target {
@@ -38,6 +55,20 @@ pub enum MountError {
     },
 }
 
+impl MountError {
+    /// Whether the snapshot's mounts are of a shape remora refuses (rather than a mount that
+    /// failed): a configuration matter, not a transient one.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self,
+            MountError::NoMounts
+                | MountError::MultipleMounts(_)
+                | MountError::UnsupportedKind(_)
+                | MountError::UnsupportedOption { .. }
+        )
+    }
+}
+
 /// Mounts `mounts` (as a snapshotter returns them: one `overlay` or `bind` mount) on `target`,
 /// runs `f` on it, unmounts. `target` is created and removed.
 pub fn with_temp_mount<T>(
@@ -51,66 +82,172 @@ pub fn with_temp_mount<T>(
     Ok(out)
 }
 
+/// Flags every host mount of a snapshot gets whatever its options say: nothing remora mounts
+/// under its state directory (image volumes, temporary rootfs mounts) may make a setuid
+/// binary or a device node usable on the host (containerd's CVE-2024-25621 class).
+const HOST_MOUNT_FLAGS: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
+
+/// How one snapshot mount is mounted on the host, from its type and options the way
+/// containerd's `parseMountOptions` reads them: flag-style options become mount flags, the
+/// others the filesystem's data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum MountPlan {
+    /// A bind mount of `source` (recursive for `rbind`), then remounted with `flags`.
+    Bind {
+        source: String,
+        recursive: bool,
+        flags: MsFlags,
+    },
+    /// A filesystem mount.
+    Fs {
+        kind: String,
+        source: String,
+        flags: MsFlags,
+        data: String,
+    },
+}
+
+fn plan(mounts: &[Mount]) -> Result<MountPlan, MountError> {
+    let m = match mounts {
+        [] => return Err(MountError::NoMounts),
+        [m] => m,
+        more => return Err(MountError::MultipleMounts(more.len())),
+    };
+    if m.kind.is_empty() || m.kind.contains('/') {
+        return Err(MountError::UnsupportedKind(m.kind.clone()));
+    }
+    let unsupported = |o: &str| MountError::UnsupportedOption {
+        kind: m.kind.clone(),
+        option: o.to_string(),
+    };
+    let mut flags = MsFlags::empty();
+    let (mut bind, mut recursive) = (false, false);
+    let mut data = Vec::new();
+    for o in &m.options {
+        let (set, clear) = match o.as_str() {
+            "bind" => {
+                bind = true;
+                continue;
+            }
+            "rbind" => {
+                (bind, recursive) = (true, true);
+                continue;
+            }
+            "defaults" => continue,
+            "ro" => (MsFlags::MS_RDONLY, MsFlags::empty()),
+            "rw" => (MsFlags::empty(), MsFlags::MS_RDONLY),
+            "nosuid" => (MsFlags::MS_NOSUID, MsFlags::empty()),
+            "nodev" => (MsFlags::MS_NODEV, MsFlags::empty()),
+            "noexec" => (MsFlags::MS_NOEXEC, MsFlags::empty()),
+            "exec" => (MsFlags::empty(), MsFlags::MS_NOEXEC),
+            // Asked-for suid/dev are overridden by HOST_MOUNT_FLAGS below.
+            "suid" | "dev" => continue,
+            "sync" => (MsFlags::MS_SYNCHRONOUS, MsFlags::empty()),
+            "async" => (MsFlags::empty(), MsFlags::MS_SYNCHRONOUS),
+            "dirsync" => (MsFlags::MS_DIRSYNC, MsFlags::empty()),
+            "noatime" => (MsFlags::MS_NOATIME, MsFlags::empty()),
+            "atime" => (MsFlags::empty(), MsFlags::MS_NOATIME),
+            "nodiratime" => (MsFlags::MS_NODIRATIME, MsFlags::empty()),
+            "diratime" => (MsFlags::empty(), MsFlags::MS_NODIRATIME),
+            "relatime" => (MsFlags::MS_RELATIME, MsFlags::empty()),
+            "norelatime" => (MsFlags::empty(), MsFlags::MS_RELATIME),
+            "strictatime" => (MsFlags::MS_STRICTATIME, MsFlags::empty()),
+            "nostrictatime" => (MsFlags::empty(), MsFlags::MS_STRICTATIME),
+            // A loop device, a remount of something else, a propagation change or mandatory
+            // locks: not what a snapshot mount on a fresh mount point may do here.
+            "loop" | "remount" | "mand" | "nomand" | "private" | "rprivate" | "shared"
+            | "rshared" | "slave" | "rslave" | "unbindable" | "runbindable" => {
+                return Err(unsupported(o))
+            }
+            _ => {
+                data.push(o.as_str());
+                continue;
+            }
+        };
+        flags = (flags | set) - clear;
+    }
+    flags |= HOST_MOUNT_FLAGS;
+    if bind || matches!(m.kind.as_str(), "bind" | "rbind") {
+        // The kernel ignores a bind mount's data: an option there (an idmap, say) would be
+        // silently dropped.
+        if let Some(o) = data.first() {
+            return Err(unsupported(o));
+        }
+        return Ok(MountPlan::Bind {
+            source: m.source.clone(),
+            // The snapshotters' `bind` mounts come with `rbind`; a `bind` type without either
+            // option is taken as recursive, as before.
+            recursive: recursive || !bind,
+            flags,
+        });
+    }
+    Ok(MountPlan::Fs {
+        kind: m.kind.clone(),
+        source: m.source.clone(),
+        flags,
+        data: data.join(","),
+    })
+}
+
 /// Mounts `mounts` (one `overlay` or `bind` mount, as a snapshotter returns them) on `target`,
-/// which is created; on failure it is removed again. A bind mount honours `ro` (a bind ignores
-/// the flag on its first mount: it is remounted read-only).
+/// which is created; on failure it is removed again. The mount is always `nosuid,nodev`; a
+/// bind mount honours `ro` and the other flags by a remount (a bind ignores them on its first
+/// mount). Several mounts, mount-manager types and options it cannot honour are refused
+/// before anything is made ([`MountError::is_unsupported`]).
 pub fn mount_on(mounts: &[Mount], target: &Path) -> Result<(), MountError> {
-    let m = mounts.first().ok_or(MountError::NoMounts)?;
+    let plan = plan(mounts)?;
     std::fs::create_dir_all(target).map_err(|source| MountError::Target {
         path: target.to_path_buf(),
         source,
     })?;
-    let readonly = m.options.iter().any(|o| o == "ro");
-    let result = match m.kind.as_str() {
-        "bind" | "rbind" => mount(
-            Some(m.source.as_str()),
-            target,
-            None::<&str>,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            None::<&str>,
-        )
-        .and_then(|()| {
-            if !readonly {
-                return Ok(());
-            }
-            mount(
-                None::<&str>,
-                target,
-                None::<&str>,
-                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
-                None::<&str>,
-            )
-            .inspect_err(|_| {
-                let _ = umount2(target, MntFlags::MNT_DETACH);
-            })
-        }),
-        kind => {
-            // Only data options go to the filesystem; "ro"/"rw" become flags.
-            let flags = if readonly {
-                MsFlags::MS_RDONLY
+    let result = match &plan {
+        MountPlan::Bind {
+            source,
+            recursive,
+            flags,
+        } => {
+            let rec = if *recursive {
+                MsFlags::MS_REC
             } else {
                 MsFlags::empty()
             };
-            let data: Vec<&str> = m
-                .options
-                .iter()
-                .map(String::as_str)
-                .filter(|o| !matches!(*o, "ro" | "rw"))
-                .collect();
-            let data = data.join(",");
             mount(
-                Some(m.source.as_str()),
+                Some(source.as_str()),
                 target,
-                Some(kind),
-                flags,
-                Some(data.as_str()),
+                None::<&str>,
+                MsFlags::MS_BIND | rec,
+                None::<&str>,
             )
+            .and_then(|()| {
+                mount(
+                    None::<&str>,
+                    target,
+                    None::<&str>,
+                    MsFlags::MS_BIND | MsFlags::MS_REMOUNT | *flags,
+                    None::<&str>,
+                )
+                .inspect_err(|_| {
+                    let _ = umount2(target, MntFlags::MNT_DETACH);
+                })
+            })
         }
+        MountPlan::Fs {
+            kind,
+            source,
+            flags,
+            data,
+        } => mount(
+            Some(source.as_str()),
+            target,
+            Some(kind.as_str()),
+            *flags,
+            Some(data.as_str()),
+        ),
     };
     if let Err(errno) = result {
         let _ = std::fs::remove_dir(target);
         return Err(MountError::Mount {
-            kind: m.kind.clone(),
+            kind: mounts.first().map(|m| m.kind.clone()).unwrap_or_default(),
             path: target.to_path_buf(),
             errno,
         });
@@ -199,6 +336,131 @@ mod tests {
             source: source.into(),
             target: String::new(),
             options: options.iter().map(|o| o.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn flag_options_become_flags_and_host_mounts_are_always_nosuid_nodev() {
+        let host = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        assert_eq!(
+            plan(&[mount("bind", "/s/1/fs", &["rbind", "ro"])]).unwrap(),
+            MountPlan::Bind {
+                source: "/s/1/fs".into(),
+                recursive: true,
+                flags: host | MsFlags::MS_RDONLY,
+            }
+        );
+        // `bind` is not recursive; `suid`/`dev` cannot undo the host flags.
+        assert_eq!(
+            plan(&[mount("bind", "/s/1/fs", &["bind", "suid", "dev", "noexec"])]).unwrap(),
+            MountPlan::Bind {
+                source: "/s/1/fs".into(),
+                recursive: false,
+                flags: host | MsFlags::MS_NOEXEC,
+            }
+        );
+        // A `bind` option on another type is a bind, as the kernel treats MS_BIND.
+        assert!(matches!(
+            plan(&[mount("none", "/s/1/fs", &["rbind"])]).unwrap(),
+            MountPlan::Bind {
+                recursive: true,
+                ..
+            }
+        ));
+        assert_eq!(
+            plan(&[mount(
+                "overlay",
+                "overlay",
+                &["ro", "lowerdir=/a:/b", "nodiratime", "index=off"]
+            )])
+            .unwrap(),
+            MountPlan::Fs {
+                kind: "overlay".into(),
+                source: "overlay".into(),
+                flags: host | MsFlags::MS_RDONLY | MsFlags::MS_NODIRATIME,
+                data: "lowerdir=/a:/b,index=off".into(),
+            }
+        );
+        // `rw` after `ro` wins, as in containerd's left-to-right parse.
+        assert!(matches!(
+            plan(&[mount("overlay", "overlay", &["ro", "rw"])]).unwrap(),
+            MountPlan::Fs { flags, .. } if flags == host
+        ));
+    }
+
+    #[test]
+    fn what_mount_on_cannot_do_is_refused_before_anything_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("t");
+        for (mounts, want) in [
+            (vec![], "no mounts"),
+            (
+                vec![
+                    mount("bind", "/a", &["rbind"]),
+                    mount("bind", "/b", &["rbind"]),
+                ],
+                "2 mounts",
+            ),
+            (
+                vec![mount("format/overlay", "overlay", &[])],
+                "format/overlay",
+            ),
+            (vec![mount("ext4", "/img", &["loop"])], "\"loop\""),
+            (vec![mount("bind", "/a", &["rbind", "rshared"])], "rshared"),
+            (vec![mount("tmpfs", "tmpfs", &["remount"])], "remount"),
+            (
+                vec![mount("bind", "/a", &["rbind", "uidmap=0:1000:1"])],
+                "uidmap",
+            ),
+        ] {
+            let e = mount_on(&mounts, &target).unwrap_err();
+            assert!(e.to_string().contains(want), "{mounts:?}: {e}");
+            assert!(e.is_unsupported(), "{e}");
+            assert!(!target.exists(), "{mounts:?} made the target");
+        }
+    }
+
+    /// As root (the test bed): a snapshot mounted on the host is nosuid,nodev, what
+    /// /proc/self/mountinfo says of it.
+    #[test]
+    fn mounts_on_the_host_are_nosuid_and_nodev() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root to mount");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("src");
+        std::fs::create_dir(&source).unwrap();
+        let opts_of = |t: &Path| {
+            let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+            let table = crate::lifecycle::mountinfo::parse(&table);
+            let m = crate::lifecycle::mountinfo::mount_of(&table, t)
+                .unwrap()
+                .clone();
+            assert_eq!(m.mount_point, t);
+            m.options
+        };
+        for (i, m) in [
+            mount("bind", source.to_str().unwrap(), &["rbind", "ro"]),
+            mount("bind", source.to_str().unwrap(), &["rbind", "rw", "suid"]),
+            mount("tmpfs", "tmpfs", &["size=1m", "dev"]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let target = dir.path().join(format!("t{i}"));
+            mount_on(std::slice::from_ref(&m), &target).unwrap();
+            let opts = opts_of(&target);
+            unmount_and_remove(&target);
+            assert!(
+                opts.iter().any(|o| o == "nosuid") && opts.iter().any(|o| o == "nodev"),
+                "{m:?}: {opts:?}"
+            );
+            assert_eq!(
+                opts.iter().any(|o| o == "ro"),
+                m.options.iter().any(|o| o == "ro"),
+                "{m:?}: {opts:?}"
+            );
         }
     }
 

@@ -398,6 +398,7 @@ impl Pods {
             host: &self.host,
             unprivileged_ports: false,
             unprivileged_icmp: false,
+            pass_through: &runtime.pass_through,
         })?;
         let spec_json = serde_json::to_vec(&spec).map_err(SandboxError::Encode)?;
 

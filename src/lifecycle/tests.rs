@@ -1006,6 +1006,7 @@ fn two_handlers(default: &str) -> RuntimeHandlers {
         },
         runtime_path: String::new(),
         features: Default::default(),
+        pass_through: Default::default(),
     };
     RuntimeHandlers::new(
         default,
@@ -1029,6 +1030,7 @@ fn remora_handler() -> HandlerRuntime {
         },
         runtime_path: "/opt/bin/containerd-shim-remora-v2".into(),
         features: Default::default(),
+        pass_through: Default::default(),
     }
 }
 

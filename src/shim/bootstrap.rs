@@ -21,6 +21,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
@@ -345,11 +346,23 @@ fn bind_group_socket(socket: &Path) -> Result<Bound, BootstrapError> {
         source,
     };
     if let Some(dir) = socket.parent() {
-        std::fs::create_dir_all(dir).map_err(err)?;
+        // As containerd's shims: a directory made here is the owner's alone (an existing one,
+        // containerd's, is left as it is).
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(err)?;
     }
     for _ in 0..2 {
         match std::os::unix::net::UnixListener::bind(socket) {
-            Ok(l) => return Ok(Bound::New(OwnedFd::from(l))),
+            Ok(l) => {
+                // Whoever can connect drives the shim (create, exec, kill): 0600 as
+                // containerd's `shim.NewSocket`, never the umask's 0755.
+                std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+                    .map_err(err)?;
+                return Ok(Bound::New(OwnedFd::from(l)));
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
                 if std::os::unix::net::UnixStream::connect(socket).is_ok() {
                     return Ok(Bound::Alive);
@@ -556,6 +569,19 @@ mod tests {
         assert_eq!(group_of(c, "ctr").unwrap(), "pod1");
         assert_eq!(group_of(br#"{"process":{}}"#, "ctr").unwrap(), "ctr");
         assert!(group_of(b"not json", "ctr").is_err());
+    }
+
+    #[test]
+    fn the_group_socket_is_0600_in_a_0700_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let socket = tmp.path().join("s/abc");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let Bound::New(_fd) = bind_group_socket(&socket).unwrap() else {
+            panic!("a fresh path binds anew");
+        };
+        assert_eq!(mode(&socket), 0o600);
+        assert_eq!(mode(socket.parent().unwrap()), 0o700);
     }
 
     #[test]

@@ -51,7 +51,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSliceMut, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -680,6 +680,26 @@ fn open_stdin(path: &Path) -> Result<(AsyncFd<OwnedFd>, OwnedFd), IoError> {
     Ok((register(STREAM, "FIFO reader", reader)?, keep))
 }
 
+/// Creates `dir` mode 0700, or sets 0700 on it when it exists with another mode: the shim's
+/// own directory of console sockets (a `mkdir` by the umask made it 0755).
+pub fn make_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "exists and is not a directory",
+        ));
+    }
+    if meta.permissions().mode() & 0o7777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 /// Binds the console socket at a fresh short name in `dir`.
 fn bind_console_socket(dir: &Path) -> Result<ConsoleSocket, IoError> {
     let mut tries = 0;
@@ -692,10 +712,17 @@ fn bind_console_socket(dir: &Path) -> Result<ConsoleSocket, IoError> {
         }
         match UnixListener::bind(&path) {
             Ok(listener) => {
+                // runc connects as root; nobody else may hand the shim a terminal.
+                if let Err(source) =
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                {
+                    let _ = std::fs::remove_file(&path);
+                    return Err(IoError::ConsoleSocketBind { path, source });
+                }
                 return Ok(ConsoleSocket {
                     listener: Some(listener),
                     path,
-                })
+                });
             }
             // A stale socket of a dead shim that had this pid: take the next name.
             Err(e) if e.kind() == io::ErrorKind::AddrInUse && tries < CONSOLE_SOCKET_TRIES => {

@@ -47,7 +47,7 @@
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -567,12 +567,20 @@ struct Spool {
 impl Spool {
     /// Opens (creating) the spool, reads its complete records and cuts any damaged tail off.
     fn open(path: PathBuf, log: &Logger) -> Result<(Spool, Vec<Envelope>), PublishError> {
+        // The spool holds the events of every container of the pod: the owner's alone, also
+        // when an older shim left it with the umask's mode. A symlink in its place is refused,
+        // not followed (replay may cut the file back).
         let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .custom_flags(libc::O_NOFOLLOW)
+            .mode(0o600)
             .open(&path)
+            .and_then(|f| {
+                f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+                Ok(f)
+            })
             .map_err(|source| PublishError::OpenSpool {
                 path: path.clone(),
                 source,

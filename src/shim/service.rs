@@ -1208,7 +1208,7 @@ async fn serve_async(flags: &Flags) -> Result<(), ServeError> {
     let socket = PathBuf::from(&flags.socket);
     let ttrpc_address =
         std::env::var("TTRPC_ADDRESS").unwrap_or_else(|_| format!("{}.ttrpc", flags.address));
-    if let Err(e) = std::fs::create_dir_all(CONSOLE_DIR) {
+    if let Err(e) = crate::shim::io::make_private_dir(Path::new(CONSOLE_DIR)) {
         warn!(log, "no console socket dir: terminals will fail"; "dir" => CONSOLE_DIR, "error" => %e);
     }
     // Before any child is spawned: the reaper must see every exit.

@@ -15,6 +15,7 @@
 pub mod devices;
 pub mod mounts;
 pub mod namespaces;
+pub mod passthrough;
 pub mod process;
 pub mod resources;
 pub mod rootfs;
@@ -34,6 +35,7 @@ use oci_spec::OciSpecError;
 use thiserror::Error;
 
 pub use devices::DeviceLookup;
+pub use passthrough::PassThrough;
 pub use process::{merge_env, process_args};
 pub use rootfs::RootFs;
 pub use types::*;
@@ -240,6 +242,8 @@ pub struct ContainerInputs<'a> {
     pub host: &'a HostFacts,
     /// Device lookup for [`ContainerConfig::devices`].
     pub device_lookup: &'a DeviceLookup<'a>,
+    /// The pod and container annotations the runtime handler passes to the spec.
+    pub pass_through: &'a PassThrough,
 }
 
 /// A generated container spec and the host preparation it needs.
@@ -279,6 +283,8 @@ pub struct SandboxInputs<'a> {
     /// Set `net.ipv4.ping_group_range=0 2147483647` unless the pod sets it (containerd's
     /// `enable_unprivileged_icmp`). Leave off where critest's NET_RAW-drop spec must pass.
     pub unprivileged_icmp: bool,
+    /// The pod annotations the runtime handler passes to the spec.
+    pub pass_through: &'a PassThrough,
 }
 
 /// The root path in the bundle, as containerd lays it out.
@@ -303,14 +309,17 @@ pub fn cgroups_path(parent: &str, id: &str) -> Option<PathBuf> {
     }
 }
 
-/// The annotations of a container spec: the CRI annotations, then containerd's CRI keys
-/// (which win, so a user cannot impersonate another sandbox).
+/// The annotations of a container spec: the pod's and the container's annotations that the
+/// handler passes through ([`passthrough`]), then containerd's CRI keys (which win, so a user
+/// cannot impersonate another sandbox).
 pub fn container_annotations(
     config: &ContainerConfig,
     sandbox_id: &str,
     pod: &SandboxConfig,
+    pass: &PassThrough,
 ) -> HashMap<String, String> {
-    let mut a = config.annotations.clone();
+    let mut a = pass.pod_annotations(&pod.annotations);
+    a.extend(pass.container_annotations(&config.annotations));
     for (k, v) in [
         (
             annotations::CONTAINER_TYPE,
@@ -333,8 +342,9 @@ pub fn sandbox_annotations(
     id: &str,
     pod: &SandboxConfig,
     image_name: &str,
+    pass: &PassThrough,
 ) -> HashMap<String, String> {
-    let mut a = pod.annotations.clone();
+    let mut a = pass.pod_annotations(&pod.annotations);
     for (k, v) in [
         (
             annotations::CONTAINER_TYPE,
@@ -542,7 +552,12 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
         .process(finish_process(process, sec.no_new_privs)?)
         .mounts(plan.mounts)
         .linux(linux.build()?)
-        .annotations(container_annotations(cfg, &inputs.sandbox.id, pod))
+        .annotations(container_annotations(
+            cfg,
+            &inputs.sandbox.id,
+            pod,
+            inputs.pass_through,
+        ))
         .build()?;
     // No hostname: the container joins the pod's UTS namespace, which already has it.
     spec.set_hostname(None);
@@ -683,7 +698,12 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
             sec.namespaces.user.as_ref().map(|u| (u, host_network)),
         )?)
         .linux(linux.build()?)
-        .annotations(sandbox_annotations(inputs.id, cfg, inputs.image_name));
+        .annotations(sandbox_annotations(
+            inputs.id,
+            cfg,
+            inputs.image_name,
+            inputs.pass_through,
+        ));
     // A host-network pod keeps the node's UTS namespace; setting a hostname there would
     // rename the node (runc refuses anyway).
     let mut spec = spec.build()?;

@@ -393,6 +393,7 @@ fn container_specs_are_valid_or_typed_errors() {
                         target_pid,
                         host: &host,
                         device_lookup: &fake_devices,
+                        pass_through: &crate::spec::PassThrough::default(),
                     }) {
                         Err(e) => no_build_error(&e)?,
                         Ok(generated) => {
@@ -446,6 +447,7 @@ fn sandbox_specs_are_valid_or_typed_errors() {
                         host: &host,
                         unprivileged_ports: ports,
                         unprivileged_icmp: icmp,
+                        pass_through: &crate::spec::PassThrough::default(),
                     }) {
                         Err(e) => no_build_error(&e)?,
                         Ok(spec) => {

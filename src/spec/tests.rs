@@ -115,6 +115,7 @@ fn build(
         target_pid: None,
         host: h,
         device_lookup: &no_devices,
+        pass_through: &crate::spec::PassThrough::default(),
     })
 }
 
@@ -227,12 +228,79 @@ fn container_spec_puts_everything_together() {
     assert_eq!(ann[annotations::CONTAINER_NAME], "web");
     assert_eq!(ann[annotations::IMAGE_NAME], "registry.example/web:1");
     assert_eq!(ann[annotations::SANDBOX_NAMESPACE], "default");
-    assert_eq!(ann["user.note"], "x");
+    // No pass-through configured: the pod author's annotation stays out of the spec.
+    assert!(!ann.contains_key("user.note"), "{ann:?}");
 
     // What runc will read.
     let json = serde_json::to_value(spec).unwrap();
     assert_eq!(json["ociVersion"], oci_spec::runtime::VERSION);
     assert_eq!(json["root"]["path"], "rootfs");
+}
+
+#[test]
+fn only_the_handlers_pass_through_annotations_reach_the_spec() {
+    let mut cfg = config();
+    cfg.annotations
+        .insert("org.systemd.property.CPUQuota".into(), "1%".into());
+    cfg.annotations.insert("run.oci.foo".into(), "1".into());
+    cfg.annotations
+        .insert("io.kubernetes.cri.extra".into(), "forged".into());
+    let mut sb = sandbox();
+    sb.config
+        .annotations
+        .insert("example.com/pod-note".into(), "p".into());
+    sb.config
+        .annotations
+        .insert("org.systemd.property.TasksMax".into(), "1".into());
+    let pass = PassThrough {
+        pod: vec!["example.com/*".into()],
+        container: vec!["run.oci.*".into(), "user.note".into()],
+    };
+    let root = rootfs();
+    let out = container_spec(&ContainerInputs {
+        id: "c1",
+        config: &cfg,
+        image: &image(),
+        sandbox: &sb,
+        rootfs: RootFs::Dir(root.path()),
+        target_pid: None,
+        host: &host(),
+        device_lookup: &no_devices,
+        pass_through: &pass,
+    })
+    .unwrap();
+    let ann = out.spec.annotations().as_ref().unwrap();
+    let mut keys: Vec<&str> = ann
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !k.starts_with("io.kubernetes.cri."))
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["example.com/pod-note", "run.oci.foo", "user.note"]);
+    assert!(!ann.contains_key("io.kubernetes.cri.extra"), "{ann:?}");
+
+    let files = sb.files.clone();
+    let spec = sandbox_spec(&SandboxInputs {
+        id: "sb1",
+        config: &sb.config,
+        image: &pause_image(),
+        image_name: "registry.k8s.io/pause:3.10",
+        rootfs: None,
+        netns_path: None,
+        userns_path: None,
+        files: &files,
+        host: &host(),
+        unprivileged_ports: false,
+        unprivileged_icmp: false,
+        pass_through: &pass,
+    })
+    .unwrap();
+    let ann = spec.annotations().as_ref().unwrap();
+    assert_eq!(ann["example.com/pod-note"], "p");
+    assert!(
+        !ann.contains_key("org.systemd.property.TasksMax"),
+        "{ann:?}"
+    );
 }
 
 #[test]
@@ -434,6 +502,7 @@ fn build_sandbox(
         host: h,
         unprivileged_ports: true,
         unprivileged_icmp: false,
+        pass_through: &crate::spec::PassThrough::default(),
     })
 }
 

@@ -570,6 +570,7 @@ fn check_pod(
         host: &spec::HostFacts::default(),
         unprivileged_ports: true,
         unprivileged_icmp: false,
+        pass_through: &crate::spec::PassThrough::default(),
     });
     match result {
         Err(e) => {
@@ -737,6 +738,7 @@ fn check_container(
         target_pid: Some(99),
         host: &spec::HostFacts::default(),
         device_lookup: &fake_devices,
+        pass_through: &crate::spec::PassThrough::default(),
     });
     match result {
         Err(e) => {

@@ -255,4 +255,127 @@ mod tests {
             assert!(CniResult::parse(bad.clone()).is_err(), "{bad}");
         }
     }
+
+    /// Property tests: a plugin's output is parsed whatever it holds — no panic, and what
+    /// comes out is never more than what went in (no allocation the input does not pay for).
+    mod props {
+        use super::*;
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+
+        /// Address-like strings: valid CIDRs, bare addresses, junk, huge prefixes.
+        fn address() -> impl Strategy<Value = String> {
+            prop_oneof![
+                (any::<[u8; 4]>(), 0u16..300)
+                    .prop_map(|(a, l)| format!("{}.{}.{}.{}/{l}", a[0], a[1], a[2], a[3])),
+                (any::<[u16; 8]>(), 0u16..300)
+                    .prop_map(|(a, l)| { format!("{}/{l}", std::net::Ipv6Addr::from(a)) }),
+                any::<[u8; 4]>().prop_map(|a| format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3])),
+                ".{0,40}",
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                ".{0,20}".prop_map(Value::from),
+                address().prop_map(Value::from),
+            ];
+            leaf.prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    vec(inner.clone(), 0..4).prop_map(Value::from),
+                    vec(
+                        (
+                            prop_oneof![
+                                Just("address".to_string()),
+                                Just("gateway".to_string()),
+                                Just("interface".to_string()),
+                                Just("dst".to_string()),
+                                Just("gw".to_string()),
+                                Just("name".to_string()),
+                                ".{0,8}"
+                            ],
+                            inner
+                        ),
+                        0..4
+                    )
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// Results shaped like a plugin's, with hostile fields anywhere.
+        fn result() -> impl Strategy<Value = Value> {
+            let ip = (
+                address(),
+                proptest::option::of(address()),
+                proptest::option::of(0usize..6),
+            )
+                .prop_map(|(a, g, i)| {
+                    let mut m = serde_json::Map::new();
+                    m.insert("address".into(), a.into());
+                    if let Some(g) = g {
+                        m.insert("gateway".into(), g.into());
+                    }
+                    if let Some(i) = i {
+                        m.insert("interface".into(), i.into());
+                    }
+                    Value::Object(m)
+                });
+            let iface = (".{0,16}", ".{0,20}", ".{0,20}")
+                .prop_map(|(n, mac, sb)| serde_json::json!({"name": n, "mac": mac, "sandbox": sb}));
+            let route = (address(), proptest::option::of(address()))
+                .prop_map(|(d, g)| serde_json::json!({"dst": d, "gw": g}));
+            (
+                ".{0,10}",
+                vec(iface, 0..4),
+                vec(ip, 0..6),
+                vec(route, 0..4),
+                value(),
+                value(),
+            )
+                .prop_map(|(v, ifs, ips, routes, dns, extra)| {
+                    serde_json::json!({
+                        "cniVersion": v,
+                        "interfaces": ifs,
+                        "ips": ips,
+                        "routes": routes,
+                        "dns": dns,
+                        "extra": extra,
+                    })
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn results_parse_without_panic_and_never_grow(raw in prop_oneof![result(), value()]) {
+                let n = |k: &str| raw.get(k).and_then(Value::as_array).map_or(0, Vec::len);
+                if let Ok(r) = CniResult::parse(raw.clone()) {
+                    prop_assert!(r.ips.len() <= n("ips"));
+                    prop_assert!(r.routes.len() <= n("routes"));
+                    prop_assert!(r.interfaces.len() <= n("interfaces"));
+                    for ip in &r.ips {
+                        let max = if ip.address.is_ipv4() { 32 } else { 128 };
+                        prop_assert!(ip.prefix_len <= max);
+                        prop_assert!(ip.interface.is_none_or(|i| i < r.interfaces.len()));
+                    }
+                    let chosen = r.pod_ips("eth0");
+                    prop_assert!(chosen.len() <= r.ips.len());
+                }
+            }
+
+            #[test]
+            fn plugin_output_bytes_never_panic(bytes in vec(any::<u8>(), 0..512)) {
+                // As `CniExec::add` reads a plugin's stdout: JSON first, then the result.
+                if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
+                    let _ = CniResult::parse(v);
+                }
+            }
+        }
+    }
 }

@@ -615,6 +615,11 @@ async fn terminal_io(dir: &Path) -> (ProcessIo, pipe::Receiver, PathBuf, AsyncFd
     assert!(stdio.stdin.is_none() && stdio.stdout.is_none() && stdio.stderr.is_none());
     let socket = io.console_socket().unwrap().to_path_buf();
     assert!(socket.starts_with(dir) && socket.as_os_str().len() < SUN_PATH_LEN);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the console socket is the shim's alone");
+    }
     let (master, slave) = open_pty();
     send_master(&socket, master);
     io.start_copying().await.unwrap();
@@ -816,4 +821,17 @@ async fn dropping_the_io_stops_the_copies_and_terms_the_logger() {
     );
     // Lets the logger's cats see EOF and exit.
     drop(stdio);
+}
+
+#[test]
+fn the_console_dir_is_made_private_and_a_wider_mode_is_fixed() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let fresh = tmp.path().join("a/console");
+    make_private_dir(&fresh).unwrap();
+    assert_eq!(mode(&fresh), 0o700);
+    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    make_private_dir(&fresh).unwrap();
+    assert_eq!(mode(&fresh), 0o700);
 }

@@ -843,3 +843,20 @@ mod props {
         }
     }
 }
+
+#[tokio::test]
+async fn the_spool_is_the_owners_alone_even_when_an_older_shim_left_it_wider() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let fresh = dir.path().join("fresh.spool");
+    let p = start(&fresh, Fake::accepting(), discard());
+    assert_eq!(mode(&fresh), 0o600);
+    drop(p);
+    let old = dir.path().join("old.spool");
+    std::fs::write(&old, b"").unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let p = start(&old, Fake::accepting(), discard());
+    assert_eq!(mode(&old), 0o600);
+    drop(p);
+}

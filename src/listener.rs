@@ -235,7 +235,11 @@ mod tests {
         let mut buf = [0u8; 8];
         assert_eq!(io.read(&mut buf).await.unwrap(), 1);
         assert_eq!(io.read(&mut buf).await.unwrap(), 1);
-        let err = io.read(&mut buf).await.unwrap_err();
+        // Bounded: without the timeout the read would wait forever (virtual time).
+        let err = tokio::time::timeout(Duration::from_secs(3600), io.read(&mut buf))
+            .await
+            .expect("the idle read ends")
+            .unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
         assert_eq!(start.elapsed(), Duration::from_secs(22));
         assert!(io.write(b"y").await.is_err(), "writes fail once expired");
@@ -251,7 +255,10 @@ mod tests {
         io.write_all(b"out").await.unwrap();
         let mut got = [0u8; 3];
         far.read_exact(&mut got).await.unwrap();
-        let err = io.read(&mut [0u8; 8]).await.unwrap_err();
+        let err = tokio::time::timeout(Duration::from_secs(3600), io.read(&mut [0u8; 8]))
+            .await
+            .expect("the idle read ends")
+            .unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
         assert_eq!(start.elapsed(), Duration::from_secs(18));
     }

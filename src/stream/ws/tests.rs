@@ -457,14 +457,13 @@ async fn a_message_at_the_limit_is_delivered() {
 #[tokio::test(start_paused = true)]
 async fn a_reader_that_does_not_read_holds_at_most_its_byte_budget() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let (_conn, mut chans, client) = open(Framing::Binary, false, &[ChannelKind::Read]).await;
+    let (_conn, mut chans, mut client) = open(Framing::Binary, false, &[ChannelKind::Read]).await;
     let mut stdin = take_reader(&mut chans, 0);
     const MESSAGE: usize = 512 * 1024;
     const COUNT: usize = 16;
     let sent = Arc::new(AtomicUsize::new(0));
     let counted = sent.clone();
-    let mut client = client;
-    let sender = tokio::spawn(async move {
+    let mut sender = tokio::spawn(async move {
         for i in 0..COUNT {
             let mut m = vec![0u8];
             m.extend_from_slice(&vec![i as u8; MESSAGE]);
@@ -473,7 +472,6 @@ async fn a_reader_that_does_not_read_holds_at_most_its_byte_budget() {
         }
         client
     });
-    let mut sender = sender;
     let stalled = tokio::time::timeout(Duration::from_secs(60), &mut sender).await;
     assert!(
         stalled.is_err(),

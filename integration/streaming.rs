@@ -725,3 +725,143 @@ async fn with_tls_configured_the_urls_are_https_and_crictl_streams_over_them() {
         assert_exec_echoes(&bed, t, &id, "over-tls");
     }
 }
+
+/// Raises this process's soft RLIMIT_NOFILE to at least `want` (up to the hard limit):
+/// remora, started by the harness, inherits it.
+fn raise_nofile(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
+}
+
+/// Whether the server has closed `s` (EOF or reset) without sending anything; false while
+/// it is open. Non-blocking.
+fn closed_by_server(s: &mut std::net::TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    match s.read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(_) => true,
+    }
+}
+
+/// 2,000 idle connections (four times the cap) and a client that sends half a request line
+/// and nothing more: the connections over the cap are closed at once, the others and the slow
+/// one after the header-read timeout; remora's fds return to their baseline while the
+/// attacker still holds its sockets, and real execs work then and after.
+#[tokio::test]
+async fn idle_connections_and_a_slow_header_neither_stop_exec_nor_leak_fds() {
+    const IDLE: usize = 2000;
+    const CAP: usize = 500;
+    const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+    raise_nofile(IDLE as u64 + 1024);
+    let bed = BedRemora::start_with_network_and(&format!(
+        "[streaming]\nheader_read_timeout = \"{}s\"\nmax_connections = {CAP}\n",
+        HEADER_TIMEOUT.as_secs()
+    ));
+    let logs = scratch();
+    let pod = start_pod(&bed, "stream-flood", logs.path(), false).await;
+    let id = pod.run(container("target", &["sleep", "3600"])).await;
+    for t in TRANSPORTS {
+        assert_exec_echoes(&bed, t, &id, "warm");
+    }
+    let pid = bed.remora.pid();
+    let fds_before = open_fds(pid);
+    // The streaming server's address, from a URL it hands out.
+    let url = bed
+        .remora
+        .runtime()
+        .exec(v1::ExecRequest {
+            container_id: id.clone(),
+            cmd: vec!["true".into()],
+            stdout: true,
+            ..Default::default()
+        })
+        .await
+        .expect("Exec")
+        .into_inner()
+        .url;
+    let address = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .expect("an http URL")
+        .to_string();
+    assert!(address.starts_with("127.0.0.1:"), "loopback only: {url}");
+
+    let started = Instant::now();
+    let mut slow = std::net::TcpStream::connect(&address).expect("connect");
+    slow.write_all(b"GET /exec/x HT")
+        .expect("half a request line");
+    let mut idle: Vec<std::net::TcpStream> = (0..IDLE)
+        .map(|i| {
+            std::net::TcpStream::connect(&address).unwrap_or_else(|e| panic!("connection {i}: {e}"))
+        })
+        .collect();
+    for s in idle.iter_mut().chain(std::iter::once(&mut slow)) {
+        s.set_nonblocking(true).expect("nonblocking");
+    }
+    // Over the cap: closed at once, long before the header timeout.
+    let mut refused = 0;
+    wait_until(
+        "the connections over the cap to be closed",
+        Duration::from_secs(30),
+        || {
+            refused = idle.iter_mut().map(closed_by_server).filter(|c| *c).count();
+            let done = refused >= IDLE - CAP;
+            async move { done }
+        },
+    )
+    .await;
+    let refused_after = started.elapsed();
+    let peak_fds = open_fds(pid);
+    // The rest, and the slow client, after the header timeout; remora's fds come back while
+    // every client socket is still open.
+    wait_until(
+        "remora's fds back to the baseline with the attacker's sockets still open",
+        Duration::from_secs(60),
+        || async { open_fds(pid) <= fds_before },
+    )
+    .await;
+    let recovered_after = started.elapsed();
+    assert!(
+        recovered_after >= HEADER_TIMEOUT,
+        "admitted connections were closed before the header timeout ({recovered_after:?})"
+    );
+    wait_until(
+        "every idle and the slow connection closed by remora",
+        Duration::from_secs(30),
+        || {
+            let all = idle.iter_mut().all(closed_by_server) && closed_by_server(&mut slow);
+            async move { all }
+        },
+    )
+    .await;
+    // During: the attacker still holds its 2,001 sockets.
+    for t in TRANSPORTS {
+        assert_exec_echoes(&bed, t, &id, "during");
+    }
+    drop(idle);
+    drop(slow);
+    for t in TRANSPORTS {
+        assert_exec_echoes(&bed, t, &id, "after");
+    }
+    wait_until(
+        "remora's fds back to the baseline after the execs",
+        Duration::from_secs(30),
+        || async { open_fds(pid) <= fds_before },
+    )
+    .await;
+    eprintln!(
+        "flood: {refused} of {IDLE} closed at once within {refused_after:?}; remora fds {fds_before} before, {peak_fds} at the peak, back to the baseline after {recovered_after:?}"
+    );
+}

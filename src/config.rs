@@ -184,6 +184,14 @@ address = "127.0.0.1:0"
 token_ttl = "1m"
 # How long a client gets, after connecting, to open all of its streams.
 stream_creation_timeout = "30s"
+# How long a client gets to send its request head after connecting (after the TLS handshake).
+header_read_timeout = "10s"
+# Connections open at once, exec/attach/port-forward sessions included; more are closed at
+# once and counted in remora_listener_connections_refused_total.
+max_connections = 512
+# A session on which nothing was read or written for this long is closed (kubelet's
+# streamingConnectionIdleTimeout, 4h by default).
+idle_timeout = "4h"
 # TLS for the streaming server: a PEM certificate chain (leaf first), set together with
 # tls_key_file. With them the URLs handed out are https://; empty: plain http.
 tls_cert_file = ""
@@ -561,6 +569,15 @@ pub struct StreamingConfig {
     /// How long a client gets, after connecting, to open all its streams.
     #[serde(with = "humantime_serde")]
     pub stream_creation_timeout: Duration,
+    /// How long a client gets to send its request head.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// Connections open at once (sessions included); more are closed at once.
+    pub max_connections: usize,
+    /// A session idle (nothing read or written) for this long is closed; kubelet's
+    /// `streamingConnectionIdleTimeout`, 4 h by default.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
     /// PEM certificate chain for TLS; empty: no TLS.
     pub tls_cert_file: String,
     /// PEM private key of `tls_cert_file`.
@@ -573,6 +590,9 @@ impl Default for StreamingConfig {
             address: "127.0.0.1:0".into(),
             token_ttl: Duration::from_secs(60),
             stream_creation_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 512,
+            idle_timeout: Duration::from_secs(4 * 3600),
             tls_cert_file: String::new(),
             tls_key_file: String::new(),
         }
@@ -717,10 +737,25 @@ impl Config {
                 "streaming.stream_creation_timeout",
                 self.streaming.stream_creation_timeout,
             ),
+            (
+                "streaming.header_read_timeout",
+                self.streaming.header_read_timeout,
+            ),
+            ("streaming.idle_timeout", self.streaming.idle_timeout),
         ] {
             if d.is_zero() {
                 return Err(invalid(key, "must be greater than zero"));
             }
+        }
+        // hyper adds it to an Instant (which panics on overflow): keep it sane.
+        if self.streaming.header_read_timeout > Duration::from_secs(3600) {
+            return Err(invalid(
+                "streaming.header_read_timeout",
+                "must be at most 1h",
+            ));
+        }
+        if self.streaming.max_connections == 0 {
+            return Err(invalid("streaming.max_connections", "must be at least 1"));
         }
         if self.cni.plugin_timeout.is_zero() {
             return Err(invalid("cni.plugin_timeout", "must be greater than zero"));
@@ -930,6 +965,22 @@ mod tests {
                 "images.max_concurrent_downloads",
             ),
             ("[images]\nsnapshotter = \"\"\n", "images.snapshotter"),
+            (
+                "[streaming]\nheader_read_timeout = \"0s\"\n",
+                "streaming.header_read_timeout",
+            ),
+            (
+                "[streaming]\nheader_read_timeout = \"300years\"\n",
+                "streaming.header_read_timeout",
+            ),
+            (
+                "[streaming]\nmax_connections = 0\n",
+                "streaming.max_connections",
+            ),
+            (
+                "[streaming]\nidle_timeout = \"0s\"\n",
+                "streaming.idle_timeout",
+            ),
             ("[log]\nlevel = \"loud\"\n", "level"),
             (
                 "[containerd]\nreconnect_backoff_min = \"20s\"\nreconnect_backoff_max = \"1s\"\n",

@@ -31,6 +31,8 @@ mod layering;
 #[cfg(feature = "daemon")]
 pub mod lifecycle;
 #[cfg(feature = "daemon")]
+pub mod listener;
+#[cfg(feature = "daemon")]
 pub mod logging;
 #[cfg(feature = "daemon")]
 pub mod metrics;

@@ -78,6 +78,13 @@ pub struct TopicLabel {
     pub topic: String,
 }
 
+/// The label of one of remora's HTTP listeners.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    /// `streaming` or `metrics`.
+    pub listener: String,
+}
+
 /// One gauge family computed at scrape time (see [`Metrics::add_gauges`]).
 #[derive(Debug, Clone)]
 pub struct GaugeFamily {
@@ -168,6 +175,7 @@ struct Inner {
     events_handled: Family<TopicLabel, Counter>,
     event_retries: Counter,
     containerd_reconnects: Counter,
+    connections_refused: Family<ListenerLabel, Counter>,
 }
 
 /// remora's metrics: the registry and a handle on every metric. Cheap to clone.
@@ -295,6 +303,13 @@ impl Metrics {
             containerd_reconnects.clone(),
         );
 
+        let connections_refused = Family::<ListenerLabel, Counter>::default();
+        reg.register(
+            "listener_connections_refused",
+            "Connections closed at once because their listener had as many open as it allows",
+            connections_refused.clone(),
+        );
+
         let sources = Arc::new(Sources::default());
         reg.register_collector(Box::new(StateCollector(sources.clone())));
 
@@ -317,6 +332,7 @@ impl Metrics {
                 events_handled,
                 event_retries,
                 containerd_reconnects,
+                connections_refused,
             }),
         }
     }
@@ -437,6 +453,16 @@ impl Metrics {
     pub fn containerd_reconnect(&self) {
         self.inner.containerd_reconnects.inc();
     }
+
+    /// `listener` closed a connection at once: it had as many open as it allows.
+    pub fn connection_refused(&self, listener: &'static str) {
+        self.inner
+            .connections_refused
+            .get_or_create(&ListenerLabel {
+                listener: listener.to_string(),
+            })
+            .inc();
+    }
 }
 
 /// The canonical gRPC code names (as grpc-go prints them), used as the `code` label.
@@ -517,7 +543,17 @@ fn respond<B>(metrics: &Metrics, req: &Request<B>) -> Response<Full<Bytes>> {
     resp
 }
 
-/// Serves the endpoint on `listener` until `stop` turns true.
+/// How long a metrics client gets to send its request head.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one metrics connection may last, answer included (a scrape takes milliseconds;
+/// this only ends one whose client stopped reading).
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// Metrics connections open at once; more are closed at once (a scraper needs one).
+pub const MAX_CONNECTIONS: usize = 32;
+
+/// Serves the endpoint on `listener` until `stop` turns true, with the limits of
+/// [`crate::listener`]: one request per connection, [`HEADER_READ_TIMEOUT`] for its head,
+/// [`CONNECTION_TIMEOUT`] for all of it, and at most [`MAX_CONNECTIONS`] at once.
 pub async fn serve(
     metrics: Metrics,
     listener: tokio::net::TcpListener,
@@ -527,6 +563,7 @@ pub async fn serve(
     if let Ok(addr) = listener.local_addr() {
         info!(log, "serving metrics"; "address" => %addr);
     }
+    let cap = crate::listener::ConnectionCap::new(MAX_CONNECTIONS);
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -546,18 +583,29 @@ pub async fn serve(
                 continue;
             }
         };
+        let Some(permit) = cap.try_admit() else {
+            metrics.connection_refused("metrics");
+            debug!(log, "metrics connection refused: too many open"; "peer" => %peer, "max" => MAX_CONNECTIONS);
+            drop(stream);
+            continue;
+        };
         let metrics = metrics.clone();
         let log = log.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let resp = respond(&metrics, &req);
                 async move { Ok::<_, Infallible>(resp) }
             });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await
-            {
-                debug!(log, "metrics connection ended with an error"; "peer" => %peer, "error" => %e);
+            let conn = crate::listener::http1_builder(HEADER_READ_TIMEOUT)
+                .keep_alive(false)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            match tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    debug!(log, "metrics connection ended with an error"; "peer" => %peer, "error" => %e)
+                }
+                Err(_) => debug!(log, "metrics connection timed out"; "peer" => %peer),
             }
         });
     }

@@ -722,6 +722,9 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
             .map_err(ServerError::Streaming)?,
         token_ttl: config.streaming.token_ttl,
         stream_creation_timeout: config.streaming.stream_creation_timeout,
+        header_read_timeout: config.streaming.header_read_timeout,
+        max_connections: config.streaming.max_connections,
+        idle_timeout: config.streaming.idle_timeout,
         tls: (!config.streaming.tls_cert_file.is_empty()).then(|| TlsFiles {
             cert: config.streaming.tls_cert_file.clone().into(),
             key: config.streaming.tls_key_file.clone().into(),
@@ -730,6 +733,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let (streaming, stream_listener) = StreamServer::bind(
         streaming_config,
         Arc::new(PodStreams(pods.clone())),
+        metrics.clone(),
         log.new(slog::o!("component" => "streaming")),
     )
     .await

@@ -64,6 +64,10 @@ pub enum CriError {
     /// The CNI config template could not be applied (`UpdateRuntimeConfig`).
     #[error(transparent)]
     CniTemplate(TemplateError),
+    /// A `GetContainerEvents` subscriber fell behind and missed events: its stream ends so
+    /// that the client relists.
+    #[error(transparent)]
+    EventsLost(#[from] crate::lifecycle::events::EventsLost),
     /// Blocking work on remora's behalf panicked or was cancelled.
     #[error("{what} was aborted")]
     Aborted {
@@ -151,6 +155,8 @@ impl CriError {
                 TemplateError::Write { .. } => Code::Internal,
             },
             CriError::Aborted { .. } => Code::Internal,
+            // Retry at a higher level: relist, then subscribe again.
+            CriError::EventsLost(_) => Code::Aborted,
             // containerd answers ErrUnavailable for the stats of a pod that is not ready.
             CriError::Stats(StatsError::NotReady { .. }) => Code::Unavailable,
             CriError::Stats(StatsError::Store(e)) => store_code(e),
@@ -280,6 +286,19 @@ mod tests {
             "{}",
             s.message()
         );
+    }
+
+    #[test]
+    fn lost_events_are_aborted_and_say_to_relist() {
+        let s: tonic::Status =
+            CriError::from(crate::lifecycle::events::EventsLost { missed: 3 }).into();
+        assert_eq!(s.code(), Code::Aborted);
+        assert!(
+            s.message().contains("3 container events were lost"),
+            "{}",
+            s.message()
+        );
+        assert!(s.message().contains("relist"), "{}", s.message());
     }
 
     #[test]

@@ -618,12 +618,18 @@ impl RuntimeService for CriService {
             Ids::none(),
             |_log| async move {
                 let (replay, rx) = rt.pods.events.subscribe();
-                let live = tokio_stream::wrappers::BroadcastStream::new(rx)
-                    // A subscriber that lagged skips what it missed (kubelet relists).
-                    .filter_map(|item| item.ok());
-                let stream = tokio_stream::iter(replay)
-                    .chain(live)
-                    .map(move |event| Ok(container_event(&rt, event)));
+                let log = rt.log.clone();
+                // A subscriber that fell behind gets an error and the end of its stream (the
+                // live stream ends after its first error): kubelet then relists.
+                let stream = tokio_stream::iter(replay.into_iter().map(Ok))
+                    .chain(crate::lifecycle::events::live(rx))
+                    .map(move |event| match event {
+                        Ok(event) => Ok(container_event(&rt, event)),
+                        Err(lost) => {
+                            slog::warn!(log, "GetContainerEvents subscriber fell behind; ending its stream"; "missed" => lost.missed);
+                            Err(Status::from(CriError::from(lost)))
+                        }
+                    });
                 let stream: Self::GetContainerEventsStream = Box::pin(stream);
                 Ok(stream)
             },

@@ -1,6 +1,7 @@
 //! Lifecycle events for `GetContainerEvents`: every subscriber gets every event emitted after
-//! it subscribed (a broadcast channel; a subscriber that falls more than [`CAPACITY`] events
-//! behind skips the oldest, as kubelet's PLEG tolerates: it relists).
+//! it subscribed (a broadcast channel). A subscriber that falls more than [`CAPACITY`] events
+//! behind has missed some: [`live`] then ends its stream with [`EventsLost`], so that the
+//! client (kubelet's evented PLEG) relists instead of believing it saw every change.
 //!
 //! Exits that recovery records at start-up (containers that died while remora was down)
 //! happened before anyone could subscribe to this remora: they are also kept in a backlog
@@ -9,6 +10,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use futures_util::Stream;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -48,6 +50,32 @@ pub struct LifecycleEvent {
     /// longer be looked up when the event is delivered. kubelet's evented PLEG drops an event
     /// without a pod status, and needs this one to forget the pod.
     pub removed_sandbox: Option<Box<SandboxSnapshot>>,
+}
+
+/// A subscriber fell behind by more than [`CAPACITY`] events: those are gone for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{missed} container events were lost because the subscriber fell behind; relist and subscribe again")]
+pub struct EventsLost {
+    /// How many events it missed.
+    pub missed: u64,
+}
+
+/// The events `rx` receives, until it falls behind: then one [`EventsLost`] and the end (the
+/// events after a gap would describe changes the subscriber cannot place). Ends when the bus
+/// is dropped.
+pub fn live(
+    rx: broadcast::Receiver<LifecycleEvent>,
+) -> impl Stream<Item = Result<LifecycleEvent, EventsLost>> + Send + 'static {
+    futures_util::stream::unfold(Some(rx), |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Ok(event) => Some((Ok(event), Some(rx))),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                Some((Err(EventsLost { missed }), None))
+            }
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    })
 }
 
 /// The event bus.
@@ -137,6 +165,37 @@ mod tests {
             let e = rx.recv().await.unwrap();
             assert_eq!((e.id.as_str(), e.kind), ("c1", EventKind::Started));
         }
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_gets_one_error_and_its_stream_ends() {
+        use futures_util::StreamExt;
+        let bus = EventBus::default();
+        let (_, rx) = bus.subscribe();
+        let mut events = Box::pin(live(rx));
+        bus.emit("first", "p", EventKind::Created, 1);
+        assert_eq!(events.next().await.unwrap().unwrap().id, "first");
+        for i in 0..CAPACITY + 5 {
+            bus.emit(&format!("c{i}"), "p", EventKind::Started, i as i64);
+        }
+        assert_eq!(
+            events.next().await,
+            Some(Err(EventsLost { missed: 5 })),
+            "the gap is reported, not skipped"
+        );
+        assert_eq!(events.next().await, None, "and the stream ends there");
+    }
+
+    #[tokio::test]
+    async fn the_live_stream_ends_with_the_bus() {
+        use futures_util::StreamExt;
+        let bus = EventBus::default();
+        let (_, rx) = bus.subscribe();
+        let mut events = Box::pin(live(rx));
+        bus.emit("c", "p", EventKind::Stopped, 1);
+        drop(bus);
+        assert_eq!(events.next().await.unwrap().unwrap().id, "c");
+        assert_eq!(events.next().await, None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -245,6 +245,34 @@ pub async fn serve_ws(
 mod tests {
     use super::*;
 
+    /// Any query (percent-encoding, separators, numbers out of range): parsing never panics,
+    /// and what it accepts is a non-empty list of ports, none 0.
+    #[test]
+    fn arbitrary_queries_never_panic_the_port_parser() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+        let query = prop_oneof![
+            "[ -~]{0,80}",
+            proptest::collection::vec(
+                ("(port|pOrt|x|)", "[0-9,%+ a-f]{0,12}").prop_map(|(k, v)| format!("{k}={v}")),
+                0..6
+            )
+            .prop_map(|pairs| pairs.join("&")),
+        ];
+        TestRunner::new(Config {
+            cases: 512,
+            failure_persistence: None,
+            ..Config::default()
+        })
+        .run(&proptest::option::of(query), |q| {
+            if let Ok(ports) = parse_ports(q.as_deref()) {
+                prop_assert!(!ports.is_empty() && !ports.contains(&0));
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+
     #[test]
     fn ports_come_from_repeated_and_comma_separated_parameters() {
         assert_eq!(

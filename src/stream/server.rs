@@ -7,6 +7,12 @@
 //! is answered 404; a request that is not an upgrade to SPDY/3.1 or WebSocket, 400; a protocol
 //! version the server does not speak, 403 (SPDY, with the versions it does speak) or 400
 //! (WebSocket).
+//!
+//! Anything that reaches the address can connect, so every connection is bounded
+//! ([`crate::listener`]): its request head within `header_read_timeout` (after the TLS
+//! handshake, itself bounded), one request per connection, at most `max_connections` open at
+//! once (more are closed at once and counted in `remora_listener_connections_refused_total`),
+//! and an upgraded session ends once idle for `idle_timeout`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,13 +27,18 @@ use hyper::{Method, Request as HttpRequest, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use slog::{debug, info, warn, Logger};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use super::portforward::{self, Forwarder};
 use super::remotecommand::{self, Options, Outcome, Version};
 use super::token::{TokenCache, TokenError};
 use super::{spdy, ws};
 use crate::io::SessionIo;
+use crate::listener::{ConnectionCap, IdleTimeout};
+use crate::metrics::Metrics;
+
+/// An upgraded connection as a session gets it: idle timeout and connection permit included.
+type Upgraded = IdleTimeout<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// What the streaming server needs of the runtime. Errors are shown to the client as text.
 #[async_trait::async_trait]
@@ -97,6 +108,13 @@ pub struct StreamConfig {
     pub stream_creation_timeout: Duration,
     /// Serve TLS with this certificate chain and key (PEM files); `None`: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// How long a connection gets to send its request head (after the TLS handshake).
+    pub header_read_timeout: Duration,
+    /// Connections open at once, upgraded sessions included; more are closed at once.
+    pub max_connections: usize,
+    /// An upgraded session on which nothing was read or written for this long is ended
+    /// (kubelet's `streamingConnectionIdleTimeout`).
+    pub idle_timeout: Duration,
 }
 
 /// The PEM files of the streaming server's TLS identity.
@@ -139,6 +157,9 @@ pub enum StartError {
 
 /// How long a client gets for the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the HTTP exchange before an upgrade may take beyond the header-read timeout
+/// (the answer is a few hundred bytes; this only ends a client that stopped reading).
+const RESPONSE_GRACE: Duration = Duration::from_secs(10);
 
 /// The TLS acceptor for `files`: HTTP/1.1 only (SPDY and WebSocket upgrades need it).
 fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, StartError> {
@@ -171,6 +192,8 @@ fn tls_acceptor(files: &TlsFiles) -> Result<tokio_rustls::TlsAcceptor, StartErro
 /// The streaming server.
 pub struct StreamServer {
     tokens: TokenCache<Request>,
+    cap: ConnectionCap,
+    metrics: Metrics,
     tls: Option<tokio_rustls::TlsAcceptor>,
     base_url: String,
     config: StreamConfig,
@@ -183,6 +206,7 @@ impl StreamServer {
     pub async fn bind(
         config: StreamConfig,
         runtime: Arc<dyn Runtime>,
+        metrics: Metrics,
         log: Logger,
     ) -> Result<(Arc<StreamServer>, TcpListener), StartError> {
         let listener =
@@ -209,6 +233,8 @@ impl StreamServer {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let server = StreamServer {
             tokens: TokenCache::new(config.token_ttl, MAX_IN_FLIGHT),
+            cap: ConnectionCap::new(config.max_connections),
+            metrics,
             tls,
             base_url: format!("{scheme}://{local}"),
             config,
@@ -231,6 +257,9 @@ impl StreamServer {
     }
 
     /// Serves connections until `shutdown` turns true. Sessions in progress end with the process.
+    ///
+    /// Each connection holds a permit of the connection cap from its accept until its last
+    /// byte (an upgraded session's io keeps it); one accepted over the cap is closed at once.
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
@@ -251,13 +280,20 @@ impl StreamServer {
                     continue;
                 }
             };
+            let Some(permit) = self.cap.try_admit() else {
+                self.metrics.connection_refused("streaming");
+                debug!(self.log, "streaming connection refused: too many open"; "peer" => %peer, "max" => self.config.max_connections);
+                drop(stream);
+                continue;
+            };
+            let permit = Arc::new(permit);
             let me = self.clone();
             tokio::spawn(async move {
                 let Some(tls) = me.tls.clone() else {
-                    return me.serve_connection(stream, peer).await;
+                    return me.serve_connection(stream, peer, permit).await;
                 };
                 match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-                    Ok(Ok(stream)) => me.serve_connection(stream, peer).await,
+                    Ok(Ok(stream)) => me.serve_connection(stream, peer, permit).await,
                     Ok(Err(e)) => {
                         debug!(me.log, "TLS handshake failed"; "peer" => %peer, "error" => %e)
                     }
@@ -267,26 +303,44 @@ impl StreamServer {
         }
     }
 
-    /// Serves HTTP/1.1 (with upgrades) on one accepted connection.
-    async fn serve_connection<S>(self: Arc<Self>, stream: S, peer: SocketAddr)
-    where
+    /// Serves one HTTP/1.1 request (with upgrades) on one accepted connection, with the
+    /// limits of [`crate::listener`]: the header-read timeout, a bounded buffer, no keep-alive.
+    async fn serve_connection<S>(
+        self: Arc<Self>,
+        stream: S,
+        peer: SocketAddr,
+        permit: Arc<OwnedSemaphorePermit>,
+    ) where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
         let me = self.clone();
         let service = hyper::service::service_fn(move |req| {
             let me = me.clone();
-            async move { Ok::<_, Infallible>(me.handle(req).await) }
+            let permit = permit.clone();
+            async move {
+                let mut resp = me.handle(req, permit).await;
+                crate::listener::close_unless_upgrade(&mut resp);
+                Ok::<_, Infallible>(resp)
+            }
         });
-        if let Err(e) = hyper::server::conn::http1::Builder::new()
+        let conn = crate::listener::http1_builder(self.config.header_read_timeout)
             .serve_connection(TokioIo::new(stream), service)
-            .with_upgrades()
-            .await
-        {
-            debug!(self.log, "streaming connection ended with an error"; "peer" => %peer, "error" => %e);
+            .with_upgrades();
+        let limit = self.config.header_read_timeout + RESPONSE_GRACE;
+        match tokio::time::timeout(limit, conn).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                debug!(self.log, "streaming connection ended with an error"; "peer" => %peer, "error" => %e)
+            }
+            Err(_) => debug!(self.log, "streaming request not done in time"; "peer" => %peer),
         }
     }
 
-    async fn handle(self: Arc<Self>, req: HttpRequest<Incoming>) -> Response<Full<Bytes>> {
+    async fn handle(
+        self: Arc<Self>,
+        req: HttpRequest<Incoming>,
+        permit: Arc<OwnedSemaphorePermit>,
+    ) -> Response<Full<Bytes>> {
         if req.method() != Method::GET && req.method() != Method::POST {
             return plain(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -311,9 +365,9 @@ impl StreamServer {
             );
         }
         if is_websocket(req.headers()) {
-            self.upgrade_websocket(req, request)
+            self.upgrade_websocket(req, request, permit)
         } else if upgrade_names(req.headers(), "spdy/3.1") {
-            self.upgrade_spdy(req, request)
+            self.upgrade_spdy(req, request, permit)
         } else {
             plain(
                 StatusCode::BAD_REQUEST,
@@ -326,6 +380,7 @@ impl StreamServer {
         self: Arc<Self>,
         mut req: HttpRequest<Incoming>,
         request: Request,
+        permit: Arc<OwnedSemaphorePermit>,
     ) -> Response<Full<Bytes>> {
         let offered = header_list(req.headers(), "x-stream-protocol-version");
         let supported: Vec<&str> = match &request {
@@ -367,7 +422,7 @@ impl StreamServer {
                 .map(|(_, v)| *v)
                 .unwrap_or(Version::V2),
         };
-        self.on_upgraded(&mut req, "SPDY/3.1", move |me, io| async move {
+        self.on_upgraded(&mut req, "SPDY/3.1", permit, move |me, io| async move {
             let (session, incoming) = spdy::serve(io, me.log.clone());
             me.run_spdy(session, incoming, request, version).await;
         });
@@ -382,21 +437,27 @@ impl StreamServer {
         resp
     }
 
-    /// Runs `session` on the connection once hyper hands it over, after the 101 answer.
+    /// Runs `session` on the connection once hyper hands it over, after the 101 answer. Its
+    /// io ends the session after the idle timeout and holds the connection's permit.
     fn on_upgraded<F, Fut>(
         self: &Arc<Self>,
         req: &mut HttpRequest<Incoming>,
         protocol: &'static str,
+        permit: Arc<OwnedSemaphorePermit>,
         session: F,
     ) where
-        F: FnOnce(Arc<Self>, TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
+        F: FnOnce(Arc<Self>, Upgraded) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
         let on_upgrade = hyper::upgrade::on(req);
         let me = self.clone();
         tokio::spawn(async move {
             match on_upgrade.await {
-                Ok(u) => session(me, TokioIo::new(u)).await,
+                Ok(u) => {
+                    let io =
+                        IdleTimeout::new(TokioIo::new(u), me.config.idle_timeout).holding(permit);
+                    session(me, io).await
+                }
                 Err(e) => {
                     debug!(me.log, "upgrade failed"; "protocol" => protocol, "error" => %e)
                 }
@@ -449,6 +510,7 @@ impl StreamServer {
         self: Arc<Self>,
         mut req: HttpRequest<Incoming>,
         request: Request,
+        permit: Arc<OwnedSemaphorePermit>,
     ) -> Response<Full<Bytes>> {
         let Some(key) = req.headers().get("sec-websocket-key").cloned() else {
             return plain(StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key");
@@ -530,7 +592,7 @@ impl StreamServer {
                 &format!("requested WebSocket protocol(s) {offered:?} are not supported"),
             );
         };
-        self.on_upgraded(&mut req, "websocket", move |me, io| async move {
+        self.on_upgraded(&mut req, "websocket", permit, move |me, io| async move {
             match (plan, request) {
                 (Plan::Tunnel, Request::PortForward { pod_id, .. }) => {
                     let (session, incoming) = spdy::serve(ws::Tunnel::new(io), me.log.clone());

@@ -22,7 +22,9 @@
 //! down sends nothing (the protocol has no frame for it). Each reader has its own bounded
 //! queue of messages; when one is full the task stops reading the socket until the reader
 //! catches up (as kubelet's pipes do), and keeps sending meanwhile. A reader ends (EOF) at the
-//! channel's close signal or when the connection ends. Pings are answered by tungstenite as
+//! channel's close signal or when the connection ends. A reader's queue is bounded in messages
+//! ([`READ_QUEUE`]) and in bytes ([`READ_BYTES`]); a message of more than [`MAX_MESSAGE`] is
+//! refused with a close (1009) before it is buffered. Pings are answered by tungstenite as
 //! the task reads; a close from the client is answered and ends the connection; a close from
 //! us ([`ChannelConn::close`]) waits, for a while, for the client's answer.
 //!
@@ -34,6 +36,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -43,7 +46,7 @@ use bytes::{Buf, Bytes};
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
 use slog::{debug, Logger};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
@@ -53,12 +56,17 @@ use crate::io::{ClientRead, ClientWrite};
 
 /// The most data one write sends in one message (client-go's own buffers are 32 KiB).
 pub const MAX_CHUNK: usize = 32 * 1024;
-/// The largest message accepted from a client (kubelet's x/net/websocket allows 32 MiB).
-const MAX_MESSAGE: usize = 32 << 20;
+/// The largest message accepted from a client; a larger one (or a frame announcing more) is
+/// answered with a close (1009, message too big) before its payload is buffered. client-go
+/// writes what its io.Copy reads, 32 KiB at a time.
+pub(crate) const MAX_MESSAGE: usize = 1 << 20;
 /// The largest frame of a message accepted from a client.
-const MAX_FRAME: usize = 16 << 20;
-/// Messages queued for one reader before the socket is no longer read.
+const MAX_FRAME: usize = MAX_MESSAGE;
+/// Messages queued for one reader before the socket is no longer read...
 const READ_QUEUE: usize = 8;
+/// ...and bytes: a reader's queue holds at most this much payload (at least one message of
+/// [`MAX_MESSAGE`] always fits an empty queue).
+pub(crate) const READ_BYTES: usize = MAX_MESSAGE;
 /// Messages queued for sending before writers wait.
 const WRITE_QUEUE: usize = 16;
 /// How long a close of ours waits for the client's answer.
@@ -172,10 +180,14 @@ where
         };
         let reader: Option<ClientRead> = if read {
             let (tx, rx) = mpsc::channel(READ_QUEUE);
-            readers.push(Some(tx));
+            readers.push(Some(ReaderTx {
+                tx,
+                budget: Arc::new(Semaphore::new(READ_BYTES)),
+            }));
             Some(Box::pin(ChannelReader {
                 rx,
                 current: Bytes::new(),
+                permit: None,
             }))
         } else {
             readers.push(None);
@@ -216,11 +228,53 @@ where
     )
 }
 
+/// One chunk of a reader's queue and its share of the queue's byte budget.
+type Chunk = (Bytes, OwnedSemaphorePermit);
+
+/// The connection task's end of a reader's queue.
+#[derive(Clone)]
+struct ReaderTx {
+    tx: mpsc::Sender<Chunk>,
+    /// [`READ_BYTES`] permits, one per queued byte: released as the reader consumes them.
+    budget: Arc<Semaphore>,
+}
+
+/// The permits `data` takes of a reader's budget (messages are at most [`MAX_MESSAGE`], so
+/// this is their length).
+fn cost(data: &Bytes) -> u32 {
+    u32::try_from(data.len().min(READ_BYTES)).unwrap_or(u32::MAX)
+}
+
+impl ReaderTx {
+    /// Queues `data` if both the queue and the budget have room; gives it back if not.
+    fn try_deliver(&self, data: Bytes) -> Result<(), Option<Bytes>> {
+        let Ok(permit) = self.budget.clone().try_acquire_many_owned(cost(&data)) else {
+            return Err(Some(data));
+        };
+        match self.tx.try_send((data, permit)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full((data, _))) => Err(Some(data)),
+            // The session dropped this reader: it reads no more.
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(None),
+        }
+    }
+
+    /// Queues `data` once there is room (dropped if the reader is gone).
+    async fn deliver(&self, data: Bytes) {
+        let Ok(permit) = self.budget.clone().acquire_many_owned(cost(&data)).await else {
+            return;
+        };
+        if let Ok(slot) = self.tx.reserve().await {
+            slot.send((data, permit));
+        }
+    }
+}
+
 /// The connection task's state.
 struct ConnTask {
     options: ChannelOptions,
     /// By channel: where the client's data for it goes, while it is read.
-    readers: Vec<Option<mpsc::Sender<Bytes>>>,
+    readers: Vec<Option<ReaderTx>>,
     log: Logger,
 }
 
@@ -247,16 +301,14 @@ impl ConnTask {
     async fn run(mut self, mut ws: Ws, mut out: mpsc::Receiver<Out>) {
         // A message the socket gave for a reader whose queue was full: the socket is not read
         // again until it is handed over.
-        let mut held: Option<(mpsc::Sender<Bytes>, Bytes)> = None;
+        let mut held: Option<(ReaderTx, Bytes)> = None;
         let ending = loop {
             let event = tokio::select! {
                 o = out.recv() => Event::Out(o),
                 m = ws.next(), if held.is_none() => Event::In(m),
                 _ = async {
-                    if let Some((tx, data)) = &held {
-                        if let Ok(permit) = tx.reserve().await {
-                            permit.send(data.clone());
-                        }
+                    if let Some((reader, data)) = &held {
+                        reader.deliver(data.clone()).await;
                     }
                 }, if held.is_some() => Event::Delivered,
             };
@@ -271,6 +323,11 @@ impl ConnTask {
                 // Closed on purpose, or everything that could write is gone.
                 Event::Out(Some(Out::Close)) | Event::Out(None) => break Some(CloseCode::Normal),
                 Event::In(None) => break None,
+                // A frame or message over the limits: refused before its payload is read.
+                Event::In(Some(Err(WsError::Capacity(e)))) => {
+                    debug!(self.log, "WebSocket message too big; closing"; "error" => %e);
+                    break Some(CloseCode::Size);
+                }
                 Event::In(Some(Err(e))) => {
                     debug!(self.log, "WebSocket receive failed"; "error" => %e);
                     break None;
@@ -287,14 +344,11 @@ impl ConnTask {
                         break Some(CloseCode::Protocol);
                     }
                     Route::Deliver(n, data) => {
-                        if let Some(tx) = &self.readers[n] {
-                            match tx.try_send(data) {
+                        if let Some(reader) = &self.readers[n] {
+                            match reader.try_deliver(data) {
                                 Ok(()) => {}
-                                Err(mpsc::error::TrySendError::Full(data)) => {
-                                    held = Some((tx.clone(), data));
-                                }
-                                // The session dropped this reader: it reads no more.
-                                Err(mpsc::error::TrySendError::Closed(_)) => self.readers[n] = None,
+                                Err(Some(data)) => held = Some((reader.clone(), data)),
+                                Err(None) => self.readers[n] = None,
                             }
                         }
                     }
@@ -408,9 +462,11 @@ fn broken(what: &str) -> std::io::Error {
 
 /// The server's end of a channel the client writes.
 struct ChannelReader {
-    rx: mpsc::Receiver<Bytes>,
+    rx: mpsc::Receiver<Chunk>,
     /// What is left of the last message.
     current: Bytes,
+    /// Its share of the queue's budget, released once it is read.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl AsyncRead for ChannelReader {
@@ -420,14 +476,21 @@ impl AsyncRead for ChannelReader {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         while self.current.is_empty() {
+            self.permit = None;
             match ready!(self.rx.poll_recv(cx)) {
-                Some(data) => self.current = data,
+                Some((data, permit)) => {
+                    self.current = data;
+                    self.permit = Some(permit);
+                }
                 None => return Poll::Ready(Ok(())),
             }
         }
         let n = self.current.len().min(buf.remaining());
         buf.put_slice(&self.current[..n]);
         self.current.advance(n);
+        if self.current.is_empty() {
+            self.permit = None;
+        }
         Poll::Ready(Ok(()))
     }
 }

@@ -85,19 +85,29 @@ async fn server() -> (Arc<StreamServer>, Arc<FakeRuntime>, watch::Sender<bool>) 
 async fn server_with(
     tls: Option<TlsFiles>,
 ) -> (Arc<StreamServer>, Arc<FakeRuntime>, watch::Sender<bool>) {
+    server_from(test_config(tls)).await
+}
+
+/// The settings of the tests' servers: generous limits unless a test sets its own.
+fn test_config(tls: Option<TlsFiles>) -> StreamConfig {
+    StreamConfig {
+        address: "127.0.0.1:0".parse().unwrap(),
+        token_ttl: Duration::from_secs(60),
+        stream_creation_timeout: Duration::from_secs(5),
+        tls,
+        header_read_timeout: Duration::from_secs(10),
+        max_connections: 64,
+        idle_timeout: Duration::from_secs(3600),
+    }
+}
+
+async fn server_from(
+    config: StreamConfig,
+) -> (Arc<StreamServer>, Arc<FakeRuntime>, watch::Sender<bool>) {
     let rt = Arc::new(FakeRuntime::default());
-    let (server, listener) = StreamServer::bind(
-        StreamConfig {
-            address: "127.0.0.1:0".parse().unwrap(),
-            token_ttl: Duration::from_secs(60),
-            stream_creation_timeout: Duration::from_secs(5),
-            tls,
-        },
-        rt.clone(),
-        log(),
-    )
-    .await
-    .unwrap();
+    let (server, listener) = StreamServer::bind(config, rt.clone(), Metrics::new(), log())
+        .await
+        .unwrap();
     let (tx, rx) = watch::channel(false);
     tokio::spawn(server.clone().serve(listener, rx));
     (server, rt, tx)
@@ -396,13 +406,8 @@ async fn a_missing_or_bad_tls_file_is_a_named_start_error() {
     let (mut files, _) = self_signed(dir.path());
     files.key = dir.path().join("missing.pem");
     let rt = Arc::new(FakeRuntime::default());
-    let config = |tls| StreamConfig {
-        address: "127.0.0.1:0".parse().unwrap(),
-        token_ttl: Duration::from_secs(60),
-        stream_creation_timeout: Duration::from_secs(5),
-        tls: Some(tls),
-    };
-    let err = StreamServer::bind(config(files.clone()), rt.clone(), log())
+    let config = |tls| test_config(Some(tls));
+    let err = StreamServer::bind(config(files.clone()), rt.clone(), Metrics::new(), log())
         .await
         .err()
         .expect("a missing key fails the start");
@@ -414,7 +419,7 @@ async fn a_missing_or_bad_tls_file_is_a_named_start_error() {
     // A certificate file that holds no certificate: the key where the chain should be.
     files.key = files.cert.clone();
     files.cert = dir.path().join("key.pem");
-    let err = StreamServer::bind(config(files), rt, log())
+    let err = StreamServer::bind(config(files), rt, Metrics::new(), log())
         .await
         .err()
         .expect("a key without a certificate fails the start");
@@ -422,4 +427,154 @@ async fn a_missing_or_bad_tls_file_is_a_named_start_error() {
         matches!(err, StartError::Tls(_) | StartError::TlsFile { .. }),
         "{err}"
     );
+}
+
+/// A connected client on the server's address.
+async fn connect(server: &StreamServer) -> TcpStream {
+    TcpStream::connect(server.base_url().trim_start_matches("http://"))
+        .await
+        .unwrap()
+}
+
+/// Reads until the server closes `s` (EOF or reset), at most `within`; what it read. Panics
+/// if the connection is still open then.
+async fn closed_within(s: &mut TcpStream, within: Duration) -> Vec<u8> {
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(within, async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "still open after {within:?}; read {got:?}");
+    got
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_request_head_is_closed_after_the_header_timeout() {
+    let timeout = Duration::from_millis(300);
+    let (server, _, _stop) = server_from(StreamConfig {
+        header_read_timeout: timeout,
+        ..test_config(None)
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    let mut slow = connect(&server).await;
+    slow.write_all(b"GET /exec/x HT").await.unwrap();
+    let mut silent = connect(&server).await;
+    closed_within(&mut slow, Duration::from_secs(10)).await;
+    closed_within(&mut silent, Duration::from_secs(10)).await;
+    assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
+    // The server still serves.
+    let url = server.url_for(exec_request(false)).unwrap();
+    assert!(raw(&url, "").await.starts_with("HTTP/1.1 400"));
+}
+
+#[tokio::test]
+async fn a_connection_serves_one_request_only() {
+    let (server, _, _stop) = server().await;
+    let mut s = connect(&server).await;
+    let host = server.base_url().trim_start_matches("http://").to_string();
+    let request = format!("GET /exec/nope HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    s.write_all(request.as_bytes()).await.unwrap();
+    let first = closed_within(&mut s, Duration::from_secs(10)).await;
+    let first = String::from_utf8_lossy(&first);
+    assert!(first.starts_with("HTTP/1.1 404"), "{first}");
+    assert!(
+        first.to_ascii_lowercase().contains("connection: close"),
+        "{first}"
+    );
+    // Written after the close: nothing answers it.
+    let _ = s.write_all(request.as_bytes()).await;
+    assert!(closed_within(&mut s, Duration::from_secs(10))
+        .await
+        .is_empty());
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_closed_at_once_and_counted() {
+    let metrics = Metrics::new();
+    let rt = Arc::new(FakeRuntime::default());
+    let (server, listener) = StreamServer::bind(
+        StreamConfig {
+            max_connections: 2,
+            ..test_config(None)
+        },
+        rt,
+        metrics.clone(),
+        log(),
+    )
+    .await
+    .unwrap();
+    let (_stop, rx) = watch::channel(false);
+    tokio::spawn(server.clone().serve(listener, rx));
+    let started = tokio::time::Instant::now();
+    let held = [connect(&server).await, connect(&server).await];
+    let mut over = connect(&server).await;
+    assert!(closed_within(&mut over, Duration::from_secs(5))
+        .await
+        .is_empty());
+    // Closed at once, not after the 10 s header timeout.
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        metrics
+            .encode()
+            .contains("remora_listener_connections_refused_total{listener=\"streaming\"} 1"),
+        "{}",
+        metrics.encode()
+    );
+    // Once a held connection goes, a new one is served again.
+    drop(held);
+    let url = server.url_for(exec_request(false)).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let head = raw(&url.replace("/exec/", "/exec/x"), "").await;
+        if head.starts_with("HTTP/1.1 404") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no connection served after the held ones closed"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn an_upgraded_session_holds_its_permit_and_ends_once_idle() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    let idle = Duration::from_millis(400);
+    let (server, _, _stop) = server_from(StreamConfig {
+        max_connections: 1,
+        idle_timeout: idle,
+        ..test_config(None)
+    })
+    .await;
+    let url = server.url_for(exec_request(true)).unwrap();
+    let mut req = url
+        .replace("http://", "ws://")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v5.channel.k8s.io".parse().unwrap(),
+    );
+    let started = tokio::time::Instant::now();
+    let (ws, _) = tokio_tungstenite::client_async(req, connect(&server).await)
+        .await
+        .unwrap();
+    // The session counts against the cap: another connection is closed at once.
+    let mut other = connect(&server).await;
+    assert!(closed_within(&mut other, Duration::from_secs(5))
+        .await
+        .is_empty());
+    // The client sends nothing: the session is ended after the idle timeout.
+    let mut tcp = ws.into_inner();
+    closed_within(&mut tcp, Duration::from_secs(10)).await;
+    assert!(started.elapsed() >= idle, "{:?}", started.elapsed());
 }

@@ -12,10 +12,15 @@
 //! them; CREDENTIAL is one). Header blocks go through the session's one zlib stream per
 //! direction ([`super::header`]), so the decoder and encoder are stateful and must see the
 //! frames in wire order.
+//!
+//! Lengths are the peer's claims: a control frame longer than [`MAX_CONTROL_PAYLOAD`] is an
+//! error as soon as its header is there, and room for a frame still arriving is reserved
+//! [`RESERVE_STEP`] at a time, never from its length (a data frame may be up to 16 MiB, as
+//! spdystream allows, but only the bytes actually sent are buffered).
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use super::header::{HeaderDecoder, HeaderEncoder, HeaderError, Headers};
+use super::header::{HeaderDecoder, HeaderEncoder, HeaderError, Headers, MAX_HEADER_BLOCK};
 
 /// The protocol version in every control frame.
 pub(crate) const VERSION: u16 = 3;
@@ -23,6 +28,13 @@ pub(crate) const VERSION: u16 = 3;
 pub(crate) const MAX_PAYLOAD: usize = (1 << 24) - 1;
 /// The frame header's size.
 pub(crate) const HEADER_LEN: usize = 8;
+/// The largest control frame payload accepted: a header block never needs more than its
+/// decompressed bound (deflate adds a few bytes per 16 KiB at worst), the other control frames
+/// are a few words. Checked from the frame header, before anything is buffered for it.
+pub(crate) const MAX_CONTROL_PAYLOAD: usize = MAX_HEADER_BLOCK + 1024;
+/// What the decoder reserves at most, at once, for a frame still arriving: a frame's length
+/// is the peer's claim, so room is made as its bytes come, not from the claim.
+pub(crate) const RESERVE_STEP: usize = 64 * 1024;
 
 /// The FIN flag (data frames, SYN_STREAM, SYN_REPLY, HEADERS).
 pub(crate) const FLAG_FIN: u8 = 0x01;
@@ -163,6 +175,12 @@ impl Decoder {
         }
     }
 
+    /// What the header decompressor holds allocated.
+    #[cfg(test)]
+    pub(crate) fn header_capacity(&self) -> usize {
+        self.headers.capacity()
+    }
+
     /// The next whole frame at the front of `buf`, removed from it; `Ok(None)` if `buf` does
     /// not hold a whole frame yet. After an error the session's header stream is unusable.
     pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
@@ -172,9 +190,15 @@ impl Decoder {
         let word = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
         let flags = head[4];
         let len = u32::from_be_bytes([0, head[5], head[6], head[7]]);
+        if word & 0x8000_0000 != 0 && len as usize > MAX_CONTROL_PAYLOAD {
+            return Err(FrameError::Length {
+                kind: "control",
+                len,
+            });
+        }
         let total = HEADER_LEN + len as usize;
         if buf.len() < total {
-            buf.reserve(total - buf.len());
+            buf.reserve((total - buf.len()).min(RESERVE_STEP));
             return Ok(None);
         }
         let mut frame = buf.split_to(total);

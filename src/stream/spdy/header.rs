@@ -289,13 +289,23 @@ impl HeaderDecoder {
         }
     }
 
-    /// Decompresses the next block (continuing the session's stream) and parses it.
+    /// What the decompressed-block buffer holds allocated (at most [`MAX_HEADER_BLOCK`] + 1).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.out.capacity()
+    }
+
+    /// Decompresses the next block (continuing the session's stream) and parses it. The
+    /// output buffer never grows past [`MAX_HEADER_BLOCK`] + 1 bytes, whatever the input.
     pub(crate) fn decode(&mut self, compressed: &[u8]) -> Result<Headers, HeaderError> {
         self.out.clear();
         let mut input = compressed;
         loop {
             if self.out.capacity() - self.out.len() < 4096 {
-                self.out.reserve(4096.max(input.len() * 2));
+                // Never more room than the bound allows (one byte past it, to notice a block
+                // that exceeds it): a small compressed input can claim megabytes.
+                let room = (MAX_HEADER_BLOCK + 1).saturating_sub(self.out.len());
+                self.out.reserve_exact(4096.max(input.len() * 2).min(room));
             }
             let spare = self.out.capacity() - self.out.len();
             let before_in = self.inflate.total_in();

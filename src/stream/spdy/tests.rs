@@ -397,6 +397,66 @@ fn a_compression_bomb_is_refused() {
     );
 }
 
+#[test]
+fn a_bomb_never_makes_the_decompressor_allocate_past_its_bound() {
+    // 8 MiB of one byte: a few KiB compressed, which the old reservation (twice the input,
+    // growing by doubling) let reach half a megabyte and more before the check.
+    let mut enc = header::HeaderEncoder::new().unwrap();
+    let mut block = Vec::new();
+    enc.encode(&h(&[("x", &"\0".repeat(8 << 20))]), &mut block)
+        .unwrap();
+    let mut dec = Decoder::new();
+    let mut buf = BytesMut::from(&syn_stream_raw(1, &block)[..]);
+    assert_eq!(
+        dec.decode(&mut buf),
+        Err(FrameError::Header(HeaderError::TooLarge))
+    );
+    assert!(
+        dec.header_capacity() <= header::MAX_HEADER_BLOCK + 1,
+        "{} bytes allocated",
+        dec.header_capacity()
+    );
+}
+
+#[test]
+fn a_control_frame_longer_than_any_header_block_is_refused_from_its_header() {
+    let mut head = vec![0x80, 3, 0, 1, 0];
+    head.extend_from_slice(&[0xff, 0xff, 0xff]);
+    let mut buf = BytesMut::from(&head[..]);
+    assert_eq!(
+        Decoder::new().decode(&mut buf),
+        Err(FrameError::Length {
+            kind: "control",
+            len: 0xff_ffff
+        })
+    );
+    assert!(buf.capacity() < 1024, "{}", buf.capacity());
+}
+
+#[test]
+fn a_data_frame_is_buffered_as_it_arrives_not_as_it_claims() {
+    let mut buf = BytesMut::from(&frame::data_header(1, false, MAX_PAYLOAD).unwrap()[..]);
+    let mut dec = Decoder::new();
+    assert_eq!(dec.decode(&mut buf), Ok(None));
+    assert!(
+        buf.capacity() <= frame::RESERVE_STEP + frame::HEADER_LEN,
+        "{} bytes reserved for a frame of which 8 arrived",
+        buf.capacity()
+    );
+    // Its bytes, as they come, still make the frame.
+    let payload = pattern(MAX_PAYLOAD, 3);
+    for chunk in payload.chunks(1 << 20) {
+        buf.extend_from_slice(chunk);
+        if buf.len() < frame::HEADER_LEN + MAX_PAYLOAD {
+            assert_eq!(dec.decode(&mut buf), Ok(None));
+        }
+    }
+    let Some(Frame::Data { data, .. }) = dec.decode(&mut buf).unwrap() else {
+        panic!("no data frame");
+    };
+    assert!(data == payload);
+}
+
 fn control_raw(kind: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
     let mut out = vec![0x80, 3];
     out.extend_from_slice(&kind.to_be_bytes());
@@ -546,8 +606,16 @@ fn arbitrary_bytes_never_panic_the_decoder() {
         any::<bool>(),
         vec(any::<u8>(), 0..2048),
         vec(0usize..4096, 0..4),
-        // Biased towards frame-header-like bytes.
-        vec((any::<bool>(), 0u16..12, any::<u8>(), 0u32..64), 0..4),
+        // Biased towards frame-header-like bytes; some claim large lengths.
+        vec(
+            (
+                any::<bool>(),
+                0u16..12,
+                any::<u8>(),
+                prop_oneof![0u32..64, 0u32..(1 << 24)],
+            ),
+            0..4,
+        ),
     );
     TestRunner::new(config())
         .run(&strategy, |(prefix, noise, cuts, heads)| {
@@ -557,7 +625,10 @@ fn arbitrary_bytes_never_panic_the_decoder() {
             }
             for (control, kind, flags, len) in heads {
                 if control {
-                    input.extend(control_raw(kind, flags, &vec![0xa5; len as usize]));
+                    // A header claiming the length, with at most 64 bytes of it.
+                    let mut frame = control_raw(kind, flags, &vec![0xa5; len.min(64) as usize]);
+                    frame[5..8].copy_from_slice(&len.to_be_bytes()[1..]);
+                    input.extend(frame);
                 } else {
                     input.extend_from_slice(&1u32.to_be_bytes());
                     input.extend_from_slice(&((u32::from(flags) << 24) | len).to_be_bytes());
@@ -576,7 +647,17 @@ fn arbitrary_bytes_never_panic_the_decoder() {
                 fed = cut;
                 loop {
                     let before = buf.len();
-                    match dec.decode(&mut buf) {
+                    let decoded = dec.decode(&mut buf);
+                    // Bounded allocation: room beyond what arrived is a step at most, and the
+                    // header decompressor stays within its bound.
+                    prop_assert!(
+                        buf.capacity() <= 2 * (fed + frame::RESERVE_STEP) + 64,
+                        "{} bytes reserved after {} fed",
+                        buf.capacity(),
+                        fed
+                    );
+                    prop_assert!(dec.header_capacity() <= header::MAX_HEADER_BLOCK + 1);
+                    match decoded {
                         Ok(Some(_)) => {
                             prop_assert!(buf.len() < before);
                             taken += before - buf.len();
@@ -590,6 +671,54 @@ fn arbitrary_bytes_never_panic_the_decoder() {
             Ok(())
         })
         .unwrap();
+}
+
+/// Header blocks: valid zlib streams (with the dictionary) of arbitrary raw blocks, some
+/// corrupted, some highly compressible and large; decoding never panics, allocates within
+/// its bound, and what decodes is what was encoded.
+#[test]
+fn arbitrary_header_blocks_never_panic_and_stay_bounded() {
+    let strategy = (
+        vec(any::<u8>(), 0..512),
+        // A run of one byte (up to 512 KiB): compresses to little, decompresses to a lot.
+        (any::<u8>(), 0usize..(1 << 19)),
+        // Corrupt the compressed bytes at these offsets.
+        vec((any::<usize>(), any::<u8>()), 0..3),
+        any::<bool>(),
+    );
+    TestRunner::new(Config {
+        cases: 128,
+        ..config()
+    })
+    .run(&strategy, |(noise, (byte, run), corrupt, raw_only)| {
+        let mut dec = header::HeaderDecoder::new();
+        if raw_only {
+            // Not zlib at all.
+            let _ = dec.decode(&noise);
+        } else {
+            let mut c = Compress::new(Compression::fast(), true);
+            c.set_dictionary(&DICTIONARY).unwrap();
+            let mut raw = noise.clone();
+            raw.extend(std::iter::repeat_n(byte, run));
+            let mut block = independent_compress(&mut c, &raw);
+            let intact = corrupt.is_empty();
+            for (at, b) in corrupt {
+                if !block.is_empty() {
+                    let at = at % block.len();
+                    block[at] ^= b | 1;
+                }
+            }
+            let decoded = dec.decode(&block);
+            if intact && raw.len() <= header::MAX_HEADER_BLOCK {
+                prop_assert_eq!(decoded, header::parse_block(&raw));
+            } else if intact {
+                prop_assert_eq!(decoded, Err(HeaderError::TooLarge));
+            }
+        }
+        prop_assert!(dec.capacity() <= header::MAX_HEADER_BLOCK + 1);
+        Ok(())
+    })
+    .unwrap();
 }
 
 /// Random frames round trip through one encoder and one decoder.

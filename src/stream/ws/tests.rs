@@ -391,6 +391,107 @@ async fn a_reader_that_does_not_read_holds_up_neither_writes_nor_its_data() {
     .await;
 }
 
+#[tokio::test]
+async fn a_message_over_the_limit_is_refused_with_a_close_not_buffered() {
+    within(async {
+        // Sent whole, as one frame, and as fragments (each small, the message too big).
+        for fragmented in [false, true] {
+            let (conn, mut chans, mut client) =
+                open(Framing::Binary, false, &[ChannelKind::Read]).await;
+            let mut stdin = take_reader(&mut chans, 0);
+            let mut big = vec![0u8];
+            big.extend_from_slice(&pattern(MAX_MESSAGE));
+            if fragmented {
+                use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+                use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
+                let pieces: Vec<&[u8]> = big.chunks(64 * 1024).collect();
+                let last = pieces.len() - 1;
+                for (i, piece) in pieces.into_iter().enumerate() {
+                    let header = FrameHeader {
+                        is_final: i == last,
+                        opcode: OpCode::Data(if i == 0 { Data::Binary } else { Data::Continue }),
+                        ..FrameHeader::default()
+                    };
+                    let frame = Frame::from_payload(header, Bytes::copy_from_slice(piece));
+                    // The server may close before the last fragments: sends may fail.
+                    if client.send(Message::Frame(frame)).await.is_err() {
+                        break;
+                    }
+                }
+            } else {
+                // Refused from the frame header: the server may close before all is written.
+                let _ = client.send(Message::binary(big)).await;
+            }
+            let Message::Close(Some(frame)) = next(&mut client).await else {
+                panic!("no close frame (fragmented: {fragmented})");
+            };
+            assert_eq!(frame.code, CloseCode::Size, "fragmented: {fragmented}");
+            conn.closed().await;
+            let mut got = Vec::new();
+            stdin.read_to_end(&mut got).await.unwrap();
+            assert!(got.is_empty(), "{} bytes reached the reader", got.len());
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_message_at_the_limit_is_delivered() {
+    within(async {
+        let (_conn, mut chans, mut client) =
+            open(Framing::Binary, false, &[ChannelKind::Read]).await;
+        let mut stdin = take_reader(&mut chans, 0);
+        let data = pattern(MAX_MESSAGE - 1);
+        let mut m = vec![0u8];
+        m.extend_from_slice(&data);
+        client.send(Message::binary(m)).await.unwrap();
+        let mut got = vec![0u8; data.len()];
+        stdin.read_exact(&mut got).await.unwrap();
+        assert!(got == data);
+    })
+    .await;
+}
+
+/// Virtual time: the runtime advances the clock only once every task waits, so the timeout
+/// below fires exactly when the client can send no more.
+#[tokio::test(start_paused = true)]
+async fn a_reader_that_does_not_read_holds_at_most_its_byte_budget() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (_conn, mut chans, mut client) = open(Framing::Binary, false, &[ChannelKind::Read]).await;
+    let mut stdin = take_reader(&mut chans, 0);
+    const MESSAGE: usize = 512 * 1024;
+    const COUNT: usize = 16;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counted = sent.clone();
+    let mut sender = tokio::spawn(async move {
+        for i in 0..COUNT {
+            let mut m = vec![0u8];
+            m.extend_from_slice(&vec![i as u8; MESSAGE]);
+            client.send(Message::binary(m)).await.unwrap();
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        client
+    });
+    let stalled = tokio::time::timeout(Duration::from_secs(60), &mut sender).await;
+    assert!(
+        stalled.is_err(),
+        "the client sent all {COUNT} messages into a reader that does not read"
+    );
+    // The queue (READ_BYTES), the message held for it, the one being read, and the pipe.
+    let buffered = sent.load(Ordering::SeqCst) * MESSAGE;
+    assert!(
+        buffered <= READ_BYTES + 2 * MESSAGE + 128 * 1024,
+        "{buffered} bytes sent into a reader that does not read"
+    );
+    // Nothing was lost: all of it arrives once the reader reads.
+    let mut got = vec![0u8; COUNT * MESSAGE];
+    stdin.read_exact(&mut got).await.unwrap();
+    for (i, chunk) in got.chunks(MESSAGE).enumerate() {
+        assert!(chunk.iter().all(|b| *b == i as u8), "message {i}");
+    }
+    drop(sender.await.unwrap());
+}
+
 async fn tunnel() -> (Tunnel, Client) {
     let (server, client) = tokio::io::duplex(64 * 1024);
     let tunnel = Tunnel::new(server);
@@ -502,4 +603,86 @@ fn the_accept_key_is_rfc_6455s() {
         accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
         "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
     );
+}
+
+/// Channel frames: any bytes, in either framing, with or without the v5 close signal, for any
+/// set of channels: routing never panics, data goes only to a channel the session reads and
+/// is never longer than the message (base64 decodes shorter), and a close signal only names a
+/// channel that exists.
+#[test]
+fn arbitrary_channel_frames_never_panic_the_router() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let kinds = prop_oneof![
+        Just(ChannelKind::Read),
+        Just(ChannelKind::Write),
+        Just(ChannelKind::ReadWrite),
+        Just(ChannelKind::Ignore),
+    ];
+    let message = prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..256),
+        // Channel digit then base64-ish text, line breaks included.
+        (0u8..12, "[A-Za-z0-9+/=\r\n]{0,64}").prop_map(|(c, t)| {
+            let mut m = vec![b'0'.wrapping_add(c)];
+            m.extend_from_slice(t.as_bytes());
+            m
+        }),
+        (any::<u8>()).prop_map(|c| vec![CLOSE_SIGNAL, c]),
+    ];
+    let strategy = (
+        any::<bool>(),
+        any::<bool>(),
+        proptest::collection::vec(kinds, 0..6),
+        proptest::collection::vec(message, 1..8),
+    );
+    TestRunner::new(Config {
+        cases: 512,
+        failure_persistence: None,
+        ..Config::default()
+    })
+    .run(&strategy, |(base64, close_signal, kinds, messages)| {
+        let readers = kinds
+            .iter()
+            .map(|k| {
+                matches!(k, ChannelKind::Read | ChannelKind::ReadWrite).then(|| {
+                    let (tx, _rx) = mpsc::channel(1);
+                    ReaderTx {
+                        tx,
+                        budget: Arc::new(Semaphore::new(READ_BYTES)),
+                    }
+                })
+            })
+            .collect();
+        let task = ConnTask {
+            options: ChannelOptions {
+                framing: if base64 {
+                    Framing::Base64
+                } else {
+                    Framing::Binary
+                },
+                close_signal,
+                channels: kinds.clone(),
+            },
+            readers,
+            log: log(),
+        };
+        for m in messages {
+            let len = m.len();
+            match task.route(Bytes::from(m)) {
+                Route::Nothing | Route::Fail(_) => {}
+                Route::CloseChannel(n) => {
+                    prop_assert!(close_signal && n < kinds.len());
+                }
+                Route::Deliver(n, data) => {
+                    prop_assert!(matches!(
+                        kinds[n],
+                        ChannelKind::Read | ChannelKind::ReadWrite
+                    ));
+                    prop_assert!(!data.is_empty() && data.len() < len);
+                }
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
 }

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+// mountinfo's octal escapes: one parser, the shim's (the daemon may use the shim's host code).
+use crate::shim::cgroup::unescape;
 use crate::spec::MountPropagation;
 
 /// One line of mountinfo, the fields used here.
@@ -63,31 +65,6 @@ fn parse_line(line: &str) -> Option<MountInfo> {
         options,
         optional,
     })
-}
-
-/// mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = b[i + 1..i + 4]
-                .iter()
-                .fold(0u32, |acc, c| acc * 8 + u32::from(c - b'0'));
-            if let Ok(byte) = u8::try_from(v) {
-                out.push(byte);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The mount `path` (absolute, symlinks resolved) is on: the one with the longest mount point

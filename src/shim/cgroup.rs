@@ -285,7 +285,7 @@ fn parse_mountinfo(text: &str) -> Result<Vec<Mount<'_>>, CgroupError> {
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
-fn unescape(field: &str) -> String {
+pub fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

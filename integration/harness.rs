@@ -1287,37 +1287,13 @@ impl AuthProxy {
         expected: String,
         log: std::sync::Arc<std::sync::Mutex<Vec<ProxiedRequest>>>,
     ) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         // The request head (pulls send no bodies).
-        let mut head = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            match client.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
-            }
-            if head.len() > 64 * 1024 {
-                return;
-            }
-        }
-        let text = String::from_utf8_lossy(&head).into_owned();
-        let mut lines = text.split("\r\n");
-        let mut request_line = lines.next().unwrap_or_default().split_whitespace();
-        let method = request_line.next().unwrap_or_default().to_string();
-        let path = request_line.next().unwrap_or_default().to_string();
-        let mut headers: Vec<(String, String)> = Vec::new();
-        for line in lines.take_while(|l| !l.is_empty()) {
-            if let Some((k, v)) = line.split_once(':') {
-                headers.push((k.trim().to_string(), v.trim().to_string()));
-            }
-        }
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default()
+        let Some(head) = RequestHead::read(&mut client).await else {
+            return;
         };
+        let (method, path) = (head.method.clone(), head.path.clone());
+        let header = |name: &str| head.header(name);
         let authorized = header("Authorization") == expected;
         log.lock().expect("proxy log").push(ProxiedRequest {
             method: method.clone(),
@@ -1340,7 +1316,7 @@ impl AuthProxy {
         };
         // The same head with `Connection: close`: one request per connection.
         let mut forwarded = format!("{method} {path} HTTP/1.1\r\n");
-        for (k, v) in &headers {
+        for (k, v) in &head.headers {
             if !k.eq_ignore_ascii_case("Connection") {
                 forwarded.push_str(&format!("{k}: {v}\r\n"));
             }
@@ -1355,5 +1331,58 @@ impl AuthProxy {
     /// The requests received so far.
     pub fn requests(&self) -> Vec<ProxiedRequest> {
         self.seen.lock().expect("proxy log").clone()
+    }
+}
+
+/// The head of an HTTP/1.1 request read by a test server: method, path and headers.
+pub struct RequestHead {
+    /// The request line's method.
+    pub method: String,
+    /// The request line's target.
+    pub path: String,
+    /// Header names and values, trimmed, in order.
+    pub headers: Vec<(String, String)>,
+}
+
+impl RequestHead {
+    /// Reads up to the blank line that ends the head (64 KiB at most); `None` when the client
+    /// goes away first or sends more.
+    pub async fn read(client: &mut tokio::net::TcpStream) -> Option<Self> {
+        use tokio::io::AsyncReadExt;
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+            if head.len() > 64 * 1024 {
+                return None;
+            }
+        }
+        let text = String::from_utf8_lossy(&head).into_owned();
+        let mut lines = text.split("\r\n");
+        let mut request_line = lines.next().unwrap_or_default().split_whitespace();
+        let method = request_line.next().unwrap_or_default().to_string();
+        let path = request_line.next().unwrap_or_default().to_string();
+        let headers = lines
+            .take_while(|l| !l.is_empty())
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        Some(Self {
+            method,
+            path,
+            headers,
+        })
+    }
+
+    /// The value of header `name` (any case), or "".
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
     }
 }

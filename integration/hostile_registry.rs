@@ -16,7 +16,8 @@ use tonic::Code;
 
 use crate::cri;
 use crate::harness::{
-    certs_dir, push_image, push_image_with, serve_on_thread_at, BedRemora, TESTBED_REGISTRY,
+    certs_dir, push_image, push_image_with, serve_on_thread_at, BedRemora, RequestHead,
+    TESTBED_REGISTRY,
 };
 
 /// The resolve deadline remora runs with here (`[images] resolve_timeout`).
@@ -101,34 +102,11 @@ impl Hostile {
         log: Arc<Mutex<Vec<Seen>>>,
     ) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut head = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            match client.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
-            }
-            if head.len() > 64 * 1024 {
-                return;
-            }
-        }
-        let text = String::from_utf8_lossy(&head).into_owned();
-        let mut lines = text.split("\r\n");
-        let mut request_line = lines.next().unwrap_or_default().split_whitespace();
-        let method = request_line.next().unwrap_or_default().to_string();
-        let path = request_line.next().unwrap_or_default().to_string();
-        let headers: Vec<(String, String)> = lines
-            .take_while(|l| !l.is_empty())
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-            .collect();
-        let header = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default()
+        let Some(head) = RequestHead::read(&mut client).await else {
+            return;
         };
+        let (method, path) = (head.method.clone(), head.path.clone());
+        let header = |name: &str| head.header(name);
         let seen = Seen {
             method: method.clone(),
             path: path.clone(),
@@ -184,7 +162,7 @@ impl Hostile {
                     return;
                 };
                 let mut forwarded = format!("{method} {path} HTTP/1.1\r\n");
-                for (k, v) in &headers {
+                for (k, v) in &head.headers {
                     if !k.eq_ignore_ascii_case("Connection") {
                         forwarded.push_str(&format!("{k}: {v}\r\n"));
                     }
@@ -197,7 +175,7 @@ impl Hostile {
             }
             Answer::Hang => {
                 // Hold the connection open; read (and drop) whatever else comes.
-                while matches!(client.read(&mut buf).await, Ok(n) if n > 0) {}
+                while matches!(client.read(&mut [0u8; 4096]).await, Ok(n) if n > 0) {}
                 std::future::pending::<()>().await;
             }
         }

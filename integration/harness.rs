@@ -1311,21 +1311,7 @@ impl AuthProxy {
                 .await;
             return;
         }
-        let Ok(mut upstream) = tokio::net::TcpStream::connect(TESTBED_REGISTRY).await else {
-            return;
-        };
-        // The same head with `Connection: close`: one request per connection.
-        let mut forwarded = format!("{method} {path} HTTP/1.1\r\n");
-        for (k, v) in &head.headers {
-            if !k.eq_ignore_ascii_case("Connection") {
-                forwarded.push_str(&format!("{k}: {v}\r\n"));
-            }
-        }
-        forwarded.push_str("Connection: close\r\n\r\n");
-        if upstream.write_all(forwarded.as_bytes()).await.is_err() {
-            return;
-        }
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        head.forward_to_bed(&mut client).await;
     }
 
     /// The requests received so far.
@@ -1375,6 +1361,26 @@ impl RequestHead {
             path,
             headers,
         })
+    }
+
+    /// Sends this head to the test bed's registry with `Connection: close` (one request per
+    /// connection) and relays both ways until either side closes.
+    pub async fn forward_to_bed(&self, client: &mut tokio::net::TcpStream) {
+        use tokio::io::AsyncWriteExt;
+        let Ok(mut upstream) = tokio::net::TcpStream::connect(TESTBED_REGISTRY).await else {
+            return;
+        };
+        let mut forwarded = format!("{} {} HTTP/1.1\r\n", self.method, self.path);
+        for (k, v) in &self.headers {
+            if !k.eq_ignore_ascii_case("Connection") {
+                forwarded.push_str(&format!("{k}: {v}\r\n"));
+            }
+        }
+        forwarded.push_str("Connection: close\r\n\r\n");
+        if upstream.write_all(forwarded.as_bytes()).await.is_err() {
+            return;
+        }
+        let _ = tokio::io::copy_bidirectional(client, &mut upstream).await;
     }
 
     /// The value of header `name` (any case), or "".

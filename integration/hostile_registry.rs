@@ -156,23 +156,7 @@ impl Hostile {
                     sent += n as u64;
                 }
             }
-            Answer::Forward => {
-                let Ok(mut upstream) = tokio::net::TcpStream::connect(TESTBED_REGISTRY).await
-                else {
-                    return;
-                };
-                let mut forwarded = format!("{method} {path} HTTP/1.1\r\n");
-                for (k, v) in &head.headers {
-                    if !k.eq_ignore_ascii_case("Connection") {
-                        forwarded.push_str(&format!("{k}: {v}\r\n"));
-                    }
-                }
-                forwarded.push_str("Connection: close\r\n\r\n");
-                if upstream.write_all(forwarded.as_bytes()).await.is_err() {
-                    return;
-                }
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-            }
+            Answer::Forward => head.forward_to_bed(&mut client).await,
             Answer::Hang => {
                 // Hold the connection open; read (and drop) whatever else comes.
                 while matches!(client.read(&mut [0u8; 4096]).await, Ok(n) if n > 0) {}

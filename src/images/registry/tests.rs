@@ -47,6 +47,25 @@ fn desc(data: &[u8], media_type: &str) -> Descriptor {
     }
 }
 
+/// Answers the first `failures` requests with `fail()`, then as [`manifest_handler`] with
+/// [`manifest_body`].
+fn failing_first(
+    failures: usize,
+    fail: impl Fn() -> Response<Body> + Send + Sync + 'static,
+) -> impl Fn(&Hit) -> Response<Body> + Send + Sync + 'static {
+    let ok = manifest_handler(manifest_body());
+    let n = Arc::new(Mutex::new(0));
+    move |h: &Hit| {
+        let mut n = n.lock().unwrap();
+        *n += 1;
+        if *n <= failures {
+            fail()
+        } else {
+            ok(h)
+        }
+    }
+}
+
 /// Answers manifest HEAD/GET with `body`, sending the digest header.
 fn manifest_handler(body: Bytes) -> impl Fn(&Hit) -> Response<Body> + Send + Sync + 'static {
     let digest = Digest::of(&body).to_string();
@@ -533,19 +552,7 @@ async fn basic_challenge_and_registry_token() {
 
 #[tokio::test]
 async fn server_errors_are_retried() {
-    let body = manifest_body();
-    let ok = manifest_handler(body);
-    let n = Arc::new(Mutex::new(0));
-    let fake = Fake::start(move |h: &Hit| {
-        let mut n = n.lock().unwrap();
-        *n += 1;
-        if *n <= 2 {
-            reply(503, "busy")
-        } else {
-            ok(h)
-        }
-    })
-    .await;
+    let fake = Fake::start(failing_first(2, || reply(503, "busy"))).await;
     let dir = hosts_dir(&fake.host(), &[]);
     client(dir.path())
         .resolve(&reference("library/app:1"), &anon())
@@ -571,17 +578,9 @@ async fn server_errors_are_retried() {
 
 #[tokio::test]
 async fn too_many_requests_honours_retry_after() {
-    let ok = manifest_handler(manifest_body());
-    let n = Arc::new(Mutex::new(0));
-    let fake = Fake::start(move |h: &Hit| {
-        let mut n = n.lock().unwrap();
-        *n += 1;
-        if *n == 1 {
-            with_headers(429, &[("retry-after", "1")], "slow down")
-        } else {
-            ok(h)
-        }
-    })
+    let fake = Fake::start(failing_first(1, || {
+        with_headers(429, &[("retry-after", "1")], "slow down")
+    }))
     .await;
     let dir = hosts_dir(&fake.host(), &[]);
     let start = Instant::now();
@@ -796,17 +795,9 @@ async fn huge_expires_in_is_clamped_not_a_panic() {
 /// A `Retry-After` of years is waited at most `retry_max` (40 ms here).
 #[tokio::test]
 async fn huge_retry_after_is_capped_at_the_retry_maximum() {
-    let ok = manifest_handler(manifest_body());
-    let n = Arc::new(Mutex::new(0));
-    let fake = Fake::start(move |h: &Hit| {
-        let mut n = n.lock().unwrap();
-        *n += 1;
-        if *n == 1 {
-            with_headers(429, &[("retry-after", "18446744073709551615")], "")
-        } else {
-            ok(h)
-        }
-    })
+    let fake = Fake::start(failing_first(1, || {
+        with_headers(429, &[("retry-after", "18446744073709551615")], "")
+    }))
     .await;
     let dir = hosts_dir(&fake.host(), &[]);
     let started = Instant::now();

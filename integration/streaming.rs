@@ -139,6 +139,22 @@ fn exec_fifos(bed: &BedRemora) -> Vec<String> {
     found
 }
 
+/// The streaming URL remora hands out for `true` in container `id`.
+async fn exec_url(bed: &BedRemora, id: &str) -> String {
+    bed.remora
+        .runtime()
+        .exec(v1::ExecRequest {
+            container_id: id.to_owned(),
+            cmd: vec!["true".into()],
+            stdout: true,
+            ..Default::default()
+        })
+        .await
+        .expect("Exec")
+        .into_inner()
+        .url
+}
+
 fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
@@ -706,19 +722,7 @@ async fn with_tls_configured_the_urls_are_https_and_crictl_streams_over_them() {
     let logs = scratch();
     let pod = start_pod(&bed, "stream-tls", logs.path(), false).await;
     let id = pod.run(container("target", &["sleep", "3600"])).await;
-    let url = bed
-        .remora
-        .runtime()
-        .exec(v1::ExecRequest {
-            container_id: id.clone(),
-            cmd: vec!["true".into()],
-            stdout: true,
-            ..Default::default()
-        })
-        .await
-        .expect("Exec")
-        .into_inner()
-        .url;
+    let url = exec_url(&bed, &id).await;
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     // crictl skips verification when given no CA, as for kubelet's own self-signed server.
     for t in TRANSPORTS {
@@ -778,19 +782,7 @@ async fn idle_connections_and_a_slow_header_neither_stop_exec_nor_leak_fds() {
     let pid = bed.remora.pid();
     let fds_before = open_fds(pid);
     // The streaming server's address, from a URL it hands out.
-    let url = bed
-        .remora
-        .runtime()
-        .exec(v1::ExecRequest {
-            container_id: id.clone(),
-            cmd: vec!["true".into()],
-            stdout: true,
-            ..Default::default()
-        })
-        .await
-        .expect("Exec")
-        .into_inner()
-        .url;
+    let url = exec_url(&bed, &id).await;
     let address = url
         .strip_prefix("http://")
         .and_then(|rest| rest.split('/').next())

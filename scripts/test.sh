@@ -21,6 +21,15 @@ lint=1
 
 "$SCRIPTS_DIR/setup.sh"
 
+# What the build and the test bed have taken, printed where a run fails for want of disk.
+disk_report() {
+	local target
+	target=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r .target_directory) || target=target
+	info "disk: $(df -h --output=avail "$REPO_ROOT" | tail -n 1 | tr -d ' ') free; target $(du -sh "$target" 2>/dev/null | cut -f1)"
+}
+trap disk_report EXIT
+disk_report
+
 if [[ $lint == 1 ]]; then
 	info "cargo fmt --check"
 	cargo fmt --all -- --check

@@ -123,8 +123,12 @@ resolver_rate = 10
 resolve_timeout = "1m"
 
 [runtime]
-# Cgroup driver reported to kubelet by the RuntimeConfig RPC: "cgroupfs" or "systemd".
-# With "systemd", every handler's shim is told to use systemd cgroups (SystemdCgroup).
+# Cgroup driver: "cgroupfs" or "systemd", the same as kubelet's cgroupDriver (remora reports
+# it to kubelet through the RuntimeConfig RPC). "cgroupfs": a pod's cgroup_parent is a path,
+# and a container's cgroup is <parent>/<id>. "systemd": cgroup_parent is a slice name
+# (kubepods-burstable-pod<uid>.slice; a path is refused, naming the field), each pause and
+# container process runs in scope remora-<id>.scope of that slice (of system.slice for a pod
+# without one), and every handler's shim is told to use systemd cgroups (SystemdCgroup).
 cgroup_driver = "cgroupfs"
 # The runtime handler of pods whose RunPodSandbox names none (handler ""). It must be one
 # of the handlers below. Every container of a pod runs with the pod's handler.
@@ -422,7 +426,8 @@ pub enum PullLayers {
     Remora,
 }
 
-/// Cgroup driver reported to kubelet.
+/// Cgroup driver, reported to kubelet; it decides the form of cgroup parents and of a
+/// container's `linux.cgroupsPath` (see `spec::cgroups`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CgroupDriver {

@@ -458,7 +458,10 @@ fn pods(
                 &config.containerd.namespace,
             )),
         },
-        host_facts(),
+        host_facts(match config.runtime.cgroup_driver {
+            CgroupDriver::Cgroupfs => crate::spec::CgroupDriver::Cgroupfs,
+            CgroupDriver::Systemd => crate::spec::CgroupDriver::Systemd,
+        }),
         log.new(slog::o!("component" => "pods")),
     )
 }

@@ -357,4 +357,18 @@ mod tests {
         assert_eq!(s.code(), Code::FailedPrecondition);
         assert!(s.message().contains("manifest 1"), "{}", s.message());
     }
+
+    #[test]
+    fn a_cgroup_parent_the_driver_cannot_use_is_invalid_argument_naming_the_field() {
+        let s: tonic::Status = CriError::from(SandboxError::Spec(
+            crate::spec::SpecError::InvalidCgroupParent {
+                parent: "/kubepods/pod1".into(),
+                reason: "not a slice",
+            },
+        ))
+        .into();
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(s.message().contains("cgroup_parent"), "{}", s.message());
+        assert!(s.message().contains("/kubepods/pod1"), "{}", s.message());
+    }
 }

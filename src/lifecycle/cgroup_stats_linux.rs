@@ -4,7 +4,8 @@
 //!
 //! Where a cgroup is: a container's from its init process's `/proc/<pid>/cgroup` (whatever
 //! parent runc chose), a pod's from its `CgroupParent` (kubelet's pod cgroup, e.g.
-//! `/kubepods/besteffort/pod<uid>`, or a systemd slice name, expanded as systemd lays it out).
+//! `/kubepods/besteffort/pod<uid>`, or under systemd a slice name, which
+//! [`crate::spec::cgroups::pod_cgroup_dir`] expands as systemd lays it out).
 //! The figures are those cAdvisor and kubelet use: the working set is usage minus inactive
 //! file pages, `rss` is anonymous memory, a limit at the kernel's "unlimited" is no limit.
 
@@ -182,10 +183,10 @@ impl CgroupFs {
         }
     }
 
-    /// The cgroup at `path` in every hierarchy (a pod's cgroup parent). A systemd slice name
-    /// (`kubepods-besteffort-pod<uid>.slice`) is expanded to the path systemd gives it.
+    /// The cgroup at `path` in every hierarchy (a pod's cgroup, see
+    /// [`crate::spec::cgroups::pod_cgroup_dir`]).
     pub fn path_of_dir(&self, path: &str) -> CgroupPath {
-        let path = expand_slice(path);
+        let path = path.to_string();
         if self.is_v2() {
             CgroupPath::V2(path)
         } else {
@@ -313,36 +314,6 @@ fn read_keyed(path: &Path) -> HashMap<String, u64> {
             Some((k.to_string(), v.trim().parse().ok()?))
         })
         .collect()
-}
-
-/// A systemd slice name as the path systemd puts it at: `a-b-c.slice` is
-/// `/a.slice/a-b.slice/a-b-c.slice` (runc's `ExpandSlice`). Anything else is returned as is.
-pub fn expand_slice(name: &str) -> String {
-    let Some(stem) = name.strip_suffix(".slice") else {
-        return name.to_string();
-    };
-    if name.contains('/') || stem.is_empty() {
-        return name.to_string();
-    }
-    if stem == "-" {
-        return "/".to_string();
-    }
-    let mut path = String::new();
-    let mut prefix = String::new();
-    for part in stem.split('-') {
-        if part.is_empty() {
-            // `a--b.slice` is not a valid slice name: leave it to the caller to not find it.
-            return name.to_string();
-        }
-        if !prefix.is_empty() {
-            prefix.push('-');
-        }
-        prefix.push_str(part);
-        path.push('/');
-        path.push_str(&prefix);
-        path.push_str(".slice");
-    }
-    path
 }
 
 #[cfg(test)]
@@ -520,17 +491,6 @@ mod tests {
         assert_eq!((m.usage, m.working_set, m.limit), (100, 80, None));
         assert_eq!(s.pids, Some(3));
         assert_eq!(CgroupStats::sum([]), CgroupStats::default());
-    }
-
-    #[test]
-    fn systemd_slices_expand() {
-        assert_eq!(
-            expand_slice("kubepods-besteffort-pod12.slice"),
-            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12.slice"
-        );
-        assert_eq!(expand_slice("-.slice"), "/");
-        assert_eq!(expand_slice("/kubepods/pod1"), "/kubepods/pod1");
-        assert_eq!(expand_slice("a--b.slice"), "a--b.slice");
     }
 
     #[test]

@@ -99,11 +99,12 @@ impl Pods {
             .get(&container.metadata().sandbox_id)
             .map(|s| s.metadata().cgroup_parent.clone())
             .unwrap_or_default();
-        let path = crate::spec::cgroups_path(&parent, container.id());
-        super::recover::oom_killed_in_cgroup_at(
-            path.as_ref().and_then(|p| p.to_str()),
+        let dir = crate::spec::cgroups::container_cgroup_dir(
+            self.host.cgroup_driver,
+            &parent,
             container.id(),
-        )
+        );
+        super::recover::oom_killed_in_cgroup_at(dir.as_deref(), container.id())
     }
 
     /// A running container whose task vanished (with its exit status): UNKNOWN, persisted, one

@@ -3,9 +3,11 @@
 use std::path::Path;
 
 use crate::spec::types::HostFacts;
+use crate::spec::CgroupDriver;
 
-/// Reads [`HostFacts`] from /proc and /sys.
-pub fn host_facts() -> HostFacts {
+/// Reads [`HostFacts`] from /proc and /sys; the cgroup driver is the configured one (kubelet
+/// is told it, and must use the same).
+pub fn host_facts(cgroup_driver: CgroupDriver) -> HostFacts {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .ok()
@@ -35,6 +37,7 @@ pub fn host_facts() -> HostFacts {
             .ok()
             .and_then(|h| h.into_string().ok())
             .unwrap_or_default(),
+        cgroup_driver,
     }
 }
 
@@ -119,7 +122,8 @@ mod tests {
 
     #[test]
     fn reads_this_host() {
-        let f = host_facts();
+        let f = host_facts(CgroupDriver::Systemd);
+        assert_eq!(f.cgroup_driver, CgroupDriver::Systemd, "the configured one");
         assert!(f.cap_last_cap >= 36, "cap_last_cap {}", f.cap_last_cap);
         assert!(!f.node_hostname.is_empty());
         let ours: i32 = std::fs::read_to_string("/proc/self/oom_score_adj")

@@ -43,25 +43,28 @@ pub struct Recovered {
 /// Whether the kernel OOM-killed a process in the (exited, not yet deleted) container's memory
 /// cgroup, whose `oom_kill` counter says so (cgroup v1 `memory.oom_control`, v2
 /// `memory.events`); runc removes the cgroup only when the task is deleted. The cgroup is
-/// `cgroups_path` (`<parent>/<id>`, see [`crate::spec::cgroups_path`]) under the memory
-/// hierarchy; without one runc nests `<id>` under its caller's cgroup, so the hierarchy is
-/// searched (a few levels) for a directory named `id`. The one answer to "was it an OOM?" for
-/// an exit nobody saw the event of: [`Pods::oom_killed_in_cgroup_of`] asks it for every exit.
-pub(crate) fn oom_killed_in_cgroup_at(cgroups_path: Option<&str>, id: &str) -> bool {
+/// `cgroup_dir` (see [`crate::spec::cgroups::container_cgroup_dir`]: `<parent>/<id>` under
+/// cgroupfs, `<slice path>/remora-<id>.scope` under systemd) below the memory hierarchy;
+/// without one (cgroupfs, no parent) runc nests `<id>` under its caller's cgroup, so the
+/// hierarchy is searched (a few levels) for a directory named `id`. Under systemd the scope
+/// may already be gone (systemd stops a scope whose last process exited), and then this says
+/// no: the shim's OOM event is the answer there. The one answer to "was it an OOM?" for an
+/// exit nobody saw the event of: [`Pods::oom_killed_in_cgroup_of`] asks it for every exit.
+pub(crate) fn oom_killed_in_cgroup_at(cgroup_dir: Option<&str>, id: &str) -> bool {
     let unified = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let root = if unified {
         std::path::Path::new("/sys/fs/cgroup")
     } else {
         std::path::Path::new("/sys/fs/cgroup/memory")
     };
-    oom_kills_under(root, cgroups_path, id).is_some_and(|n| n > 0)
+    oom_kills_under(root, cgroup_dir, id).is_some_and(|n| n > 0)
 }
 
-/// The `oom_kill` count of cgroup `cgroups_path` (or of the directory named `id`) below the
+/// The `oom_kill` count of cgroup `cgroup_dir` (or of the directory named `id`) below the
 /// memory hierarchy `root`, from whichever of v1's `memory.oom_control` and v2's
 /// `memory.events` it has; `None` without such a cgroup.
-fn oom_kills_under(root: &std::path::Path, cgroups_path: Option<&str>, id: &str) -> Option<u64> {
-    let from_spec = cgroups_path.map(|p| root.join(p.trim_start_matches('/')));
+fn oom_kills_under(root: &std::path::Path, cgroup_dir: Option<&str>, id: &str) -> Option<u64> {
+    let from_spec = cgroup_dir.map(|p| root.join(p.trim_start_matches('/')));
     let dir = from_spec.or_else(|| find_dir_named(root, id, 6))?;
     ["memory.oom_control", "memory.events"]
         .iter()
@@ -568,5 +571,28 @@ mod tests {
         );
         // Without a cgroupsPath the directory is found by the container's id.
         assert_eq!(oom_kills_under(&v2_root, None, "c2"), Some(1));
+    }
+
+    #[test]
+    fn under_systemd_oom_kills_are_read_from_the_containers_scope_in_the_pods_slice() {
+        use crate::spec::cgroups::container_cgroup_dir;
+        use crate::spec::CgroupDriver;
+        let tmp = tempfile::tempdir().unwrap();
+        let scope = tmp.path().join(
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/\
+             remora-c1.scope",
+        );
+        std::fs::create_dir_all(&scope).unwrap();
+        std::fs::write(scope.join("memory.events"), "oom 1\noom_kill 3\n").unwrap();
+        let dir =
+            container_cgroup_dir(CgroupDriver::Systemd, "kubepods-burstable-pod1.slice", "c1");
+        assert_eq!(oom_kills_under(tmp.path(), dir.as_deref(), "c1"), Some(3));
+        // The cgroupfs reading of the same parent looks elsewhere.
+        let dir = container_cgroup_dir(
+            CgroupDriver::Cgroupfs,
+            "kubepods-burstable-pod1.slice",
+            "c1",
+        );
+        assert_eq!(oom_kills_under(tmp.path(), dir.as_deref(), "c1"), None);
     }
 }

@@ -2,8 +2,9 @@
 //! interfaces, and the stats of each of its containers.
 //!
 //! - **CPU, memory, processes**: from the pod's cgroup, its `CgroupParent` (kubelet makes one
-//!   per pod, e.g. `/kubepods/besteffort/pod<uid>`, and every container of the pod is created
-//!   under it), as containerd and CRI-O read it. A pod without a cgroup parent (created by
+//!   per pod, e.g. `/kubepods/besteffort/pod<uid>`, or under the systemd driver a slice such
+//!   as `kubepods-besteffort-pod<uid>.slice`, and every container of the pod is created under
+//!   it), as containerd and CRI-O read it. A pod without a cgroup parent (created by
 //!   crictl or critest) has no cgroup of its own: its figures are then the sum of its pause
 //!   process's cgroup and its running containers' cgroups.
 //! - **Network**: `/proc/<pause pid>/net/dev` — the pause process lives in the pod's network
@@ -23,6 +24,8 @@ use thiserror::Error;
 use super::cgroup_stats::{CgroupFs, CgroupStats};
 use super::container_stats::{process_cgroup, Stats};
 use super::{now_ns, Pods};
+use crate::spec::cgroups::pod_cgroup_dir;
+use crate::spec::CgroupDriver;
 use crate::store::{SandboxFilter, SandboxSnapshot, SandboxState, StoreError};
 
 /// The interface kubelet and containerd take as a pod's own.
@@ -180,7 +183,8 @@ impl Pods {
         }
         containers.sort_by(|a, b| a.container.metadata.id.cmp(&b.container.metadata.id));
         let fs = CgroupFs::host();
-        let cgroup = pod_cgroup(&fs, &sandbox.metadata.cgroup_parent, || {
+        let driver = self.host.cgroup_driver;
+        let cgroup = pod_cgroup(&fs, driver, &sandbox.metadata.cgroup_parent, || {
             let pause = process_cgroup(&fs, pid);
             CgroupStats::sum(std::iter::once(&pause).chain(containers.iter().map(|c| &c.cgroup)))
         });
@@ -212,15 +216,16 @@ impl Pods {
     }
 }
 
-/// A pod's cgroup figures: its cgroup parent's, if it has one that exists; `sum_of_parts`
-/// otherwise.
+/// A pod's cgroup figures: its cgroup parent's (a path, or a slice under `driver`), if it has
+/// one that exists; `sum_of_parts` otherwise.
 fn pod_cgroup(
     fs: &CgroupFs,
+    driver: CgroupDriver,
     parent: &str,
     sum_of_parts: impl FnOnce() -> CgroupStats,
 ) -> CgroupStats {
-    if !parent.is_empty() {
-        let path = fs.path_of_dir(parent);
+    if let Some(dir) = pod_cgroup_dir(driver, parent) {
+        let path = fs.path_of_dir(&dir);
         if fs.exists(&path) {
             return fs.read(&path);
         }
@@ -296,15 +301,47 @@ Inter-|   Receive                                                |  Transmit
             pids: Some(5),
             ..Default::default()
         };
-        let s = pod_cgroup(&fs, "/kubepods/pod9", parts);
+        let fs_driver = CgroupDriver::Cgroupfs;
+        let s = pod_cgroup(&fs, fs_driver, "/kubepods/pod9", parts);
         assert_eq!(s.memory.map(|m| m.usage), Some(4096));
         assert_eq!(s.cpu.map(|c| c.usage_ns), Some(77));
         assert_eq!(s.pids, None, "the fixture has no pids controller");
-        assert_eq!(pod_cgroup(&fs, "", parts).pids, Some(5), "no parent");
         assert_eq!(
-            pod_cgroup(&fs, "/kubepods/missing", parts).pids,
+            pod_cgroup(&fs, fs_driver, "", parts).pids,
+            Some(5),
+            "no parent"
+        );
+        assert_eq!(
+            pod_cgroup(&fs, fs_driver, "/kubepods/missing", parts).pids,
             Some(5),
             "a parent that does not exist"
+        );
+    }
+
+    #[test]
+    fn pod_cgroup_of_a_systemd_slice_is_where_systemd_puts_it() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        write(
+            &r.join(
+                "memory/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod9.slice",
+            ),
+            "memory.usage_in_bytes",
+            "8192\n",
+        );
+        let fs = CgroupFs::at(r.to_path_buf(), 100);
+        let parts = CgroupStats::default;
+        let s = pod_cgroup(
+            &fs,
+            CgroupDriver::Systemd,
+            "kubepods-besteffort-pod9.slice",
+            parts,
+        );
+        assert_eq!(s.memory.map(|m| m.usage), Some(8192));
+        // No parent: the default slice is not the pod's.
+        assert_eq!(
+            pod_cgroup(&fs, CgroupDriver::Systemd, "", parts).memory,
+            None
         );
     }
 }

@@ -21,7 +21,9 @@ use super::{
 };
 use crate::images::store::ImageInfo;
 use crate::lifecycle::backend::{RuncOptions, Runtime};
-use crate::spec::{ContainerConfig, HostFacts, NamespaceMode, SandboxConfig};
+use crate::spec::{
+    CgroupDriver, ContainerConfig, HostFacts, NamespaceMode, SandboxConfig, SpecError,
+};
 use crate::store::persist::SANDBOX_EXTENSION;
 use crate::store::{
     container_name_key, sandbox_name_key, ContainerMetadata, ContainerState, Persisted, Sandbox,
@@ -71,6 +73,10 @@ fn bed() -> Bed {
 }
 
 fn bed_with_handlers(handlers: RuntimeHandlers) -> Bed {
+    bed_with(handlers, HostFacts::default())
+}
+
+fn bed_with(handlers: RuntimeHandlers, host: HostFacts) -> Bed {
     let dir = tempfile::tempdir().expect("a temp dir");
     let state_dir = dir.path().join("state");
     let rootfs = dir.path().join("rootfs");
@@ -101,7 +107,7 @@ fn bed_with_handlers(handlers: RuntimeHandlers) -> Bed {
             network: Arc::new(FakeNetwork::new(log.clone(), state_dir.join("netns"))),
             oci: Arc::new(oci.clone()),
         },
-        HostFacts::default(),
+        host,
         slog::Logger::root(slog::Discard, slog::o!()),
     );
     Bed {
@@ -1658,4 +1664,62 @@ async fn a_snapshotter_that_cannot_idmap_fails_the_pod_and_everything_is_undone(
     );
     assert!(b.pods.sandboxes.get(&id).is_err());
     assert!(!b.containerd.has_record(&id));
+}
+
+/// A bed whose node runs the systemd cgroup driver.
+fn systemd_bed() -> Bed {
+    bed_with(
+        RuntimeHandlers::single_runc("io.containerd.runc.v2"),
+        HostFacts {
+            cgroup_driver: CgroupDriver::Systemd,
+            ..HostFacts::default()
+        },
+    )
+}
+
+/// `linux.cgroupsPath` of the spec on record `id`.
+fn recorded_cgroups_path(b: &Bed, id: &str) -> Option<String> {
+    let record = b.containerd.record(id).expect("a record");
+    let spec: oci_spec::runtime::Spec = serde_json::from_slice(&record.spec).expect("a spec");
+    spec.linux()
+        .as_ref()
+        .and_then(|l| l.cgroups_path().as_ref())
+        .map(|p| p.display().to_string())
+}
+
+#[tokio::test]
+async fn under_systemd_a_pod_and_its_containers_get_scopes_in_the_pods_slice() {
+    let b = systemd_bed();
+    let mut req = pod_request();
+    req.config.cgroup_parent = "kubepods-besteffort-pod1_2.slice".into();
+    let pod = b.pods.run_sandbox(req).await.expect("a pod");
+    assert_eq!(
+        recorded_cgroups_path(&b, &pod),
+        Some(format!("kubepods-besteffort-pod1_2.slice:remora:{pod}"))
+    );
+    let c = b
+        .pods
+        .create_container(create_request(&pod))
+        .await
+        .expect("a container");
+    assert_eq!(
+        recorded_cgroups_path(&b, &c),
+        Some(format!("kubepods-besteffort-pod1_2.slice:remora:{c}"))
+    );
+}
+
+#[tokio::test]
+async fn under_systemd_a_path_for_cgroup_parent_is_refused_before_anything_is_made() {
+    let b = systemd_bed();
+    let mut req = pod_request();
+    req.config.cgroup_parent = "/kubepods/besteffort/pod1".into();
+    let err = b.pods.run_sandbox(req).await.expect_err("not a slice name");
+    assert!(
+        matches!(&err, SandboxError::Spec(SpecError::InvalidCgroupParent { parent, .. })
+            if parent == "/kubepods/besteffort/pod1"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("cgroup_parent"), "{err}");
+    assert_eq!(b.log.calls(), []);
+    assert!(b.pods.sandboxes.list(&Default::default()).is_empty());
 }

@@ -12,6 +12,7 @@
 //!
 //! Protobuf types stay out of this module: the CRI adapter maps requests to [`types`].
 
+pub mod cgroups;
 pub mod devices;
 pub mod mounts;
 pub mod namespaces;
@@ -34,6 +35,7 @@ use oci_spec::runtime::{
 use oci_spec::OciSpecError;
 use thiserror::Error;
 
+pub use cgroups::{cgroups_path, CgroupDriver};
 pub use devices::DeviceLookup;
 pub use passthrough::PassThrough;
 pub use process::{merge_env, process_args};
@@ -215,6 +217,14 @@ pub enum SpecError {
         /// Why it is refused.
         reason: &'static str,
     },
+    /// A pod's cgroup parent that the systemd cgroup driver cannot use (not a slice name).
+    #[error("invalid cgroup_parent {parent:?} for the systemd cgroup driver: {reason}")]
+    InvalidCgroupParent {
+        /// The parent as given.
+        parent: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// PID namespace mode `Target` without the target container's pid.
     #[error("pid namespace mode TARGET requires the target container's pid")]
     MissingTargetPid,
@@ -294,20 +304,6 @@ pub const ROOTFS: &str = "rootfs";
 pub const SANDBOX_OOM_SCORE_ADJ: i64 = -998;
 /// CPU shares of a pause container: the minimum, it only sleeps.
 pub const SANDBOX_CPU_SHARES: u64 = 2;
-
-/// `<parent>/<id>`, the cgroupfs path of a container under its pod's cgroup; `None` when the
-/// pod has no parent (runc then picks one).
-pub fn cgroups_path(parent: &str, id: &str) -> Option<PathBuf> {
-    if parent.is_empty() {
-        None
-    } else {
-        Some(PathBuf::from(format!(
-            "{}/{}",
-            parent.trim_end_matches('/'),
-            id
-        )))
-    }
-}
 
 /// The annotations of a container spec: the pod's and the container's annotations that the
 /// handler passes through ([`passthrough`]), then containerd's CRI keys (which win, so a user
@@ -531,8 +527,8 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
     if let Some(seccomp) = seccomp::seccomp_for(&sec.seccomp, sec.privileged, &caps)? {
         linux = linux.seccomp(seccomp);
     }
-    if let Some(path) = cgroups_path(&pod.cgroup_parent, inputs.id) {
-        linux = linux.cgroups_path(path);
+    if let Some(path) = cgroups_path(host.cgroup_driver, &pod.cgroup_parent, inputs.id)? {
+        linux = linux.cgroups_path(PathBuf::from(path));
     }
     if let Some(prop) = plan.rootfs_propagation {
         linux = linux.rootfs_propagation(prop);
@@ -680,8 +676,8 @@ pub fn sandbox_spec(inputs: &SandboxInputs<'_>) -> Result<Spec, SpecError> {
     if let Some(seccomp) = seccomp::seccomp_for(&sec.seccomp, sec.privileged, &caps)? {
         linux = linux.seccomp(seccomp);
     }
-    if let Some(path) = cgroups_path(&cfg.cgroup_parent, inputs.id) {
-        linux = linux.cgroups_path(path);
+    if let Some(path) = cgroups_path(host.cgroup_driver, &cfg.cgroup_parent, inputs.id)? {
+        linux = linux.cgroups_path(PathBuf::from(path));
     }
     if let Some(u) = &sec.namespaces.user {
         linux = with_id_mappings(linux, u)?;

@@ -626,3 +626,63 @@ fn sandbox_without_command_fails() {
     let err = build_sandbox(&sandbox().config, &host(), &ImageConfig::default()).unwrap_err();
     assert!(matches!(err, SpecError::NoCommand));
 }
+
+/// Under the systemd cgroup driver the pause container and the pod's containers go to scopes
+/// `remora-<id>.scope` in the pod's slice: runc's `slice:prefix:name`.
+#[test]
+fn specs_under_systemd_carry_slice_prefix_and_id() {
+    let h = HostFacts {
+        cgroup_driver: CgroupDriver::Systemd,
+        ..host()
+    };
+    let mut sb = sandbox();
+    sb.config.cgroup_parent = "kubepods-burstable-pod0a1f63d6_8c2b.slice".into();
+    let path_of = |linux: Option<&oci_spec::runtime::Linux>| {
+        linux
+            .and_then(|l| l.cgroups_path().clone())
+            .map(|p| p.display().to_string())
+    };
+
+    let pause = build_sandbox(&sb.config, &h, &pause_image()).unwrap();
+    assert_eq!(
+        path_of(pause.linux().as_ref()).as_deref(),
+        Some("kubepods-burstable-pod0a1f63d6_8c2b.slice:remora:sb1")
+    );
+    let out = build(&config(), &sb, &h).unwrap();
+    assert_eq!(
+        path_of(out.spec.linux().as_ref()).as_deref(),
+        Some("kubepods-burstable-pod0a1f63d6_8c2b.slice:remora:c1")
+    );
+
+    // A pod without a parent: the default slice, named.
+    sb.config.cgroup_parent.clear();
+    let pause = build_sandbox(&sb.config, &h, &pause_image()).unwrap();
+    assert_eq!(
+        path_of(pause.linux().as_ref()).as_deref(),
+        Some("system.slice:remora:sb1")
+    );
+}
+
+/// A cgroupfs path where systemd needs a slice name is the request's error, naming the field,
+/// for the pause container and for a container alike.
+#[test]
+fn a_path_parent_under_systemd_is_refused_naming_cgroup_parent() {
+    let h = HostFacts {
+        cgroup_driver: CgroupDriver::Systemd,
+        ..host()
+    };
+    let sb = sandbox();
+    assert_eq!(sb.config.cgroup_parent, "/kubepods/burstable/pod1");
+    let errors = [
+        build_sandbox(&sb.config, &h, &pause_image()).unwrap_err(),
+        build(&config(), &sb, &h).unwrap_err(),
+    ];
+    for e in errors {
+        assert!(
+            matches!(&e, SpecError::InvalidCgroupParent { parent, .. }
+                if parent == "/kubepods/burstable/pod1"),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("cgroup_parent"), "{e}");
+    }
+}

@@ -386,6 +386,9 @@ pub struct HostFacts {
     pub bounding_caps: u64,
     /// The node's hostname, used for `HOSTNAME` of host-network pods without a hostname.
     pub node_hostname: String,
+    /// How cgroups are managed (configured, as kubelet's must be): the form of a pod's
+    /// cgroup parent and of `linux.cgroupsPath` ([`super::cgroups`]).
+    pub cgroup_driver: super::CgroupDriver,
 }
 
 impl Default for HostFacts {
@@ -398,6 +401,7 @@ impl Default for HostFacts {
             cap_last_cap: 40,
             bounding_caps: u64::MAX,
             node_hostname: String::new(),
+            cgroup_driver: super::CgroupDriver::Cgroupfs,
         }
     }
 }

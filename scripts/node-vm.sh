@@ -7,7 +7,8 @@
 #   scripts/node-vm.sh up                 boot the VM, wait until ssh and systemd are ready
 #   scripts/node-vm.sh down               power it off (killed after a deadline), drop the overlay
 #   scripts/node-vm.sh status             show whether it runs (exit status 3 if not)
-#   scripts/node-vm.sh ssh [--] CMD...    run CMD in the guest as root (stdin passed through)
+#   scripts/node-vm.sh ssh [--] CMD...    run CMD in the guest as root (stdin passed through; as
+#                                         with ssh, the guest's shell parses the joined CMD)
 #   scripts/node-vm.sh scp SRC... DEST    scp; a path written node:PATH is the guest's
 #
 # The guest sees, read-only over 9p (mount tags):

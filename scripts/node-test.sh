@@ -22,13 +22,16 @@ NODE_VM="$SCRIPTS_DIR/node-vm.sh"
 SMOKE_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.36.1-1
 
 PHASES=()
+# The phase under way, for the summary when it fails.
+CURRENT_PHASE='' PHASE_START=0
 # phase NAME CMD...: runs CMD and records how long it took.
 phase() {
-	local name=$1 t0=$SECONDS
+	CURRENT_PHASE=$1 PHASE_START=$SECONDS
 	shift
-	info "---- $name"
+	info "---- $CURRENT_PHASE"
 	"$@"
-	PHASES+=("$(printf '%-10s %4d s' "$name" $((SECONDS - t0)))")
+	PHASES+=("$(printf '%-10s %4d s' "$CURRENT_PHASE" $((SECONDS - PHASE_START)))")
+	CURRENT_PHASE=
 }
 
 print_timings() {
@@ -41,6 +44,8 @@ print_timings() {
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
+	[[ -n "$CURRENT_PHASE" ]] &&
+		PHASES+=("$(printf '%-10s %4d s  FAILED' "$CURRENT_PHASE" $((SECONDS - PHASE_START)))")
 	if [[ "${REMORA_NODE_KEEP:-0}" == 1 ]]; then
 		info "REMORA_NODE_KEEP=1: the node VM stays up (scripts/node-vm.sh down when done)"
 	else

@@ -160,12 +160,15 @@ cmd_down() {
 		local pid deadline
 		pid=$(<"$PIDFILE")
 		info "powering the node VM off (pid $pid)"
-		# The connection drops as the guest goes down: ssh's status says nothing.
-		guest_ssh timeout 10 systemctl poweroff 2>/dev/null || true
-		deadline=$((SECONDS + 60))
-		while proc_running "$pid" && ((SECONDS < deadline)); do sleep 1; done
+		# A guest whose ssh does not answer (still booting, hung) is killed at once.
+		if guest_ssh true 2>/dev/null; then
+			# The connection drops as the guest goes down: ssh's status says nothing.
+			guest_ssh timeout 10 systemctl poweroff 2>/dev/null || true
+			deadline=$((SECONDS + 60))
+			while proc_running "$pid" && ((SECONDS < deadline)); do sleep 1; done
+		fi
 		if proc_running "$pid"; then
-			warn "the node VM did not power off within 60 s; killing qemu"
+			warn "the node VM did not power off; killing qemu"
 			kill "$pid" 2>/dev/null || true
 			deadline=$((SECONDS + 10))
 			while proc_running "$pid" && ((SECONDS < deadline)); do sleep 0.5; done

@@ -331,7 +331,7 @@ build_node_image() {
 		run_logged "$LOGS/apt.log" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
 	fi
 	local log="$LOGS/node-image.log" start=$SECONDS
-	info "building the node VM image (Debian $NODE_SUITE, about 3 min; log: $log)"
+	info "building the node VM image (Debian $NODE_SUITE, about 2.5 min; log: $log)"
 	rm -f "$stamp"
 	: >"$log"
 	local work="$NODE_DIR.build"

@@ -127,7 +127,6 @@ run_pod() {
 	out=$(crictl exec "$ctr" echo remora-node-ok 2>&1) || { fail exec "$out"; return 1; }
 	[[ $out == remora-node-ok ]] || { fail exec "unexpected output: $out"; return 1; }
 	say "ok ($label): container $ctr in pod $pod answered exec"
-	crictl inspect "$ctr" | grep -E '"(cgroupsPath|apparmorProfile)"' >&2 || true
 	remove_pods
 }
 

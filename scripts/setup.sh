@@ -316,8 +316,11 @@ install_cargo_deb() {
 # Rebuilt when NODE_IMAGE_VERSION or NODE_PACKAGES change. The archive is the live one: what
 # it got is recorded in $NODE_DIR/packages.txt and kernel-version.
 build_node_image() {
-	local stamp="$STAMPS/node-image" want
+	local stamp="$STAMPS/node-image" want lock
 	want="$NODE_IMAGE_VERSION $NODE_SUITE ${NODE_PACKAGES[*]}"
+	# Two builds at once would share one build directory: the second waits for the first.
+	exec {lock}>"$STAMPS/node-image.lock"
+	flock "$lock"
 	if [[ -f "$stamp" && "$(<"$stamp")" == "$want" && -f "$NODE_DIR/rootfs.ext4" ]]; then
 		return 0
 	fi

@@ -125,3 +125,7 @@ forget_pushed() {
 		rm -rf "${REG_STORE:?}/blobs/sha256/${d:0:2}/$d"
 	done
 }
+
+# The node VM's base image (setup.sh node-image) and the running VM's state (node-vm.sh).
+NODE_DIR="$TOOLS/node-vm"
+NODE_STATE="${REMORA_NODE_STATE:-/var/tmp/remora-node}"

@@ -39,6 +39,23 @@ APT_PACKAGES=(
 	# The pinned runc is built with cgo and the seccomp tag (build_runc).
 	libseccomp-dev pkg-config
 )
+# The node VM (scripts/node-vm.sh): a stock Debian 12 node booted under qemu. Bump
+# NODE_IMAGE_VERSION whenever build_node_image changes what it writes; the package list is part
+# of the cache key too. `setup.sh node-image` builds it (and nothing else); plain `setup.sh`
+# does not.
+NODE_IMAGE_VERSION=1
+NODE_SUITE=bookworm
+# The host's own Debian mirror (/etc/apt/sources.list.d/debian.sources), with security updates.
+NODE_MIRROR=http://deb.debian.org/debian
+NODE_SECURITY_MIRROR=http://deb.debian.org/debian-security
+NODE_HOST_PACKAGES=(qemu-system-x86 qemu-utils mmdebstrap openssh-client e2fsprogs)
+# What the guest gets besides the minbase variant (apt, dpkg, coreutils, mount, util-linux).
+# containerd, runc and the CNI plugins are not here: scripts/node-install.sh installs them from
+# $TOOLS as an operator would install release binaries.
+NODE_PACKAGES=(
+	systemd-sysv udev dbus linux-image-amd64 initramfs-tools apparmor openssh-server
+	iproute2 iptables ca-certificates libseccomp2 mount kmod procps
+)
 # ------------------------------------------------------------------------------
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
@@ -293,6 +310,114 @@ install_cargo_deb() {
 		--version "$CARGO_DEB_VERSION" cargo-deb)
 }
 
+# build_node_image: the node VM's base image in $NODE_DIR (common.sh): a Debian 12 rootfs
+# from the Debian archive (mmdebstrap), written into an ext4 image with mkfs.ext4 -d (no loop
+# mount), the kernel and initramfs beside it, an ssh host key and a client key made here.
+# Rebuilt when NODE_IMAGE_VERSION or NODE_PACKAGES change. The archive is the live one: what
+# it got is recorded in $NODE_DIR/packages.txt and kernel-version.
+build_node_image() {
+	local stamp="$STAMPS/node-image" want lock
+	want="$NODE_IMAGE_VERSION $NODE_SUITE ${NODE_PACKAGES[*]}"
+	# Two builds at once would share one build directory: the second waits for the first.
+	exec {lock}>"$STAMPS/node-image.lock"
+	flock "$lock"
+	if [[ -f "$stamp" && "$(<"$stamp")" == "$want" && -f "$NODE_DIR/rootfs.ext4" ]]; then
+		return 0
+	fi
+	local missing=() p
+	for p in "${NODE_HOST_PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	if [[ ${#missing[@]} != 0 ]]; then
+		apt_update_once
+		info "apt-get install ${missing[*]}"
+		run_logged "$LOGS/apt.log" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+	fi
+	local log="$LOGS/node-image.log" start=$SECONDS
+	info "building the node VM image (Debian $NODE_SUITE, about 2.5 min; log: $log)"
+	rm -f "$stamp"
+	: >"$log"
+	local work="$NODE_DIR.build"
+	rm -rf "$work"
+	mkdir -p "$work"
+	local root="$work/root"
+	local include
+	include=$(IFS=,; echo "${NODE_PACKAGES[*]}")
+	# --variant=minbase: required packages and apt; no recommends, as a minimal node.
+	run_logged "$log" mmdebstrap --mode=root --variant=minbase --include="$include" \
+		--aptopt='APT::Install-Recommends "false"' \
+		"$NODE_SUITE" "$root" \
+		"deb $NODE_MIRROR $NODE_SUITE main" \
+		"deb $NODE_MIRROR $NODE_SUITE-updates main" \
+		"deb $NODE_SECURITY_MIRROR $NODE_SUITE-security main"
+	configure_node_rootfs "$root" "$work"
+	# The kernel and initramfs boot the VM directly (qemu -kernel/-initrd): no bootloader.
+	local kver
+	kver=$(basename "$(ls "$root"/boot/vmlinuz-*)")
+	kver=${kver#vmlinuz-}
+	cp "$root/boot/vmlinuz-$kver" "$work/vmlinuz"
+	cp "$root/boot/initrd.img-$kver" "$work/initrd.img"
+	# root=/dev/vda needs the virtio disk driver in the initramfs (initramfs-tools' default
+	# MODULES=most puts it there); the 9p shares are mounted later, from the root's modules.
+	# The guest's lsinitramfs: the host may have no initramfs-tools.
+	local m initrd_list
+	initrd_list=$(chroot "$root" lsinitramfs "/boot/initrd.img-$kver")
+	for m in virtio_blk virtio_pci ext4; do
+		grep -q "/$m\.ko" <<<"$initrd_list" || die "the node initramfs has no $m module"
+	done
+	for m in 9p 9pnet_virtio; do
+		find "$root/lib/modules/$kver" -name "$m.ko*" | grep -q . || die "the node kernel has no $m module"
+	done
+	echo "$kver" >"$work/kernel-version"
+	# shellcheck disable=SC2016 # dpkg-query's format, not the shell's
+	dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Package} ${Version}\n' >"$work/packages.txt"
+	# 8 GiB, sparse: room for containerd's images and the pods' writable layers.
+	run_logged "$log" mkfs.ext4 -q -F -L remora-node -d "$root" "$work/rootfs.ext4" 8G
+	rm -rf "$root"
+	rm -rf "$NODE_DIR"
+	mv "$work" "$NODE_DIR"
+	echo "$want" >"$stamp"
+	info "node VM image ready in $NODE_DIR (kernel $kver, $(wc -l <"$NODE_DIR/packages.txt") packages, $((SECONDS - start)) s)"
+}
+
+# configure_node_rootfs ROOT KEYDIR: what the node's first boot needs: systemd-networkd with
+# DHCP on the user-mode NIC, root login over ssh with the client key made here (KEYDIR/id_ed25519),
+# a host key made here too (KEYDIR/known_hosts names it as host "remora-node").
+configure_node_rootfs() {
+	local root=$1 keys=$2
+	echo remora-node >"$root/etc/hostname"
+	printf '127.0.0.1 localhost\n127.0.1.1 remora-node\n' >"$root/etc/hosts"
+	# qemu's user-mode DNS; the node needs none (the registry is named by address).
+	echo 'nameserver 10.0.2.3' >"$root/etc/resolv.conf"
+	printf '/dev/vda / ext4 rw,errors=remount-ro 0 1\n' >"$root/etc/fstab"
+	cat >"$root/etc/systemd/network/10-user-nic.network" <<'EOF'
+[Match]
+Name=en* eth*
+
+[Network]
+DHCP=ipv4
+EOF
+	# The host keys openssh-server's postinst made are replaced by one known to the client.
+	rm -f "$root"/etc/ssh/ssh_host_*
+	ssh-keygen -q -t ed25519 -N '' -C remora-node -f "$root/etc/ssh/ssh_host_ed25519_key"
+	ssh-keygen -q -t ed25519 -N '' -C remora-node-client -f "$keys/id_ed25519"
+	echo "remora-node $(<"$root/etc/ssh/ssh_host_ed25519_key.pub")" >"$keys/known_hosts"
+	install -d -m 0700 "$root/root/.ssh"
+	install -m 0600 "$keys/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
+	cat >"$root/etc/ssh/sshd_config.d/remora-node.conf" <<'EOF'
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+UseDNS no
+EOF
+	run_logged "$LOGS/node-image.log" systemctl --root="$root" enable systemd-networkd.service ssh.service
+	# Nothing periodic that would race the tests or slow the boot.
+	run_logged "$LOGS/node-image.log" systemctl --root="$root" mask apt-daily.timer \
+		apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer
+	# Smaller image: the package lists are not needed to run.
+	rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin
+}
+
 main() {
 	install_apt_packages
 	build_containerd
@@ -307,4 +432,10 @@ main() {
 	info "tools ready in $TOOLS_BIN (containerd $CONTAINERD_VERSION, cri-tools $CRI_TOOLS_VERSION, kubelet $KUBELET_VERSION, runc $RUNC_VERSION)"
 }
 
-main "$@"
+case "${1:-}" in
+"") main ;;
+# The node VM's base image only (scripts/node-vm.sh up runs this; the tools it installs in
+# the guest are plain setup.sh's).
+node-image) build_node_image ;;
+*) die "usage: setup.sh [node-image]" ;;
+esac

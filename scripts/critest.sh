@@ -9,6 +9,7 @@
 #
 # usage: scripts/critest.sh [--containerd] [--handler NAME] [--websocket]
 #                           [--focus REGEX] [--check FILE] [-- CRITEST_ARGS...]
+#        scripts/critest.sh --from-report JSON [--focus REGEX] [--check FILE]
 #   --containerd  test the test bed containerd's CRI instead of remora
 #   --handler H   run the pods with runtime handler H (-runtime-handler), e.g.
 #                 remora for remora's shim; default: the runtime's default one
@@ -16,6 +17,9 @@
 #   --focus RE    only specs matching RE (-ginkgo.focus); the others are SKIP
 #   --check FILE  fail unless every spec named in FILE (one a line, # comments)
 #                 passed; without it, failing specs do not fail the script
+#   --from-report JSON  run nothing: list and check the specs of the ginkgo JSON
+#                 report critest wrote elsewhere (scripts/node-test.sh: in the
+#                 node VM); its list goes beside it as .results
 #
 # Exit status: 0 when critest ran (and the --check list passed), 1 when the
 # --check list did not pass, 2 when critest could not run or timed out.
@@ -38,6 +42,7 @@ handler=
 websocket=0
 focus=
 check=
+from_report=
 extra=()
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -58,13 +63,18 @@ while [[ $# -gt 0 ]]; do
 		check=$2
 		shift
 		;;
+	--from-report)
+		[[ $# -ge 2 ]] || die "--from-report needs a ginkgo JSON report"
+		from_report=$2
+		shift
+		;;
 	--)
 		shift
 		extra=("$@")
 		break
 		;;
 	-h | --help)
-		sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument: $1 (see --help)" ;;
@@ -75,61 +85,75 @@ if [[ -n "$check" && ! -r "$check" ]]; then
 	die "cannot read $check"
 fi
 
-sock=$REMORA_SOCK
-[[ $target == containerd ]] && sock=$CONTAINERD_SOCK
-endpoint="unix://$sock"
-logs="$TB_ROOT/logs"
-mkdir -p "$logs"
-run_name=$target${handler:+-$handler}
-[[ $websocket == 1 ]] && run_name+=-websocket
-log="$logs/critest-$run_name.log"
-report="$logs/critest-$run_name.json"
-results="$logs/critest-$run_name.results"
+# run_critest: runs the suite against the test bed; sets report, results and rc (critest's
+# exit status).
+run_critest() {
+	sock=$REMORA_SOCK
+	[[ $target == containerd ]] && sock=$CONTAINERD_SOCK
+	endpoint="unix://$sock"
+	logs="$TB_ROOT/logs"
+	mkdir -p "$logs"
+	run_name=$target${handler:+-$handler}
+	[[ $websocket == 1 ]] && run_name+=-websocket
+	log="$logs/critest-$run_name.log"
+	report="$logs/critest-$run_name.json"
+	results="$logs/critest-$run_name.results"
 
-[[ -x "$TOOLS_BIN/critest" ]] || die "$TOOLS_BIN/critest is missing; run scripts/setup.sh"
-if ! crictl --runtime-endpoint "$endpoint" --image-endpoint "$endpoint" --timeout 5s version >/dev/null 2>&1; then
-	die "$target does not answer on $endpoint; is the test bed up? (scripts/testbed.sh up)"
-fi
-
-args=(
-	"-runtime-endpoint=$endpoint"
-	"-image-endpoint=$endpoint"
-	"-ginkgo.json-report=$report"
-	"-ginkgo.no-color"
-	"-ginkgo.timeout=$GINKGO_TIMEOUT"
-)
-if [[ -n "$handler" ]]; then
-	args+=("-runtime-handler=$handler")
-fi
-if [[ $websocket == 1 ]]; then
-	args+=(-websocket-exec -websocket-attach -websocket-portforward)
-fi
-if [[ -n "$focus" ]]; then
-	args+=("-ginkgo.focus=$focus")
-fi
-args+=("${extra[@]}")
-
-# shm_ids: ids of the host's SysV shared memory segments.
-shm_ids() { ipcs -m 2>/dev/null | awk '$2 ~ /^[0-9]+$/ {print $2}' | sort; }
-
-info "running critest against $target ($endpoint${handler:+, handler $handler}); output in $log"
-rm -f "$report"
-shm_before=$(shm_ids)
-rc=0
-timeout --kill-after=60s "$RUN_TIMEOUT" "$TOOLS_BIN/critest" "${args[@]}" \
-	</dev/null >"$log" 2>&1 || rc=$?
-# The HostIpc specs create 1 MiB segments on the host (ipcmk) and never
-# remove them; drop the unattached ones this run created.
-for id in $(comm -13 <(echo "$shm_before") <(shm_ids)); do
-	if ipcs -m -i "$id" 2>/dev/null | grep -q 'nattch=0'; then
-		ipcrm -m "$id" 2>/dev/null || true
+	[[ -x "$TOOLS_BIN/critest" ]] || die "$TOOLS_BIN/critest is missing; run scripts/setup.sh"
+	if ! crictl --runtime-endpoint "$endpoint" --image-endpoint "$endpoint" --timeout 5s version >/dev/null 2>&1; then
+		die "$target does not answer on $endpoint; is the test bed up? (scripts/testbed.sh up)"
 	fi
-done
-# rc is non-zero when any spec failed; only a missing report means critest
-# did not run.
-if [[ ! -s "$report" ]]; then
-	tail -n 40 "$log" >&2
-	die "critest produced no report (exit status $rc); see $log"
+
+	args=(
+		"-runtime-endpoint=$endpoint"
+		"-image-endpoint=$endpoint"
+		"-ginkgo.json-report=$report"
+		"-ginkgo.no-color"
+		"-ginkgo.timeout=$GINKGO_TIMEOUT"
+	)
+	if [[ -n "$handler" ]]; then
+		args+=("-runtime-handler=$handler")
+	fi
+	if [[ $websocket == 1 ]]; then
+		args+=(-websocket-exec -websocket-attach -websocket-portforward)
+	fi
+	if [[ -n "$focus" ]]; then
+		args+=("-ginkgo.focus=$focus")
+	fi
+	args+=("${extra[@]}")
+
+	# shm_ids: ids of the host's SysV shared memory segments.
+	shm_ids() { ipcs -m 2>/dev/null | awk '$2 ~ /^[0-9]+$/ {print $2}' | sort; }
+
+	info "running critest against $target ($endpoint${handler:+, handler $handler}); output in $log"
+	rm -f "$report"
+	shm_before=$(shm_ids)
+	rc=0
+	timeout --kill-after=60s "$RUN_TIMEOUT" "$TOOLS_BIN/critest" "${args[@]}" \
+		</dev/null >"$log" 2>&1 || rc=$?
+	# The HostIpc specs create 1 MiB segments on the host (ipcmk) and never
+	# remove them; drop the unattached ones this run created.
+	for id in $(comm -13 <(echo "$shm_before") <(shm_ids)); do
+		if ipcs -m -i "$id" 2>/dev/null | grep -q 'nattch=0'; then
+			ipcrm -m "$id" 2>/dev/null || true
+		fi
+	done
+	# rc is non-zero when any spec failed; only a missing report means critest
+	# did not run.
+	if [[ ! -s "$report" ]]; then
+		tail -n 40 "$log" >&2
+		die "critest produced no report (exit status $rc); see $log"
+	fi
+}
+
+if [[ -n "$from_report" ]]; then
+	[[ -s "$from_report" ]] || die "no report at $from_report"
+	report=$from_report
+	results="${from_report%.json}.results"
+	log=$from_report
+	rc=0
+else
+	run_critest
 fi
 
 # One line per spec. Suite-level nodes (BeforeSuite and the like) only show up

@@ -7,8 +7,9 @@
 #   - registry mirrors: the public registries the tests name are served by the test bed's
 #     registry, the host's 127.0.0.1:5000, which the guest reaches as 10.0.2.2:5000
 #     (scripts/testbed.sh up must be running);
-#   - remora's Debian package (scripts/package.sh) with `dpkg -i`, its config as shipped;
-#     remora.service is then enabled and started by the package.
+#   - remora's Debian package (scripts/package.sh) with `dpkg -i`; remora.service is then
+#     enabled and started by the package; its config as shipped but for the cgroup driver,
+#     set to systemd as kubelet's is.
 #
 #   scripts/node-install.sh [DEB]   DEB: the package to install (default: the newest
 #                                   remora_*.deb in node-vm.sh's "debs" share)
@@ -179,6 +180,20 @@ systemctl is-active remora >/dev/null || {
 	exit 1
 }
 install -m 0644 /usr/share/doc/remora/examples/crictl.yaml /etc/crictl.yaml
+
+# kubelet's default cgroup driver (kubeadm's too) is systemd: remora must use the same one
+# (docs/operating.md). The operator's edit of the shipped config, and a restart.
+sed -i -E 's/^cgroup_driver = .*/cgroup_driver = "systemd"/' /etc/remora/config.toml
+grep -q '^cgroup_driver = "systemd"' /etc/remora/config.toml || {
+	say "no cgroup_driver line in /etc/remora/config.toml to set"
+	exit 1
+}
+systemctl restart remora
+systemctl is-active remora >/dev/null || {
+	say "remora.service is not active with cgroup_driver = systemd:"
+	journalctl -u remora --no-pager -n 50 >&2 || true
+	exit 1
+}
 crictl version >&2
 GUEST
 info "installed on the node VM in $((SECONDS - start)) s"

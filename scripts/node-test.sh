@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # remora on a real (virtual) Kubernetes node: builds the Debian package, boots a fresh stock
 # Debian 12 VM (scripts/node-vm.sh), installs containerd and the package as an operator would
-# (scripts/node-install.sh), runs a pod and a container in it with crictl and execs into it,
-# then powers the VM off. Whatever fails, the VM is powered off and its overlay removed.
+# (scripts/node-install.sh, with kubelet's systemd cgroup driver), checks what differs on a
+# real node (scripts/node/checks.sh: systemd scopes, cgroup v2 stats and OOM, AppArmor, a
+# remora restart under systemd), runs critest's AppArmor, OOM and stats specs there against
+# their ratchet (integration/critest-node-expected-pass.txt), purges the package and checks
+# nothing stayed behind, then powers the VM off. Whatever fails, the VM is powered off and its
+# overlay removed.
 #
 #   scripts/node-test.sh        needs setup.sh's tools and the test bed's registry
 #                               (scripts/testbed.sh up); prints each phase's time
@@ -20,6 +24,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 NODE_VM="$SCRIPTS_DIR/node-vm.sh"
 # What the smoke check runs: images the test bed's registry serves (critest's busybox).
 SMOKE_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.36.1-1
+# critest's specs that a real node exercises differently from the host bed: AppArmor (the
+# bed's kernel has none), OOM and stats (cgroup v2, systemd scopes). Their ratchet is
+# integration/critest-node-expected-pass.txt.
+NODE_CRITEST_FOCUS='AppArmor|Container OOM|stats'
+NODE_CRITEST_TIMEOUT=15m
+NODE_LOGS="$TB_ROOT/logs/node"
+mkdir -p "$NODE_LOGS"
 
 PHASES=()
 # The phase under way, for the summary when it fails.
@@ -65,120 +76,46 @@ build_package() {
 	[[ -f "$DEB" ]] || die "no package file $DEB"
 }
 
-# smoke: a pod and a container from the test bed's busybox with remora's config as the package
-# ships it, then `crictl exec` into it. The guest script reports each failure with remora's
-# log lines of the attempt.
-smoke() {
-	"$NODE_VM" ssh -- "bash -s -- $(printf '%q' "$SMOKE_IMAGE")" <<'GUEST'
+# checks: scripts/node/checks.sh in the guest (pods under systemd, cgroup v2, AppArmor, OOM,
+# stats, a remora restart).
+checks() {
+	"$NODE_VM" ssh -- "bash -s -- $(printf '%q' "$SMOKE_IMAGE")" <"$SCRIPTS_DIR/node/checks.sh"
+}
+
+# node_critest: critest's specs of what differs on a real node, run in the guest against
+# remora; its report is checked on the host against the node's ratchet.
+node_critest() {
+	local report="$NODE_LOGS/critest-node.json"
+	rm -f "$report"
+	# critest exits non-zero when a spec fails: the ratchet decides.
+	"$NODE_VM" ssh -- "timeout --kill-after=30s $NODE_CRITEST_TIMEOUT /mnt/tools/bin/critest \
+		-runtime-endpoint=unix:///run/remora/remora.sock -image-endpoint=unix:///run/remora/remora.sock \
+		-ginkgo.focus=$(printf '%q' "$NODE_CRITEST_FOCUS") -ginkgo.no-color -ginkgo.json-report=/root/critest.json \
+		>/root/critest.log 2>&1" || true
+	"$NODE_VM" scp node:/root/critest.json "$report" ||
+		{ "$NODE_VM" ssh -- tail -n 40 /root/critest.log >&2 || true; die "critest wrote no report in the node VM"; }
+	"$NODE_VM" scp node:/root/critest.log "$NODE_LOGS/critest-node.log" || true
+	"$SCRIPTS_DIR/critest.sh" --from-report "$report" --focus "$NODE_CRITEST_FOCUS" \
+		--check "$REPO_ROOT/integration/critest-node-expected-pass.txt"
+}
+
+# remove: pods removed, then the package purged; nothing of remora may stay behind.
+remove() {
+	"$NODE_VM" ssh -- bash -s <<'GUEST'
 set -euo pipefail
-image=$1
 say() { printf 'node: %s\n' "$*" >&2; }
-mkdir -p /root/smoke
-cd /root/smoke
-
-# write_configs CGROUP_PARENT: the pod and container configs, the pod under CGROUP_PARENT (what
-# kubelet would pass for the cgroup driver in use).
-write_configs() {
-	cat >pod.json <<EOF
-{
-  "metadata": { "name": "smoke", "namespace": "default", "uid": "smoke-$RANDOM$RANDOM", "attempt": 0 },
-  "log_directory": "/var/log/pods/smoke",
-  "linux": { "cgroup_parent": "$1" }
-}
-EOF
-	cat >ctr.json <<EOF
-{
-  "metadata": { "name": "busybox" },
-  "image": { "image": "$image" },
-  "command": ["sleep", "3600"],
-  "log_path": "busybox.log",
-  "linux": {}
-}
-EOF
-}
-
-remove_pods() {
-	local p
-	for p in $(crictl pods -q); do
-		crictl stopp "$p" >/dev/null 2>&1 || true
-		crictl rmp "$p" >/dev/null 2>&1 || true
-	done
-}
-
-# run_pod LABEL: runp, create, start, exec; prints the failing step's error and remora's
-# warnings of the attempt, and fails.
-run_pod() {
-	local label=$1 since out pod ctr
-	since=$(date '+%Y-%m-%d %H:%M:%S')
-	say "smoke ($label): runp, create, start, exec"
-	fail() {
-		say "FAILED ($label) at $1: $2"
-		# remora logs to stderr with its own level names: journald files every line as info.
-		say "remora's warnings and errors since $since:"
-		journalctl -u remora --since "$since" --no-pager -o cat | grep -E ' (WARN|ERRO|CRIT) ' >&2 || true
-		remove_pods
-		return 1
-	}
-	out=$(crictl runp pod.json 2>&1) || { fail runp "$out"; return 1; }
-	pod=$out
-	out=$(crictl create "$pod" ctr.json pod.json 2>&1) || { fail create "$out"; return 1; }
-	ctr=$out
-	out=$(crictl start "$ctr" 2>&1) || { fail start "$out"; return 1; }
-	out=$(crictl exec "$ctr" echo remora-node-ok 2>&1) || { fail exec "$out"; return 1; }
-	[[ $out == remora-node-ok ]] || { fail exec "unexpected output: $out"; return 1; }
-	say "ok ($label): container $ctr in pod $pod answered exec"
-	remove_pods
-}
-
-# set_cgroup_driver DRIVER: remora's [runtime] cgroup_driver, remora restarted and serving.
-set_cgroup_driver() {
-	sed -i -E "s/^cgroup_driver = .*/cgroup_driver = \"$1\"/" /etc/remora/config.toml
-	systemctl restart remora
-	systemctl is-active remora >/dev/null
-}
-
-crictl pull "$image" >&2
-
-# 1. remora as the package ships it (cgroupfs driver).
-write_configs /kubepods/besteffort/pod-smoke
-default_ok=0
-run_pod "shipped config" && default_ok=1
-
-# 2. If that failed on AppArmor: again with the profile remora names.
-profile_loaded=0
-# TEMPORARY WORKAROUND (remora defect, fixed elsewhere): on an AppArmor host remora names the
-# profile "remora-default" for its containers but nothing loads it. A permissive profile of that
-# name, loaded by hand, lets the rest of the smoke check run. Remove once remora loads its own.
-if [[ $default_ok == 0 ]] && aa-status --enabled 2>/dev/null; then
-	say "TEMPORARY WORKAROUND: loading a permissive AppArmor profile named remora-default"
-	apparmor_parser -r -W /dev/stdin <<'EOF'
-profile remora-default flags=(attach_disconnected,mediate_deleted) {
-  file,
-  network,
-  capability,
-  mount,
-  umount,
-  pivot_root,
-  signal,
-  ptrace,
-  unix,
-  dbus,
-}
-EOF
-	profile_loaded=1
-	write_configs /kubepods/besteffort/pod-smoke
-	run_pod "shipped config, remora-default profile loaded by hand" && default_ok=1
+for p in $(crictl pods -q); do crictl stopp "$p" >/dev/null && crictl rmp "$p" >/dev/null; done
+dpkg --purge remora >&2
+left=()
+pgrep -a -f '/usr/bin/(remora|containerd-shim-remora-v2)( |$)' && left+=(processes)
+grep -E '/(run|var/lib)/remora' /proc/self/mountinfo && left+=(mounts)
+ls /run/netns 2>/dev/null | grep . && left+=("network namespaces")
+systemctl list-units --all --no-legend 'remora*' | grep . && left+=(units)
+if ((${#left[@]})); then
+	say "dpkg --purge remora left behind: ${left[*]}"
+	exit 1
 fi
-
-# 3. The systemd driver (what kubelet on a systemd node uses): reported, not required while
-# remora's systemd cgroupsPath defect is open.
-write_configs kubepods-besteffort-podsmoke.slice
-set_cgroup_driver systemd
-systemd_ok=0
-run_pod "cgroup_driver = systemd" && systemd_ok=1
-set_cgroup_driver cgroupfs
-say "results: shipped config (cgroupfs) ok=$default_ok (AppArmor workaround used: $profile_loaded), systemd driver ok=$systemd_ok"
-[[ $default_ok == 1 ]]
+say "purged: no remora process, mount, network namespace or unit left"
 GUEST
 }
 
@@ -193,4 +130,6 @@ phase package build_package
 "$NODE_VM" down
 phase up "$NODE_VM" up
 phase install "$SCRIPTS_DIR/node-install.sh" "$DEB"
-phase smoke smoke
+phase checks checks
+phase critest node_critest
+phase remove remove

@@ -54,7 +54,7 @@ NODE_HOST_PACKAGES=(qemu-system-x86 qemu-utils mmdebstrap openssh-client e2fspro
 # $TOOLS as an operator would install release binaries.
 NODE_PACKAGES=(
 	systemd-sysv udev dbus linux-image-amd64 initramfs-tools apparmor openssh-server
-	iproute2 iptables ca-certificates libseccomp2 mount kmod procps
+	iproute2 iptables ca-certificates libseccomp2 mount kmod procps jq
 )
 # ------------------------------------------------------------------------------
 

@@ -140,6 +140,7 @@ impl Pods {
         if user.is_some() && !runtime.features.user_namespaces {
             return Err(SandboxError::UserNamespacesUnsupported(handler));
         }
+        self.check_apparmor(&cfg.security, false).await?;
         let name_key = sandbox_name_key(&cfg.name, &cfg.namespace, &cfg.uid, req.attempt);
         let reservation = self.names.reserve_guarded(&name_key, id)?;
 

@@ -302,7 +302,7 @@ pub enum AppArmorError {
 
 /// The default profile's state, as last found.
 #[derive(Debug)]
-enum Default {
+enum DefaultState {
     /// Not looked at yet.
     Unchecked,
     /// Loaded (found, or loaded by remora): trusted from then on.
@@ -324,7 +324,7 @@ pub struct AppArmor {
     paths: AppArmorPaths,
     profile_text: String,
     loader: Arc<dyn ProfileLoader>,
-    default: tokio::sync::Mutex<Default>,
+    default: tokio::sync::Mutex<DefaultState>,
     retry_after: Duration,
     log: Logger,
 }
@@ -342,7 +342,7 @@ impl AppArmor {
             paths,
             profile_text: render_profile(DEFAULT_APPARMOR_PROFILE, includes),
             loader,
-            default: tokio::sync::Mutex::new(Default::Unchecked),
+            default: tokio::sync::Mutex::new(DefaultState::Unchecked),
             retry_after: RETRY_AFTER,
             log,
         }
@@ -393,32 +393,32 @@ impl AppArmor {
         // Held across the load: concurrent creates wait for one load, not run their own.
         let mut state = self.default.lock().await;
         let failed_before = match &*state {
-            Default::Loaded => return Ok(()),
-            Default::Failed { error, at } if at.elapsed() < self.retry_after => {
+            DefaultState::Loaded => return Ok(()),
+            DefaultState::Failed { error, at } if at.elapsed() < self.retry_after => {
                 return Err(AppArmorError::DefaultUnavailable {
                     name: name.to_string(),
                     source: error.clone(),
                 })
             }
-            Default::Failed { .. } => true,
-            Default::Unchecked => false,
+            DefaultState::Failed { .. } => true,
+            DefaultState::Unchecked => false,
         };
         // An unreadable list is not fatal here: the load says whether AppArmor works.
         if self.listed(name).await.unwrap_or(false) {
-            *state = Default::Loaded;
+            *state = DefaultState::Loaded;
             return Ok(());
         }
         match self.load_default().await {
             Ok(()) => {
                 info!(self.log, "loaded the default apparmor profile"; "profile" => name, "file" => %self.paths.profile_file.display());
-                *state = Default::Loaded;
+                *state = DefaultState::Loaded;
                 Ok(())
             }
             Err(error) => {
                 if !failed_before {
                     warn!(self.log, "cannot load the default apparmor profile: containers that need it will fail to create until it is loaded"; "profile" => name, "error" => %error);
                 }
-                *state = Default::Failed {
+                *state = DefaultState::Failed {
                     error: error.clone(),
                     at: Instant::now(),
                 };

@@ -61,8 +61,17 @@ for script in postinst prerm postrm; do
 		fail "maintainer script $script does not handle remora.service"
 done
 grep -q 'deb-systemd-helper' "$work/control/postinst" 2>/dev/null || fail "postinst does not enable the unit"
-grep -qF 'apparmor_parser -r' "$work/control/postinst" 2>/dev/null ||
+# The profile is loaded before the unit's snippet (re)starts remora, and that snippet is
+# there once (cargo-deb puts it wherever the token appears, comments included).
+load_at=$(grep -nF 'apparmor_parser -r' "$work/control/postinst" 2>/dev/null | head -n 1 | cut -d: -f1)
+start_at=$(grep -nF 'deb-systemd-invoke' "$work/control/postinst" 2>/dev/null | head -n 1 | cut -d: -f1)
+if [[ -z "$load_at" ]]; then
 	fail "postinst does not load the AppArmor profile"
+elif [[ -z "$start_at" || "$load_at" -gt "$start_at" ]]; then
+	fail "postinst does not load the AppArmor profile before it starts remora (lines $load_at, $start_at)"
+fi
+[[ "$(grep -c 'deb-systemd-invoke' "$work/control/postinst" 2>/dev/null)" == 1 ]] ||
+	fail "postinst runs the unit's start snippet more than once"
 grep -q '#DEBHELPER#' "$work/control/postinst" 2>/dev/null && fail "postinst still has its #DEBHELPER# token"
 pass "control fields, conffiles and maintainer scripts"
 

@@ -5,7 +5,9 @@
 #   - the files and their modes, after `dpkg-deb -x` into a throw-away root: exactly the
 #     expected list, nothing missing, nothing extra;
 #   - the packaged remora runs: `remora config check` accepts the shipped config, which is
-#     byte for byte `remora config default`; the packaged shim answers -v;
+#     byte for byte `remora config default`; the shipped AppArmor profile is byte for byte
+#     `remora apparmor profile`, and apparmor_parser (where installed) parses it; the
+#     packaged shim answers -v; the postinst loads the profile;
 #   - `systemd-analyze verify` accepts remora.service (see below for how), and the unit says
 #     what the design needs (Type=notify, KillMode=process, Delegate=yes, ...);
 #   - containerd 2.x (setup.sh's) merges the shipped drop-in into its CRI runtimes, under
@@ -52,13 +54,25 @@ field() { dpkg-deb -f "$deb" "$1"; }
 [[ -n "$(field Maintainer)" && -n "$(field Description)" ]] || fail "Maintainer or Description is empty"
 dpkg-deb -e "$deb" "$work/control"
 conffiles=$(sort "$work/control/conffiles" 2>/dev/null || true)
-want_conffiles=$(printf '%s\n' /etc/containerd/conf.d/remora.toml /etc/remora/config.toml)
+want_conffiles=$(printf '%s\n' /etc/apparmor.d/remora-default /etc/containerd/conf.d/remora.toml /etc/remora/config.toml)
 [[ "$conffiles" == "$want_conffiles" ]] || fail "conffiles are [$conffiles], want [$want_conffiles]"
 for script in postinst prerm postrm; do
 	grep -q 'remora.service' "$work/control/$script" 2>/dev/null ||
 		fail "maintainer script $script does not handle remora.service"
 done
 grep -q 'deb-systemd-helper' "$work/control/postinst" 2>/dev/null || fail "postinst does not enable the unit"
+# The profile is loaded before the unit's snippet (re)starts remora, and that snippet is
+# there once (cargo-deb puts it wherever the token appears, comments included).
+load_at=$(grep -nF 'apparmor_parser -r' "$work/control/postinst" 2>/dev/null | head -n 1 | cut -d: -f1)
+start_at=$(grep -nF 'deb-systemd-invoke' "$work/control/postinst" 2>/dev/null | head -n 1 | cut -d: -f1)
+if [[ -z "$load_at" ]]; then
+	fail "postinst does not load the AppArmor profile"
+elif [[ -z "$start_at" || "$load_at" -gt "$start_at" ]]; then
+	fail "postinst does not load the AppArmor profile before it starts remora (lines $load_at, $start_at)"
+fi
+[[ "$(grep -c 'deb-systemd-invoke' "$work/control/postinst" 2>/dev/null)" == 1 ]] ||
+	fail "postinst runs the unit's start snippet more than once"
+grep -q '#DEBHELPER#' "$work/control/postinst" 2>/dev/null && fail "postinst still has its #DEBHELPER# token"
 pass "control fields, conffiles and maintainer scripts"
 
 # ---- files and modes ----------------------------------------------------------------
@@ -69,6 +83,7 @@ unit=$(cd "$root" && find . -path '*/systemd/system/remora.service' -printf '%P\
 	fail "remora.service is at '$unit'"
 expected=$(
 	sort <<EOF_FILES
+0644 etc/apparmor.d/remora-default
 0644 etc/containerd/conf.d/remora.toml
 0644 etc/remora/config.toml
 0644 ${unit:-lib/systemd/system/remora.service}
@@ -106,6 +121,21 @@ if cmp -s <("$remora" config default) "$config"; then
 else
 	fail "the shipped config differs from \`remora config default\`:"
 	diff <("$remora" config default) "$config" >&2 || true
+fi
+profile="$root/etc/apparmor.d/remora-default"
+if cmp -s <("$remora" apparmor profile) "$profile"; then
+	pass "the shipped AppArmor profile is remora apparmor profile"
+else
+	fail "the shipped AppArmor profile differs from \`remora apparmor profile\`:"
+	diff <("$remora" apparmor profile) "$profile" >&2 || true
+fi
+# Parse and compile only (-Q: no kernel load, -K: no cache), against the host's includes.
+if ! command -v apparmor_parser >/dev/null; then
+	fail "apparmor_parser not found (Debian package apparmor; scripts/setup.sh installs it)"
+elif out=$(apparmor_parser -Q -K "$profile" 2>&1); then
+	pass "apparmor_parser accepts the shipped profile"
+else
+	fail "apparmor_parser rejects the shipped profile: $out"
 fi
 [[ "$("$remora" --version)" == "remora $version" ]] || fail "remora --version says '$("$remora" --version)'"
 shim_out=$("$root/usr/bin/containerd-shim-remora-v2" -v 2>&1) || fail "containerd-shim-remora-v2 -v failed: $shim_out"

@@ -4,6 +4,9 @@
 #   containerd-shim-remora-v2   cargo build --profile shim --no-default-features
 #   /etc/remora/config.toml     `remora config default` of the remora just built, so the
 #                               shipped config is the code's defaults and cannot drift
+#   /etc/apparmor.d/remora-default
+#                               `remora apparmor profile`: the default AppArmor profile, the
+#                               same text remora loads itself when the kernel lacks it
 # plus the files of scripts/package/ and the docs listed in Cargo.toml's
 # [package.metadata.deb]. Prints the .deb's path on stdout.
 #
@@ -39,6 +42,7 @@ cp "$target/shim/containerd-shim-remora-v2" "$staging/"
 # What we ship must be what remora accepts.
 "$target/release/remora" config check --config "$staging/config.toml" >/dev/null ||
 	die "remora config check rejects the generated default config"
+"$target/release/remora" apparmor profile >"$staging/remora-default"
 
 info "cargo deb --no-build"
 out="$target/debian"

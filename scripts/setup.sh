@@ -38,6 +38,9 @@ APT_PACKAGES=(
 	dpkg-dev systemd
 	# The pinned runc is built with cgo and the seccomp tag (build_runc).
 	libseccomp-dev pkg-config
+	# apparmor_parser: the unit test and package-test.sh parse remora's default AppArmor
+	# profile with it (-Q, no kernel needed). Installing it loads nothing without AppArmor.
+	apparmor
 )
 # The node VM (scripts/node-vm.sh): a stock Debian 12 node booted under qemu. Bump
 # NODE_IMAGE_VERSION whenever build_node_image changes what it writes; the package list is part

@@ -25,6 +25,18 @@ enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// AppArmor helpers.
+    Apparmor {
+        #[command(subcommand)]
+        action: AppArmorAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum AppArmorAction {
+    /// Print remora's default container profile (`remora-default`, for RuntimeDefault), as
+    /// the Debian package ships it in /etc/apparmor.d (with the apparmor package's includes).
+    Profile,
 }
 
 #[derive(Subcommand)]
@@ -52,6 +64,16 @@ fn run() -> anyhow::Result<()> {
             action: ConfigAction::Default,
         }) => {
             print!("{DEFAULT_TOML}");
+            Ok(())
+        }
+        Some(Command::Apparmor {
+            action: AppArmorAction::Profile,
+        }) => {
+            use remora::lifecycle::apparmor::{render_profile, Includes, DEFAULT_APPARMOR_PROFILE};
+            print!(
+                "{}",
+                render_profile(DEFAULT_APPARMOR_PROFILE, Includes::ALL)
+            );
             Ok(())
         }
         Some(Command::Config {

@@ -457,6 +457,10 @@ fn pods(
             oci: Arc::new(crate::lifecycle::oci_cli::OciCli::new(
                 &config.containerd.namespace,
             )),
+            apparmor: Arc::new(crate::lifecycle::apparmor::AppArmor::host(
+                &config.server.state_dir,
+                log.new(slog::o!("component" => "apparmor")),
+            )),
         },
         host_facts(match config.runtime.cgroup_driver {
             CgroupDriver::Cgroupfs => crate::spec::CgroupDriver::Cgroupfs,
@@ -678,6 +682,11 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
             .unwrap_or_default()
     });
     pods.set_reachability(health.reachability());
+    // In the background: a create that needs the profile meanwhile waits for this load.
+    tokio::spawn({
+        let pods = pods.clone();
+        async move { pods.load_default_apparmor().await }
+    });
     let image_events = Arc::new(ImageEvents {
         images: images.backend.images.clone(),
         content: images.backend.content.clone(),

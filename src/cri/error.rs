@@ -191,6 +191,8 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
         ContainerError::Name(_) => Code::AlreadyExists,
         ContainerError::Spec(_) => Code::InvalidArgument,
+        // The node's state (a profile not loaded), not the request's fault.
+        ContainerError::AppArmor(_) => Code::FailedPrecondition,
         ContainerError::Containerd(c) => containerd_error_code(c),
         ContainerError::Store(st) => store_code(st),
         ContainerError::Transition(_) => Code::FailedPrecondition,
@@ -219,6 +221,7 @@ fn sandbox_code(e: &SandboxError) -> Code {
         SandboxError::Name(_) => Code::AlreadyExists,
         SandboxError::Image(p) => pull_code(p),
         SandboxError::Spec(_) => Code::InvalidArgument,
+        SandboxError::AppArmor(_) => Code::FailedPrecondition,
         SandboxError::Containerd(c) => containerd_error_code(c),
         SandboxError::Store(st) => store_code(st),
         SandboxError::RolledBackPartly { source, .. } => sandbox_code(source),
@@ -286,6 +289,39 @@ mod tests {
             "{}",
             s.message()
         );
+    }
+
+    #[test]
+    fn an_apparmor_profile_not_loaded_is_failed_precondition_naming_it() {
+        use crate::lifecycle::apparmor::{AppArmorError, LoadError};
+        let s: tonic::Status = CriError::from(ContainerError::AppArmor(AppArmorError::NotLoaded {
+            name: "non-existent-profile".into(),
+        }))
+        .into();
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert_eq!(
+            s.message(),
+            "apparmor profile \"non-existent-profile\" is not loaded"
+        );
+        let s: tonic::Status = CriError::from(ContainerError::AppArmor(
+            AppArmorError::DefaultUnavailable {
+                name: "remora-default".into(),
+                source: LoadError::Rejected {
+                    status: "exit status: 1".into(),
+                    output: "Permission denied".into(),
+                },
+            },
+        ))
+        .into();
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        for part in ["\"remora-default\"", "apparmor_parser", "Permission denied"] {
+            assert!(s.message().contains(part), "{part}: {}", s.message());
+        }
+        let s: tonic::Status = CriError::from(SandboxError::AppArmor(AppArmorError::NotLoaded {
+            name: "p".into(),
+        }))
+        .into();
+        assert_eq!(s.code(), Code::FailedPrecondition);
     }
 
     #[test]

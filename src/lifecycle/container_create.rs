@@ -160,6 +160,7 @@ impl Pods {
             });
         }
         self.check_mount_propagation(&req.config.mounts).await?;
+        self.check_apparmor(&req.config.security, true).await?;
         let runtime = handler.runtime.clone();
         let pass_through = handler.pass_through.clone();
         let image: ImageInfo = self

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use super::apparmor::AppArmorError;
 use super::mount::MountError;
 use super::sandbox_files::FilesError;
 use crate::containerd::error::ContainerdError;
@@ -53,6 +54,9 @@ pub enum SandboxError {
     /// The spec could not be generated.
     #[error("pod spec: {0}")]
     Spec(#[from] SpecError),
+    /// The AppArmor profile the pod asks for cannot be used (not loaded).
+    #[error(transparent)]
+    AppArmor(#[from] AppArmorError),
     /// The spec could not be serialised.
     #[error("pod spec: cannot serialise: {0}")]
     Encode(#[source] serde_json::Error),
@@ -216,6 +220,10 @@ pub enum ContainerError {
     /// The spec could not be generated (a bad request).
     #[error("container spec: {0}")]
     Spec(#[from] SpecError),
+    /// The AppArmor profile the container would run under cannot be used: a `localhost/`
+    /// profile that is not loaded, or remora's default that could not be loaded.
+    #[error(transparent)]
+    AppArmor(#[from] AppArmorError),
     /// A host-side step failed.
     #[error("cannot {action} {}: {source}", path.display())]
     Host {

@@ -23,7 +23,9 @@
 //! - [`tx`]: a mutating operation's intent ([`journal`]) and undo list; [`error`]: why an
 //!   operation failed, with a failed rollback reported beside the failure.
 //! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares;
-//!   [`mount`]: temporary mounts; [`host`]: facts about this host that specs depend on.
+//!   [`mount`]: temporary mounts; [`host`]: facts about this host that specs depend on;
+//!   [`apparmor`]: the profile a container runs under is loaded (remora's default loaded
+//!   if missing).
 //! - [`cgroup_stats`]: a cgroup's CPU, memory and process figures (v1 and v2), behind every
 //!   stats RPC.
 //!
@@ -31,6 +33,9 @@
 //! the RPC) cannot interrupt it half way and skip the rollback: the caller's cancellation is
 //! never the cleanup's.
 
+#[cfg(target_os = "linux")]
+#[path = "apparmor_linux.rs"]
+pub mod apparmor;
 pub mod backend;
 #[cfg(target_os = "linux")]
 #[path = "cgroup_stats_linux.rs"]
@@ -136,6 +141,7 @@ pub struct Pods {
     images: Arc<dyn LocalImages>,
     network: Arc<dyn PodNetwork>,
     oci: Arc<dyn OciRuntime>,
+    apparmor: Arc<apparmor::AppArmor>,
     /// Where pods' network namespaces are (the network makes them there).
     netns_dir: PathBuf,
     /// Where exit monitors queue the exits they see (set once the event monitor runs).
@@ -176,6 +182,8 @@ pub struct Backends {
     pub network: Arc<dyn PodNetwork>,
     /// The OCI runtime's command line (for containers whose shim died).
     pub oci: Arc<dyn OciRuntime>,
+    /// The host's AppArmor profiles (checked before a create when the host has AppArmor).
+    pub apparmor: Arc<apparmor::AppArmor>,
 }
 
 /// What [`Pods::new`] needs.
@@ -254,6 +262,7 @@ impl Pods {
             images: backends.images,
             network: backends.network,
             oci: backends.oci,
+            apparmor: backends.apparmor,
             netns_dir: config.state_dir.join("netns"),
             exit_queue: OnceLock::new(),
             monitored: Default::default(),
@@ -291,6 +300,38 @@ impl Pods {
         queue: crate::events::queue::OrderedQueue<crate::containerd::events::Event>,
     ) {
         let _ = self.exit_queue.set(queue);
+    }
+
+    /// Loads remora's default AppArmor profile if the host has AppArmor and the kernel does
+    /// not have the profile (at start; a failure is logged there and answered to each
+    /// create that needs the profile).
+    pub async fn load_default_apparmor(&self) {
+        if self.host.apparmor_enabled {
+            let _ = self.apparmor.ensure_default().await;
+        }
+    }
+
+    /// Checks, before anything is made, that the AppArmor profile the spec will name is
+    /// loaded (remora's default loaded if missing): runc would refuse it only at start, with
+    /// a runtime error. `default_applies`: an unprivileged process that asks for nothing gets
+    /// the default profile (containers; a pod's pause process gets only what it asks for).
+    /// A request the spec refuses anyway (a profile on a host without AppArmor) passes here.
+    async fn check_apparmor(
+        &self,
+        sec: &crate::spec::SecurityContext,
+        default_applies: bool,
+    ) -> Result<(), apparmor::AppArmorError> {
+        if sec.apparmor.is_none() && !default_applies {
+            return Ok(());
+        }
+        match crate::spec::security::apparmor_profile(
+            sec.apparmor.as_ref(),
+            sec.privileged,
+            self.host.apparmor_enabled,
+        ) {
+            Ok(Some(profile)) => self.apparmor.require(&profile).await,
+            Ok(None) | Err(_) => Ok(()),
+        }
     }
 
     /// The container index.

@@ -143,6 +143,7 @@ impl Pods {
         // A cgroup parent the driver cannot use (a path under systemd) is the caller's error,
         // refused before anything is made rather than by the runtime when the task is created.
         spec::cgroups_path(self.host.cgroup_driver, &cfg.cgroup_parent, id)?;
+        self.check_apparmor(&cfg.security, false).await?;
         let name_key = sandbox_name_key(&cfg.name, &cfg.namespace, &cfg.uid, req.attempt);
         let reservation = self.names.reserve_guarded(&name_key, id)?;
 

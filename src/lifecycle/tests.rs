@@ -20,9 +20,12 @@ use super::{
     RunSandbox, RuntimeHandlers, SandboxError,
 };
 use crate::images::store::ImageInfo;
+use crate::lifecycle::apparmor::fake::FakeLoader;
+use crate::lifecycle::apparmor::{AppArmor, AppArmorError, AppArmorPaths, Includes, LoadError};
 use crate::lifecycle::backend::{RuncOptions, Runtime};
 use crate::spec::{
-    CgroupDriver, ContainerConfig, HostFacts, NamespaceMode, SandboxConfig, SpecError,
+    AppArmorProfile, CgroupDriver, ContainerConfig, HostFacts, NamespaceMode, SandboxConfig,
+    SpecError,
 };
 use crate::store::persist::SANDBOX_EXTENSION;
 use crate::store::{
@@ -73,11 +76,52 @@ fn bed() -> Bed {
 }
 
 fn bed_with_handlers(handlers: RuntimeHandlers) -> Bed {
-    bed_with(handlers, HostFacts::default())
+    bed_with(handlers, HostFacts::default(), |_| {
+        FakeLoader::new(Ok(()), None)
+    })
+    .0
 }
 
-fn bed_with(handlers: RuntimeHandlers, host: HostFacts) -> Bed {
+/// A bed on a host with AppArmor whose kernel lists `profiles` (no list file: `None`) and
+/// whose default-profile loads answer `load` (a successful one lists the profile).
+fn bed_with_apparmor(
+    profiles: Option<&str>,
+    load: Result<(), LoadError>,
+) -> (Bed, Arc<FakeLoader>) {
+    let host = HostFacts {
+        apparmor_enabled: true,
+        ..HostFacts::default()
+    };
+    let profiles = profiles.map(str::to_string);
+    bed_with(
+        RuntimeHandlers::single_runc("io.containerd.runc.v2"),
+        host,
+        move |list: &Path| {
+            if let Some(p) = &profiles {
+                std::fs::write(list, p).expect("the profiles list");
+            }
+            FakeLoader::new(load, Some(list.to_path_buf()))
+        },
+    )
+}
+
+fn bed_with(
+    handlers: RuntimeHandlers,
+    host: HostFacts,
+    loader: impl FnOnce(&Path) -> Arc<FakeLoader>,
+) -> (Bed, Arc<FakeLoader>) {
     let dir = tempfile::tempdir().expect("a temp dir");
+    let profiles = dir.path().join("apparmor-profiles");
+    let loader = loader(&profiles);
+    let apparmor = AppArmor::new(
+        AppArmorPaths {
+            profiles,
+            profile_file: dir.path().join("state/apparmor/remora-default"),
+        },
+        Includes::ALL,
+        loader.clone(),
+        slog::Logger::root(slog::Discard, slog::o!()),
+    );
     let state_dir = dir.path().join("state");
     let rootfs = dir.path().join("rootfs");
     std::fs::create_dir_all(&rootfs).expect("the rootfs dir");
@@ -106,18 +150,20 @@ fn bed_with(handlers: RuntimeHandlers, host: HostFacts) -> Bed {
             )),
             network: Arc::new(FakeNetwork::new(log.clone(), state_dir.join("netns"))),
             oci: Arc::new(oci.clone()),
+            apparmor: Arc::new(apparmor),
         },
         host,
         slog::Logger::root(slog::Discard, slog::o!()),
     );
-    Bed {
+    let bed = Bed {
         pods: Arc::new(pods),
         log,
         containerd,
         oci,
         _dir: dir,
         state_dir,
-    }
+    };
+    (bed, loader)
 }
 
 fn pod_request() -> RunSandbox {
@@ -539,8 +585,12 @@ async fn run_sandbox_undo_order_is_the_same_whichever_branch_finishes_first() {
 
 /// A bed with one ready pod; the log starts empty.
 async fn bed_with_pod() -> (Bed, String) {
-    let b = bed();
-    let pod = b.pods.run_sandbox(pod_request()).await.expect("a pod");
+    with_pod(bed(), pod_request()).await
+}
+
+/// `b` with pod `req` running, the call log cleared.
+async fn with_pod(b: Bed, req: RunSandbox) -> (Bed, String) {
+    let pod = b.pods.run_sandbox(req).await.expect("a pod");
     // Let the pause task's exit monitor make its Task.Wait call before the log is cleared.
     for _ in 0..100 {
         if b.log.calls().contains(&Call::TaskWait(pod.clone())) {
@@ -1674,7 +1724,9 @@ fn systemd_bed() -> Bed {
             cgroup_driver: CgroupDriver::Systemd,
             ..HostFacts::default()
         },
+        |_| FakeLoader::new(Ok(()), None),
     )
+    .0
 }
 
 /// `linux.cgroupsPath` of the spec on record `id`.
@@ -1722,4 +1774,140 @@ async fn under_systemd_a_path_for_cgroup_parent_is_refused_before_anything_is_ma
     assert!(err.to_string().contains("cgroup_parent"), "{err}");
     assert_eq!(b.log.calls(), []);
     assert!(b.pods.sandboxes.list(&Default::default()).is_empty());
+}
+
+// ---- AppArmor: the profile a container will run under is loaded before anything is made --
+
+fn parser_refuses() -> LoadError {
+    LoadError::Rejected {
+        status: "exit status: 1".into(),
+        output: "apparmor_parser: Unable to replace \"remora-default\".  Permission denied".into(),
+    }
+}
+
+fn named(pod: &str, name: &str) -> CreateRequest {
+    let mut req = create_request(pod);
+    req.metadata.name = name.into();
+    req
+}
+
+fn spec_apparmor(b: &Bed, id: &str) -> Option<String> {
+    let record = b.containerd.record(id).expect("the record");
+    let spec: oci_spec::runtime::Spec = serde_json::from_slice(&record.spec).expect("a spec");
+    spec.process()
+        .as_ref()
+        .and_then(|p| p.apparmor_profile().clone())
+}
+
+#[tokio::test]
+async fn create_container_loads_a_missing_default_apparmor_profile_once() {
+    let (b, loader) = bed_with_apparmor(Some("docker-default (enforce)\n"), Ok(()));
+    let (b, pod) = with_pod(b, pod_request()).await;
+    let first = b.pods.create_container(named(&pod, "a")).await.unwrap();
+    let second = b.pods.create_container(named(&pod, "b")).await.unwrap();
+    assert_eq!(loader.loads().len(), 1, "{:?}", loader.loads());
+    for id in [first, second] {
+        assert_eq!(spec_apparmor(&b, &id).as_deref(), Some("remora-default"));
+    }
+}
+
+#[tokio::test]
+async fn create_container_with_a_loaded_default_apparmor_profile_loads_nothing() {
+    let (b, loader) = bed_with_apparmor(Some("remora-default (enforce)\n"), Err(parser_refuses()));
+    let (b, pod) = with_pod(b, pod_request()).await;
+    b.pods.create_container(create_request(&pod)).await.unwrap();
+    assert!(loader.loads().is_empty());
+}
+
+/// The parser's failure, not runc's: FAILED_PRECONDITION (see `cri::error`) naming the
+/// profile and what the parser said, before any name, lease or snapshot is made.
+#[tokio::test]
+async fn create_container_fails_cleanly_when_the_default_apparmor_profile_cannot_load() {
+    let (b, loader) = bed_with_apparmor(Some(""), Err(parser_refuses()));
+    let (b, pod) = with_pod(b, pod_request()).await;
+    let err = b
+        .pods
+        .create_container(create_request(&pod))
+        .await
+        .expect_err("no default profile");
+    assert!(
+        matches!(
+            &err,
+            ContainerError::AppArmor(AppArmorError::DefaultUnavailable { source, .. })
+                if *source == parser_refuses()
+        ),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("\"remora-default\""), "{text}");
+    assert!(text.contains("Permission denied"), "{text}");
+    assert_eq!(b.log.calls(), []);
+    assert_eq!(
+        b.pods
+            .names
+            .holder(&container_name_key("app", "web", "default", "uid-1", 0)),
+        None
+    );
+    assert_eq!(loader.loads().len(), 1);
+}
+
+#[tokio::test]
+async fn create_container_with_a_localhost_apparmor_profile_not_loaded_fails() {
+    let (b, loader) = bed_with_apparmor(
+        Some("remora-default (enforce)\nk8s-deny-write (enforce)\n"),
+        Ok(()),
+    );
+    let (b, pod) = with_pod(b, pod_request()).await;
+    let mut req = create_request(&pod);
+    req.config.security.apparmor = Some(AppArmorProfile::Localhost("non-existent-profile".into()));
+    let err = b.pods.create_container(req).await.expect_err("not loaded");
+    assert!(
+        matches!(&err, ContainerError::AppArmor(AppArmorError::NotLoaded { name }) if name == "non-existent-profile"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "apparmor profile \"non-existent-profile\" is not loaded"
+    );
+    assert_eq!(b.log.calls(), []);
+
+    let mut req = create_request(&pod);
+    req.config.security.apparmor = Some(AppArmorProfile::Localhost("k8s-deny-write".into()));
+    let id = b.pods.create_container(req).await.unwrap();
+    assert_eq!(spec_apparmor(&b, &id).as_deref(), Some("k8s-deny-write"));
+    // remora loads only its own profile.
+    assert!(loader.loads().is_empty());
+}
+
+#[tokio::test]
+async fn run_sandbox_with_a_localhost_apparmor_profile_not_loaded_fails() {
+    let (b, _loader) = bed_with_apparmor(Some("remora-default (enforce)\n"), Ok(()));
+    let mut req = pod_request();
+    req.config.security.apparmor = Some(AppArmorProfile::Localhost("missing".into()));
+    let err = b.pods.run_sandbox(req).await.expect_err("not loaded");
+    assert!(
+        matches!(&err, SandboxError::AppArmor(AppArmorError::NotLoaded { name }) if name == "missing"),
+        "{err:?}"
+    );
+    assert_eq!(b.log.calls(), []);
+}
+
+/// Unconfined and privileged containers name no profile: nothing is checked or loaded, even
+/// on a host whose profiles list cannot be read and whose parser fails.
+#[tokio::test]
+async fn unconfined_and_privileged_containers_need_no_apparmor_profile() {
+    let (b, loader) = bed_with_apparmor(None, Err(parser_refuses()));
+    let mut pod_req = pod_request();
+    pod_req.config.security.privileged = true;
+    let (b, pod) = with_pod(b, pod_req.clone()).await;
+    let mut unconfined = named(&pod, "unconfined");
+    unconfined.config.security.apparmor = Some(AppArmorProfile::Unconfined);
+    let id = b.pods.create_container(unconfined).await.unwrap();
+    assert_eq!(spec_apparmor(&b, &id), None);
+    let mut privileged = named(&pod, "privileged");
+    privileged.config.security.privileged = true;
+    privileged.sandbox_config = Some(pod_req.config);
+    let id = b.pods.create_container(privileged).await.unwrap();
+    assert_eq!(spec_apparmor(&b, &id), None);
+    assert!(loader.loads().is_empty());
 }

@@ -9,7 +9,9 @@
 # The suite runs first with the runtime handler runc (containerd's Go shim), then once more
 # with remora's shim (REMORA_IT_HANDLER=remora: the integration tests but the kubelet suite,
 # and the critest ratchet), and critest against containerd's own CRI with remora's shim.
-# REMORA_TEST_SHIM=0 skips the shim passes (while the shim is being finished).
+# Then a real node: the package on a Debian 12 VM with systemd, cgroup v2 and AppArmor
+# (scripts/node-test.sh). REMORA_TEST_SHIM=0 skips the shim passes (while the shim is being
+# finished).
 set -euo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
@@ -37,9 +39,9 @@ if [[ $lint == 1 ]]; then
 	cargo clippy --locked --all-targets -- -D warnings
 	info "cargo clippy --no-default-features (the shim alone) -- -D warnings"
 	cargo clippy --locked --no-default-features --all-targets -- -D warnings
-	info "shellcheck scripts/*.sh .ci/run"
+	info "shellcheck scripts/*.sh scripts/node/*.sh .ci/run"
 	# -x follows the `source` lines (common.sh); the scripts carry their own directives.
-	shellcheck -x scripts/*.sh .ci/run
+	shellcheck -x scripts/*.sh scripts/node/*.sh .ci/run
 fi
 
 # The Debian package: built (remora with the release profile, the shim with its own) and
@@ -60,6 +62,13 @@ info "critest against remora (ratchet: integration/critest-expected-pass.txt)"
 # The streaming specs once more over WebSocket (the run above uses SPDY): their own ratchet.
 info "critest streaming specs over WebSocket against remora (ratchet: integration/critest-expected-pass-websocket.txt)"
 "$SCRIPTS_DIR/critest.sh" --websocket --focus Streaming --check integration/critest-expected-pass-websocket.txt
+
+# A real node: remora's package on a stock Debian 12 VM (systemd, cgroup v2, AppArmor) under
+# qemu, with kubelet's systemd cgroup driver; the node's checks and critest's AppArmor, OOM and
+# stats specs against their ratchet (integration/critest-node-expected-pass.txt).
+info "the node VM (scripts/node-test.sh)"
+"$SCRIPTS_DIR/setup.sh" node-image
+"$SCRIPTS_DIR/node-test.sh"
 
 if [[ "${REMORA_TEST_SHIM:-1}" == 0 ]]; then
 	info "REMORA_TEST_SHIM=0: skipping the passes with remora's shim"

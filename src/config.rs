@@ -126,7 +126,8 @@ resolve_timeout = "1m"
 # Cgroup driver: "cgroupfs" or "systemd", the same as kubelet's cgroupDriver (remora reports
 # it to kubelet through the RuntimeConfig RPC). "cgroupfs": a pod's cgroup_parent is a path,
 # and a container's cgroup is <parent>/<id>. "systemd": cgroup_parent is a slice name
-# (kubepods-burstable-pod<uid>.slice; a path is refused, naming the field), each pause and
+# (kubepods-burstable-pod<uid>.slice; a path stands for its last component, which must be a
+# slice name, else the pod is refused naming the field), each pause and
 # container process runs in scope remora-<id>.scope of that slice (of system.slice for a pod
 # without one), and every handler's shim is told to use systemd cgroups (SystemdCgroup).
 cgroup_driver = "cgroupfs"

@@ -16,7 +16,9 @@
 //! containerd's CRI picks the format from the parent's name (a last component ending in
 //! `.slice` means systemd) and writes `<slice>:cri-containerd:<id>`. remora goes by the
 //! configured driver instead, so a parent that does not fit it is refused when the pod is
-//! created, naming the field, rather than by runc later; and it writes the prefix `remora`,
+//! created, naming the field, rather than by runc later. Under systemd a parent written as a
+//! path stands for its last component (critest sends `/test.slice`; containerd reads it the
+//! same way). remora writes the prefix `remora`,
 //! so `systemctl list-units 'remora-*'` shows remora's containers and a scope is never
 //! mistaken for one of containerd's own CRI. A pod without a parent gets no cgroupsPath under
 //! cgroupfs (runc nests the container under its caller's cgroup, as containerd does); under
@@ -71,7 +73,7 @@ pub fn pod_cgroup_dir(driver: CgroupDriver, parent: &str) -> Option<String> {
     }
     match driver {
         CgroupDriver::Cgroupfs => Some(parent.to_string()),
-        CgroupDriver::Systemd => systemd_slice_path(parent).ok(),
+        CgroupDriver::Systemd => systemd_slice_path(slice_name(parent)).ok(),
     }
 }
 
@@ -93,16 +95,25 @@ pub fn container_cgroup_dir(driver: CgroupDriver, parent: &str, id: &str) -> Opt
     }
 }
 
-/// The slice a pod's cgroups go to under systemd: its parent, or the default slice.
+/// The slice a pod's cgroups go to under systemd: its parent, or the default slice. A parent
+/// written as a path (`/test.slice`, critest's; `/kubepods.slice/kubepods-pod1.slice`) names
+/// its last component, as containerd reads it: systemd places a slice by its name alone.
 fn systemd_slice(parent: &str) -> Result<&str, SpecError> {
     if parent.is_empty() {
         return Ok(SYSTEMD_DEFAULT_SLICE);
     }
-    systemd_slice_path(parent).map_err(|reason| SpecError::InvalidCgroupParent {
+    let name = slice_name(parent);
+    systemd_slice_path(name).map_err(|reason| SpecError::InvalidCgroupParent {
         parent: parent.to_string(),
         reason,
     })?;
-    Ok(parent)
+    Ok(name)
+}
+
+/// The last component of a cgroup parent (the whole of one that is no path).
+fn slice_name(parent: &str) -> &str {
+    let trimmed = parent.trim_end_matches('/');
+    trimmed.rsplit('/').next().unwrap_or(trimmed)
 }
 
 /// The cgroup path systemd gives slice `name`: `a-b-c.slice` is
@@ -193,6 +204,23 @@ mod tests {
             cgroups_path(sd, "kubepods.slice", "c1").unwrap(),
             Some("kubepods.slice:remora:c1".into())
         );
+        // A path names its last component (critest sends `/test.slice`), as in containerd.
+        assert_eq!(
+            cgroups_path(sd, "/test.slice", "c1").unwrap(),
+            Some("test.slice:remora:c1".into())
+        );
+        assert_eq!(
+            cgroups_path(sd, &format!("/kubepods.slice/{POD}/"), "c1").unwrap(),
+            Some(format!("{POD}:remora:c1"))
+        );
+        assert_eq!(
+            container_cgroup_dir(sd, "/test.slice", "c1").as_deref(),
+            Some("/test.slice/remora-c1.scope")
+        );
+        assert_eq!(
+            pod_cgroup_dir(sd, &format!("/kubepods.slice/{POD}")),
+            Some(POD_PATH.to_string())
+        );
         // No parent (crictl, critest): runc's default slice, named.
         assert_eq!(
             cgroups_path(sd, "", "c1").unwrap(),
@@ -269,7 +297,12 @@ mod tests {
 
     #[test]
     fn a_parent_that_is_no_slice_is_refused_under_systemd_naming_the_field() {
-        for bad in ["/kubepods/burstable/pod1", "kubepods--x.slice", "a:b.slice"] {
+        for bad in [
+            "/kubepods/burstable/pod1",
+            "kubepods--x.slice",
+            "a:b.slice",
+            "/",
+        ] {
             let e = cgroups_path(CgroupDriver::Systemd, bad, "c1").unwrap_err();
             assert!(
                 matches!(&e, SpecError::InvalidCgroupParent { parent, .. } if parent == bad),

@@ -58,6 +58,8 @@ NODE_HOST_PACKAGES=(qemu-system-x86 qemu-utils mmdebstrap openssh-client e2fspro
 NODE_PACKAGES=(
 	systemd-sysv udev dbus linux-image-amd64 initramfs-tools apparmor openssh-server
 	iproute2 iptables ca-certificates libseccomp2 mount kmod procps jq
+	# critest loads its AppArmor test profiles with `sudo apparmor_parser`.
+	sudo
 )
 # ------------------------------------------------------------------------------
 

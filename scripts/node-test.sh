@@ -4,7 +4,8 @@
 # (scripts/node-install.sh, with kubelet's systemd cgroup driver), checks what differs on a
 # real node (scripts/node/checks.sh: systemd scopes, cgroup v2 stats and OOM, AppArmor, a
 # remora restart under systemd), runs critest's AppArmor, OOM and stats specs there against
-# their ratchet (integration/critest-node-expected-pass.txt), purges the package and checks
+# their ratchet (integration/critest-node-expected-pass.txt), upgrades the package in place
+# while a pod runs (scripts/node/upgrade.sh), purges the package and checks
 # nothing stayed behind, then powers the VM off. Whatever fails, the VM is powered off and its
 # overlay removed.
 #
@@ -29,6 +30,8 @@ SMOKE_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.36.1-1
 # integration/critest-node-expected-pass.txt.
 NODE_CRITEST_FOCUS='AppArmor|Container OOM|stats'
 NODE_CRITEST_TIMEOUT=15m
+# The Debian revision of the package the upgrade phase installs over the first (revision 1).
+UPGRADE_REVISION=2
 NODE_LOGS="$TB_ROOT/logs/node"
 mkdir -p "$NODE_LOGS"
 
@@ -74,6 +77,17 @@ build_package() {
 		DEB=$("$SCRIPTS_DIR/package.sh")
 	fi
 	[[ -f "$DEB" ]] || die "no package file $DEB"
+	# The upgrade's later version: the same build with the next Debian revision, beside it.
+	UPGRADE_DEB=$(REMORA_DEB_REVISION=$UPGRADE_REVISION "$SCRIPTS_DIR/package.sh")
+	[[ -f "$UPGRADE_DEB" && "$(dirname "$UPGRADE_DEB")" == "$(dirname "$DEB")" ]] ||
+		die "the upgrade package $UPGRADE_DEB is not beside $DEB"
+	[[ "$UPGRADE_DEB" != "$DEB" ]] || die "the upgrade package is the installed one ($DEB)"
+}
+
+# upgrade: scripts/node/upgrade.sh in the guest (dpkg -i of the later version while a pod runs).
+upgrade() {
+	"$NODE_VM" ssh -- "bash -s -- $(printf '%q ' "$SMOKE_IMAGE" "$(basename "$UPGRADE_DEB")")" \
+		<"$SCRIPTS_DIR/node/upgrade.sh"
 }
 
 # checks: scripts/node/checks.sh in the guest (pods under systemd, cgroup v2, AppArmor, OOM,
@@ -132,4 +146,5 @@ phase up "$NODE_VM" up
 phase install "$SCRIPTS_DIR/node-install.sh" "$DEB"
 phase checks checks
 phase critest node_critest
+phase upgrade upgrade
 phase remove remove

@@ -11,6 +11,8 @@
 # [package.metadata.deb]. Prints the .deb's path on stdout.
 #
 #   scripts/package.sh          build target/debian/remora_<version>-1_<arch>.deb
+#   REMORA_DEB_REVISION=N scripts/package.sh   the same with Debian revision N (a second
+#                               version of the same build, for the node VM's upgrade check)
 #
 # scripts/package-test.sh checks the result.
 set -euo pipefail
@@ -44,11 +46,13 @@ cp "$target/shim/containerd-shim-remora-v2" "$staging/"
 	die "remora config check rejects the generated default config"
 "$target/release/remora" apparmor profile >"$staging/remora-default"
 
-info "cargo deb --no-build"
+revision=${REMORA_DEB_REVISION:-1}
+[[ $revision =~ ^[0-9]+$ ]] || die "REMORA_DEB_REVISION must be a number (got $revision)"
+info "cargo deb --no-build --deb-revision $revision"
 out="$target/debian"
 mkdir -p "$out"
 # cargo-deb prints the path of the package it wrote.
-deb=$(cargo deb --no-build --locked --output "$out" | tail -n 1)
+deb=$(cargo deb --no-build --locked --deb-revision "$revision" --output "$out" | tail -n 1)
 [[ -f "$deb" ]] || die "cargo deb did not report a package file (got: $deb)"
 info "built $deb ($(stat -c %s "$deb") bytes)"
 echo "$deb"

@@ -296,7 +296,7 @@ if out=$(crictl exec "$c" touch /tmp/denied 2>&1); then
 	fail "aa-deny: writing /tmp/denied succeeded under $DENY_PROFILE"
 fi
 [[ $out == *"Permission denied"* ]] || fail "aa-deny: the write failed, but not with EACCES: $out"
-say "ok: b. appArmorProfile Localhost $DENY_PROFILE: $label; /etc/allowed written, /tmp/denied refused ($out)"
+say "ok: b. appArmorProfile Localhost $DENY_PROFILE: $label; /etc/allowed written, /tmp/denied refused (${out%%$'\n'*})"
 
 # ---- c. remora restarted under kubelet ------------------------------------------------------------------
 running_pods=(web aa-default aa-deny)
@@ -322,8 +322,11 @@ while ((SECONDS < end)); do
 	done
 	sleep 1
 done
-crictl_ok=$(crictl ps -q | wc -l)
-say "ok: c. remora restarted (pid $before -> $after): ${running_pods[*]} still Ready, same containers, no restart; crictl lists $crictl_ok running containers"
+# crictl, through the restarted remora, lists the same running containers as kubelet.
+want=$(for p in "${running_pods[@]}"; do echo "${before_ids[$p]}"; done | tr ' ' '\n' | sed 's|^.*://||' | sort | tr '\n' ' ')
+have=$(crictl ps -q --no-trunc | sort | tr '\n' ' ')
+[[ $have == "$want" ]] || fail "after remora's restart crictl lists running containers '$have', kubelet's are '$want'"
+say "ok: c. remora restarted (pid $before -> $after): ${running_pods[*]} still Ready, same containers, no restart; crictl lists the same $(wc -w <<<"$have") running containers"
 
 # ---- the end: manifests removed, kubelet removes its pods, kubelet stopped ---------------------------------
 rm -f "$MANIFESTS"/*.yaml

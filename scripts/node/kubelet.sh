@@ -109,6 +109,10 @@ evictionHard:
 EOF
 grep -q '^cgroup_driver = "systemd"' /etc/remora/config.toml ||
 	fail "remora's cgroup_driver is not \"systemd\", kubelet's is (node-install.sh sets it)"
+# kubelet sets these on start (docs/kubelet.md): recorded, put back once it is stopped, so
+# that the phases after this one meet the node as it was.
+declare -A sysctls
+for k in vm/overcommit_memory kernel/panic kernel/panic_on_oops; do sysctls[$k]=$(<"/proc/sys/$k"); done
 systemctl daemon-reload
 systemctl start kubelet || fail "systemctl start kubelet"
 # The node has no curl (a minimal Debian): HTTP through bash's /dev/tcp, HTTPS through
@@ -339,5 +343,6 @@ until [[ -z $(crictl pods -q) ]]; do
 	sleep 1
 done
 systemctl stop kubelet || fail "systemctl stop kubelet"
+for k in "${!sysctls[@]}"; do echo "${sysctls[$k]}" >"/proc/sys/$k"; done
 [[ -z $(crictl ps -a -q) ]] || fail "containers left after kubelet removed its pods: $(crictl ps -a)"
 say "kubelet checks passed"

@@ -3,9 +3,10 @@
 # Debian 12 VM (scripts/node-vm.sh), installs containerd and the package as an operator would
 # (scripts/node-install.sh, with kubelet's systemd cgroup driver), checks what differs on a
 # real node (scripts/node/checks.sh: systemd scopes, cgroup v2 stats and OOM, AppArmor, a
-# remora restart under systemd), runs critest's AppArmor, OOM and stats specs there against
-# their ratchet (integration/critest-node-expected-pass.txt), upgrades the package in place
-# while a pod runs (scripts/node/upgrade.sh), purges the package and checks
+# remora restart under systemd), runs kubelet there as kubeadm configures it, standalone with
+# static pods (scripts/node/kubelet.sh), runs critest's AppArmor, OOM and stats specs there
+# against their ratchet (integration/critest-node-expected-pass.txt), upgrades the package in
+# place while a pod runs (scripts/node/upgrade.sh), purges the package and checks
 # nothing stayed behind, then powers the VM off. Whatever fails, the VM is powered off and its
 # overlay removed.
 #
@@ -32,7 +33,8 @@ NODE_CRITEST_FOCUS='AppArmor|Container OOM|stats'
 NODE_CRITEST_TIMEOUT=15m
 # The Debian revision of the package the upgrade phase installs over the first (revision 1).
 UPGRADE_REVISION=2
-NODE_LOGS="$TB_ROOT/logs/node"
+# Per VM (REMORA_NODE_STATE): two node tests at once must not share a critest report.
+NODE_LOGS="$TB_ROOT/logs/node${REMORA_NODE_STATE:+-${REMORA_NODE_STATE##*/}}"
 mkdir -p "$NODE_LOGS"
 
 PHASES=()
@@ -96,6 +98,13 @@ checks() {
 	"$NODE_VM" ssh -- "bash -s -- $(printf '%q' "$SMOKE_IMAGE")" <"$SCRIPTS_DIR/node/checks.sh"
 }
 
+# kubelet_checks: scripts/node/kubelet.sh in the guest (kubelet as kubeadm configures it, standalone,
+# with static pods: probes, emptyDir, kubepods.slice, AppArmor, OOM, user namespaces, a remora
+# restart under kubelet); it leaves no pod and kubelet stopped.
+kubelet_checks() {
+	"$NODE_VM" ssh -- bash -s <"$SCRIPTS_DIR/node/kubelet.sh"
+}
+
 # node_critest: critest's specs of what differs on a real node, run in the guest against
 # remora; its report is checked on the host against the node's ratchet.
 node_critest() {
@@ -145,6 +154,7 @@ phase package build_package
 phase up "$NODE_VM" up
 phase install "$SCRIPTS_DIR/node-install.sh" "$DEB"
 phase checks checks
+phase kubelet kubelet_checks
 phase critest node_critest
 phase upgrade upgrade
 phase remove remove

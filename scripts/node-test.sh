@@ -73,17 +73,21 @@ cleanup() {
 }
 
 build_package() {
+	# The upgrade's later version first: the same build with the next Debian revision, built
+	# apart and put beside the first in the guest's debs share at the end (cargo-deb deletes
+	# the package's other versions in target/debian whenever it builds one).
+	local built
+	built=$(REMORA_DEB_REVISION=$UPGRADE_REVISION REMORA_DEB_OUT="$NODE_LOGS/upgrade-deb" \
+		"$SCRIPTS_DIR/package.sh")
 	if [[ -n "${REMORA_NODE_DEB:-}" ]]; then
 		DEB=$REMORA_NODE_DEB
 	else
 		DEB=$("$SCRIPTS_DIR/package.sh")
 	fi
 	[[ -f "$DEB" ]] || die "no package file $DEB"
-	# The upgrade's later version: the same build with the next Debian revision, beside it.
-	UPGRADE_DEB=$(REMORA_DEB_REVISION=$UPGRADE_REVISION "$SCRIPTS_DIR/package.sh")
-	[[ -f "$UPGRADE_DEB" && "$(dirname "$UPGRADE_DEB")" == "$(dirname "$DEB")" ]] ||
-		die "the upgrade package $UPGRADE_DEB is not beside $DEB"
+	UPGRADE_DEB="$(dirname "$DEB")/$(basename "$built")"
 	[[ "$UPGRADE_DEB" != "$DEB" ]] || die "the upgrade package is the installed one ($DEB)"
+	cp "$built" "$UPGRADE_DEB"
 }
 
 # upgrade: scripts/node/upgrade.sh in the guest (dpkg -i of the later version while a pod runs).

@@ -13,6 +13,9 @@
 #   scripts/package.sh          build target/debian/remora_<version>-1_<arch>.deb
 #   REMORA_DEB_REVISION=N scripts/package.sh   the same with Debian revision N (a second
 #                               version of the same build, for the node VM's upgrade check)
+#   REMORA_DEB_OUT=DIR          write the package to DIR instead of target/debian (cargo-deb
+#                               deletes the package's other versions in target/debian, even
+#                               when it writes elsewhere: build the one to keep last)
 #
 # scripts/package-test.sh checks the result.
 set -euo pipefail
@@ -49,7 +52,7 @@ cp "$target/shim/containerd-shim-remora-v2" "$staging/"
 revision=${REMORA_DEB_REVISION:-1}
 [[ $revision =~ ^[0-9]+$ ]] || die "REMORA_DEB_REVISION must be a number (got $revision)"
 info "cargo deb --no-build --deb-revision $revision"
-out="$target/debian"
+out=${REMORA_DEB_OUT:-$target/debian}
 mkdir -p "$out"
 # cargo-deb prints the path of the package it wrote.
 deb=$(cargo deb --no-build --locked --deb-revision "$revision" --output "$out" | tail -n 1)

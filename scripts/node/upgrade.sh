@@ -30,6 +30,7 @@ cat >ctr.json <<EOF
   "linux": {}
 }
 EOF
+crictl pull "$image" >/dev/null || fail "crictl pull $image"
 pod=$(crictl runp pod.json 2>&1) || fail "runp: $pod"
 ctr=$(crictl create "$pod" ctr.json pod.json 2>&1) || fail "create: $ctr"
 out=$(crictl start "$ctr" 2>&1) || fail "start: $out"

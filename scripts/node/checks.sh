@@ -5,8 +5,7 @@
 #   1. a pod and a container in a kubelet-named pod slice: runp, create, start, exec; the
 #      container runs in remora-<id>.scope under the slice, confined by remora-default;
 #   2. pod and container stats read from cgroup v2;
-#   3. an OOM kill under cgroup v2: the kernel's kill and exit code 137 (the reason OOMKilled is
-#      reported: see the known defect below);
+#   3. an OOM kill under cgroup v2: the kernel's kill, exit code 137 and reason OOMKilled;
 #   4. remora restarted by systemd: the container keeps running and answers exec.
 # Every failure names the step, prints the error and remora's warnings since the start.
 set -euo pipefail
@@ -99,16 +98,11 @@ status=$(crictl inspect -o go-template --template '{{.status.reason}} {{.status.
 kills=$(awk '$1 == "oom_kill" {print $2}' "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort.slice/$slice/memory.events")
 ((kills > 0)) || fail "the 32 MiB container ended with '$status' but the pod slice counts no OOM kill"
 [[ $status == *" 137" ]] || fail "the OOM-killed container's exit code: '$status', not 137"
-# KNOWN DEFECT, open (issue 32): with containerd's Go shim on cgroup v2 under the systemd
-# driver the shim can lose its TaskOOM event (containerd#8893: it reads memory.events after the
-# scope is gone) or send it after the exit, and remora's fallback reads the container's own
-# scope, gone by then: the reason is then 'Error'. The exit code is asserted above; the reason
-# is reported, not asserted, until remora reads the pod slice's counter at the exit.
-if [[ $status == "OOMKilled 137" ]]; then
-	say "ok: OOM: OOMKilled 137 (pod slice oom_kill $kills)"
-else
-	say "ok: OOM: exit code 137, pod slice oom_kill $kills; KNOWN DEFECT: reason '${status% *}', not OOMKilled"
-fi
+# The reason: containerd's Go shim can lose its TaskOOM event here (containerd#8893: it reads
+# memory.events after systemd removed the scope) or send it after the exit; remora then reads
+# the pod slice's counter against the one taken at the container's start.
+[[ $status == "OOMKilled 137" ]] || fail "the OOM-killed container ended with '$status', not 'OOMKilled 137' (pod slice oom_kill $kills)"
+say "ok: OOM: OOMKilled 137 (pod slice oom_kill $kills)"
 
 # ---- 4. remora restarted under systemd ----------------------------------------------------
 before=$(systemctl show -p MainPID --value remora)

@@ -62,7 +62,7 @@ impl Pods {
         // The OOM event may have been published while nobody listened (containerd or remora
         // away): the cgroup, kept until the task is deleted below, counts OOM kills. Recovery
         // after a restart asks the same question (`oom_killed_in_cgroup_of`).
-        if !exited.status.oom_killed && self.oom_killed_in_cgroup_of(&container) {
+        if !exited.status.oom_killed && self.oom_killed_in_cgroup_of(&container, status) {
             exited.status.mark_oom();
             if container.mark_oom() == crate::store::OomOutcome::Marked {
                 info!(self.log, "OOM kill found in the container's cgroup"; "container_id" => id);
@@ -92,19 +92,35 @@ impl Pods {
         Ok(())
     }
 
-    /// Whether the kernel OOM-killed a process of `container` (its memory cgroup's counter).
-    pub(crate) fn oom_killed_in_cgroup_of(&self, container: &Container) -> bool {
-        let parent = self
-            .sandboxes
+    /// Whether the kernel OOM-killed a process of `container`, which exited with
+    /// `exit_status` (see [`super::recover::oom_killed_in_cgroup_at`]).
+    pub(crate) fn oom_killed_in_cgroup_of(&self, container: &Container, exit_status: u32) -> bool {
+        let parent = self.pod_cgroup_parent(container);
+        let driver = self.host.cgroup_driver;
+        let own_dir = crate::spec::cgroups::container_cgroup_dir(driver, &parent, container.id());
+        let pod_dir = crate::spec::cgroups::pod_cgroup_dir(driver, &parent);
+        super::recover::oom_killed_in_cgroup_at(&super::recover::OomProbe {
+            id: container.id(),
+            own_dir: own_dir.as_deref(),
+            pod_dir: pod_dir.as_deref(),
+            pod_kills_at_start: container.snapshot().status.pod_oom_kills_at_start,
+            exit_status,
+        })
+    }
+
+    /// The OOM kill count of `container`'s pod cgroup now (cgroup v2 only), for
+    /// [`crate::store::ContainerStatus::pod_oom_kills_at_start`].
+    pub(crate) fn pod_oom_kills_of(&self, container: &Container) -> Option<u64> {
+        let parent = self.pod_cgroup_parent(container);
+        let pod_dir = crate::spec::cgroups::pod_cgroup_dir(self.host.cgroup_driver, &parent);
+        super::recover::pod_oom_kills(pod_dir.as_deref())
+    }
+
+    fn pod_cgroup_parent(&self, container: &Container) -> String {
+        self.sandboxes
             .get(&container.metadata().sandbox_id)
             .map(|s| s.metadata().cgroup_parent.clone())
-            .unwrap_or_default();
-        let dir = crate::spec::cgroups::container_cgroup_dir(
-            self.host.cgroup_driver,
-            &parent,
-            container.id(),
-        );
-        super::recover::oom_killed_in_cgroup_at(dir.as_deref(), container.id())
+            .unwrap_or_default()
     }
 
     /// A running container whose task vanished (with its exit status): UNKNOWN, persisted, one

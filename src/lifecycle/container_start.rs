@@ -126,6 +126,8 @@ impl Pods {
             })
             .await?;
         steps.mark("task_create");
+        // Before the start: an OOM kill right after it must find the count below it.
+        container.set_pod_oom_kills_at_start(self.pod_oom_kills_of(container));
         // Taken before the start: a process that exits at once must not finish before it
         // started (its exit time comes from containerd).
         let started_at = now_ns();

@@ -40,24 +40,72 @@ pub struct Recovered {
     pub skipped: usize,
 }
 
-/// Whether the kernel OOM-killed a process in the (exited, not yet deleted) container's memory
-/// cgroup, whose `oom_kill` counter says so (cgroup v1 `memory.oom_control`, v2
-/// `memory.events`); runc removes the cgroup only when the task is deleted. The cgroup is
-/// `cgroup_dir` (see [`crate::spec::cgroups::container_cgroup_dir`]: `<parent>/<id>` under
-/// cgroupfs, `<slice path>/remora-<id>.scope` under systemd) below the memory hierarchy;
-/// without one (cgroupfs, no parent) runc nests `<id>` under its caller's cgroup, so the
-/// hierarchy is searched (a few levels) for a directory named `id`. Under systemd the scope
-/// may already be gone (systemd stops a scope whose last process exited), and then this says
-/// no: the shim's OOM event is the answer there. The one answer to "was it an OOM?" for an
-/// exit nobody saw the event of: [`Pods::oom_killed_in_cgroup_of`] asks it for every exit.
-pub(crate) fn oom_killed_in_cgroup_at(cgroup_dir: Option<&str>, id: &str) -> bool {
+/// Whether the kernel OOM-killed a process of an exited (not yet deleted) container, from
+/// the `oom_kill` counters of the memory cgroups (cgroup v1 `memory.oom_control`, v2
+/// `memory.events`). The one answer to "was it an OOM?" for an exit nobody saw the event of:
+/// [`Pods::oom_killed_in_cgroup_of`] asks it for every exit.
+///
+/// - The container's own cgroup, `probe.own_dir` (see
+///   [`crate::spec::cgroups::container_cgroup_dir`]: `<parent>/<id>` under cgroupfs,
+///   `<slice path>/remora-<id>.scope` under systemd), is kept by runc until the task is
+///   deleted, and its count is the answer. Without a directory (cgroupfs, no parent) runc
+///   nests `<id>` under its caller's cgroup, so the hierarchy is searched for it.
+/// - Under systemd the scope is gone by then: systemd stops a scope whose last process
+///   exited, taking the counter with it (the same race loses containerd's Go shim its
+///   TaskOOM event, containerd#8893). On cgroup v2 the pod's cgroup, which lives on, counts
+///   the kills of its descendants: a count grown past the one taken at the container's start
+///   (`probe.pod_kills_at_start`) in an exit by SIGKILL (137) is an OOM kill. It may name the
+///   wrong container only when another container of the same pod was OOM-killed during this
+///   one's life and this one was killed by SIGKILL too. cgroup v1 counts kills per cgroup only,
+///   so there the answer stays no.
+pub(crate) fn oom_killed_in_cgroup_at(probe: &OomProbe<'_>) -> bool {
     let unified = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let root = if unified {
         std::path::Path::new("/sys/fs/cgroup")
     } else {
         std::path::Path::new("/sys/fs/cgroup/memory")
     };
-    oom_kills_under(root, cgroup_dir, id).is_some_and(|n| n > 0)
+    oom_killed_under(root, unified, probe)
+}
+
+/// What [`oom_killed_in_cgroup_at`] looks at for one exited container.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OomProbe<'a> {
+    /// The container's id.
+    pub id: &'a str,
+    /// Its cgroup below the hierarchy's root, if known.
+    pub own_dir: Option<&'a str>,
+    /// Its pod's cgroup below the hierarchy's root, if the pod has one.
+    pub pod_dir: Option<&'a str>,
+    /// The pod cgroup's count when the container started.
+    pub pod_kills_at_start: Option<u64>,
+    /// The exit status.
+    pub exit_status: u32,
+}
+
+/// Exit status of a process killed by SIGKILL (128 + 9), as the OOM killer kills.
+const SIGKILL_EXIT_STATUS: u32 = 137;
+
+fn oom_killed_under(root: &std::path::Path, unified: bool, probe: &OomProbe<'_>) -> bool {
+    if let Some(n) = oom_kills_under(root, probe.own_dir, probe.id) {
+        return n > 0;
+    }
+    let grown = || {
+        let at_start = probe.pod_kills_at_start?;
+        let now = oom_kill_count(&root.join(probe.pod_dir?.trim_start_matches('/')))?;
+        Some(now > at_start)
+    };
+    unified && probe.exit_status == SIGKILL_EXIT_STATUS && grown().unwrap_or(false)
+}
+
+/// The pod cgroup `pod_dir`'s `oom_kill` count on cgroup v2 (where it counts its
+/// descendants' kills); `None` on v1, without a pod cgroup, or where it cannot be read.
+pub(crate) fn pod_oom_kills(pod_dir: Option<&str>) -> Option<u64> {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    if !root.join("cgroup.controllers").exists() {
+        return None;
+    }
+    oom_kill_count(&root.join(pod_dir?.trim_start_matches('/')))
 }
 
 /// The `oom_kill` count of cgroup `cgroup_dir` (or of the directory named `id`) below the
@@ -66,6 +114,12 @@ pub(crate) fn oom_killed_in_cgroup_at(cgroup_dir: Option<&str>, id: &str) -> boo
 fn oom_kills_under(root: &std::path::Path, cgroup_dir: Option<&str>, id: &str) -> Option<u64> {
     let from_spec = cgroup_dir.map(|p| root.join(p.trim_start_matches('/')));
     let dir = from_spec.or_else(|| find_dir_named(root, id, 6))?;
+    oom_kill_count(&dir)
+}
+
+/// The `oom_kill` line of cgroup directory `dir`'s v1 `memory.oom_control` or v2
+/// `memory.events`; `None` if it has neither.
+fn oom_kill_count(dir: &std::path::Path) -> Option<u64> {
     ["memory.oom_control", "memory.events"]
         .iter()
         .find_map(|file| std::fs::read_to_string(dir.join(file)).ok())?
@@ -373,7 +427,7 @@ impl Pods {
                 Some(s) if s.status == TaskStatus::Stopped => {
                     // The OOM event, if any, was published while nobody listened: the same
                     // check as `handle_exit`'s (its sandbox is indexed above).
-                    if self.oom_killed_in_cgroup_of(&container) {
+                    if self.oom_killed_in_cgroup_of(&container, s.exit_status) {
                         container.mark_oom();
                     }
                     if container.state() == ContainerState::Created {
@@ -526,10 +580,13 @@ mod tests {
 
     #[test]
     fn no_cgroup_means_no_oom() {
-        assert!(!oom_killed_in_cgroup_at(
-            Some("/remora-test-none/xyz"),
-            "xyz"
-        ));
+        assert!(!oom_killed_in_cgroup_at(&OomProbe {
+            id: "xyz",
+            own_dir: Some("/remora-test-none/xyz"),
+            pod_dir: Some("/remora-test-none"),
+            pod_kills_at_start: Some(0),
+            exit_status: 137,
+        }));
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(oom_kills_under(tmp.path(), Some("pod/xyz"), "xyz"), None);
     }
@@ -571,6 +628,44 @@ mod tests {
         );
         // Without a cgroupsPath the directory is found by the container's id.
         assert_eq!(oom_kills_under(&v2_root, None, "c2"), Some(1));
+    }
+
+    #[test]
+    fn with_the_scope_gone_a_sigkill_exit_is_an_oom_kill_when_the_pods_count_grew() {
+        use crate::spec::cgroups::{container_cgroup_dir, pod_cgroup_dir};
+        use crate::spec::CgroupDriver;
+        let tmp = tempfile::tempdir().unwrap();
+        let parent = "kubepods-burstable-pod1.slice";
+        let pod = tmp
+            .path()
+            .join("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice");
+        std::fs::create_dir_all(&pod).unwrap();
+        // systemd removed the container's scope when its last process died; the pod's slice
+        // counted the kill (cgroup v2 counts descendants' kills).
+        std::fs::write(pod.join("memory.events"), "oom 2\noom_kill 2\n").unwrap();
+        let own = container_cgroup_dir(CgroupDriver::Systemd, parent, "c1");
+        let pod_dir = pod_cgroup_dir(CgroupDriver::Systemd, parent);
+        let probe = |at_start: Option<u64>, exit_status: u32| OomProbe {
+            id: "c1",
+            own_dir: own.as_deref(),
+            pod_dir: pod_dir.as_deref(),
+            pod_kills_at_start: at_start,
+            exit_status,
+        };
+        assert!(oom_killed_under(tmp.path(), true, &probe(Some(1), 137)));
+        // No kill since the start, no SIGKILL, no count taken at the start, or cgroup v1
+        // (whose counters are per cgroup): no.
+        assert!(!oom_killed_under(tmp.path(), true, &probe(Some(2), 137)));
+        assert!(!oom_killed_under(tmp.path(), true, &probe(Some(1), 1)));
+        assert!(!oom_killed_under(tmp.path(), true, &probe(None, 137)));
+        assert!(!oom_killed_under(tmp.path(), false, &probe(Some(1), 137)));
+        // While the scope is there, its own count answers, whatever the pod's says.
+        let scope = pod.join("remora-c1.scope");
+        std::fs::create_dir_all(&scope).unwrap();
+        std::fs::write(scope.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+        assert!(!oom_killed_under(tmp.path(), true, &probe(Some(1), 137)));
+        std::fs::write(scope.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        assert!(oom_killed_under(tmp.path(), true, &probe(Some(2), 0)));
     }
 
     #[test]

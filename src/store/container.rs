@@ -242,6 +242,12 @@ impl Container {
         self.update(|s| s.record_started(self.id(), pid, started_at))
     }
 
+    /// Records the pod's OOM kill count at the container's start (see
+    /// [`ContainerStatus::pod_oom_kills_at_start`]).
+    pub fn set_pod_oom_kills_at_start(&self, count: Option<u64>) {
+        self.update(|s| s.pod_oom_kills_at_start = count)
+    }
+
     /// See [`ContainerStatus::record_exit`].
     pub fn record_exit(&self, exit_code: i32, finished_at: i64) -> ExitOutcome {
         self.update(|s| s.record_exit(exit_code, finished_at))

@@ -182,6 +182,11 @@ pub struct ContainerStatus {
     pub message: String,
     /// The OOM killer hit this container (set by `mark_oom`, possibly before the exit).
     pub oom_killed: bool,
+    /// The pod's memory cgroup's `oom_kill` count (cgroup v2 counts its descendants' kills)
+    /// when the container started; `None` where there was none to read. Under the systemd
+    /// driver the container's own scope is gone by the time its exit is handled, and a count
+    /// grown past this one is what says an OOM kill happened during its life.
+    pub pod_oom_kills_at_start: Option<u64>,
     /// A start is in progress. Volatile: not persisted, a restart ends every start.
     #[serde(skip)]
     pub starting: bool,

@@ -27,9 +27,10 @@ NODE_VM="$SCRIPTS_DIR/node-vm.sh"
 # What the smoke check runs: images the test bed's registry serves (critest's busybox).
 SMOKE_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.36.1-1
 # critest's specs that a real node exercises differently from the host bed: AppArmor (the
-# bed's kernel has none), OOM and stats (cgroup v2, systemd scopes). Their ratchet is
+# bed's kernel has none), OOM and stats (cgroup v2, systemd scopes), user namespaces (the
+# kernel's idmapped mounts). Their ratchet is
 # integration/critest-node-expected-pass.txt.
-NODE_CRITEST_FOCUS='AppArmor|Container OOM|stats'
+NODE_CRITEST_FOCUS='AppArmor|Container OOM|stats|UserNamespaces'
 NODE_CRITEST_TIMEOUT=15m
 # The Debian revision of the package the upgrade phase installs over the first (revision 1).
 UPGRADE_REVISION=2
@@ -126,7 +127,8 @@ node_critest() {
 		--check "$REPO_ROOT/integration/critest-node-expected-pass.txt"
 }
 
-# remove: pods removed, then the package purged; nothing of remora may stay behind.
+# remove: pods removed, then the package purged; nothing of remora may stay behind (its
+# AppArmor profile unloaded too: scripts/package/postrm).
 remove() {
 	"$NODE_VM" ssh -- bash -s <<'GUEST'
 set -euo pipefail
@@ -138,11 +140,12 @@ pgrep -a -f '/usr/bin/(remora|containerd-shim-remora-v2)( |$)' && left+=(process
 grep -E '/(run|var/lib)/remora' /proc/self/mountinfo && left+=(mounts)
 ls /run/netns 2>/dev/null | grep . && left+=("network namespaces")
 systemctl list-units --all --no-legend 'remora*' | grep . && left+=(units)
+grep '^remora-default ' /sys/kernel/security/apparmor/profiles && left+=("AppArmor profile")
 if ((${#left[@]})); then
 	say "dpkg --purge remora left behind: ${left[*]}"
 	exit 1
 fi
-say "purged: no remora process, mount, network namespace or unit left"
+say "purged: no remora process, mount, network namespace, unit or AppArmor profile left"
 GUEST
 }
 

@@ -7,7 +7,10 @@
 #      readiness: Ready, no restart over several probe periods, containers in remora-<id>.scope
 #      under the pod's slice in kubepods.slice;
 #   b. AppArmor: RuntimeDefault is remora-default (enforce); a Localhost profile denies a write;
-#   c. remora restarted by systemd: kubelet carries on, nothing restarts, pods stay Ready;
+#   c. an OOM kill under cgroup v2 and systemd: kubelet reports OOMKilled, exit code 137;
+#   d. a `hostUsers: false` pod on this kernel (6.1, no idmapped tmpfs): remora says its
+#      handler has no user namespaces, kubelet refuses the pod itself and nothing is created;
+#   e. remora restarted by systemd: kubelet carries on, nothing restarts, pods stay Ready;
 # then every manifest removed: kubelet removes the pods and is stopped.
 # Every failure names the step and prints kubelet's and remora's warnings since the start.
 set -euo pipefail
@@ -302,7 +305,54 @@ fi
 [[ $out == *"Permission denied"* ]] || fail "aa-deny: the write failed, but not with EACCES: $out"
 say "ok: b. appArmorProfile Localhost $DENY_PROFILE: $label; /etc/allowed written, /tmp/denied refused (${out%%$'\n'*})"
 
-# ---- c. remora restarted under kubelet ------------------------------------------------------------------
+# ---- c. an OOM kill ------------------------------------------------------------------------------
+write_manifest oom <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: oom
+spec:
+  restartPolicy: Never
+  containers:
+  - name: hog
+    image: $BUSYBOX
+    command: [dd, if=/dev/zero, of=/dev/null, bs=64M, count=4]
+    resources:
+      limits: { memory: 32Mi }
+EOF
+terminated() { cstatus oom hog | jq -e '.state.terminated' >/dev/null; }
+wait_for 180 "oom/hog to terminate" terminated
+got=$(cstatus oom hog | jq -r '.state.terminated | "\(.reason) \(.exitCode)"')
+[[ $got == "OOMKilled 137" ]] || fail "oom/hog terminated with '$got', not 'OOMKilled 137': $(describe oom)"
+say "ok: c. a 32 MiB container that allocates 64 MiB: kubelet reports $got"
+rm -f "$MANIFESTS/oom.yaml"
+
+# ---- d. hostUsers: false on a kernel without idmapped tmpfs ------------------------------------------
+features=$(crictl info -o json | jq -c '[.runtimeHandlers[]? | {name: (.name // ""), userns: (.features.user_namespaces // false)}]')
+jq -e 'length > 0 and all(.userns == false)' <<<"$features" >/dev/null ||
+	fail "remora claims user namespaces on kernel $(uname -r), which has no idmapped tmpfs: $features"
+write_manifest userns <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: userns
+spec:
+  hostUsers: false
+  containers:
+  - name: main
+    image: $BUSYBOX
+    command: [sleep, '3600']
+EOF
+refused() {
+	journalctl -u kubelet --since "$since" --no-pager -o cat |
+		grep -q 'hostUsers: false`, runtime does not support user namespaces'
+}
+wait_for 120 "kubelet to refuse the hostUsers: false pod" refused
+[[ -z $(crictl pods -q --name userns) ]] || fail "a sandbox was made for the refused pod: $(crictl pods --name userns)"
+say "ok: d. hostUsers: false on $(uname -r): handlers $features; kubelet refuses the pod (runtime does not support user namespaces), nothing made"
+rm -f "$MANIFESTS/userns.yaml"
+
+# ---- e. remora restarted under kubelet ------------------------------------------------------------------
 running_pods=(web aa-default aa-deny)
 declare -A before_ids before_restarts
 for p in "${running_pods[@]}"; do
@@ -330,7 +380,7 @@ done
 want=$(for p in "${running_pods[@]}"; do echo "${before_ids[$p]}"; done | tr ' ' '\n' | sed 's|^.*://||' | sort | tr '\n' ' ')
 have=$(crictl ps -q --no-trunc | sort | tr '\n' ' ')
 [[ $have == "$want" ]] || fail "after remora's restart crictl lists running containers '$have', kubelet's are '$want'"
-say "ok: c. remora restarted (pid $before -> $after): ${running_pods[*]} still Ready, same containers, no restart; crictl lists the same $(wc -w <<<"$have") running containers"
+say "ok: e. remora restarted (pid $before -> $after): ${running_pods[*]} still Ready, same containers, no restart; crictl lists the same $(wc -w <<<"$have") running containers"
 
 # ---- the end: manifests removed, kubelet removes its pods, kubelet stopped ---------------------------------
 rm -f "$MANIFESTS"/*.yaml

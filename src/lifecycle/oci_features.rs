@@ -10,8 +10,12 @@
 //! `features` command, a missing binary) supports nothing optional. User namespaces need the
 //! runtime to list the `user` namespace and idmapped mounts (`linux.mountExtensions.idmap`,
 //! runc ≥ 1.2; Debian's runc 1.1.5 has none), which a user-namespaced pod's bind mounts carry,
-//! and Linux 5.19 for overlayfs over idmapped layers, which its rootfs is (the overlayfs
-//! snapshotter's `uidmap=`/`gidmap=` options).
+//! and Linux 6.3: overlayfs over idmapped layers (5.19) is its rootfs (the overlayfs
+//! snapshotter's `uidmap=`/`gidmap=` options), and idmapped tmpfs mounts (6.3) are its
+//! `/dev/shm` (a tmpfs remora mounts on the host) and kubelet's secret and projected volumes.
+//! On Debian 12's kernel 6.1 runc failed every such pod at create (`failed to set
+//! MOUNT_ATTR_IDMAP on …/shm: invalid argument`); saying no lets kubelet refuse the pod
+//! itself, with a message that names the reason.
 
 use std::time::Duration;
 
@@ -100,8 +104,9 @@ struct IdmapFeature {
     enabled: Option<bool>,
 }
 
-/// Linux 5.19: overlayfs accepts idmapped lower layers.
-const IDMAPPED_OVERLAY_KERNEL: (u32, u32) = (5, 19);
+/// Linux 6.3: tmpfs accepts idmapped mounts (overlayfs accepts idmapped lower layers since
+/// 5.19).
+const USERNS_KERNEL: (u32, u32) = (6, 3);
 
 /// The features a runtime's features document (`json`) and this kernel (`kernel`, major and
 /// minor) allow.
@@ -115,7 +120,7 @@ pub fn from_document(
             && kernel >= (5, 12),
         user_namespaces: doc.linux.namespaces.iter().any(|n| n == "user")
             && doc.linux.mount_extensions.idmap.enabled == Some(true)
-            && kernel >= IDMAPPED_OVERLAY_KERNEL,
+            && kernel >= USERNS_KERNEL,
     })
 }
 
@@ -190,14 +195,23 @@ mod tests {
             "mountExtensions":{"idmap":{"enabled":true}}}}"#;
 
     #[test]
-    fn user_namespaces_need_userns_idmapped_mounts_and_linux_5_19() {
+    fn user_namespaces_need_userns_idmapped_mounts_and_linux_6_3() {
         let f = from_document(RUNC_153.as_bytes(), (6, 18)).unwrap();
         assert!(f.user_namespaces && f.recursive_read_only_mounts);
         assert!(
-            !from_document(RUNC_153.as_bytes(), (5, 18))
+            from_document(RUNC_153.as_bytes(), (6, 3))
                 .unwrap()
                 .user_namespaces
         );
+        // Debian 12's 6.1: no idmapped tmpfs (the pod's /dev/shm), so no user namespaces.
+        for kernel in [(6, 1), (5, 19), (5, 18)] {
+            assert!(
+                !from_document(RUNC_153.as_bytes(), kernel)
+                    .unwrap()
+                    .user_namespaces,
+                "{kernel:?}"
+            );
+        }
         // runc 1.1.5 lists the user namespace but has no idmapped mounts.
         assert!(
             !from_document(RUNC_115.as_bytes(), (6, 18))

@@ -198,9 +198,22 @@ impl Client {
         ContainerdError::Call {
             address: self.address.clone(),
             op,
-            code: status.code(),
+            code: call_error_code(&status),
             message,
         }
+    }
+}
+
+/// The code of a failed call: containerd's answer as it gave it (`Unknown` is its code for an
+/// error it does not classify, such as an OCI runtime's failure to create a task), but a
+/// failure of the connection itself — a status tonic made locally, carrying the transport's
+/// error as its source, usually with code `Unknown` — is `Unavailable`: containerd never
+/// answered, and the call may be retried.
+fn call_error_code(status: &tonic::Status) -> tonic::Code {
+    let local = std::error::Error::source(status).is_some();
+    match status.code() {
+        tonic::Code::Unknown if local => tonic::Code::Unavailable,
+        code => code,
     }
 }
 
@@ -223,5 +236,25 @@ impl VersionApi for Client {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::call_error_code;
+    use tonic::Code;
+
+    #[test]
+    fn a_local_transport_failure_is_unavailable_and_containerds_unknown_stays_unknown() {
+        // tonic's own status for a broken connection carries the transport's error.
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        let local = tonic::Status::from_error(Box::new(io));
+        assert_eq!(local.code(), Code::Unknown);
+        assert_eq!(call_error_code(&local), Code::Unavailable);
+        // containerd's answer, decoded from its trailers: no source.
+        let answered = tonic::Status::new(Code::Unknown, "OCI runtime create failed");
+        assert_eq!(call_error_code(&answered), Code::Unknown);
+        let missing = tonic::Status::new(Code::NotFound, "no such container");
+        assert_eq!(call_error_code(&missing), Code::NotFound);
     }
 }

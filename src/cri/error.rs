@@ -260,8 +260,11 @@ impl From<SandboxError> for CriError {
 
 fn containerd_code(code: Code) -> Code {
     match code {
-        // Transport failures and containerd shutting down are retriable for kubelet.
-        Code::Unavailable | Code::Unknown | Code::Cancelled => Code::Unavailable,
+        // Transport failures (made `Unavailable` where they are seen: `Client::call_error`)
+        // and containerd shutting down are retriable for kubelet. containerd's own `Unknown`
+        // (an OCI runtime's refusal, a shim's error) stays `Unknown`, as containerd's CRI
+        // answers it: it is no outage, and a retry meets the same refusal.
+        Code::Unavailable | Code::Cancelled => Code::Unavailable,
         other => other,
     }
 }
@@ -338,16 +341,25 @@ mod tests {
     }
 
     #[test]
-    fn containerd_transport_failure_is_unavailable() {
+    fn containerd_transport_failure_is_unavailable_and_its_unknown_stays_unknown() {
         let s: tonic::Status = CriError::from(ContainerdError::Call {
             address: "/run/c.sock".into(),
             op: "Version.Version",
-            code: Code::Unknown,
+            code: Code::Unavailable,
             message: "transport error".into(),
         })
         .into();
         assert_eq!(s.code(), Code::Unavailable);
         assert!(s.message().contains("/run/c.sock"));
+        // runc refusing a create reaches remora as containerd's Unknown: no outage.
+        let s: tonic::Status = CriError::from(ContainerdError::Call {
+            address: "/run/c.sock".into(),
+            op: "Tasks.Create",
+            code: Code::Unknown,
+            message: "failed to create shim task: OCI runtime create failed".into(),
+        })
+        .into();
+        assert_eq!(s.code(), Code::Unknown);
         let s: tonic::Status = CriError::from(ContainerdError::Call {
             address: "/run/c.sock".into(),
             op: "Containers.Get",

@@ -27,10 +27,9 @@ NODE_VM="$SCRIPTS_DIR/node-vm.sh"
 # What the smoke check runs: images the test bed's registry serves (critest's busybox).
 SMOKE_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.36.1-1
 # critest's specs that a real node exercises differently from the host bed: AppArmor (the
-# bed's kernel has none), OOM and stats (cgroup v2, systemd scopes), user namespaces (the
-# kernel's idmapped mounts). Their ratchet is
+# bed's kernel has none), OOM and stats (cgroup v2, systemd scopes). Their ratchet is
 # integration/critest-node-expected-pass.txt.
-NODE_CRITEST_FOCUS='AppArmor|Container OOM|stats|UserNamespaces'
+NODE_CRITEST_FOCUS='AppArmor|Container OOM|stats'
 NODE_CRITEST_TIMEOUT=15m
 # The Debian revision of the package the upgrade phase installs over the first (revision 1).
 UPGRADE_REVISION=2

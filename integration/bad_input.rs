@@ -7,7 +7,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use k8s_cri::v1;
+use remora::cri::v1;
 use tonic::Code;
 
 use crate::cri;
@@ -329,6 +329,16 @@ async fn rejected_containers_are_invalid_argument_and_leave_nothing_behind() {
                 })
             }),
             "config.envs[0].key",
+        ),
+        // Bytes on the wire (cri-api v0.34.10+): decoded, then refused naming the field and key.
+        (
+            Box::new(|c| {
+                c.envs.push(v1::KeyValue {
+                    key: "RAW".into(),
+                    value: vec![b'x', 0xff],
+                })
+            }),
+            "config.envs[0].value (env \"RAW\")",
         ),
         (
             Box::new(|c| c.command[0] = "sleep\0".into()),

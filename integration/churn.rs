@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use remora::cri::v1;
+use remora::cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
 
 use crate::cri;

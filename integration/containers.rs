@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use k8s_cri::v1;
+use remora::cri::v1;
 use tonic::Code;
 
 use crate::cri::{self, container_config as container};
@@ -1039,4 +1039,99 @@ async fn image_volumes_mount_an_image_read_only() {
             .any(|m| m.contains(&id)),
         "no mount names the container"
     );
+}
+
+/// The Stream* RPCs (cri-api v0.36, KEP-5825) answer what their List* counterparts answer, in
+/// non-empty messages; the RPCs remora does not implement answer UNIMPLEMENTED naming
+/// themselves.
+#[tokio::test]
+async fn stream_rpcs_answer_what_the_lists_answer() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "streams", logs.path()).await;
+    let id = pod
+        .create(container("sleeper", &["sleep", "3600"]))
+        .await
+        .expect("create");
+    pod.start(&id).await;
+    let mut rt = bed.remora.runtime();
+
+    let listed = rt
+        .list_containers(v1::ListContainersRequest::default())
+        .await
+        .expect("list containers")
+        .into_inner()
+        .containers;
+    let mut s = rt
+        .stream_containers(v1::StreamContainersRequest::default())
+        .await
+        .expect("stream containers")
+        .into_inner();
+    let mut streamed = Vec::new();
+    while let Some(m) = s.message().await.expect("a message") {
+        assert!(!m.containers.is_empty(), "an empty message");
+        streamed.extend(m.containers);
+    }
+    assert_eq!(streamed, listed);
+
+    let listed = cri::list_pods(&bed.remora).await;
+    let mut s = rt
+        .stream_pod_sandboxes(v1::StreamPodSandboxesRequest::default())
+        .await
+        .expect("stream pods")
+        .into_inner();
+    let mut streamed = Vec::new();
+    while let Some(m) = s.message().await.expect("a message") {
+        streamed.extend(m.pod_sandboxes);
+    }
+    assert_eq!(streamed, listed);
+
+    let mut images = bed.remora.images();
+    let listed = images
+        .list_images(v1::ListImagesRequest::default())
+        .await
+        .expect("list images")
+        .into_inner()
+        .images;
+    let mut s = images
+        .stream_images(v1::StreamImagesRequest::default())
+        .await
+        .expect("stream images")
+        .into_inner();
+    let mut streamed = Vec::new();
+    while let Some(m) = s.message().await.expect("a message") {
+        streamed.extend(m.images);
+    }
+    assert_eq!(streamed, listed);
+
+    // Stats are read anew for each call: the same containers, not the same figures.
+    let mut s = rt
+        .stream_container_stats(v1::StreamContainerStatsRequest::default())
+        .await
+        .expect("stream container stats")
+        .into_inner();
+    let mut ids = Vec::new();
+    while let Some(m) = s.message().await.expect("a message") {
+        ids.extend(
+            m.container_stats
+                .into_iter()
+                .filter_map(|c| c.attributes.map(|a| a.id)),
+        );
+    }
+    assert!(ids.contains(&id), "{ids:?}");
+
+    let err = rt
+        .update_pod_sandbox_resources(v1::UpdatePodSandboxResourcesRequest {
+            pod_sandbox_id: pod.id.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("not implemented");
+    assert_eq!(err.code(), Code::Unimplemented);
+    assert!(
+        err.message().contains("UpdatePodSandboxResources"),
+        "{}",
+        err.message()
+    );
+    pod.remove_pod().await;
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_cri::v1;
+use remora::cri::v1;
 
 use crate::harness::{wait_until, Remora};
 

@@ -4,8 +4,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 
-use k8s_cri::v1;
 use nix::sys::signal::Signal;
+use remora::cri::v1;
 
 use crate::harness::{remora_bin, remora_config, scratch, Bed, Containerd, Remora};
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1;
+use remora::cri::v1;
 use tokio_stream::StreamExt;
 
 use crate::cri;
@@ -723,7 +723,7 @@ async fn a_rollback_cut_short_by_a_containerd_outage_is_finished_when_it_is_back
     let call = {
         let config = config.clone();
         tokio::spawn(async move {
-            let mut rt = k8s_cri::v1::runtime_service_client::RuntimeServiceClient::new(
+            let mut rt = remora::cri::v1::runtime_service_client::RuntimeServiceClient::new(
                 remora::grpc::unix_channel(&socket, Duration::from_secs(5)),
             );
             rt.run_pod_sandbox(v1::RunPodSandboxRequest {

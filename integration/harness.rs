@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1::image_service_client::ImageServiceClient;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use remora::cri::v1::image_service_client::ImageServiceClient;
+use remora::cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::Channel;
 
 /// Where setup.sh installs containerd, crictl and critest.
@@ -785,7 +785,7 @@ impl BedRemora {
 
 /// Stops and removes every pod sandbox remora at `socket` lists; how many it removed.
 fn remove_all_pods(socket: &Path) -> Result<usize, String> {
-    use k8s_cri::v1 as cri;
+    use remora::cri::v1 as cri;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

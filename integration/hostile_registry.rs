@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1;
+use remora::cri::v1;
 use tonic::Code;
 
 use crate::cri;

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1;
+use remora::cri::v1;
 use serde_json::{json, Value};
 
 use harness::{mount_points_under, scratch, tool, wait_until, BedRemora, TESTBED_REGISTRY};

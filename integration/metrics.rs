@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use k8s_cri::v1;
+use remora::cri::v1;
 
 use crate::cri;
 use crate::harness::{push_image, remora_config, scratch, BedRemora, Containerd, Remora};

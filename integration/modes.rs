@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use k8s_cri::v1;
+use remora::cri::v1;
 use tonic::Code;
 
 use crate::cri::{self, container_config as container};

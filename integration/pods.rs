@@ -1,6 +1,6 @@
 //! Pod sandboxes on the test bed: real containerd, real runc, real CNI plugins.
 
-use k8s_cri::v1;
+use remora::cri::v1;
 use tonic::Code;
 
 use crate::cri;

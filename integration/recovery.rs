@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use k8s_cri::v1;
+use remora::cri::v1;
 
 use crate::cri;
 use crate::harness::{scratch, wait_until, BedRemora};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use k8s_cri::v1;
+use remora::cri::v1;
 use tonic::Code;
 
 use crate::cri;

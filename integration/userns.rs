@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_cri::v1;
+use remora::cri::v1;
 use tonic::Code;
 
 use crate::cri;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the remora test bed needs: Debian packages, containerd and
-# cri-tools built from the Go module proxy, and the Debian packages whose
+# cri-tools built from the Go module proxy, the .proto files remora's build
+# compiles (protos/sources.txt, from the Go module proxy), and the Debian packages whose
 # binaries go into the locally built test images. Idempotent: a second run only
 # checks versions and returns in about a second.
 #
@@ -16,6 +17,7 @@ CONTAINERD_VERSION=v2.3.4 # github.com/containerd/containerd/v2
 CRI_TOOLS_VERSION=v1.36.0 # sigs.k8s.io/cri-tools (crictl, critest)
 KUBELET_VERSION=v1.35.4   # k8s.io/kubernetes (kubelet, for the kubelet suite)
 RUST_VERSION=1.95.0       # must match rust-toolchain.toml; only checked
+# The .proto files remora compiles (k8s.io/cri-api) are pinned in protos/sources.txt.
 GO_MIN_VERSION=1.26.3     # containerd v2.3.4's go.mod asks for this
 CARGO_DEB_VERSION=3.7.0   # crates.io cargo-deb, builds the Debian package (scripts/package.sh)
 # github.com/opencontainers/runc, installed as $TOOLS_BIN/runc-pinned (common.sh: PINNED_RUNC) for
@@ -261,6 +263,35 @@ fetch_deb() {
 	echo "$ver" >"$dest/.pinned"
 }
 
+# fetch_protos: the protocol sources remora compiles (protos/sources.txt: module, version, path,
+# go.sum hash), downloaded from the Go module proxy and copied to
+# $TOOLS/protos/<module>@<version>/<path>, where build.rs looks for them. The module's hash is
+# checked against the pinned one (the Go checksum database checks it too, unless GOSUMDB=off).
+fetch_protos() {
+	local list="$REPO_ROOT/protos/sources.txt" module version path sum rest dest json got dir
+	[[ -f "$list" ]] || die "$list is missing"
+	while read -r module version path sum rest; do
+		[[ -z "$module" || "$module" == "#"* ]] && continue
+		[[ -n "$sum" && -z "$rest" ]] || die "$list: expected '<module> <version> <path> <hash>', got: $module $version $path $sum $rest"
+		dest="$TOOLS/protos/$module@$version/$path"
+		if [[ -f "$dest" && -f "$dest.sum" && "$(<"$dest.sum")" == "$sum" ]]; then
+			continue
+		fi
+		check_go
+		info "fetching $path from Go module $module@$version"
+		json=$(cd "$TOOLS" && go mod download -json "$module@$version") ||
+			die "go mod download $module@$version failed"
+		got=$(jq -r .Sum <<<"$json")
+		[[ "$got" == "$sum" ]] || die "Go module $module@$version has hash $got, protos/sources.txt pins $sum"
+		dir=$(jq -r .Dir <<<"$json")
+		[[ -f "$dir/$path" ]] || die "Go module $module@$version has no $path"
+		mkdir -p "$(dirname "$dest")"
+		install -m 0644 "$dir/$path" "$dest.new"
+		mv -f "$dest.new" "$dest"
+		echo "$sum" >"$dest.sum"
+	done <"$list"
+}
+
 check_rust() {
 	command -v cargo >/dev/null || die "cargo not found (rustup is expected on these machines)"
 	local out
@@ -425,6 +456,8 @@ EOF
 
 main() {
 	install_apt_packages
+	# Before anything builds remora: build.rs compiles these.
+	fetch_protos
 	build_containerd
 	build_cri_tools
 	build_kubelet

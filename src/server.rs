@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_cri::v1::image_service_server::ImageServiceServer;
-use k8s_cri::v1::runtime_service_server::RuntimeServiceServer;
+use crate::cri::v1::image_service_server::ImageServiceServer;
+use crate::cri::v1::runtime_service_server::RuntimeServiceServer;
 use nix::fcntl::{Flock, FlockArg};
 use slog::{info, warn, Logger};
 use thiserror::Error;

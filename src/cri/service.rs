@@ -6,9 +6,9 @@
 
 use std::pin::Pin;
 
-use k8s_cri::v1;
-use k8s_cri::v1::image_service_server::ImageService;
-use k8s_cri::v1::runtime_service_server::RuntimeService;
+use crate::cri::v1;
+use crate::cri::v1::image_service_server::ImageService;
+use crate::cri::v1::runtime_service_server::RuntimeService;
 use slog::info;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
@@ -64,6 +64,81 @@ impl CriService {
         serde_json::from_slice::<v1::PodSandboxConfig>(&kept)
             .ok()
             .and_then(|c| convert::sandbox_config(&c).ok())
+    }
+
+    /// ListPodSandbox's and StreamPodSandboxes' items.
+    fn pod_sandboxes(
+        &self,
+        filter: Option<&v1::PodSandboxFilter>,
+    ) -> Result<Vec<v1::PodSandbox>, CriError> {
+        let filter = convert::sandbox_filter(filter)?;
+        Ok(self
+            .rt
+            .pods
+            .sandboxes
+            .list(&filter)
+            .iter()
+            .map(convert::pod_sandbox)
+            .collect())
+    }
+
+    /// ListContainers' and StreamContainers' items.
+    fn containers(
+        &self,
+        filter: Option<&v1::ContainerFilter>,
+    ) -> Result<Vec<v1::Container>, CriError> {
+        let filter = convert::container_filter(filter)?;
+        Ok(self
+            .rt
+            .pods
+            .containers_store()
+            .list(&filter, &self.rt.pods.sandboxes)
+            .iter()
+            .map(convert::container)
+            .collect())
+    }
+
+    /// ListContainerStats' and StreamContainerStats' items.
+    async fn container_stats(
+        &self,
+        filter: Option<v1::ContainerStatsFilter>,
+    ) -> Result<Vec<v1::ContainerStats>, CriError> {
+        let filter = filter.map(|f| v1::ContainerFilter {
+            id: f.id,
+            pod_sandbox_id: f.pod_sandbox_id,
+            label_selector: f.label_selector,
+            state: None,
+        });
+        let filter = convert::container_filter(filter.as_ref())?;
+        let stats = self.rt.pods.list_container_stats(&filter).await;
+        Ok(stats.iter().map(convert::container_stats).collect())
+    }
+
+    /// ListPodSandboxStats' and StreamPodSandboxStats' items.
+    async fn pod_sandbox_stats(
+        &self,
+        filter: Option<&v1::PodSandboxStatsFilter>,
+    ) -> Vec<v1::PodSandboxStats> {
+        let filter = convert::sandbox_stats_filter(filter);
+        let stats = self.rt.pods.list_sandbox_stats(&filter).await;
+        stats.iter().map(convert::pod_sandbox_stats).collect()
+    }
+
+    /// ListPodSandboxMetrics' and StreamPodSandboxMetrics' items.
+    async fn pod_sandbox_metrics(&self) -> Vec<v1::PodSandboxMetrics> {
+        let stats = self.rt.pods.list_sandbox_stats(&Default::default()).await;
+        stats
+            .iter()
+            .map(|s| convert::pod_sandbox_metrics(&sandbox_metrics::pod_metrics(s)))
+            .collect()
+    }
+
+    /// ListImages' and StreamImages' items.
+    fn images(&self, filter: Option<&str>) -> Vec<v1::Image> {
+        image_status::list_images(&self.rt, filter)
+            .into_iter()
+            .map(image_to_pb)
+            .collect()
     }
 
     async fn unimplemented<T>(
@@ -158,6 +233,12 @@ impl RuntimeService for CriService {
                         .collect(),
                     features: Some(v1::RuntimeFeatures {
                         supplemental_groups_policy: report.supplemental_groups_policy,
+                        // The spec generator binds the host's /sys for a user-namespaced pod on
+                        // the host network, but nothing tests that combination yet: not
+                        // claimed (kubelet then refuses such pods itself).
+                        user_namespaces_host_network: false,
+                        // Mount.mount_options is refused (convert::mount_request).
+                        mount_options: false,
                     }),
                 })
             },
@@ -308,16 +389,9 @@ impl RuntimeService for CriService {
             "ListPodSandbox",
             Ids::none(),
             |_log| async move {
-                let filter = convert::sandbox_filter(filter.as_ref())?;
-                let items = self
-                    .rt
-                    .pods
-                    .sandboxes
-                    .list(&filter)
-                    .iter()
-                    .map(convert::pod_sandbox)
-                    .collect();
-                Ok(v1::ListPodSandboxResponse { items })
+                Ok(v1::ListPodSandboxResponse {
+                    items: self.pod_sandboxes(filter.as_ref())?,
+                })
             },
         )
         .await
@@ -437,16 +511,9 @@ impl RuntimeService for CriService {
             "ListContainers",
             Ids::none(),
             |_log| async move {
-                let filter = convert::container_filter(filter.as_ref())?;
-                let containers = self
-                    .rt
-                    .pods
-                    .containers_store()
-                    .list(&filter, &self.rt.pods.sandboxes)
-                    .iter()
-                    .map(convert::container)
-                    .collect();
-                Ok(v1::ListContainersResponse { containers })
+                Ok(v1::ListContainersResponse {
+                    containers: self.containers(filter.as_ref())?,
+                })
             },
         )
         .await
@@ -560,16 +627,8 @@ impl RuntimeService for CriService {
             "ListContainerStats",
             Ids::none(),
             |_log| async move {
-                let filter = filter.map(|f| v1::ContainerFilter {
-                    id: f.id,
-                    pod_sandbox_id: f.pod_sandbox_id,
-                    label_selector: f.label_selector,
-                    state: None,
-                });
-                let filter = convert::container_filter(filter.as_ref())?;
-                let stats = self.rt.pods.list_container_stats(&filter).await;
                 Ok(v1::ListContainerStatsResponse {
-                    stats: stats.iter().map(convert::container_stats).collect(),
+                    stats: self.container_stats(filter).await?,
                 })
             },
         )
@@ -764,10 +823,8 @@ impl RuntimeService for CriService {
             "ListPodSandboxStats",
             Ids::none(),
             |_log| async move {
-                let filter = convert::sandbox_stats_filter(filter.as_ref());
-                let stats = self.rt.pods.list_sandbox_stats(&filter).await;
                 Ok(v1::ListPodSandboxStatsResponse {
-                    stats: stats.iter().map(convert::pod_sandbox_stats).collect(),
+                    stats: self.pod_sandbox_stats(filter.as_ref()).await,
                 })
             },
         )
@@ -838,17 +895,193 @@ impl RuntimeService for CriService {
             "ListPodSandboxMetrics",
             Ids::none(),
             |_log| async move {
-                let stats = self.rt.pods.list_sandbox_stats(&Default::default()).await;
                 Ok(v1::ListPodSandboxMetricsResponse {
-                    pod_metrics: stats
-                        .iter()
-                        .map(|s| convert::pod_sandbox_metrics(&sandbox_metrics::pod_metrics(s)))
-                        .collect(),
+                    pod_metrics: self.pod_sandbox_metrics().await,
                 })
             },
         )
         .await
     }
+
+    async fn update_pod_sandbox_resources(
+        &self,
+        _request: Request<v1::UpdatePodSandboxResourcesRequest>,
+    ) -> Result<Response<v1::UpdatePodSandboxResourcesResponse>, Status> {
+        // kubelet has resized the pod's cgroups already and treats a failure here as best
+        // effort; remora has nothing (NRI plugins, a stored pod resource record) to update yet.
+        self.unimplemented(RUNTIME, "UpdatePodSandboxResources")
+            .await
+    }
+
+    async fn checkpoint_pod(
+        &self,
+        _request: Request<v1::CheckpointPodRequest>,
+    ) -> Result<Response<v1::CheckpointPodResponse>, Status> {
+        self.unimplemented(RUNTIME, "CheckpointPod").await
+    }
+
+    async fn restore_pod(
+        &self,
+        _request: Request<v1::RestorePodRequest>,
+    ) -> Result<Response<v1::RestorePodResponse>, Status> {
+        self.unimplemented(RUNTIME, "RestorePod").await
+    }
+
+    // The Stream* RPCs (KEP-5825) answer what their List* counterpart answers, read at the
+    // same moment, split over as many messages as the size limit needs ([`batches`]).
+
+    type StreamPodSandboxesStream = BatchStream<v1::StreamPodSandboxesResponse>;
+
+    async fn stream_pod_sandboxes(
+        &self,
+        request: Request<v1::StreamPodSandboxesRequest>,
+    ) -> Result<Response<Self::StreamPodSandboxesStream>, Status> {
+        let filter = request.into_inner().filter;
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "StreamPodSandboxes",
+            Ids::none(),
+            |_log| async move {
+                Ok(batch_stream(
+                    self.pod_sandboxes(filter.as_ref())?,
+                    |pod_sandboxes| v1::StreamPodSandboxesResponse { pod_sandboxes },
+                ))
+            },
+        )
+        .await
+    }
+
+    type StreamContainersStream = BatchStream<v1::StreamContainersResponse>;
+
+    async fn stream_containers(
+        &self,
+        request: Request<v1::StreamContainersRequest>,
+    ) -> Result<Response<Self::StreamContainersStream>, Status> {
+        let filter = request.into_inner().filter;
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "StreamContainers",
+            Ids::none(),
+            |_log| async move {
+                Ok(batch_stream(
+                    self.containers(filter.as_ref())?,
+                    |containers| v1::StreamContainersResponse { containers },
+                ))
+            },
+        )
+        .await
+    }
+
+    type StreamContainerStatsStream = BatchStream<v1::StreamContainerStatsResponse>;
+
+    async fn stream_container_stats(
+        &self,
+        request: Request<v1::StreamContainerStatsRequest>,
+    ) -> Result<Response<Self::StreamContainerStatsStream>, Status> {
+        let filter = request.into_inner().filter;
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "StreamContainerStats",
+            Ids::none(),
+            |_log| async move {
+                Ok(batch_stream(
+                    self.container_stats(filter).await?,
+                    |container_stats| v1::StreamContainerStatsResponse { container_stats },
+                ))
+            },
+        )
+        .await
+    }
+
+    type StreamPodSandboxStatsStream = BatchStream<v1::StreamPodSandboxStatsResponse>;
+
+    async fn stream_pod_sandbox_stats(
+        &self,
+        request: Request<v1::StreamPodSandboxStatsRequest>,
+    ) -> Result<Response<Self::StreamPodSandboxStatsStream>, Status> {
+        let filter = request.into_inner().filter;
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "StreamPodSandboxStats",
+            Ids::none(),
+            |_log| async move {
+                Ok(batch_stream(
+                    self.pod_sandbox_stats(filter.as_ref()).await,
+                    |pod_sandbox_stats| v1::StreamPodSandboxStatsResponse { pod_sandbox_stats },
+                ))
+            },
+        )
+        .await
+    }
+
+    type StreamPodSandboxMetricsStream = BatchStream<v1::StreamPodSandboxMetricsResponse>;
+
+    async fn stream_pod_sandbox_metrics(
+        &self,
+        _request: Request<v1::StreamPodSandboxMetricsRequest>,
+    ) -> Result<Response<Self::StreamPodSandboxMetricsStream>, Status> {
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "StreamPodSandboxMetrics",
+            Ids::none(),
+            |_log| async move {
+                Ok(batch_stream(
+                    self.pod_sandbox_metrics().await,
+                    |pod_sandbox_metrics| v1::StreamPodSandboxMetricsResponse {
+                        pod_sandbox_metrics,
+                    },
+                ))
+            },
+        )
+        .await
+    }
+}
+
+/// The most one Stream* message carries, encoded, unless a single item is bigger: far below
+/// the 16 MiB kubelet's CRI client accepts and tonic's 4 MiB default, the limits the Stream*
+/// RPCs exist to get around.
+const STREAM_BATCH_BYTES: usize = 1 << 20;
+
+/// A Stream* RPC's response stream.
+pub type BatchStream<R> = Pin<Box<dyn Stream<Item = Result<R, Status>> + Send + 'static>>;
+
+/// `items`, in order, as the messages `wrap` makes of [`batches`] of them.
+fn batch_stream<T, R>(items: Vec<T>, wrap: fn(Vec<T>) -> R) -> BatchStream<R>
+where
+    T: prost::Message + 'static,
+    R: Send + 'static,
+{
+    let messages = batches(items, STREAM_BATCH_BYTES).into_iter().map(wrap);
+    Box::pin(tokio_stream::iter(messages.map(Ok)))
+}
+
+/// `items`, in order, each exactly once, split into non-empty batches whose encoding as a
+/// message's repeated field takes at most `limit` bytes; an item bigger than that alone goes
+/// in a batch of its own. No items, no batches: the stream then ends at once.
+fn batches<T: prost::Message>(items: Vec<T>, limit: usize) -> Vec<Vec<T>> {
+    let mut out = Vec::new();
+    let mut batch = Vec::new();
+    let mut size = 0;
+    for item in items {
+        let len = item.encoded_len();
+        // The field's one-byte tag (field 1, length-delimited) and the length prefix.
+        let len = 1 + prost::length_delimiter_len(len) + len;
+        if !batch.is_empty() && size + len > limit {
+            out.push(std::mem::take(&mut batch));
+            size = 0;
+        }
+        size += len;
+        batch.push(item);
+    }
+    if !batch.is_empty() {
+        out.push(batch);
+    }
+    out
 }
 
 fn image_to_pb(i: ImageInfo) -> v1::Image {
@@ -1002,9 +1235,8 @@ impl ImageService for CriService {
             "ListImages",
             Ids::none(),
             |_log| async move {
-                let images = image_status::list_images(&self.rt, filter.as_deref());
                 Ok(v1::ListImagesResponse {
-                    images: images.into_iter().map(image_to_pb).collect(),
+                    images: self.images(filter.as_deref()),
                 })
             },
         )
@@ -1133,5 +1365,81 @@ impl ImageService for CriService {
             },
         )
         .await
+    }
+
+    type StreamImagesStream = BatchStream<v1::StreamImagesResponse>;
+
+    async fn stream_images(
+        &self,
+        request: Request<v1::StreamImagesRequest>,
+    ) -> Result<Response<Self::StreamImagesStream>, Status> {
+        let filter = request
+            .into_inner()
+            .filter
+            .and_then(|f| f.image)
+            .map(|s| s.image);
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "StreamImages",
+            Ids::none(),
+            |_log| async move {
+                Ok(batch_stream(self.images(filter.as_deref()), |images| {
+                    v1::StreamImagesResponse { images }
+                }))
+            },
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(id: &str, tags: usize) -> v1::Image {
+        v1::Image {
+            id: id.to_string(),
+            repo_tags: (0..tags)
+                .map(|t| format!("registry.local/{id}:{t}"))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn batches_keep_every_item_once_in_order_within_the_limit() {
+        let items: Vec<v1::Image> = (0..200).map(|i| image(&format!("i{i}"), i % 7)).collect();
+        let limit = 2_000;
+        let got = batches(items.clone(), limit);
+        assert!(got.len() > 1, "the limit splits them");
+        assert!(got.iter().all(|b| !b.is_empty()), "no empty message");
+        let flat: Vec<v1::Image> = got.iter().flatten().cloned().collect();
+        assert_eq!(flat, items);
+        for b in &got {
+            // The size of the StreamImagesResponse carrying the batch, as encoded.
+            let size = prost::Message::encoded_len(&v1::StreamImagesResponse { images: b.clone() });
+            assert!(
+                size <= limit,
+                "a batch of {} items is {size} bytes",
+                b.len()
+            );
+        }
+    }
+
+    #[test]
+    fn an_item_bigger_than_the_limit_goes_alone() {
+        let items = vec![image("small", 1), image("big", 500), image("small2", 1)];
+        let got = batches(items, 1_000);
+        let ids: Vec<Vec<&str>> = got
+            .iter()
+            .map(|b| b.iter().map(|i| i.id.as_str()).collect())
+            .collect();
+        assert_eq!(ids, vec![vec!["small"], vec!["big"], vec!["small2"]]);
+    }
+
+    #[test]
+    fn no_items_no_messages() {
+        assert!(batches(Vec::<v1::Image>::new(), STREAM_BATCH_BYTES).is_empty());
     }
 }

@@ -216,8 +216,8 @@ pub struct MountRequest {
     pub gid_mappings: Vec<IdMapping>,
 }
 
-/// CRI `Mount.image`: the image mounted, at its root. (`Mount.image_sub_path` is newer than
-/// the CRI bindings remora builds with, k8s-cri 0.11: it cannot be read, see the README.)
+/// CRI `Mount.image`: the image mounted, at its root. (`Mount.image_sub_path` is not
+/// implemented: the CRI conversion refuses it, see the README.)
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageVolume {
     /// The image, as kubelet names it (it pulls it first).

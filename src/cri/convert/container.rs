@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use k8s_cri::v1;
+use crate::cri::v1;
 
 use super::sandbox::sandbox_metadata_of;
 use super::security::{
@@ -57,6 +57,11 @@ pub fn container_config(
     if !config.cdi_devices.is_empty() {
         return Err(unsupported("config.cdi_devices"));
     }
+    // A stop signal of the pod's (KEP-4960) would need storing for StopContainer; remora stops
+    // with the image's StopSignal, else SIGTERM, and refuses to pretend otherwise.
+    if config.stop_signal != v1::Signal::RuntimeDefault as i32 {
+        return Err(unsupported("config.stop_signal"));
+    }
     let linux = config.linux.as_ref();
     let pod_namespaces = match sandbox
         .linux
@@ -81,11 +86,7 @@ pub fn container_config(
     {
         security.namespaces = pod_namespaces;
     }
-    let envs: Vec<(String, String)> = config
-        .envs
-        .iter()
-        .map(|kv| (kv.key.clone(), kv.value.clone()))
-        .collect();
+    let envs = envs(&config.envs, "config.envs")?;
     validate::process(
         "config",
         &config.command,
@@ -117,6 +118,25 @@ pub fn container_config(
             .transpose()?,
         security,
     })
+}
+
+/// `envs` (CRI `KeyValue`s, whose values are bytes since cri-api v0.34.10) as (key, value)
+/// strings. A value that is not UTF-8 is refused, naming its key: the OCI runtime config is
+/// JSON, whose strings hold Unicode only, so no runtime that reads config.json (runc, crun)
+/// could receive it byte for byte. containerd's CRI passes such a value on in a Go string,
+/// which Go's JSON encoder writes with U+FFFD in place of each invalid byte: the container
+/// then sees other bytes than the pod asked for, which remora does not do silently.
+pub fn envs(envs: &[v1::KeyValue], prefix: &str) -> Result<Vec<(String, String)>, ConvertError> {
+    envs.iter()
+        .enumerate()
+        .map(|(i, kv)| match std::str::from_utf8(&kv.value) {
+            Ok(value) => Ok((kv.key.clone(), value.to_string())),
+            Err(_) => Err(ConvertError::EnvNotUtf8 {
+                field: format!("{prefix}[{i}].value"),
+                key: kv.key.clone(),
+            }),
+        })
+        .collect()
 }
 
 /// The id of the container whose PID namespace a `TARGET` PID mode joins, if the config
@@ -255,6 +275,14 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
     }
     if !m.gid_mappings.is_empty() {
         return Err(unsupported(format!("{prefix}.gid_mappings")));
+    }
+    // Both newer than what remora implements: mounting the whole image, or a mount without the
+    // noexec/nodev/nosuid asked for, would give the container more than the pod says.
+    if !m.image_sub_path.is_empty() {
+        return Err(unsupported(format!("{prefix}.image_sub_path")));
+    }
+    if !m.mount_options.is_empty() {
+        return Err(unsupported(format!("{prefix}.mount_options")));
     }
     let propagation = match v1::MountPropagation::try_from(m.propagation) {
         Ok(v1::MountPropagation::PropagationPrivate) => MountPropagation::Private,

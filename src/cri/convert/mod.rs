@@ -1,6 +1,6 @@
 //! Pure mappings between the CRI v1 protobuf messages and remora's domain types.
 //!
-//! This is the only place (besides [`super::service`]) where `k8s_cri::v1` types meet the
+//! This is the only place (besides [`super::service`]) where `crate::cri::v1` types meet the
 //! core: requests are mapped into [`crate::spec`], [`crate::net`] and
 //! [`crate::lifecycle`] inputs, and store snapshots ([`crate::store`]) are mapped back into
 //! CRI statuses and list items. Nothing here does I/O.
@@ -49,7 +49,7 @@ use thiserror::Error;
 
 pub use container::{
     container_config, container_log_path, container_metadata, container_security,
-    container_target_id, device_request, mount_request, resources,
+    container_target_id, device_request, envs, mount_request, resources,
 };
 #[cfg(target_os = "linux")]
 pub use sandbox::sandbox_dns;
@@ -90,6 +90,14 @@ pub enum ConvertError {
         value: String,
         /// What is wrong with it.
         reason: &'static str,
+    },
+    /// An env value (bytes in CRI) is not UTF-8, which an OCI runtime config cannot carry.
+    #[error("{field} (env {key:?}) is not valid UTF-8: an OCI runtime config cannot carry it")]
+    EnvNotUtf8 {
+        /// CRI path of the value, e.g. `config.envs[3].value`.
+        field: String,
+        /// The env variable's name (the value is not shown: it may be a secret).
+        key: String,
     },
     /// The field asks for a feature remora does not implement.
     #[error("{field} is not supported by remora")]

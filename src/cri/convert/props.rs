@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::path::{Component, Path};
 
-use k8s_cri::v1;
+use crate::cri::v1;
 use proptest::collection::{hash_map, vec};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -409,7 +409,7 @@ prop_compose! {
             command,
             args,
             working_dir,
-            envs: envs.into_iter().map(|(key, value)| v1::KeyValue { key, value }).collect(),
+            envs: envs.into_iter().map(|(key, value)| v1::KeyValue { key, value: value.into_bytes() }).collect(),
             mounts,
             devices: devices
                 .into_iter()

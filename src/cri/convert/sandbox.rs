@@ -1,7 +1,7 @@
 //! Sandboxes, request side: `PodSandboxConfig` → the sandbox's spec inputs, store metadata,
 //! DNS and port mappings.
 
-use k8s_cri::v1;
+use crate::cri::v1;
 
 use super::security::{namespace_options, sandbox_security};
 use super::{missing, unknown_enum, ConvertError};

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use k8s_cri::v1;
+use crate::cri::v1;
 
 use super::{missing, unknown_enum, ConvertError};
 use crate::spec::{

@@ -1,7 +1,7 @@
 //! The stats side: container and pod stats, metric descriptors and metrics → CRI messages, and
 //! the ListPodSandboxStats filter.
 
-use k8s_cri::v1;
+use crate::cri::v1;
 
 use super::non_empty;
 use super::status::{container as container_item, pod_sandbox_metadata};
@@ -22,6 +22,8 @@ fn cpu(c: &CgroupStats, timestamp: i64) -> v1::CpuUsage {
         // A rate needs two readings: kubelet computes it itself from the cumulative figure
         // when the runtime leaves it out.
         usage_nano_cores: None,
+        // Pressure (PSI) is not read (cgroup v2's cpu.pressure): left out.
+        psi: None,
     }
 }
 
@@ -36,6 +38,8 @@ fn memory(c: &CgroupStats, timestamp: i64) -> v1::MemoryUsage {
         rss_bytes: m.and_then(|m| u(m.rss)),
         page_faults: m.and_then(|m| u(m.page_faults)),
         major_page_faults: m.and_then(|m| u(m.major_page_faults)),
+        // Pressure (PSI) is not read (cgroup v2's memory.pressure): left out.
+        psi: None,
     }
 }
 
@@ -63,6 +67,8 @@ pub fn container_stats(s: &Stats) -> v1::ContainerStats {
                 inodes_used: u(*inodes),
             }),
         swap: None,
+        // IoUsage carries only pressure (PSI), which is not read.
+        io: None,
     }
 }
 
@@ -111,6 +117,8 @@ pub fn pod_sandbox_stats(s: &SandboxStats) -> v1::PodSandboxStats {
                 process_count: s.cgroup.pids.and_then(u),
             }),
             containers: s.containers.iter().map(container_stats).collect(),
+            // IoUsage carries only pressure (PSI), which is not read.
+            io: None,
         }),
         windows: None,
     }

@@ -1,6 +1,6 @@
 //! The read side: store snapshots → CRI list items and statuses, and the List filters.
 
-use k8s_cri::v1;
+use crate::cri::v1;
 
 use super::{non_empty, unknown_enum, ConvertError};
 use crate::spec::{MountPropagation, NamespaceMode};
@@ -228,6 +228,9 @@ pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
                     .collect(),
             }),
         }),
+        // CreateContainer refuses a stop signal of the pod's: the container stops with the
+        // runtime's default (the image's StopSignal, else SIGTERM), which is what this says.
+        stop_signal: v1::Signal::RuntimeDefault as i32,
     }
 }
 

@@ -268,6 +268,19 @@ fn container_unsupported_and_unknown_fields_are_named() {
         err(&|c| c.mounts[1].gid_mappings = vec![v1::IdMapping::default()]),
         unsupported("config.mounts[1].gid_mappings")
     );
+    // Newer than remora's implementation (cri-api v0.33 and v0.37): refused, not ignored.
+    assert_eq!(
+        err(&|c| c.mounts[0].image_sub_path = "etc".into()),
+        unsupported("config.mounts[0].image_sub_path")
+    );
+    assert_eq!(
+        err(&|c| c.mounts[1].mount_options = vec!["noexec".into()]),
+        unsupported("config.mounts[1].mount_options")
+    );
+    assert_eq!(
+        err(&|c| c.stop_signal = v1::Signal::Sigquit as i32),
+        unsupported("config.stop_signal")
+    );
     assert_eq!(
         err(&|c| {
             sc(c)
@@ -610,4 +623,48 @@ fn container_metadata_from_request() {
             .to_string(),
         "sandbox_config.metadata.uid is required"
     );
+}
+
+#[test]
+fn env_values_pass_through_byte_for_byte_when_utf8() {
+    let pod = kubelet_pod();
+    let mut c = kubelet_container();
+    // Bytes on the wire since cri-api v0.34.10: any UTF-8, '=' and multi-byte included.
+    c.envs = vec![v1::KeyValue {
+        key: "GREETING".into(),
+        value: "grüße=☃ \t".as_bytes().to_vec(),
+    }];
+    let got = container_config(&c, &pod).unwrap();
+    assert_eq!(got.envs, vec![("GREETING".into(), "grüße=☃ \t".into())]);
+}
+
+#[test]
+fn a_non_utf8_env_value_is_refused_naming_its_key() {
+    let pod = kubelet_pod();
+    let mut c = kubelet_container();
+    // A secret's raw bytes: 0xff never occurs in UTF-8, 0xc3 starts a sequence left unfinished.
+    c.envs.push(v1::KeyValue {
+        key: "TOKEN".into(),
+        value: vec![b'a', 0xff, 0xc3],
+    });
+    let err = container_config(&c, &pod).unwrap_err();
+    assert_eq!(
+        err,
+        ConvertError::EnvNotUtf8 {
+            field: "config.envs[2].value".into(),
+            key: "TOKEN".into(),
+        }
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("\"TOKEN\"") && text.contains("config.envs[2].value"),
+        "{text}"
+    );
+    // The message names the key, never the (possibly secret) value, not even mangled.
+    assert!(!text.contains('\u{fffd}'), "{text}");
+    // The request itself decodes: such a value is valid protobuf since `value` is bytes (with
+    // k8s-cri's `string` it failed to decode, and the whole CreateContainer with it).
+    let wire = prost::Message::encode_to_vec(&c);
+    let decoded: v1::ContainerConfig = prost::Message::decode(wire.as_slice()).unwrap();
+    assert_eq!(decoded.envs[2].value, vec![b'a', 0xff, 0xc3]);
 }

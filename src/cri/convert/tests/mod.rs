@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use std::sync::Arc;
 
-use k8s_cri::v1;
+use crate::cri::v1;
 
 use super::status::{container_state_to_cri, propagation_to_cri};
 use super::*;
@@ -198,6 +198,7 @@ fn kubelet_container() -> v1::ContainerConfig {
         }),
         windows: None,
         cdi_devices: vec![],
+        stop_signal: v1::Signal::RuntimeDefault as i32,
     }
 }
 

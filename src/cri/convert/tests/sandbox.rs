@@ -438,3 +438,73 @@ fn sandbox_metadata_from_request() {
     // Left to the caller.
     assert_eq!((m.created_at, m.ip.as_str()), (0, ""));
 }
+
+/// The pod config kept as JSON on a sandbox record (for CreateContainer after a restart) reads
+/// back as it was written.
+#[test]
+fn a_kept_pod_config_round_trips_through_json() {
+    let pod = kubelet_pod();
+    let json = serde_json::to_vec(&pod).unwrap();
+    let back: v1::PodSandboxConfig = serde_json::from_slice(&json).unwrap();
+    assert_eq!(back, pod);
+}
+
+/// A record written by remora built on k8s-cri 0.11 (cri-api v0.32, serde derived on every
+/// message: every field written, `null` for an absent message, enums as numbers) still reads
+/// after the switch to remora's own bindings, and a field it lacks takes its default.
+#[test]
+fn a_pod_config_kept_by_the_k8s_cri_bindings_still_reads() {
+    let old = r#"{
+        "metadata": {"name": "web", "uid": "u1", "namespace": "default", "attempt": 1},
+        "hostname": "web",
+        "log_directory": "/var/log/pods/default_web_u1",
+        "dns_config": {"servers": ["10.96.0.10"], "searches": [], "options": ["ndots:5"]},
+        "port_mappings": [{"protocol": 0, "container_port": 80, "host_port": 8080, "host_ip": ""}],
+        "labels": {"app": "web"},
+        "annotations": {},
+        "linux": {
+            "cgroup_parent": "/kubepods/podu1",
+            "security_context": {
+                "namespace_options": {"network": 0, "pid": 1, "ipc": 0, "target_id": "",
+                                      "userns_options": null},
+                "selinux_options": null,
+                "run_as_user": {"value": 1000},
+                "run_as_group": null,
+                "readonly_rootfs": false,
+                "supplemental_groups": [],
+                "privileged": false,
+                "seccomp": {"profile_type": 0, "localhost_ref": ""},
+                "apparmor": null,
+                "seccomp_profile_path": "",
+                "supplemental_groups_policy": 0
+            },
+            "sysctls": {},
+            "overhead": null,
+            "resources": null
+        },
+        "windows": null
+    }"#;
+    let pod: v1::PodSandboxConfig = serde_json::from_str(old).unwrap();
+    assert_eq!(pod.metadata.as_ref().unwrap().name, "web");
+    assert_eq!(pod.port_mappings[0].host_port, 8080);
+    let sc = pod
+        .linux
+        .as_ref()
+        .unwrap()
+        .security_context
+        .as_ref()
+        .unwrap();
+    assert_eq!(sc.run_as_user, Some(v1::Int64Value { value: 1000 }));
+    assert_eq!(
+        sc.namespace_options.as_ref().unwrap().pid,
+        v1::NamespaceMode::Container as i32
+    );
+    // It converts as CreateContainer converts it.
+    let c = sandbox_config(&pod).unwrap();
+    assert_eq!(c.cgroup_parent, "/kubepods/podu1");
+    // Fields left out (a record of an older or newer schema) take their defaults.
+    let sparse: v1::PodSandboxConfig =
+        serde_json::from_str(r#"{"metadata": {"name": "web"}, "linux": {}}"#).unwrap();
+    assert_eq!(sparse.metadata.unwrap().uid, "");
+    assert_eq!(sparse.linux.unwrap().security_context, None);
+}

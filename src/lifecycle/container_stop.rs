@@ -6,7 +6,8 @@ use std::time::Duration;
 use slog::warn;
 
 use super::backend::TaskStatus;
-use super::{image_config, ContainerError, Pods, KILL_WAIT};
+use super::{ContainerError, Pods, KILL_WAIT};
+use crate::signal::Signal;
 use crate::store::{Container, ContainerState, StoreError};
 
 impl Pods {
@@ -54,7 +55,9 @@ impl Pods {
         }
         let signal = self.stop_signal(container);
         if !timeout.is_zero() {
-            self.kill_ignoring_gone(&id, signal).await?;
+            // A signal's number is 1 to 64 (`Signal`), so it fits.
+            self.kill_ignoring_gone(&id, signal.number().unsigned_abs())
+                .await?;
             if tokio::time::timeout(timeout, self.wait_exit(container))
                 .await
                 .is_ok()
@@ -86,53 +89,10 @@ impl Pods {
         let _ = tokio::time::timeout(KILL_WAIT, self.exiting.settled(id)).await;
     }
 
-    fn stop_signal(&self, container: &Container) -> u32 {
-        let image = self.find_image(&container.metadata().image.id);
-        let name = image
-            .map(|i| image_config(&i))
-            .map(|c| c.stop_signal)
-            .unwrap_or_default();
-        parse_signal(&name).unwrap_or(libc::SIGTERM as u32)
-    }
-}
-
-/// A signal by name (`SIGTERM`, `TERM`) or number (`15`).
-pub fn parse_signal(s: &str) -> Option<u32> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    if let Ok(n) = s.parse::<u32>() {
-        return Some(n);
-    }
-    let name = s.to_ascii_uppercase();
-    let name = name.strip_prefix("SIG").unwrap_or(&name);
-    let n = match name {
-        "HUP" => libc::SIGHUP,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "KILL" => libc::SIGKILL,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "TERM" => libc::SIGTERM,
-        "STOP" => libc::SIGSTOP,
-        "WINCH" => libc::SIGWINCH,
-        "PWR" => libc::SIGPWR,
-        _ => return None,
-    };
-    Some(n as u32)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signals_by_name_or_number() {
-        assert_eq!(parse_signal("SIGTERM"), Some(15));
-        assert_eq!(parse_signal("quit"), Some(3));
-        assert_eq!(parse_signal("9"), Some(9));
-        assert_eq!(parse_signal(""), None);
-        assert_eq!(parse_signal("SIGBOGUS"), None);
+    /// The signal `container` is stopped with first: its image's `StopSignal`, else SIGTERM.
+    fn stop_signal(&self, container: &Container) -> Signal {
+        self.find_image(&container.metadata().image.id)
+            .and_then(|image| Signal::parse(image.config.config.stop_signal.as_deref()?))
+            .unwrap_or(Signal::TERM)
     }
 }

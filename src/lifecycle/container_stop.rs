@@ -1,4 +1,5 @@
-//! StopContainer: the image's stop signal (or SIGTERM), the grace period, then SIGKILL.
+//! StopContainer: the container's stop signal (CRI's, else the image's, else SIGTERM), the
+//! grace period, then SIGKILL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use crate::signal::Signal;
 use crate::store::{Container, ContainerState, StoreError};
 
 impl Pods {
-    /// StopContainer: the image's stop signal (or SIGTERM), `timeout` seconds, then SIGKILL.
+    /// StopContainer: the container's stop signal, `timeout` seconds, then SIGKILL.
     /// Idempotent; an unknown id is success.
     pub async fn stop_container(
         self: &Arc<Self>,
@@ -89,10 +90,16 @@ impl Pods {
         let _ = tokio::time::timeout(KILL_WAIT, self.exiting.settled(id)).await;
     }
 
-    /// The signal `container` is stopped with first: its image's `StopSignal`, else SIGTERM.
+    /// The signal `container` is stopped with first: the one its record keeps (see
+    /// [`crate::store::ContainerMetadata::stop_signal`]); for a record written before remora
+    /// kept it, its image's `StopSignal` as remora sent then, else SIGTERM.
     fn stop_signal(&self, container: &Container) -> Signal {
-        self.find_image(&container.metadata().image.id)
-            .and_then(|image| Signal::parse(image.config.config.stop_signal.as_deref()?))
+        let m = container.metadata();
+        Signal::parse(&m.stop_signal)
+            .or_else(|| {
+                let image = self.find_image(&m.image.id)?;
+                Signal::parse(image.config.config.stop_signal.as_deref()?)
+            })
             .unwrap_or(Signal::TERM)
     }
 }

@@ -44,6 +44,8 @@ pub mod notify;
 pub mod server;
 pub mod shim;
 #[cfg(feature = "daemon")]
+pub mod signal;
+#[cfg(feature = "daemon")]
 pub mod spec;
 #[cfg(feature = "daemon")]
 pub mod store;

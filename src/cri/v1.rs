@@ -11,9 +11,10 @@
 //! remora does with them:
 //! - `KeyValue.value` is bytes: env values must be UTF-8 (`convert::envs`), else
 //!   `INVALID_ARGUMENT` naming the key.
-//! - `Mount.image_sub_path`, `Mount.mount_options`, `ContainerConfig.stop_signal` (other than
-//!   `SIGNAL_RUNTIME_DEFAULT`): refused as unsupported (`INVALID_ARGUMENT` naming the field),
-//!   not ignored. `ContainerStatus.stop_signal` is `SIGNAL_RUNTIME_DEFAULT`.
+//! - `Mount.image_sub_path`, `Mount.mount_options`: refused as unsupported (`INVALID_ARGUMENT`
+//!   naming the field), not ignored.
+//! - `ContainerConfig.stop_signal`: kept and sent by StopContainer; `ContainerStatus.stop_signal`
+//!   is the signal used (configured, else the image's, else SIGTERM); see `convert::stop_signal`.
 //! - `RuntimeFeatures.user_namespaces_host_network` and `.mount_options`: `false`.
 //! - Not reported: `CpuUsage.psi`, `MemoryUsage.psi`, `ContainerStats.io`,
 //!   `LinuxPodSandboxStats.io` (pressure stall information is not read), and

@@ -18,6 +18,7 @@ use super::timing::Steps;
 use super::tx::Tx;
 use super::{blocking, image_config, now_ns, ContainerError, Pods};
 use crate::images::store::ImageInfo;
+use crate::signal::Signal;
 use crate::spec::{self, ContainerConfig, HostDevice, SandboxFiles, SandboxInfo};
 use crate::store::persist::CONTAINER_EXTENSION;
 use crate::store::{
@@ -32,7 +33,8 @@ pub struct CreateRequest {
     pub sandbox_id: String,
     /// The container config.
     pub config: ContainerConfig,
-    /// Store metadata prepared by the adapter (id and sandbox id are filled in here).
+    /// Store metadata prepared by the adapter (id and sandbox id are filled in here, and the
+    /// stop signal when the adapter leaves it empty: none configured).
     pub metadata: ContainerMetadata,
     /// The image the container asks for (any reference form or id).
     pub image: String,
@@ -64,6 +66,20 @@ impl Pods {
         })
         .await
         .map_err(ContainerError::Aborted)?
+    }
+
+    /// The signal a container whose config names none is stopped with: its image's
+    /// `StopSignal`, else SIGTERM. One that is no signal is SIGTERM too, as in moby (containerd
+    /// would fail every StopContainer of the container instead), and warned about.
+    fn image_stop_signal(&self, id: &str, image: &str) -> Signal {
+        if image.trim().is_empty() {
+            return Signal::TERM;
+        }
+        Signal::parse(image).unwrap_or_else(|| {
+            warn!(self.log, "the image's StopSignal is no signal; the container is stopped with SIGTERM";
+                "container_id" => id, "stop_signal" => image);
+            Signal::TERM
+        })
     }
 
     /// Refuses a `Bidirectional` or `HostToContainer` mount whose source is not on a mount
@@ -175,6 +191,11 @@ impl Pods {
         metadata.image.reference = image.reference();
         if metadata.image.requested.is_empty() {
             metadata.image.requested = req.image.clone();
+        }
+        if metadata.stop_signal.is_empty() {
+            metadata.stop_signal = self
+                .image_stop_signal(id, &image_cfg.stop_signal)
+                .to_string();
         }
         let name_key = container_name_key(
             &metadata.name,

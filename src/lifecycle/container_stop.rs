@@ -1,4 +1,5 @@
-//! StopContainer: the image's stop signal (or SIGTERM), the grace period, then SIGKILL.
+//! StopContainer: the container's stop signal (CRI's, else the image's, else SIGTERM), the
+//! grace period, then SIGKILL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,11 +7,12 @@ use std::time::Duration;
 use slog::warn;
 
 use super::backend::TaskStatus;
-use super::{image_config, ContainerError, Pods, KILL_WAIT};
+use super::{ContainerError, Pods, KILL_WAIT};
+use crate::signal::Signal;
 use crate::store::{Container, ContainerState, StoreError};
 
 impl Pods {
-    /// StopContainer: the image's stop signal (or SIGTERM), `timeout` seconds, then SIGKILL.
+    /// StopContainer: the container's stop signal, `timeout` seconds, then SIGKILL.
     /// Idempotent; an unknown id is success.
     pub async fn stop_container(
         self: &Arc<Self>,
@@ -54,7 +56,9 @@ impl Pods {
         }
         let signal = self.stop_signal(container);
         if !timeout.is_zero() {
-            self.kill_ignoring_gone(&id, signal).await?;
+            // A signal's number is 1 to 64 (`Signal`), so it fits.
+            self.kill_ignoring_gone(&id, signal.number().unsigned_abs())
+                .await?;
             if tokio::time::timeout(timeout, self.wait_exit(container))
                 .await
                 .is_ok()
@@ -86,53 +90,16 @@ impl Pods {
         let _ = tokio::time::timeout(KILL_WAIT, self.exiting.settled(id)).await;
     }
 
-    fn stop_signal(&self, container: &Container) -> u32 {
-        let image = self.find_image(&container.metadata().image.id);
-        let name = image
-            .map(|i| image_config(&i))
-            .map(|c| c.stop_signal)
-            .unwrap_or_default();
-        parse_signal(&name).unwrap_or(libc::SIGTERM as u32)
-    }
-}
-
-/// A signal by name (`SIGTERM`, `TERM`) or number (`15`).
-pub fn parse_signal(s: &str) -> Option<u32> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    if let Ok(n) = s.parse::<u32>() {
-        return Some(n);
-    }
-    let name = s.to_ascii_uppercase();
-    let name = name.strip_prefix("SIG").unwrap_or(&name);
-    let n = match name {
-        "HUP" => libc::SIGHUP,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "KILL" => libc::SIGKILL,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "TERM" => libc::SIGTERM,
-        "STOP" => libc::SIGSTOP,
-        "WINCH" => libc::SIGWINCH,
-        "PWR" => libc::SIGPWR,
-        _ => return None,
-    };
-    Some(n as u32)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signals_by_name_or_number() {
-        assert_eq!(parse_signal("SIGTERM"), Some(15));
-        assert_eq!(parse_signal("quit"), Some(3));
-        assert_eq!(parse_signal("9"), Some(9));
-        assert_eq!(parse_signal(""), None);
-        assert_eq!(parse_signal("SIGBOGUS"), None);
+    /// The signal `container` is stopped with first: the one its record keeps (see
+    /// [`crate::store::ContainerMetadata::stop_signal`]); for a record written before remora
+    /// kept it, its image's `StopSignal` as remora sent then, else SIGTERM.
+    fn stop_signal(&self, container: &Container) -> Signal {
+        let m = container.metadata();
+        Signal::parse(&m.stop_signal)
+            .or_else(|| {
+                let image = self.find_image(&m.image.id)?;
+                Signal::parse(image.config.config.stop_signal.as_deref()?)
+            })
+            .unwrap_or(Signal::TERM)
     }
 }

@@ -110,7 +110,6 @@ use crate::store::{ContainerStore, NameIndex, SandboxStore};
 use backend::Exit;
 pub use backend::{Containers, LocalImages, OciRuntime, PodNetwork, Tasks};
 pub use container_create::CreateRequest;
-pub use container_stop::parse_signal;
 pub use error::{ContainerError, RollbackError, SandboxError, UndoError};
 pub use handlers::{HandlerRuntime, RuntimeHandlers};
 pub use sandbox_run::RunSandbox;

@@ -35,6 +35,10 @@ use crate::store::{
 
 const PAUSE: &str = "registry.k8s.io/pause:3.10";
 const APP: &str = "docker.io/library/app:1";
+/// An image whose config says `"StopSignal": "rtmin+3"`.
+const QUITS: &str = "docker.io/library/quits:1";
+/// An image whose config's StopSignal is no signal.
+const BOGUS: &str = "docker.io/library/bogus:1";
 const KILL: u32 = libc::SIGKILL as u32;
 
 struct Bed {
@@ -54,6 +58,16 @@ impl Bed {
 }
 
 fn image(id: &str) -> ImageInfo {
+    image_stopping_with(id, None)
+}
+
+fn image_stopping_with(id: &str, stop_signal: Option<&str>) -> ImageInfo {
+    let stop_signal = stop_signal
+        .map(|s| format!(r#","StopSignal":"{s}""#))
+        .unwrap_or_default();
+    let config = format!(
+        r#"{{"architecture":"amd64","os":"linux","config":{{"Cmd":["/bin/sh"]{stop_signal}}},"rootfs":{{"type":"layers","diff_ids":[]}}}}"#
+    );
     ImageInfo {
         id: id.into(),
         repo_tags: BTreeSet::new(),
@@ -63,10 +77,7 @@ fn image(id: &str) -> ImageInfo {
         chain_id: format!("{id}-chain"),
         pinned: false,
         config: std::sync::Arc::new(
-            crate::images::manifest::ImageConfig::parse(
-                br#"{"architecture":"amd64","os":"linux","config":{"Cmd":["/bin/sh"]},"rootfs":{"type":"layers","diff_ids":[]}}"#,
-            )
-            .unwrap(),
+            crate::images::manifest::ImageConfig::parse(config.as_bytes()).unwrap(),
         ),
     }
 }
@@ -146,6 +157,14 @@ fn bed_with(
                 vec![
                     (PAUSE.into(), image("sha256:pause")),
                     (APP.into(), image("sha256:app")),
+                    (
+                        QUITS.into(),
+                        image_stopping_with("sha256:quits", Some("rtmin+3")),
+                    ),
+                    (
+                        BOGUS.into(),
+                        image_stopping_with("sha256:bogus", Some("SIGBOGUS")),
+                    ),
                 ],
             )),
             network: Arc::new(FakeNetwork::new(log.clone(), state_dir.join("netns"))),
@@ -1546,6 +1565,89 @@ async fn a_closed_wait_on_a_task_that_reads_as_there_kills_nothing() {
         .expect("indexed")
         .snapshot();
     assert_eq!(s.status.exit_code, 128 + libc::SIGTERM, "{s:?}");
+}
+
+/// A container of `image` created with the stop signal the adapter `configured` ("" for
+/// none), started and stopped: the stop signal its record keeps, and the signals it was sent.
+async fn stop_signal_of(image: &str, configured: &str) -> (String, Vec<u32>) {
+    let (b, pod) = bed_with_pod().await;
+    let mut req = create_request(&pod);
+    req.image = image.into();
+    req.metadata.stop_signal = configured.into();
+    let id = b.pods.create_container(req).await.expect("a container");
+    b.pods.start_container(&id).await.expect("started");
+    let kept = b.pods.containers_store.get(&id).expect("indexed");
+    (kept.metadata().stop_signal.clone(), stopped(&b, &id).await)
+}
+
+/// Stops container `id` (started), long enough for the fake's exit to be recorded without
+/// SIGKILL (its output copiers wait 2 s for an EOF that never comes): the signals sent.
+async fn stopped(b: &Bed, id: &str) -> Vec<u32> {
+    b.log.clear();
+    b.pods
+        .stop_container(id, Duration::from_secs(10))
+        .await
+        .expect("stopped");
+    b.log
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::TaskKill(_, signal, _) => Some(signal),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_configured_stop_signal_wins_over_the_images() {
+    assert_eq!(
+        stop_signal_of(QUITS, "SIGQUIT").await,
+        ("SIGQUIT".to_string(), vec![libc::SIGQUIT as u32])
+    );
+    assert_eq!(
+        stop_signal_of(APP, "SIGRTMAX-1").await,
+        ("SIGRTMAX-1".to_string(), vec![63])
+    );
+}
+
+#[tokio::test]
+async fn the_images_stop_signal_is_resolved_and_kept_at_creation() {
+    // Kept by name, so a removed image cannot change it.
+    assert_eq!(
+        stop_signal_of(QUITS, "").await,
+        ("SIGRTMIN+3".to_string(), vec![37])
+    );
+    assert_eq!(
+        stop_signal_of(APP, "").await,
+        ("SIGTERM".to_string(), vec![libc::SIGTERM as u32])
+    );
+    // No signal: SIGTERM, as moby does.
+    assert_eq!(
+        stop_signal_of(BOGUS, "").await,
+        ("SIGTERM".to_string(), vec![libc::SIGTERM as u32])
+    );
+}
+
+#[tokio::test]
+async fn a_record_from_before_stop_signals_is_stopped_with_its_images() {
+    let (b, pod) = bed_with_pod().await;
+    let mut req = create_request(&pod);
+    req.image = QUITS.into();
+    let id = b.pods.create_container(req).await.expect("a container");
+    // As recovery indexes a record that has no stop signal.
+    let old = b.pods.containers_store.delete(&id).expect("indexed");
+    let mut metadata = (**old.metadata()).clone();
+    metadata.stop_signal.clear();
+    let status = crate::store::ContainerStatus {
+        removing: false,
+        ..old.status()
+    };
+    b.pods
+        .containers_store
+        .add(crate::store::Container::new(metadata, status))
+        .expect("indexed again");
+    b.pods.start_container(&id).await.expect("started");
+    assert_eq!(stopped(&b, &id).await, [37]);
 }
 
 #[tokio::test]

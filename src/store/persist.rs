@@ -356,6 +356,7 @@ mod tests {
                 gid: 1000,
                 supplemental_groups: vec![1000, 1234, 50000],
             }),
+            stop_signal: "SIGRTMIN+3".into(),
         };
         let mut status = ContainerStatus::created(10);
         status.begin_start("b").unwrap();
@@ -439,6 +440,21 @@ mod tests {
         assert_eq!(back, c);
         assert_eq!(back.status.state, ContainerState::Exited);
         assert_eq!(back.status.reason, "OOMKilled");
+    }
+
+    #[test]
+    fn a_container_record_from_before_stop_signals_reads() {
+        let c = container();
+        let mut v: serde_json::Value = serde_json::from_slice(&encode_extension(&c)).unwrap();
+        assert_eq!(v["metadata"]["stop_signal"], "SIGRTMIN+3");
+        v["metadata"].as_object_mut().unwrap().remove("stop_signal");
+        let back: ContainerSnapshot = decode_extension(&serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!(
+            back.metadata.stop_signal, "",
+            "none kept: looked up in the image"
+        );
+        assert_eq!(back.metadata.user, c.metadata.user);
+        assert_eq!(back.status, c.status);
     }
 
     #[test]

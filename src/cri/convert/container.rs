@@ -9,6 +9,7 @@ use super::sandbox::sandbox_metadata_of;
 use super::security::{
     apparmor_profile, namespace_options, seccomp_profile, supplemental_groups_policy,
 };
+use super::signal::stop_signal;
 use super::{missing, non_empty, unknown_enum, unsupported, ConvertError};
 use crate::cri::validate;
 use crate::spec::{
@@ -56,11 +57,6 @@ pub fn container_config(
     let image = container_image(config)?;
     if !config.cdi_devices.is_empty() {
         return Err(unsupported("config.cdi_devices"));
-    }
-    // A stop signal of the pod's (KEP-4960) would need storing for StopContainer; remora stops
-    // with the image's StopSignal, else SIGTERM, and refuses to pretend otherwise.
-    if config.stop_signal != v1::Signal::RuntimeDefault as i32 {
-        return Err(unsupported("config.stop_signal"));
     }
     let linux = config.linux.as_ref();
     let pod_namespaces = match sandbox
@@ -176,8 +172,9 @@ pub fn container_log_path(
 }
 
 /// The store metadata of a new container. Fills what the request says (pod, name, attempt,
-/// labels, annotations, requested image, log path, mounts, tty/stdin flags); the caller
-/// fills the resolved image (`image.id`, `image.reference`) and `resources_json`.
+/// labels, annotations, requested image, log path, mounts, tty/stdin flags, the configured
+/// stop signal); the caller fills the resolved image (`image.id`, `image.reference`),
+/// `resources_json`, and the stop signal when none is configured (empty here).
 pub fn container_metadata(
     id: &str,
     sandbox_id: &str,
@@ -200,6 +197,7 @@ pub fn container_metadata(
         other => other,
     })?;
     validate::labels("config.labels", &config.labels)?;
+    let stop_signal = stop_signal(config.stop_signal, "config.stop_signal")?;
     let mounts = config
         .mounts
         .iter()
@@ -244,6 +242,7 @@ pub fn container_metadata(
         stdin_once: config.stdin_once,
         // Filled by CreateContainer from the spec it generates.
         user: None,
+        stop_signal: stop_signal.map(|s| s.to_string()).unwrap_or_default(),
     })
 }
 

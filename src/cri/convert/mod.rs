@@ -27,7 +27,7 @@
 //! `INVALID_ARGUMENT`.
 //!
 //! Layout, one file per seam: `sandbox` (RunPodSandbox request side), `security` (security
-//! contexts and profiles, shared by pods and containers), `container` (CreateContainer and
+//! contexts and profiles, shared by pods and containers), `signal` (CRI's stop signals), `container` (CreateContainer and
 //! UpdateContainerResources request side), `status` (store snapshots → list items and
 //! statuses, and the List filters) and `stats` (container and pod stats, CRI metrics). Every public function is re-exported here, so callers name
 //! it `convert::sandbox_config` wherever it lives. The tests sit in `tests/`, split by the
@@ -39,6 +39,7 @@ mod container;
 mod props;
 mod sandbox;
 mod security;
+mod signal;
 #[cfg(target_os = "linux")]
 mod stats;
 mod status;
@@ -55,6 +56,7 @@ pub use container::{
 pub use sandbox::sandbox_dns;
 pub use sandbox::{sandbox_cni_dns, sandbox_config, sandbox_metadata, sandbox_port_mappings};
 pub use security::{namespace_options, sandbox_security};
+pub use signal::{signal_to_cri, stop_signal};
 #[cfg(target_os = "linux")]
 pub use stats::{
     container_stats, metric_descriptor, pod_sandbox_metrics, pod_sandbox_stats,

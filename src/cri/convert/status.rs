@@ -2,7 +2,9 @@
 
 use crate::cri::v1;
 
+use super::signal::signal_to_cri;
 use super::{non_empty, unknown_enum, ConvertError};
+use crate::signal::Signal;
 use crate::spec::{MountPropagation, NamespaceMode};
 use crate::store::{
     ContainerFilter, ContainerMetadata, ContainerSnapshot, ContainerState, SandboxFilter,
@@ -166,8 +168,8 @@ fn exit_reason(exit_code: i32) -> &'static str {
 /// A container as `ContainerStatus` reports it, following containerd's
 /// `toCRIContainerStatus`: `started_at` only once started (RUNNING, EXITED, UNKNOWN),
 /// `finished_at` only once exited (EXITED, UNKNOWN), and an exited container always has a
-/// reason; `user` is the identity the spec gave its first process. `resources` are left for
-/// the caller (they are stored as opaque JSON).
+/// reason; `user` is the identity the spec gave its first process; `stop_signal` the one it
+/// is stopped with. `resources` are left for the caller (they are stored as opaque JSON).
 pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
     let m = &c.metadata;
     let s = &c.status;
@@ -228,10 +230,17 @@ pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
                     .collect(),
             }),
         }),
-        // CreateContainer refuses a stop signal of the pod's: the container stops with the
-        // runtime's default (the image's StopSignal, else SIGTERM), which is what this says.
-        stop_signal: v1::Signal::RuntimeDefault as i32,
+        stop_signal: stop_signal_to_cri(&m.stop_signal) as i32,
     }
+}
+
+/// The signal a container is stopped with, as `ContainerStatus.stop_signal` reports it (as
+/// containerd 2.3 does: the configured one, else the image's, else SIGTERM; resolved at
+/// creation). A record written before remora kept it says `SIGNAL_RUNTIME_DEFAULT`, the
+/// runtime's default (the image's, else SIGTERM), as remora reported then: what StopContainer
+/// sends it is looked up in the image, not in the record.
+fn stop_signal_to_cri(stored: &str) -> v1::Signal {
+    Signal::parse(stored).map_or(v1::Signal::RuntimeDefault, signal_to_cri)
 }
 
 /// `ListContainersRequest.filter` → [`ContainerFilter`]. No filter, or empty fields, filter

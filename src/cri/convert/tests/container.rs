@@ -278,10 +278,6 @@ fn container_unsupported_and_unknown_fields_are_named() {
         unsupported("config.mounts[1].mount_options")
     );
     assert_eq!(
-        err(&|c| c.stop_signal = v1::Signal::Sigquit as i32),
-        unsupported("config.stop_signal")
-    );
-    assert_eq!(
         err(&|c| {
             sc(c)
                 .capabilities
@@ -622,6 +618,47 @@ fn container_metadata_from_request() {
             .unwrap_err()
             .to_string(),
         "sandbox_config.metadata.uid is required"
+    );
+}
+
+#[test]
+fn a_configured_stop_signal_is_kept_by_name() {
+    let pod = kubelet_pod();
+    let stop_signal = |value: i32| {
+        let mut c = kubelet_container();
+        c.stop_signal = value;
+        // The spec inputs take it too (remora refused it before).
+        container_config(&c, &pod)?;
+        container_metadata("c1", "abc", &c, &pod).map(|m| m.stop_signal)
+    };
+    assert_eq!(
+        stop_signal(v1::Signal::Sigquit as i32),
+        Ok("SIGQUIT".into())
+    );
+    assert_eq!(
+        stop_signal(v1::Signal::Sigrtminplus3 as i32),
+        Ok("SIGRTMIN+3".into())
+    );
+    assert_eq!(
+        stop_signal(v1::Signal::Sigrtmaxminus1 as i32),
+        Ok("SIGRTMAX-1".into())
+    );
+    assert_eq!(stop_signal(v1::Signal::Sigiot as i32), Ok("SIGIOT".into()));
+    // None configured: CreateContainer fills the image's, else SIGTERM.
+    assert_eq!(
+        stop_signal(v1::Signal::RuntimeDefault as i32),
+        Ok(String::new())
+    );
+    assert_eq!(
+        stop_signal(66),
+        Err(ConvertError::UnknownEnum {
+            field: "config.stop_signal".into(),
+            value: 66
+        })
+    );
+    assert_eq!(
+        stop_signal(-3).unwrap_err().to_string(),
+        "config.stop_signal has unknown value -3"
     );
 }
 

@@ -182,6 +182,24 @@ fn container_status_round_trip() {
 }
 
 #[test]
+fn container_status_reports_the_stop_signal_it_keeps() {
+    let stop_signal = |kept: &str| {
+        let mut c = container_snapshot(ContainerStatus::default());
+        Arc::make_mut(&mut c.metadata).stop_signal = kept.into();
+        container_status(&c).stop_signal
+    };
+    // Configured, or resolved from the image at creation, as `Signal` writes it.
+    assert_eq!(stop_signal("SIGQUIT"), v1::Signal::Sigquit as i32);
+    assert_eq!(stop_signal("SIGTERM"), v1::Signal::Sigterm as i32);
+    assert_eq!(stop_signal("SIGRTMIN+3"), v1::Signal::Sigrtminplus3 as i32);
+    assert_eq!(stop_signal("SIGCLD"), v1::Signal::Sigcld as i32);
+    // glibc's 32 has no CRI value; a record from before remora kept it is the runtime's
+    // default (the image's, else SIGTERM), as remora reported it then.
+    assert_eq!(stop_signal("32"), v1::Signal::RuntimeDefault as i32);
+    assert_eq!(stop_signal(""), v1::Signal::RuntimeDefault as i32);
+}
+
+#[test]
 fn container_status_times_follow_the_state() {
     let status = |state, reason: &str, exit_code| {
         container_status(&container_snapshot(ContainerStatus {

@@ -15,9 +15,11 @@
 //!   `SIGNAL_RUNTIME_DEFAULT`): refused as unsupported (`INVALID_ARGUMENT` naming the field),
 //!   not ignored. `ContainerStatus.stop_signal` is `SIGNAL_RUNTIME_DEFAULT`.
 //! - `RuntimeFeatures.user_namespaces_host_network` and `.mount_options`: `false`.
-//! - Not reported: `CpuUsage.psi`, `MemoryUsage.psi`, `ContainerStats.io`,
-//!   `LinuxPodSandboxStats.io` (pressure stall information is not read), and
-//!   `ImageSpec.image_ref` of an image volume in `ContainerStatus.mounts`.
+//! - `CpuUsage.psi`, `MemoryUsage.psi`, `ContainerStats.io`, `LinuxPodSandboxStats.io`:
+//!   pressure stall information from cgroup v2's `*.pressure` files of the container's and the
+//!   pod's cgroup (`convert::stats`); absent on cgroup v1, where the kernel has PSI off, or
+//!   where a file does not read as the kernel writes it.
+//! - Not reported: `ImageSpec.image_ref` of an image volume in `ContainerStatus.mounts`.
 //! - `AuthConfig`'s `debug_redact` fields: hidden by the hand-written Debug below.
 
 pub use generated::*;

@@ -16,9 +16,11 @@
 //! - `ContainerConfig.stop_signal`: kept and sent by StopContainer; `ContainerStatus.stop_signal`
 //!   is the signal used (configured, else the image's, else SIGTERM); see `convert::stop_signal`.
 //! - `RuntimeFeatures.user_namespaces_host_network` and `.mount_options`: `false`.
-//! - Not reported: `CpuUsage.psi`, `MemoryUsage.psi`, `ContainerStats.io`,
-//!   `LinuxPodSandboxStats.io` (pressure stall information is not read), and
-//!   `ImageSpec.image_ref` of an image volume in `ContainerStatus.mounts`.
+//! - `CpuUsage.psi`, `MemoryUsage.psi`, `ContainerStats.io`, `LinuxPodSandboxStats.io`:
+//!   pressure stall information from cgroup v2's `*.pressure` files of the container's and the
+//!   pod's cgroup (`convert::stats`); absent on cgroup v1, where the kernel has PSI off, or
+//!   where a file does not read as the kernel writes it.
+//! - Not reported: `ImageSpec.image_ref` of an image volume in `ContainerStatus.mounts`.
 //! - `AuthConfig`'s `debug_redact` fields: hidden by the hand-written Debug below.
 
 pub use generated::*;

@@ -8,8 +8,15 @@
 //! [`crate::spec::cgroups::pod_cgroup_dir`] expands as systemd lays it out).
 //! The figures are those cAdvisor and kubelet use: the working set is usage minus inactive
 //! file pages, `rss` is anonymous memory, a limit at the kernel's "unlimited" is no limit.
+//!
+//! Pressure stall information (PSI) is v2's alone: `cpu.pressure`, `memory.pressure` and
+//! `io.pressure` of the cgroup, each a `some` and a `full` line. A file that is missing (v1, a
+//! kernel without PSI), unreadable (`psi=0` on the kernel command line: reads fail with
+//! `EOPNOTSUPP`), too large or not in the kernel's format is no pressure figure — never an
+//! error: the other figures still count.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Where cgroupfs is mounted on Linux hosts.
@@ -55,8 +62,42 @@ pub struct MemoryStats {
     pub failcnt: Option<u64>,
 }
 
+/// One line of a pressure file: how much of the time tasks of the cgroup stalled.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PsiData {
+    /// Stalled time since the cgroup was created, in µs as the kernel counts it (`total=`).
+    pub total_us: u64,
+    /// The share of the last 10 s stalled, in % (`avg10=`).
+    pub avg10: f64,
+    /// Over the last 60 s, in %.
+    pub avg60: f64,
+    /// Over the last 300 s, in %.
+    pub avg300: f64,
+}
+
+/// A pressure file (`cpu.pressure`, `memory.pressure`, `io.pressure`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PsiStats {
+    /// `some`: at least one task stalled.
+    pub some: Option<PsiData>,
+    /// `full`: all non-idle tasks stalled at once. cpu.pressure has no such line before
+    /// Linux 5.13.
+    pub full: Option<PsiData>,
+}
+
+/// The pressure of a cgroup's resources: cgroup v2 only, each `None` where not reported.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Pressure {
+    /// `cpu.pressure`.
+    pub cpu: Option<PsiStats>,
+    /// `memory.pressure`.
+    pub memory: Option<PsiStats>,
+    /// `io.pressure`.
+    pub io: Option<PsiStats>,
+}
+
 /// What a cgroup reports; a controller that could not be read is `None`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct CgroupStats {
     /// CPU time.
     pub cpu: Option<CpuStats>,
@@ -64,6 +105,8 @@ pub struct CgroupStats {
     pub memory: Option<MemoryStats>,
     /// Processes (tasks) in it: `pids.current`.
     pub pids: Option<u64>,
+    /// Pressure stall information (cgroup v2).
+    pub pressure: Pressure,
 }
 
 fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -75,7 +118,9 @@ fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 
 impl CgroupStats {
     /// The sum of several cgroups' figures: a pod without a cgroup of its own is the sum of its
-    /// containers'. Limits and peaks do not add up, so the sum has none.
+    /// containers'. Limits and peaks do not add up, so the sum has none; nor does pressure
+    /// (stalls of tasks in different cgroups overlap in time, and shares of time are no sum),
+    /// so the sum has none of that either.
     pub fn sum<'a>(parts: impl IntoIterator<Item = &'a CgroupStats>) -> CgroupStats {
         let mut out = CgroupStats::default();
         for p in parts {
@@ -228,6 +273,8 @@ impl CgroupFs {
                     cpu: dir("cpuacct").and_then(|d| self.v1_cpu(&d)),
                     memory: dir("memory").and_then(|d| v1_memory(&d)),
                     pids: dir("pids").and_then(|d| read_u64(&d.join("pids.current"))),
+                    // Upstream v1 hierarchies have no pressure files (as containerd: none).
+                    pressure: Pressure::default(),
                 }
             }
             CgroupPath::V2(p) if p.is_empty() => CgroupStats::default(),
@@ -237,6 +284,11 @@ impl CgroupFs {
                     cpu: v2_cpu(&d),
                     memory: v2_memory(&d),
                     pids: read_u64(&d.join("pids.current")),
+                    pressure: Pressure {
+                        cpu: read_psi(&d.join("cpu.pressure")),
+                        memory: read_psi(&d.join("memory.pressure")),
+                        io: read_psi(&d.join("io.pressure")),
+                    },
                 }
             }
         }
@@ -301,6 +353,84 @@ fn v2_memory(dir: &Path) -> Option<MemoryStats> {
     })
 }
 
+/// The most a pressure file is read: the kernel writes two lines of under 80 bytes.
+const PSI_FILE_CAP: u64 = 4096;
+
+/// A pressure file's figures; `None` if it cannot be read, is larger than [`PSI_FILE_CAP`] or
+/// is not in the kernel's format.
+fn read_psi(path: &Path) -> Option<PsiStats> {
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(PSI_FILE_CAP + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    if text.len() as u64 > PSI_FILE_CAP {
+        return None;
+    }
+    parse_psi(&text)
+}
+
+/// The text of a pressure file:
+///
+/// ```text
+/// some avg10=0.12 avg60=0.05 avg300=0.01 total=123456
+/// full avg10=0.00 avg60=0.00 avg300=0.00 total=4567
+/// ```
+///
+/// `None` unless it has a `some` or a `full` line, and if either of them is malformed (a field
+/// missing, repeated or not a number, an average not a finite share ≥ 0, the line repeated):
+/// figures from a file we cannot make sense of are not reported. Lines of other kinds and
+/// fields of other names are left for kernels to come.
+pub fn parse_psi(text: &str) -> Option<PsiStats> {
+    let mut out = PsiStats::default();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let slot = match fields.next() {
+            Some("some") => &mut out.some,
+            Some("full") => &mut out.full,
+            _ => continue,
+        };
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(parse_psi_line(fields)?);
+    }
+    (out.some.is_some() || out.full.is_some()).then_some(out)
+}
+
+/// The `avg10=… avg60=… avg300=… total=…` fields of one line, each exactly once.
+fn parse_psi_line<'a>(fields: impl Iterator<Item = &'a str>) -> Option<PsiData> {
+    let (mut avg10, mut avg60, mut avg300, mut total) = (None, None, None, None);
+    let avg = |v: &str| v.parse::<f64>().ok().filter(|a| a.is_finite() && *a >= 0.0);
+    for field in fields {
+        let (key, value) = field.split_once('=')?;
+        let (slot, parsed) = match key {
+            "avg10" => (&mut avg10, avg(value)),
+            "avg60" => (&mut avg60, avg(value)),
+            "avg300" => (&mut avg300, avg(value)),
+            "total" => {
+                if total.is_some() {
+                    return None;
+                }
+                total = Some(value.parse::<u64>().ok()?);
+                continue;
+            }
+            _ => continue,
+        };
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(parsed?);
+    }
+    Some(PsiData {
+        total_us: total?,
+        avg10: avg10?,
+        avg60: avg60?,
+        avg300: avg300?,
+    })
+}
+
 fn read_u64(path: &Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
@@ -319,6 +449,98 @@ fn read_keyed(path: &Path) -> HashMap<String, u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `cpu.pressure` of a busy container's cgroup (Linux 6.8).
+    const CPU_PRESSURE: &str = "some avg10=12.34 avg60=5.06 avg300=1.20 total=98765432\n\
+                                full avg10=3.50 avg60=1.25 avg300=0.30 total=12345678\n";
+    /// `cpu.pressure` before Linux 5.13: no `full` line.
+    const CPU_PRESSURE_OLD: &str = "some avg10=0.00 avg60=0.17 avg300=0.04 total=2040712\n";
+    /// `memory.pressure` of an idle cgroup.
+    const MEMORY_PRESSURE: &str = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n\
+                                   full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+    /// `io.pressure`.
+    const IO_PRESSURE: &str = "some avg10=1.00 avg60=0.50 avg300=0.10 total=4242\n\
+                               full avg10=0.75 avg60=0.25 avg300=0.05 total=2121\n";
+
+    fn data(total_us: u64, avg10: f64, avg60: f64, avg300: f64) -> PsiData {
+        PsiData {
+            total_us,
+            avg10,
+            avg60,
+            avg300,
+        }
+    }
+
+    #[test]
+    fn psi_some_and_full() {
+        assert_eq!(
+            parse_psi(CPU_PRESSURE),
+            Some(PsiStats {
+                some: Some(data(98765432, 12.34, 5.06, 1.20)),
+                full: Some(data(12345678, 3.50, 1.25, 0.30)),
+            })
+        );
+        assert_eq!(
+            parse_psi(MEMORY_PRESSURE),
+            Some(PsiStats {
+                some: Some(PsiData::default()),
+                full: Some(PsiData::default()),
+            }),
+            "no stall is zero, not nothing"
+        );
+    }
+
+    #[test]
+    fn psi_without_full_has_some_alone() {
+        assert_eq!(
+            parse_psi(CPU_PRESSURE_OLD),
+            Some(PsiStats {
+                some: Some(data(2040712, 0.0, 0.17, 0.04)),
+                full: None,
+            })
+        );
+    }
+
+    #[test]
+    fn psi_ignores_what_later_kernels_may_add() {
+        let text = "some avg10=1.00 avg60=2.00 avg300=3.00 total=4 avg1200=5.00\n\
+                    burst avg10=9.00\n";
+        assert_eq!(
+            parse_psi(text),
+            Some(PsiStats {
+                some: Some(data(4, 1.0, 2.0, 3.0)),
+                full: None,
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_psi_is_absent() {
+        for text in [
+            "",
+            "\n",
+            "garbage\n",
+            // A field missing, not a number, without a value, negative, not finite, repeated.
+            "some avg10=0.00 avg60=0.00 total=1\n",
+            "some avg10=0.00 avg60=0.00 avg300=0.00\n",
+            "some avg10=x avg60=0.00 avg300=0.00 total=1\n",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=-1\n",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=1.5\n",
+            "some avg10 avg60=0.00 avg300=0.00 total=1\n",
+            "some avg10=-1.00 avg60=0.00 avg300=0.00 total=1\n",
+            "some avg10=NaN avg60=0.00 avg300=0.00 total=1\n",
+            "some avg10=inf avg60=0.00 avg300=0.00 total=1\n",
+            "some avg10=1.00 avg10=2.00 avg60=0.00 avg300=0.00 total=1\n",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=1 total=2\n",
+            "some\n",
+            // One good line does not make up for a bad one, nor is a line taken twice.
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00\n",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=1\n\
+             some avg10=0.00 avg60=0.00 avg300=0.00 total=2\n",
+        ] {
+            assert_eq!(parse_psi(text), None, "{text:?}");
+        }
+    }
 
     fn write(dir: &Path, file: &str, text: &str) {
         std::fs::create_dir_all(dir).unwrap();
@@ -443,6 +665,11 @@ mod tests {
         );
         assert_eq!((m.cache, m.limit, m.failcnt), (300_000, None, None));
         assert_eq!(s.pids, Some(2));
+        assert_eq!(
+            s.pressure,
+            Pressure::default(),
+            "no pressure files (a kernel without PSI): no pressure"
+        );
 
         write(&d, "memory.max", "536870912\n");
         assert_eq!(fs.read(&path).memory.unwrap().limit, Some(512 << 20));
@@ -451,6 +678,94 @@ mod tests {
             CgroupStats::default(),
             "a process without a unified entry has no figures"
         );
+    }
+
+    /// A v2 fixture: cgroup `/kubepods.slice/pod1.slice` with cpu.stat and the pressure files.
+    fn v2_pressure_fixture() -> (tempfile::TempDir, PathBuf) {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        write(r, "cgroup.controllers", "cpu memory io pids\n");
+        let d = r.join("kubepods.slice/pod1.slice");
+        write(&d, "cpu.stat", "usage_usec 3000\n");
+        write(&d, "cpu.pressure", CPU_PRESSURE);
+        write(&d, "memory.pressure", MEMORY_PRESSURE);
+        write(&d, "io.pressure", IO_PRESSURE);
+        (root, d)
+    }
+
+    #[test]
+    fn v2_pressure_of_cpu_memory_and_io() {
+        let (root, _) = v2_pressure_fixture();
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        let s = fs.read(&fs.path_of_dir("/kubepods.slice/pod1.slice"));
+        assert_eq!(
+            s.pressure,
+            Pressure {
+                cpu: parse_psi(CPU_PRESSURE),
+                memory: parse_psi(MEMORY_PRESSURE),
+                io: parse_psi(IO_PRESSURE),
+            }
+        );
+        assert_eq!(
+            s.pressure.io.and_then(|p| p.full).map(|f| f.total_us),
+            Some(2121)
+        );
+        assert_eq!(s.cpu.map(|c| c.usage_ns), Some(3_000_000));
+    }
+
+    #[test]
+    fn v2_pressure_missing_unreadable_or_oversized_is_absent() {
+        let (root, d) = v2_pressure_fixture();
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        let path = fs.path_of_dir("/kubepods.slice/pod1.slice");
+        // cpu.pressure of a kernel before 5.13: `some` alone.
+        write(&d, "cpu.pressure", CPU_PRESSURE_OLD);
+        // Opens but does not read, as with `psi=0` (EOPNOTSUPP); here EISDIR.
+        std::fs::remove_file(d.join("memory.pressure")).unwrap();
+        std::fs::create_dir(d.join("memory.pressure")).unwrap();
+        // Good lines, then more than a pressure file ever holds.
+        write(
+            &d,
+            "io.pressure",
+            &format!("{IO_PRESSURE}{}", " ".repeat(PSI_FILE_CAP as usize)),
+        );
+        let s = fs.read(&path);
+        assert_eq!(
+            s.pressure,
+            Pressure {
+                cpu: Some(PsiStats {
+                    some: Some(data(2040712, 0.0, 0.17, 0.04)),
+                    full: None,
+                }),
+                memory: None,
+                io: None,
+            }
+        );
+        assert_eq!(
+            s.cpu.map(|c| c.usage_ns),
+            Some(3_000_000),
+            "the other figures still count"
+        );
+        std::fs::remove_file(d.join("cpu.pressure")).unwrap();
+        assert_eq!(fs.read(&path).pressure.cpu, None, "missing");
+        write(&d, "io.pressure", IO_PRESSURE);
+        assert_eq!(fs.read(&path).pressure.io, parse_psi(IO_PRESSURE));
+    }
+
+    #[test]
+    fn v1_has_no_pressure() {
+        let root = v1_fixture();
+        let r = root.path();
+        // Even were a pressure file in a v1 hierarchy (it is not), v1 has no PSI to read.
+        write(
+            &r.join("cpuacct/kubepods/pod1"),
+            "cpu.pressure",
+            CPU_PRESSURE,
+        );
+        let fs = CgroupFs::at(r.to_path_buf(), 100);
+        let s = fs.read(&fs.path_of_dir("/kubepods/pod1"));
+        assert!(s.cpu.is_some());
+        assert_eq!(s.pressure, Pressure::default());
     }
 
     #[test]
@@ -468,6 +783,10 @@ mod tests {
                 ..Default::default()
             }),
             pids: Some(1),
+            pressure: Pressure {
+                cpu: parse_psi(CPU_PRESSURE),
+                ..Default::default()
+            },
         };
         let b = CgroupStats {
             cpu: Some(CpuStats {
@@ -477,6 +796,10 @@ mod tests {
             }),
             memory: None,
             pids: Some(2),
+            pressure: Pressure {
+                io: parse_psi(IO_PRESSURE),
+                ..Default::default()
+            },
         };
         let s = CgroupStats::sum([&a, &b, &CgroupStats::default()]);
         assert_eq!(
@@ -490,7 +813,28 @@ mod tests {
         let m = s.memory.unwrap();
         assert_eq!((m.usage, m.working_set, m.limit), (100, 80, None));
         assert_eq!(s.pids, Some(3));
+        assert_eq!(
+            s.pressure,
+            Pressure::default(),
+            "pressure of several cgroups does not add up"
+        );
         assert_eq!(CgroupStats::sum([]), CgroupStats::default());
+    }
+
+    #[test]
+    fn psi_of_this_kernel() {
+        // The system-wide files are in the cgroup files' format; a kernel without PSI (or with
+        // `psi=0`) has none or fails the read, and there is nothing to check.
+        for file in ["cpu", "memory", "io"] {
+            let path = Path::new("/proc/pressure").join(file);
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            let psi = parse_psi(&text);
+            assert!(psi.is_some_and(|p| p.some.is_some()), "{path:?}: {text:?}");
+            // Read again: the averages move between reads, so only its having them is checked.
+            assert!(read_psi(&path).is_some(), "{path:?}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! ContainerStats and ListContainerStats: CPU, memory and processes from the container's cgroup
-//! (found through its init process's `/proc/<pid>/cgroup`, read by [`super::cgroup_stats`]),
-//! writable layer usage from the snapshotter.
+//! ContainerStats and ListContainerStats: CPU, memory, processes and pressure (PSI) from the
+//! container's cgroup (found through its init process's `/proc/<pid>/cgroup`, read by
+//! [`super::cgroup_stats`]), writable layer usage from the snapshotter.
 
 use std::path::PathBuf;
 
@@ -9,7 +9,7 @@ use super::{now_ns, ContainerError, Pods};
 use crate::store::{ContainerSnapshot, ContainerState};
 
 /// One container's stats.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Stats {
     /// The container.
     pub container: ContainerSnapshot,

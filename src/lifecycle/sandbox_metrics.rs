@@ -408,6 +408,7 @@ mod tests {
                 ..Default::default()
             }),
             pids: Some(3),
+            ..Default::default()
         };
         SandboxStats {
             sandbox: SandboxSnapshot {

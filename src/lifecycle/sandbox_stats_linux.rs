@@ -1,12 +1,13 @@
-//! PodSandboxStats and ListPodSandboxStats: a pod's CPU, memory and processes, its network
-//! interfaces, and the stats of each of its containers.
+//! PodSandboxStats and ListPodSandboxStats: a pod's CPU, memory, processes and pressure, its
+//! network interfaces, and the stats of each of its containers.
 //!
-//! - **CPU, memory, processes**: from the pod's cgroup, its `CgroupParent` (kubelet makes one
-//!   per pod, e.g. `/kubepods/besteffort/pod<uid>`, or under the systemd driver a slice such
-//!   as `kubepods-besteffort-pod<uid>.slice`, and every container of the pod is created under
-//!   it), as containerd and CRI-O read it. A pod without a cgroup parent (created by
-//!   crictl or critest) has no cgroup of its own: its figures are then the sum of its pause
-//!   process's cgroup and its running containers' cgroups.
+//! - **CPU, memory, processes, pressure**: from the pod's cgroup, its `CgroupParent` (kubelet
+//!   makes one per pod, e.g. `/kubepods/besteffort/pod<uid>`, or under the systemd driver a
+//!   slice such as `kubepods-besteffort-pod<uid>.slice`, and every container of the pod is
+//!   created under it), as containerd and CRI-O read it. A pod without a cgroup parent (created
+//!   by crictl or critest) has no cgroup of its own: its figures are then the sum of its pause
+//!   process's cgroup and its running containers' cgroups, without pressure (it does not add
+//!   up).
 //! - **Network**: `/proc/<pause pid>/net/dev` — the pause process lives in the pod's network
 //!   namespace, so its view of `/proc/net/dev` is the pod's, read without entering it. As
 //!   containerd: loopback left out, `eth0` the default interface (else the first one), and a
@@ -74,7 +75,7 @@ impl NetworkStats {
 }
 
 /// One pod's stats.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SandboxStats {
     /// The pod.
     pub sandbox: SandboxSnapshot,

@@ -5,7 +5,7 @@ use crate::cri::v1;
 
 use super::non_empty;
 use super::status::{container as container_item, pod_sandbox_metadata};
-use crate::lifecycle::cgroup_stats::CgroupStats;
+use crate::lifecycle::cgroup_stats::{CgroupStats, PsiData, PsiStats};
 use crate::lifecycle::container_stats::Stats;
 use crate::lifecycle::sandbox_metrics::{Descriptor, Metric, MetricKind, PodMetrics};
 use crate::lifecycle::sandbox_stats::{InterfaceStats, NetworkStats, SandboxStats};
@@ -15,6 +15,32 @@ fn u(value: u64) -> Option<v1::UInt64Value> {
     Some(v1::UInt64Value { value })
 }
 
+fn psi_data(d: &PsiData) -> v1::PsiData {
+    v1::PsiData {
+        // The kernel counts µs, CRI nanoseconds (as containerd converts it).
+        total: d.total_us.saturating_mul(1000),
+        // Both in %.
+        avg10: d.avg10,
+        avg60: d.avg60,
+        avg300: d.avg300,
+    }
+}
+
+fn psi(p: &PsiStats) -> v1::PsiStats {
+    v1::PsiStats {
+        full: p.full.as_ref().map(psi_data),
+        some: p.some.as_ref().map(psi_data),
+    }
+}
+
+/// IO pressure, the one thing IoUsage carries: none without it (cgroup v1, PSI off).
+fn io(c: &CgroupStats, timestamp: i64) -> Option<v1::IoUsage> {
+    c.pressure.io.as_ref().map(|p| v1::IoUsage {
+        timestamp,
+        psi: Some(psi(p)),
+    })
+}
+
 fn cpu(c: &CgroupStats, timestamp: i64) -> v1::CpuUsage {
     v1::CpuUsage {
         timestamp,
@@ -22,8 +48,7 @@ fn cpu(c: &CgroupStats, timestamp: i64) -> v1::CpuUsage {
         // A rate needs two readings: kubelet computes it itself from the cumulative figure
         // when the runtime leaves it out.
         usage_nano_cores: None,
-        // Pressure (PSI) is not read (cgroup v2's cpu.pressure): left out.
-        psi: None,
+        psi: c.pressure.cpu.as_ref().map(psi),
     }
 }
 
@@ -38,8 +63,7 @@ fn memory(c: &CgroupStats, timestamp: i64) -> v1::MemoryUsage {
         rss_bytes: m.and_then(|m| u(m.rss)),
         page_faults: m.and_then(|m| u(m.page_faults)),
         major_page_faults: m.and_then(|m| u(m.major_page_faults)),
-        // Pressure (PSI) is not read (cgroup v2's memory.pressure): left out.
-        psi: None,
+        psi: c.pressure.memory.as_ref().map(psi),
     }
 }
 
@@ -67,8 +91,7 @@ pub fn container_stats(s: &Stats) -> v1::ContainerStats {
                 inodes_used: u(*inodes),
             }),
         swap: None,
-        // IoUsage carries only pressure (PSI), which is not read.
-        io: None,
+        io: io(&s.cgroup, s.timestamp_ns),
     }
 }
 
@@ -117,8 +140,7 @@ pub fn pod_sandbox_stats(s: &SandboxStats) -> v1::PodSandboxStats {
                 process_count: s.cgroup.pids.and_then(u),
             }),
             containers: s.containers.iter().map(container_stats).collect(),
-            // IoUsage carries only pressure (PSI), which is not read.
-            io: None,
+            io: io(&s.cgroup, s.timestamp_ns),
         }),
         windows: None,
     }
@@ -175,8 +197,153 @@ pub fn pod_sandbox_metrics(p: &PodMetrics) -> v1::PodSandboxMetrics {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-    use crate::lifecycle::cgroup_stats::MemoryStats;
+    use crate::lifecycle::cgroup_stats::{MemoryStats, Pressure};
+    use crate::store::{ContainerMetadata, ContainerSnapshot, ContainerStatus};
+    use crate::store::{SandboxMetadata, SandboxSnapshot, SandboxStatus};
+
+    fn data(total_us: u64, avg10: f64) -> Option<PsiData> {
+        Some(PsiData {
+            total_us,
+            avg10,
+            avg60: avg10 / 2.0,
+            avg300: avg10 / 4.0,
+        })
+    }
+
+    /// A cgroup v2 reading with pressure on every resource; cpu without `full` (before 5.13).
+    fn pressed() -> CgroupStats {
+        CgroupStats {
+            pressure: Pressure {
+                cpu: Some(PsiStats {
+                    some: data(1_500, 12.0),
+                    full: None,
+                }),
+                memory: Some(PsiStats {
+                    some: data(20, 2.0),
+                    full: data(10, 1.0),
+                }),
+                io: Some(PsiStats {
+                    some: data(300, 4.0),
+                    full: data(200, 3.0),
+                }),
+            },
+            ..Default::default()
+        }
+    }
+
+    fn cri_data(total: u64, avg10: f64) -> Option<v1::PsiData> {
+        Some(v1::PsiData {
+            total,
+            avg10,
+            avg60: avg10 / 2.0,
+            avg300: avg10 / 4.0,
+        })
+    }
+
+    fn container(cgroup: CgroupStats) -> Stats {
+        Stats {
+            container: ContainerSnapshot {
+                metadata: Arc::new(ContainerMetadata {
+                    id: "c1".into(),
+                    sandbox_id: "pod1".into(),
+                    ..Default::default()
+                }),
+                status: ContainerStatus::created(1),
+            },
+            timestamp_ns: 7,
+            cgroup,
+            writable: None,
+        }
+    }
+
+    #[test]
+    fn container_pressure_in_nanoseconds_and_percent() {
+        let c = container_stats(&container(pressed()));
+        assert_eq!(
+            c.cpu.and_then(|c| c.psi),
+            Some(v1::PsiStats {
+                some: cri_data(1_500_000, 12.0),
+                full: None,
+            }),
+            "total µs → ns; no full line, no full"
+        );
+        assert_eq!(
+            c.memory.and_then(|m| m.psi),
+            Some(v1::PsiStats {
+                some: cri_data(20_000, 2.0),
+                full: cri_data(10_000, 1.0),
+            })
+        );
+        assert_eq!(
+            c.io,
+            Some(v1::IoUsage {
+                timestamp: 7,
+                psi: Some(v1::PsiStats {
+                    some: cri_data(300_000, 4.0),
+                    full: cri_data(200_000, 3.0),
+                }),
+            })
+        );
+    }
+
+    #[test]
+    fn no_pressure_no_psi_and_no_io() {
+        let c = container_stats(&container(CgroupStats::default()));
+        assert_eq!(c.cpu.and_then(|c| c.psi), None);
+        assert_eq!(c.memory.and_then(|m| m.psi), None);
+        assert_eq!(c.io, None, "IoUsage carries pressure alone");
+        let huge = CgroupStats {
+            pressure: Pressure {
+                cpu: Some(PsiStats {
+                    some: data(u64::MAX, 0.0),
+                    full: None,
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            cpu(&huge, 1).psi.and_then(|p| p.some).map(|d| d.total),
+            Some(u64::MAX),
+            "saturates rather than wraps"
+        );
+    }
+
+    #[test]
+    fn pod_pressure_is_the_pod_cgroup_s() {
+        let s = SandboxStats {
+            sandbox: SandboxSnapshot {
+                metadata: Arc::new(SandboxMetadata {
+                    id: "pod1".into(),
+                    ..Default::default()
+                }),
+                status: SandboxStatus::ready(9),
+            },
+            timestamp_ns: 8,
+            cgroup: pressed(),
+            network: None,
+            containers: vec![container(CgroupStats::default())],
+        };
+        let linux = pod_sandbox_stats(&s).linux.expect("linux");
+        assert_eq!(
+            linux
+                .io
+                .map(|io| (io.timestamp, io.psi.and_then(|p| p.full))),
+            Some((8, cri_data(200_000, 3.0)))
+        );
+        assert_eq!(
+            linux.memory.and_then(|m| m.psi).and_then(|p| p.some),
+            cri_data(20_000, 2.0)
+        );
+        assert_eq!(
+            linux.cpu.and_then(|c| c.psi).and_then(|p| p.some),
+            cri_data(1_500_000, 12.0)
+        );
+        assert_eq!(linux.containers[0].io, None, "the container's own: none");
+    }
 
     fn iface(name: &str, rx: u64) -> InterfaceStats {
         InterfaceStats {

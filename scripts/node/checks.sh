@@ -4,7 +4,7 @@
 # and as an operator configures it for kubelet's defaults (systemd cgroup driver):
 #   1. a pod and a container in a kubelet-named pod slice: runp, create, start, exec; the
 #      container runs in remora-<id>.scope under the slice, confined by remora-default;
-#   2. pod and container stats read from cgroup v2;
+#   2. pod and container stats read from cgroup v2, with pressure (PSI);
 #   3. an OOM kill under cgroup v2: the kernel's kill, exit code 137 and reason OOMKilled;
 #   4. remora restarted by systemd: the container keeps running and answers exec.
 # Every failure names the step, prints the error and remora's warnings since the start.
@@ -87,6 +87,16 @@ ws=$(crictl stats -o json --id "$ctr" | jq -r '.stats[0].memory.workingSetBytes.
 pws=$(crictl statsp -o json --id "$pod" | jq -r '.stats[0].linux.memory.workingSetBytes.value // .stats[0].memory.workingSetBytes.value // 0')
 ((pws > 0)) || fail "pod stats: working set $pws"
 say "ok: stats: container working set $ws B, pod $pws B"
+# Pressure (PSI) from the cgroups' *.pressure files, where the kernel has PSI on.
+if [[ -r /proc/pressure/memory ]]; then
+	cpsi=$(crictl stats -o json --id "$ctr" | jq -c '.stats[0] | [(.cpu.psi.some != null), (.memory.psi.some != null), (.io.psi.some != null)]')
+	[[ $cpsi == "[true,true,true]" ]] || fail "container stats: cpu, memory, io pressure present: $cpsi, not all"
+	ppsi=$(crictl statsp -o json --id "$pod" | jq -c '.stats[0].linux | [(.cpu.psi.some != null), (.memory.psi.some != null), (.io.psi.some != null)]')
+	[[ $ppsi == "[true,true,true]" ]] || fail "pod stats: cpu, memory, io pressure present: $ppsi, not all"
+	say "ok: stats: cpu, memory and io pressure (PSI) in container and pod stats"
+else
+	say "ok: stats: this kernel has PSI off (/proc/pressure unreadable): no pressure expected"
+fi
 
 # ---- 3. OOM under cgroup v2 ---------------------------------------------------------------
 hog=$(crictl create "$pod" hog.json pod.json 2>&1) || fail "create hog: $hog"

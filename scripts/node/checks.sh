@@ -87,11 +87,12 @@ ws=$(crictl stats -o json --id "$ctr" | jq -r '.stats[0].memory.workingSetBytes.
 pws=$(crictl statsp -o json --id "$pod" | jq -r '.stats[0].linux.memory.workingSetBytes.value // .stats[0].memory.workingSetBytes.value // 0')
 ((pws > 0)) || fail "pod stats: working set $pws"
 say "ok: stats: container working set $ws B, pod $pws B"
-# Pressure (PSI) from the cgroups' *.pressure files, where the kernel has PSI on.
+# Pressure (PSI) from the cgroups' *.pressure files, where the kernel has PSI on. (The proto
+# names PsiStats' fields `Full` and `Some`, capitalised, and crictl's JSON keeps them so.)
 if [[ -r /proc/pressure/memory ]]; then
-	cpsi=$(crictl stats -o json --id "$ctr" | jq -c '.stats[0] | [(.cpu.psi.some != null), (.memory.psi.some != null), (.io.psi.some != null)]')
+	cpsi=$(crictl stats -o json --id "$ctr" | jq -c '.stats[0] | [(.cpu.psi.Some != null), (.memory.psi.Some != null), (.io.psi.Some != null)]')
 	[[ $cpsi == "[true,true,true]" ]] || fail "container stats: cpu, memory, io pressure present: $cpsi, not all"
-	ppsi=$(crictl statsp -o json --id "$pod" | jq -c '.stats[0].linux | [(.cpu.psi.some != null), (.memory.psi.some != null), (.io.psi.some != null)]')
+	ppsi=$(crictl statsp -o json --id "$pod" | jq -c '.stats[0].linux | [(.cpu.psi.Some != null), (.memory.psi.Some != null), (.io.psi.Some != null)]')
 	[[ $ppsi == "[true,true,true]" ]] || fail "pod stats: cpu, memory, io pressure present: $ppsi, not all"
 	say "ok: stats: cpu, memory and io pressure (PSI) in container and pod stats"
 else

@@ -59,13 +59,20 @@ pub struct Recovered {
 ///   one's life and this one was killed by SIGKILL too. cgroup v1 counts kills per cgroup only,
 ///   so there the answer stays no.
 pub(crate) fn oom_killed_in_cgroup_at(probe: &OomProbe<'_>) -> bool {
+    let (root, unified) = memory_hierarchy();
+    oom_killed_under(root, unified, probe)
+}
+
+/// The memory controller's hierarchy on this host, and whether it is the unified one (v2:
+/// the root has `cgroup.controllers`; a hybrid host's memory controller is v1's).
+fn memory_hierarchy() -> (&'static std::path::Path, bool) {
     let unified = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let root = if unified {
-        std::path::Path::new("/sys/fs/cgroup")
+        "/sys/fs/cgroup"
     } else {
-        std::path::Path::new("/sys/fs/cgroup/memory")
+        "/sys/fs/cgroup/memory"
     };
-    oom_killed_under(root, unified, probe)
+    (std::path::Path::new(root), unified)
 }
 
 /// What [`oom_killed_in_cgroup_at`] looks at for one exited container.
@@ -101,8 +108,8 @@ fn oom_killed_under(root: &std::path::Path, unified: bool, probe: &OomProbe<'_>)
 /// The pod cgroup `pod_dir`'s `oom_kill` count on cgroup v2 (where it counts its
 /// descendants' kills); `None` on v1, without a pod cgroup, or where it cannot be read.
 pub(crate) fn pod_oom_kills(pod_dir: Option<&str>) -> Option<u64> {
-    let root = std::path::Path::new("/sys/fs/cgroup");
-    if !root.join("cgroup.controllers").exists() {
+    let (root, unified) = memory_hierarchy();
+    if !unified {
         return None;
     }
     oom_kill_count(&root.join(pod_dir?.trim_start_matches('/')))

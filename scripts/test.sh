@@ -18,6 +18,10 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$REPO_ROOT"
 
+# Each step of this script says how long the run has taken so far, so a slow phase shows in the
+# log of any run (CI keeps only the log).
+info() { printf '%s: [%dm%02ds] %s\n' "${0##*/}" $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
+
 lint=1
 [[ "${1:-}" == "--no-lint" ]] && lint=0
 
@@ -85,3 +89,5 @@ info "critest against remora with remora's shim (same ratchet)"
 # same ratchet (every spec remora passes passed there too when this was written).
 info "critest against containerd's CRI with remora's shim (same ratchet)"
 "$SCRIPTS_DIR/critest.sh" --containerd --handler remora --check integration/critest-expected-pass.txt
+
+info "every step passed"

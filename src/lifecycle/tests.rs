@@ -146,6 +146,11 @@ fn bed_with(
             sandbox_image: PAUSE.into(),
             snapshotter: "overlayfs".into(),
             handlers,
+            cdi: Arc::new(crate::cdi::Registry::new(
+                true,
+                vec![dir.path().join("cdi")],
+                slog::Logger::root(slog::Discard, slog::o!()),
+            )),
         },
         Backends {
             containers: shared.clone(),

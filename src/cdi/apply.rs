@@ -18,9 +18,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{
-    Hook, HookBuilder, Hooks, LinuxBuilder, LinuxDevice, LinuxDeviceBuilder, LinuxDeviceCgroupBuilder,
-    LinuxDeviceType, LinuxIntelRdtBuilder, LinuxNamespaceType, LinuxNetDevice, LinuxResources,
-    Mount, Process, Spec,
+    Hook, HookBuilder, Hooks, LinuxBuilder, LinuxDevice, LinuxDeviceBuilder,
+    LinuxDeviceCgroupBuilder, LinuxDeviceType, LinuxIntelRdtBuilder, LinuxNamespaceType,
+    LinuxNetDevice, LinuxResources, Mount, Process, Spec,
 };
 
 use super::spec::{ContainerEdits, DeviceNode};
@@ -199,7 +199,10 @@ pub fn apply(
         // Just set above.
         let linux = spec.linux_mut().get_or_insert_with(Default::default);
         let mut devices: Vec<LinuxDevice> = linux.devices().clone().unwrap_or_default();
-        let mut resources = linux.resources().clone().unwrap_or_else(LinuxResources::default);
+        let mut resources = linux
+            .resources()
+            .clone()
+            .unwrap_or_else(LinuxResources::default);
         let mut rules = resources.devices().clone().unwrap_or_default();
         for node in &e.device_nodes {
             let d = fill(node, lookup)?;
@@ -330,7 +333,12 @@ pub fn apply(
         }
     }
 
-    let gids: Vec<u32> = e.additional_gids.iter().copied().filter(|&g| g != 0).collect();
+    let gids: Vec<u32> = e
+        .additional_gids
+        .iter()
+        .copied()
+        .filter(|&g| g != 0)
+        .collect();
     if !gids.is_empty() {
         let process = spec.process_mut().get_or_insert_with(Process::default);
         let user = process.user_mut();

@@ -48,7 +48,9 @@ pub struct DeviceRequest {
 #[derive(Debug, Error)]
 pub enum CdiError {
     /// Devices asked for while `[cdi] enabled = false`.
-    #[error("CDI devices ({devices}) requested but CDI support is disabled (`[cdi] enabled = false`)")]
+    #[error(
+        "CDI devices ({devices}) requested but CDI support is disabled (`[cdi] enabled = false`)"
+    )]
     Disabled {
         /// The names asked for.
         devices: String,
@@ -117,7 +119,10 @@ enum Entry {
         priority: usize,
     },
     /// Defined more than once in directory number `priority`.
-    Conflict { files: Vec<PathBuf>, priority: usize },
+    Conflict {
+        files: Vec<PathBuf>,
+        priority: usize,
+    },
 }
 
 /// A spec file as listed: what a change is detected by.

@@ -122,7 +122,8 @@ fn version_index(v: &str) -> Option<usize> {
 /// The oldest version whose fields a spec uses (specs-go's `MinimumRequiredVersion`).
 pub fn minimum_version(spec: &Spec) -> &'static str {
     let edits = || {
-        std::iter::once(&spec.container_edits).chain(spec.devices.iter().map(|d| &d.container_edits))
+        std::iter::once(&spec.container_edits)
+            .chain(spec.devices.iter().map(|d| &d.container_edits))
     };
     let v110 = edits().any(|e| {
         !e.net_devices.is_empty()
@@ -189,8 +190,7 @@ pub fn validate_edits(e: &ContainerEdits) -> Result<(), Invalid> {
                 d.path, d.major, d.minor
             ));
         }
-        if d.permissions != "none" && !d.permissions.chars().all(|c| matches!(c, 'r' | 'w' | 'm'))
-        {
+        if d.permissions != "none" && !d.permissions.chars().all(|c| matches!(c, 'r' | 'w' | 'm')) {
             return Err(format!(
                 "device {:?}: invalid permissions {:?}",
                 d.path, d.permissions
@@ -212,7 +212,10 @@ pub fn validate_edits(e: &ContainerEdits) -> Result<(), Invalid> {
         absolute(&h.path, "hook path")?;
         check_env(&h.env, "hook env")?;
         if h.timeout.is_some_and(|t| t <= 0) {
-            return Err(format!("hook {:?}: timeout must be greater than zero", h.path));
+            return Err(format!(
+                "hook {:?}: timeout must be greater than zero",
+                h.path
+            ));
         }
     }
     for m in &e.mounts {
@@ -260,8 +263,8 @@ pub fn validate(spec: &Spec) -> Result<(), Invalid> {
             spec.version
         ));
     }
-    let (vendor, class) =
-        qualifier(&spec.kind).ok_or_else(|| format!("invalid kind {:?}: expected vendor/class", spec.kind))?;
+    let (vendor, class) = qualifier(&spec.kind)
+        .ok_or_else(|| format!("invalid kind {:?}: expected vendor/class", spec.kind))?;
     vendor_or_class(vendor)
         .and_then(|()| vendor_or_class(class))
         .map_err(|reason| format!("invalid kind {:?}: {reason}", spec.kind))?;

@@ -97,8 +97,7 @@ impl ContainerEdits {
     /// replaces an earlier one).
     pub fn append(&mut self, other: &ContainerEdits) {
         self.env.extend(other.env.iter().cloned());
-        self.device_nodes
-            .extend(other.device_nodes.iter().cloned());
+        self.device_nodes.extend(other.device_nodes.iter().cloned());
         self.net_devices.extend(other.net_devices.iter().cloned());
         self.hooks.extend(other.hooks.iter().cloned());
         self.mounts.extend(other.mounts.iter().cloned());

@@ -2082,7 +2082,13 @@ async fn create_container_applies_cdi_edits_to_the_recorded_spec() {
         .find(|d| d.path() == Path::new("/dev/cdi-null"))
         .expect("the CDI device node");
     assert_eq!((dev.major(), dev.minor()), (1, 3));
-    let rules = linux.resources().as_ref().unwrap().devices().clone().unwrap();
+    let rules = linux
+        .resources()
+        .as_ref()
+        .unwrap()
+        .devices()
+        .clone()
+        .unwrap();
     assert!(rules
         .iter()
         .any(|r| r.allow() && r.major() == Some(1) && r.minor() == Some(3)));

@@ -142,13 +142,14 @@ pub fn cdi_devices(
         })?;
         push(&d.name, field);
     }
-    let named = parse::annotation_devices(&config.annotations).map_err(|(key, value, reason)| {
-        ConvertError::Invalid {
-            field: format!("config.annotations[{key:?}]"),
-            value,
-            reason,
-        }
-    })?;
+    let named =
+        parse::annotation_devices(&config.annotations).map_err(|(key, value, reason)| {
+            ConvertError::Invalid {
+                field: format!("config.annotations[{key:?}]"),
+                value,
+                reason,
+            }
+        })?;
     for (key, name) in named {
         push(&name, format!("config.annotations[{key:?}]"));
     }

@@ -263,8 +263,10 @@ fn cdi_devices_from_the_field_then_annotations_each_once() {
             name: "nvidia.com/gpu=0".into(),
         },
     ];
-    c.annotations
-        .insert("cdi.k8s.io/b".into(), "nvidia.com/gpu=1,nvidia.com/gpu=0".into());
+    c.annotations.insert(
+        "cdi.k8s.io/b".into(),
+        "nvidia.com/gpu=1,nvidia.com/gpu=0".into(),
+    );
     c.annotations
         .insert("cdi.k8s.io/a".into(), "vendor.example/dev=zero".into());
     c.annotations
@@ -279,7 +281,10 @@ fn cdi_devices_from_the_field_then_annotations_each_once() {
         [
             ("nvidia.com/gpu=0", "config.cdi_devices[0].name"),
             ("vendor.example/dev=null", "config.cdi_devices[1].name"),
-            ("vendor.example/dev=zero", "config.annotations[\"cdi.k8s.io/a\"]"),
+            (
+                "vendor.example/dev=zero",
+                "config.annotations[\"cdi.k8s.io/a\"]"
+            ),
             ("nvidia.com/gpu=1", "config.annotations[\"cdi.k8s.io/b\"]"),
         ]
     );

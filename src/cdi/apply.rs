@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use oci_spec::runtime::{
     Hook, HookBuilder, Hooks, LinuxBuilder, LinuxDevice, LinuxDeviceBuilder,
     LinuxDeviceCgroupBuilder, LinuxDeviceType, LinuxIntelRdtBuilder, LinuxNamespaceType,
-    LinuxNetDevice, LinuxResources, Mount, Process, Spec,
+    LinuxNetDevice, Mount, Process, Spec,
 };
 
 use super::spec::{ContainerEdits, DeviceNode};
@@ -199,10 +199,7 @@ pub fn apply(
         // Just set above.
         let linux = spec.linux_mut().get_or_insert_with(Default::default);
         let mut devices: Vec<LinuxDevice> = linux.devices().clone().unwrap_or_default();
-        let mut resources = linux
-            .resources()
-            .clone()
-            .unwrap_or_else(LinuxResources::default);
+        let mut resources = linux.resources().clone().unwrap_or_default();
         let mut rules = resources.devices().clone().unwrap_or_default();
         for node in &e.device_nodes {
             let d = fill(node, lookup)?;

@@ -93,13 +93,16 @@ pub fn qualified_name(device: &str) -> Result<(&str, &str), &'static str> {
     Ok((kind, name))
 }
 
+/// An annotation value that is no list of qualified names: (key, the bad name, why).
+pub type BadAnnotation = (String, String, &'static str);
+
 /// The device names in a container's annotations: every `cdi.k8s.io/*` value is a
 /// comma-separated list of qualified names, as CDI's `ParseAnnotations` reads it (no spaces
 /// trimmed). Keys in sorted order, so that the result does not depend on map order; each
 /// name comes with the annotation key it came from.
 pub fn annotation_devices<'a>(
     annotations: impl IntoIterator<Item = (&'a String, &'a String)>,
-) -> Result<Vec<(String, String)>, (String, String, &'static str)> {
+) -> Result<Vec<(String, String)>, BadAnnotation> {
     let mut keys: Vec<(&String, &String)> = annotations
         .into_iter()
         .filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX))

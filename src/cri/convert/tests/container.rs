@@ -245,7 +245,7 @@ fn container_required_fields() {
             c.annotations
                 .insert("cdi.k8s.io/plugin_dev".into(), "vendor.com/gpu=0, vendor.com/gpu=1".into());
         }),
-        "invalid config.annotations[\"cdi.k8s.io/plugin_dev\"] \" vendor.com/gpu=1\": not a fully qualified CDI device name (vendor/class=name)"
+        "invalid config.annotations[\"cdi.k8s.io/plugin_dev\"] \" vendor.com/gpu=1\": vendor and class must start with a letter"
     );
 }
 

@@ -1135,3 +1135,90 @@ async fn stream_rpcs_answer_what_the_lists_answer() {
     );
     pod.remove_pod().await;
 }
+
+/// A CDI spec `vendor.example/dev=null`: the host's /dev/null at /dev/cdi-null, env
+/// `CDI_TEST=<value>` and `mount_dir` mounted read-only at /cdi-mount.
+fn cdi_spec(value: &str, mount_dir: &std::path::Path) -> String {
+    format!(
+        r#"{{"cdiVersion":"0.6.0","kind":"vendor.example/dev","devices":[{{"name":"null",
+  "containerEdits":{{"env":["CDI_TEST={value}"],
+  "deviceNodes":[{{"path":"/dev/cdi-null","hostPath":"/dev/null"}}],
+  "mounts":[{{"hostPath":"{}","containerPath":"/cdi-mount","options":["ro","rbind"]}}]}}}}]}}"#,
+        mount_dir.display()
+    )
+}
+
+/// Writes `text` to `path` through a rename, as drivers replace spec files.
+fn replace_file(path: &std::path::Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write spec");
+    std::fs::rename(&tmp, path).expect("rename spec");
+}
+
+#[tokio::test]
+async fn cdi_devices_reach_the_container() {
+    let cdi = crate::harness::scratch();
+    let specs = cdi.path().join("specs");
+    let mount_dir = cdi.path().join("mounted");
+    std::fs::create_dir_all(&specs).unwrap();
+    std::fs::create_dir_all(&mount_dir).unwrap();
+    std::fs::write(mount_dir.join("marker"), "from-the-cdi-mount\n").unwrap();
+    let spec_file = specs.join("vendor-example.json");
+    replace_file(&spec_file, &cdi_spec("1", &mount_dir));
+    let bed = BedRemora::start_with_network_and(&format!(
+        "[cdi]\nspec_dirs = [\"/nonexistent-cdi-dir\", \"{}\"]\n",
+        specs.display()
+    ));
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "cdi", logs.path()).await;
+    let script = "stat -c 'node %t:%T' /dev/cdi-null && echo x > /dev/cdi-null && echo wrote; \
+                  echo env CDI_TEST=$CDI_TEST; cat /cdi-mount/marker";
+    let with_device = |name: &str, device: &str| {
+        let mut c = container(name, &["sh", "-c", script]);
+        c.cdi_devices = vec![v1::CdiDevice {
+            name: device.into(),
+        }];
+        c
+    };
+
+    let first = pod
+        .create(with_device("first", "vendor.example/dev=null"))
+        .await
+        .expect("create with a CDI device");
+    pod.start(&first).await;
+    let s = pod.wait_exited(&first).await;
+    let log = std::fs::read_to_string(logs.path().join("first.log")).expect("log file");
+    assert_eq!(s.exit_code, 0, "{log}");
+    for want in ["node 1:3", "wrote", "env CDI_TEST=1", "from-the-cdi-mount"] {
+        assert!(log.contains(want), "{want:?} in {log}");
+    }
+
+    // Unknown: refused by name, nothing made in containerd.
+    let before = bed.ctr_ids(&["containers", "ls", "-q"]);
+    let snapshots_before = bed.ctr(&["snapshots", "ls"]);
+    let err = pod
+        .create(with_device("unknown", "vendor.example/dev=nope"))
+        .await
+        .expect_err("unknown CDI device");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("vendor.example/dev=nope")
+            && err.message().contains("config.cdi_devices[0]"),
+        "{err:?}"
+    );
+    assert_eq!(bed.ctr_ids(&["containers", "ls", "-q"]), before);
+    assert_eq!(bed.ctr(&["snapshots", "ls"]), snapshots_before);
+
+    // The spec file changed: the next container sees the new edits.
+    replace_file(&spec_file, &cdi_spec("2", &mount_dir));
+    let second = pod
+        .create(with_device("second", "vendor.example/dev=null"))
+        .await
+        .expect("create after the spec changed");
+    pod.start(&second).await;
+    let s = pod.wait_exited(&second).await;
+    let log = std::fs::read_to_string(logs.path().join("second.log")).expect("log file");
+    assert_eq!(s.exit_code, 0, "{log}");
+    assert!(log.contains("env CDI_TEST=2"), "{log}");
+    pod.remove_pod().await;
+}

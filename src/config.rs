@@ -178,6 +178,18 @@ plugin_timeout = "1m"
 # (a JSON array of default routes, one per address family). Empty: remora writes nothing.
 conf_template = ""
 
+[cdi]
+# CDI (Container Device Interface) devices: ContainerConfig.cdi_devices and the device names
+# in cdi.k8s.io/* container annotations, from device plugins and DRA drivers
+# (containerd's enable_cdi). false: a container asking for a CDI device is refused.
+enabled = true
+# Directories of CDI spec files (*.json, *.yaml). A device defined in a later directory
+# overrides one of the same name in an earlier one; two files of one directory defining the
+# same device make it unusable. Files are re-read when they change; an invalid one is skipped
+# with a warning. These directories are trusted, root-owned configuration: a spec file can
+# give a container any host device, mount or hook.
+spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+
 [streaming]
 # Where the streaming server for exec, attach and port-forward listens ("ip:port"; port 0
 # picks a free port). Exec, Attach and PortForward answer URLs on it; kubelet proxies the
@@ -227,6 +239,8 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// Pod networking.
     pub cni: CniConfig,
+    /// CDI devices.
+    pub cdi: CdiConfig,
     /// The streaming server (exec, attach, port-forward).
     pub streaming: StreamingConfig,
     /// The Prometheus metrics endpoint.
@@ -563,6 +577,25 @@ impl Default for CniConfig {
     }
 }
 
+/// `[cdi]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CdiConfig {
+    /// Whether CDI devices are given to containers.
+    pub enabled: bool,
+    /// Spec directories, lowest priority first.
+    pub spec_dirs: Vec<PathBuf>,
+}
+
+impl Default for CdiConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            spec_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
+        }
+    }
+}
+
 /// `[streaming]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -798,6 +831,9 @@ impl Config {
         for dir in &self.cni.bin_dirs {
             absolute("cni.bin_dirs", dir)?;
         }
+        for dir in &self.cdi.spec_dirs {
+            absolute("cdi.spec_dirs", dir)?;
+        }
         Ok(())
     }
 
@@ -966,6 +1002,7 @@ mod tests {
             ("[containerd]\nprobe_timeout = \"soon\"\n", "probe_timeout"),
             ("[server]\nsocket = \"relative.sock\"\n", "server.socket"),
             ("[cni]\nbin_dirs = []\n", "cni.bin_dirs"),
+            ("[cdi]\nspec_dirs = [\"cdi\"]\n", "cdi.spec_dirs"),
             (
                 "[images]\nmax_concurrent_downloads = 0\n",
                 "images.max_concurrent_downloads",

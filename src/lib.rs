@@ -11,6 +11,8 @@
 #[cfg(feature = "daemon")]
 pub mod backoff;
 #[cfg(feature = "daemon")]
+pub mod cdi;
+#[cfg(feature = "daemon")]
 pub mod config;
 #[cfg(feature = "daemon")]
 pub mod containerd;

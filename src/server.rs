@@ -446,6 +446,11 @@ fn pods(
             sandbox_image: config.images.sandbox_image.clone(),
             snapshotter: config.images.snapshotter.clone(),
             handlers: runtime_handlers(&config.runtime, features),
+            cdi: Arc::new(crate::cdi::Registry::new(
+                config.cdi.enabled,
+                config.cdi.spec_dirs.clone(),
+                log.new(slog::o!("component" => "cdi")),
+            )),
         },
         Backends {
             containers: shared.clone(),

@@ -5,6 +5,7 @@
 //! their own errors (`ContainerdError`, `PullError`, `SandboxError`, `ContainerError`,
 //! `StoreError`); this module maps them to gRPC codes.
 
+use crate::cdi::CdiError;
 use thiserror::Error;
 use tonic::Code;
 
@@ -191,6 +192,14 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,
         ContainerError::Name(_) => Code::AlreadyExists,
         ContainerError::Spec(_) => Code::InvalidArgument,
+        ContainerError::Cdi(c) => match c {
+            CdiError::Unresolvable { .. } | CdiError::Ambiguous { .. } => Code::InvalidArgument,
+            // The node's configuration or devices, not the request.
+            CdiError::Disabled { .. }
+            | CdiError::HostDevice { .. }
+            | CdiError::TypeMismatch { .. } => Code::FailedPrecondition,
+            CdiError::Build(_) => Code::Internal,
+        },
         // The node's state (a profile not loaded), not the request's fault.
         ContainerError::AppArmor(_) => Code::FailedPrecondition,
         ContainerError::Containerd(c) => containerd_error_code(c),

@@ -177,6 +177,13 @@ impl Pods {
         }
         self.check_mount_propagation(&req.config.mounts).await?;
         self.check_apparmor(&req.config.security, true).await?;
+        // CDI devices resolved before anything is made: an unknown one leaves nothing behind.
+        let cdi_edits = {
+            let (cdi, wanted) = (self.cdi.clone(), req.config.cdi_devices.clone());
+            blocking(move || cdi.resolve(&wanted))
+                .await
+                .map_err(ContainerError::Aborted)??
+        };
         let runtime = handler.runtime.clone();
         let pass_through = handler.pass_through.clone();
         let image: ImageInfo = self
@@ -285,13 +292,17 @@ impl Pods {
             };
             // The image's passwd and group files read in place where the snapshot's layers
             // allow it; a mount (a syscall pair and its mount point) only for the others.
-            match snapshot_root(&mounts) {
-                Some(root) => Ok(generate(root.as_rootfs())),
-                None => with_temp_mount(&mounts, &tmp, |dir| generate(spec::RootFs::Dir(dir))),
-            }
+            let mut generated = match snapshot_root(&mounts) {
+                Some(root) => generate(root.as_rootfs())?,
+                None => with_temp_mount(&mounts, &tmp, |dir| generate(spec::RootFs::Dir(dir)))??,
+            };
+            // After everything else, as containerd's WithCDI: CDI edits may replace env,
+            // devices and mounts the spec already has.
+            crate::cdi::apply(&mut generated.spec, &cdi_edits, &crate::cdi::host_node)?;
+            Ok::<_, ContainerError>(generated)
         })
         .await
-        .map_err(ContainerError::Aborted)???;
+        .map_err(ContainerError::Aborted)??;
         steps.mark("spec");
         for dir in &generated.host_dirs_to_create {
             super::host::ensure_bind_source(dir).map_err(|source| ContainerError::Host {

@@ -220,6 +220,9 @@ pub enum ContainerError {
     /// The spec could not be generated (a bad request).
     #[error("container spec: {0}")]
     Spec(#[from] SpecError),
+    /// CDI devices that cannot be resolved or applied.
+    #[error(transparent)]
+    Cdi(#[from] crate::cdi::CdiError),
     /// The AppArmor profile the container would run under cannot be used: a `localhost/`
     /// profile that is not loaded, or remora's default that could not be loaded.
     #[error(transparent)]

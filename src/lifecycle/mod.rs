@@ -162,6 +162,7 @@ pub struct Pods {
     sandbox_image: String,
     snapshotter: String,
     handlers: RuntimeHandlers,
+    cdi: Arc<crate::cdi::Registry>,
     log: Logger,
 }
 
@@ -195,6 +196,8 @@ pub struct PodsConfig {
     pub snapshotter: String,
     /// The runtime handlers pods can ask for.
     pub handlers: RuntimeHandlers,
+    /// CDI spec registry (devices containers ask for by name).
+    pub cdi: Arc<crate::cdi::Registry>,
 }
 
 /// The IO of a started container: its FIFOs, log writer, and remora's end of its stdin.
@@ -275,6 +278,7 @@ impl Pods {
             sandbox_image: config.sandbox_image,
             snapshotter: config.snapshotter,
             handlers: config.handlers,
+            cdi: config.cdi,
             log,
         }
     }

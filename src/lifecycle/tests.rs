@@ -146,6 +146,11 @@ fn bed_with(
             sandbox_image: PAUSE.into(),
             snapshotter: "overlayfs".into(),
             handlers,
+            cdi: Arc::new(crate::cdi::Registry::new(
+                true,
+                vec![dir.path().join("cdi")],
+                slog::Logger::root(slog::Discard, slog::o!()),
+            )),
         },
         Backends {
             containers: shared.clone(),
@@ -2012,4 +2017,79 @@ async fn unconfined_and_privileged_containers_need_no_apparmor_profile() {
     let id = b.pods.create_container(privileged).await.unwrap();
     assert_eq!(spec_apparmor(&b, &id), None);
     assert!(loader.loads().is_empty());
+}
+
+/// A CDI spec in the bed's spec directory: `vendor.example/dev=null` → /dev/null.
+fn write_cdi_spec(b: &Bed) {
+    let dir = b._dir.path().join("cdi");
+    std::fs::create_dir_all(&dir).expect("the cdi dir");
+    std::fs::write(
+        dir.join("dev.json"),
+        r#"{"cdiVersion":"0.6.0","kind":"vendor.example/dev","devices":[{"name":"null",
+            "containerEdits":{"env":["CDI_TEST=1"],
+            "deviceNodes":[{"path":"/dev/cdi-null","hostPath":"/dev/null"}]}}]}"#,
+    )
+    .expect("the cdi spec");
+}
+
+#[tokio::test]
+async fn create_container_with_an_unknown_cdi_device_makes_nothing() {
+    let (b, pod) = bed_with_pod().await;
+    write_cdi_spec(&b);
+    let mut req = create_request(&pod);
+    req.config.cdi_devices = vec![crate::cdi::DeviceRequest {
+        name: "vendor.example/dev=nope".into(),
+        field: "config.cdi_devices[0].name".into(),
+    }];
+    let err = b.pods.create_container(req).await.expect_err("unknown");
+    assert!(
+        matches!(
+            err,
+            ContainerError::Cdi(crate::cdi::CdiError::Unresolvable { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("vendor.example/dev=nope"));
+    assert_eq!(b.log.calls(), []);
+    assert_eq!(
+        b.pods
+            .names
+            .holder(&container_name_key("app", "web", "default", "uid-1", 0)),
+        None
+    );
+}
+
+#[tokio::test]
+async fn create_container_applies_cdi_edits_to_the_recorded_spec() {
+    let (b, pod) = bed_with_pod().await;
+    write_cdi_spec(&b);
+    let mut req = create_request(&pod);
+    req.config.command = vec!["/bin/true".into()];
+    req.config.cdi_devices = vec![crate::cdi::DeviceRequest {
+        name: "vendor.example/dev=null".into(),
+        field: "config.cdi_devices[0].name".into(),
+    }];
+    let id = b.pods.create_container(req).await.expect("a container");
+    let record = b.containerd.record(&id).expect("record");
+    let spec: oci_spec::runtime::Spec = serde_json::from_slice(&record.spec).expect("spec");
+    let env = spec.process().as_ref().unwrap().env().clone().unwrap();
+    assert!(env.contains(&"CDI_TEST=1".to_string()), "{env:?}");
+    let linux = spec.linux().as_ref().unwrap();
+    let dev = linux
+        .devices()
+        .iter()
+        .flatten()
+        .find(|d| d.path() == Path::new("/dev/cdi-null"))
+        .expect("the CDI device node");
+    assert_eq!((dev.major(), dev.minor()), (1, 3));
+    let rules = linux
+        .resources()
+        .as_ref()
+        .unwrap()
+        .devices()
+        .clone()
+        .unwrap();
+    assert!(rules
+        .iter()
+        .any(|r| r.allow() && r.major() == Some(1) && r.minor() == Some(3)));
 }

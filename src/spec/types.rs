@@ -299,6 +299,9 @@ pub struct ContainerConfig {
     pub mounts: Vec<MountRequest>,
     /// `devices`.
     pub devices: Vec<DeviceRequest>,
+    /// CDI devices: `cdi_devices`, then the names in `cdi.k8s.io/*` annotations, each once
+    /// (applied after spec generation, [`crate::cdi`]).
+    pub cdi_devices: Vec<crate::cdi::DeviceRequest>,
     /// `annotations`, passed through to the spec.
     pub annotations: HashMap<String, String>,
     /// `tty`: allocate a terminal (`process.terminal`).

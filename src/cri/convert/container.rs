@@ -46,8 +46,9 @@ fn container_image(config: &v1::ContainerConfig) -> Result<&str, ConvertError> {
 /// `metadata.name` and `image.image` are required. When the container's security context
 /// (or its `namespace_options`) is absent, the namespace modes are the pod's: a container
 /// always shares the pod's network and IPC namespaces, so the pod's modes describe it, and
-/// kubelet sends the pod's PID mode for containers anyway. CDI devices are refused
-/// (unsupported); labels, log path and `stdin_once` are not spec inputs (see
+/// kubelet sends the pod's PID mode for containers anyway. CDI device names (from
+/// `cdi_devices` and `cdi.k8s.io/*` annotations, [`cdi_devices`]) must be fully qualified;
+/// whether a spec file defines them is checked at create time. Labels, log path and `stdin_once` are not spec inputs (see
 /// [`container_metadata`]).
 pub fn container_config(
     config: &v1::ContainerConfig,
@@ -55,9 +56,7 @@ pub fn container_config(
 ) -> Result<ContainerConfig, ConvertError> {
     let m = container_name(config)?;
     let image = container_image(config)?;
-    if !config.cdi_devices.is_empty() {
-        return Err(unsupported("config.cdi_devices"));
-    }
+    let cdi_devices = cdi_devices(config)?;
     let linux = config.linux.as_ref();
     let pod_namespaces = match sandbox
         .linux
@@ -105,6 +104,7 @@ pub fn container_config(
             .map(|(i, mount)| mount_request(mount, &format!("config.mounts[{i}]")))
             .collect::<Result<_, _>>()?,
         devices: config.devices.iter().map(device_request).collect(),
+        cdi_devices,
         annotations: config.annotations.clone(),
         tty: config.tty,
         stdin: config.stdin,
@@ -114,6 +114,46 @@ pub fn container_config(
             .transpose()?,
         security,
     })
+}
+
+/// The CDI devices a container asks for, as containerd's `WithCDI` gathers them:
+/// `cdi_devices` in order, then the names in `cdi.k8s.io/*` annotations (keys in sorted order,
+/// values comma-separated), each name once. Every name must be fully qualified
+/// (`vendor/class=name`).
+pub fn cdi_devices(
+    config: &v1::ContainerConfig,
+) -> Result<Vec<crate::cdi::DeviceRequest>, ConvertError> {
+    use crate::cdi::{parse, DeviceRequest};
+    let mut out: Vec<DeviceRequest> = Vec::new();
+    let mut push = |name: &str, field: String| {
+        if !out.iter().any(|d| d.name == name) {
+            out.push(DeviceRequest {
+                name: name.to_string(),
+                field,
+            });
+        }
+    };
+    for (i, d) in config.cdi_devices.iter().enumerate() {
+        let field = format!("config.cdi_devices[{i}].name");
+        parse::qualified_name(&d.name).map_err(|reason| ConvertError::Invalid {
+            field: field.clone(),
+            value: d.name.clone(),
+            reason,
+        })?;
+        push(&d.name, field);
+    }
+    let named =
+        parse::annotation_devices(&config.annotations).map_err(|(key, value, reason)| {
+            ConvertError::Invalid {
+                field: format!("config.annotations[{key:?}]"),
+                value,
+                reason,
+            }
+        })?;
+    for (key, name) in named {
+        push(&name, format!("config.annotations[{key:?}]"));
+    }
+    Ok(out)
 }
 
 /// `envs` (CRI `KeyValue`s, whose values are bytes since cri-api v0.34.10) as (key, value)

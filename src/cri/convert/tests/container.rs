@@ -45,6 +45,7 @@ fn container_config_maps_every_field() {
                 host_path: "/dev/fuse".into(),
                 permissions: "rw".into(),
             }],
+            cdi_devices: vec![],
             annotations: map(&[("io.kubernetes.container.hash", "8f2c1a")]),
             tty: false,
             stdin: true,
@@ -229,10 +230,63 @@ fn container_required_fields() {
         "config.image.image is required"
     );
     assert_eq!(
-        err(&|c| c.cdi_devices = vec![v1::CdiDevice {
-            name: "vendor.com/gpu=0".into()
-        }]),
-        "config.cdi_devices is not supported by remora"
+        err(&|c| c.cdi_devices = vec![
+            v1::CdiDevice {
+                name: "vendor.com/gpu=0".into()
+            },
+            v1::CdiDevice {
+                name: "gpu0".into()
+            }
+        ]),
+        "invalid config.cdi_devices[1].name \"gpu0\": not a fully qualified CDI device name (vendor/class=name)"
+    );
+    assert_eq!(
+        err(&|c| {
+            c.annotations
+                .insert("cdi.k8s.io/plugin_dev".into(), "vendor.com/gpu=0, vendor.com/gpu=1".into());
+        }),
+        "invalid config.annotations[\"cdi.k8s.io/plugin_dev\"] \" vendor.com/gpu=1\": vendor and class must start with a letter"
+    );
+}
+
+#[test]
+fn cdi_devices_from_the_field_then_annotations_each_once() {
+    let mut c = kubelet_container();
+    c.cdi_devices = vec![
+        v1::CdiDevice {
+            name: "nvidia.com/gpu=0".into(),
+        },
+        v1::CdiDevice {
+            name: "vendor.example/dev=null".into(),
+        },
+        v1::CdiDevice {
+            name: "nvidia.com/gpu=0".into(),
+        },
+    ];
+    c.annotations.insert(
+        "cdi.k8s.io/b".into(),
+        "nvidia.com/gpu=1,nvidia.com/gpu=0".into(),
+    );
+    c.annotations
+        .insert("cdi.k8s.io/a".into(), "vendor.example/dev=zero".into());
+    c.annotations
+        .insert("example.com/other".into(), "not=a/device".into());
+    let got = container_config(&c, &kubelet_pod()).unwrap().cdi_devices;
+    let got: Vec<(&str, &str)> = got
+        .iter()
+        .map(|d| (d.name.as_str(), d.field.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("nvidia.com/gpu=0", "config.cdi_devices[0].name"),
+            ("vendor.example/dev=null", "config.cdi_devices[1].name"),
+            (
+                "vendor.example/dev=zero",
+                "config.annotations[\"cdi.k8s.io/a\"]"
+            ),
+            ("nvidia.com/gpu=1", "config.annotations[\"cdi.k8s.io/b\"]"),
+        ]
     );
 }
 

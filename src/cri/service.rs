@@ -126,10 +126,12 @@ impl CriService {
 
     /// ListPodSandboxMetrics' and StreamPodSandboxMetrics' items.
     async fn pod_sandbox_metrics(&self) -> Vec<v1::PodSandboxMetrics> {
-        let stats = self.rt.pods.list_sandbox_stats(&Default::default()).await;
-        stats
+        self.rt
+            .pods
+            .list_sandbox_metrics()
+            .await
             .iter()
-            .map(|s| convert::pod_sandbox_metrics(&sandbox_metrics::pod_metrics(s)))
+            .map(convert::pod_sandbox_metrics)
             .collect()
     }
 

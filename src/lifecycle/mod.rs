@@ -38,6 +38,9 @@
 pub mod apparmor;
 pub mod backend;
 #[cfg(target_os = "linux")]
+#[path = "cgroup_metrics_linux.rs"]
+pub mod cgroup_metrics;
+#[cfg(target_os = "linux")]
 #[path = "cgroup_stats_linux.rs"]
 pub mod cgroup_stats;
 mod container_create;

@@ -1120,19 +1120,6 @@ async fn stream_rpcs_answer_what_the_lists_answer() {
     }
     assert!(ids.contains(&id), "{ids:?}");
 
-    let err = rt
-        .update_pod_sandbox_resources(v1::UpdatePodSandboxResourcesRequest {
-            pod_sandbox_id: pod.id.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect_err("not implemented");
-    assert_eq!(err.code(), Code::Unimplemented);
-    assert!(
-        err.message().contains("UpdatePodSandboxResources"),
-        "{}",
-        err.message()
-    );
     pod.remove_pod().await;
 }
 

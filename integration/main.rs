@@ -19,6 +19,7 @@ mod metrics;
 mod modes;
 mod pods;
 mod recovery;
+mod resize;
 mod runtime_info;
 mod stats;
 mod streaming;

@@ -126,10 +126,12 @@ impl CriService {
 
     /// ListPodSandboxMetrics' and StreamPodSandboxMetrics' items.
     async fn pod_sandbox_metrics(&self) -> Vec<v1::PodSandboxMetrics> {
-        let stats = self.rt.pods.list_sandbox_stats(&Default::default()).await;
-        stats
+        self.rt
+            .pods
+            .list_sandbox_metrics()
+            .await
             .iter()
-            .map(|s| convert::pod_sandbox_metrics(&sandbox_metrics::pod_metrics(s)))
+            .map(convert::pod_sandbox_metrics)
             .collect()
     }
 
@@ -361,7 +363,10 @@ impl RuntimeService for CriService {
                         "runtimeHandler": snapshot.metadata.runtime_handler,
                         "image": self.rt.config.images.sandbox_image,
                     });
-                    info.insert("info".to_string(), verbose.to_string());
+                    info.insert(
+                        "info".to_string(),
+                        verbose_with_resources(verbose, &snapshot.metadata).to_string(),
+                    );
                 }
                 // kubelet's evented PLEG takes the pod's container statuses from this response
                 // when `timestamp` is set, instead of listing them ("Runtime does not set pod
@@ -905,12 +910,37 @@ impl RuntimeService for CriService {
 
     async fn update_pod_sandbox_resources(
         &self,
-        _request: Request<v1::UpdatePodSandboxResourcesRequest>,
+        request: Request<v1::UpdatePodSandboxResourcesRequest>,
     ) -> Result<Response<v1::UpdatePodSandboxResourcesResponse>, Status> {
-        // kubelet has resized the pod's cgroups already and treats a failure here as best
-        // effort; remora has nothing (NRI plugins, a stored pod resource record) to update yet.
-        self.unimplemented(RUNTIME, "UpdatePodSandboxResources")
-            .await
+        // kubelet has resized the pod's cgroups already; remora records what it reports
+        // (lifecycle::sandbox_update says why no cgroup is written here).
+        let req = request.into_inner();
+        let id = req.pod_sandbox_id;
+        instrument::run(
+            &self.rt.log,
+            &self.rt.metrics,
+            "UpdatePodSandboxResources",
+            pod_ids(&id),
+            |_log| async move {
+                required_id(&id)?;
+                let overhead = req
+                    .overhead
+                    .as_ref()
+                    .map(|r| convert::recorded_resources(r, "overhead"))
+                    .transpose()?;
+                let resources = req
+                    .resources
+                    .as_ref()
+                    .map(|r| convert::recorded_resources(r, "resources"))
+                    .transpose()?;
+                self.rt
+                    .pods
+                    .update_sandbox_resources(&id, overhead.as_ref(), resources.as_ref())
+                    .await?;
+                Ok(v1::UpdatePodSandboxResourcesResponse {})
+            },
+        )
+        .await
     }
 
     async fn checkpoint_pod(
@@ -1170,6 +1200,25 @@ fn required_container_id(id: &str) -> Result<(), CriError> {
     required("container_id", id)
 }
 
+/// Verbose sandbox info with what UpdatePodSandboxResources recorded, where containerd's
+/// sandbox info has it: `overhead` and `resources`, each `{"linux": {...}}`.
+fn verbose_with_resources(
+    mut info: serde_json::Value,
+    metadata: &crate::store::SandboxMetadata,
+) -> serde_json::Value {
+    let Some(r) = &metadata.updated_resources else {
+        return info;
+    };
+    if let serde_json::Value::Object(map) = &mut info {
+        for (key, value) in [("overhead", &r.overhead), ("resources", &r.resources)] {
+            if let Some(linux) = value {
+                map.insert(key.to_string(), serde_json::json!({ "linux": linux }));
+            }
+        }
+    }
+    info
+}
+
 fn required_id(id: &str) -> Result<(), CriError> {
     required("pod_sandbox_id", id)
 }
@@ -1396,6 +1445,30 @@ impl ImageService for CriService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verbose_info_reports_recorded_pod_resources_as_containerd_does() {
+        use crate::store::{LinuxResources, PodResources, SandboxMetadata};
+        let base = serde_json::json!({"pid": 7});
+        let mut m = SandboxMetadata::default();
+        assert_eq!(
+            verbose_with_resources(base.clone(), &m),
+            base,
+            "none recorded"
+        );
+        m.updated_resources = Some(PodResources {
+            overhead: None,
+            resources: Some(LinuxResources {
+                cpu_shares: 2,
+                ..Default::default()
+            }),
+        });
+        assert_eq!(
+            verbose_with_resources(base, &m),
+            serde_json::json!({"pid": 7, "resources": {"linux": {"cpu_shares": 2}}}),
+            "no overhead sent: none reported"
+        );
+    }
 
     fn image(id: &str, tags: usize) -> v1::Image {
         v1::Image {

@@ -20,6 +20,10 @@
 //!   pressure stall information from cgroup v2's `*.pressure` files of the container's and the
 //!   pod's cgroup (`convert::stats`); absent on cgroup v1, where the kernel has PSI off, or
 //!   where a file does not read as the kernel writes it.
+//! - `UpdatePodSandboxResources`: the overhead and resources (validated, bounded) are recorded
+//!   on the sandbox's record and reported in verbose PodSandboxStatus `info` as `overhead` and
+//!   `resources` (`{"linux": {...}}`, containerd's place and field names); no cgroup is written
+//!   (kubelet owns the pod cgroup) — see `lifecycle::sandbox_update`.
 //! - Not reported: `ImageSpec.image_ref` of an image volume in `ContainerStatus.mounts`.
 //! - `AuthConfig`'s `debug_redact` fields: hidden by the hand-written Debug below.
 

@@ -312,6 +312,69 @@ pub fn resources(prefix: &str, r: &crate::spec::Resources) -> Result<(), Convert
     Ok(())
 }
 
+/// Most unified entries a pod's recorded resources may carry (cgroup v2 has a few dozen
+/// files per controller a kubelet would set).
+pub const MAX_RECORDED_UNIFIED: usize = 64;
+/// Most hugepage limits a pod's recorded resources may carry (one per page size).
+pub const MAX_RECORDED_HUGEPAGES: usize = 8;
+/// Longest string (cpuset list, unified key or value, page size) a pod's recorded resources
+/// may carry.
+pub const MAX_RECORDED_STRING: usize = 1024;
+
+/// Resources remora stores on a record (UpdatePodSandboxResources) rather than hands to the
+/// runtime: besides [`resources`]' rules, bounded, so a hostile request cannot grow the
+/// sandbox's containerd record (rewritten on every call) without limit.
+pub fn recorded_resources(prefix: &str, r: &crate::spec::Resources) -> Result<(), ConvertError> {
+    resources(prefix, r)?;
+    let long = |s: &str| s.len() > MAX_RECORDED_STRING;
+    for (field, value) in [
+        ("cpuset_cpus", &r.cpuset_cpus),
+        ("cpuset_mems", &r.cpuset_mems),
+    ] {
+        if long(value) {
+            return Err(invalid(format!("{prefix}.{field}"), value, "is too long"));
+        }
+    }
+    if r.unified.len() > MAX_RECORDED_UNIFIED {
+        return Err(invalid(
+            format!("{prefix}.unified"),
+            &r.unified.len().to_string(),
+            "has too many entries",
+        ));
+    }
+    for (k, v) in &r.unified {
+        if long(k) || long(v) {
+            return Err(invalid(
+                format!("{prefix}.unified[{}]", shown(k)),
+                v,
+                "key or value is too long",
+            ));
+        }
+    }
+    if r.hugepage_limits.len() > MAX_RECORDED_HUGEPAGES {
+        return Err(invalid(
+            format!("{prefix}.hugepage_limits"),
+            &r.hugepage_limits.len().to_string(),
+            "has too many entries",
+        ));
+    }
+    for (i, h) in r.hugepage_limits.iter().enumerate() {
+        let size = h.page_size.trim_end_matches(['K', 'M', 'G', 'B']);
+        if size.is_empty()
+            || !size.bytes().all(|b| b.is_ascii_digit())
+            || !h.page_size.ends_with('B')
+            || h.page_size.len() > 16
+        {
+            return Err(invalid(
+                format!("{prefix}.hugepage_limits[{i}].page_size"),
+                &h.page_size,
+                "must be a page size like 2MB or 1GB",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// DNS settings written into the pod's resolv.conf: servers are IP addresses; search domains
 /// and options are single words.
 pub fn dns(
@@ -360,6 +423,57 @@ mod tests {
             Err(ConvertError::Invalid { reason, .. }) => reason.to_string(),
             other => panic!("expected Invalid, got {other:?}"),
         }
+    }
+
+    fn field(r: Result<(), ConvertError>) -> String {
+        match r {
+            Err(ConvertError::Invalid { field, .. }) => field,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn recorded_resources_are_bounded_and_name_the_field() {
+        use crate::spec::{HugepageLimit, Resources};
+        let ok = Resources {
+            cpu_shares: 2,
+            cpuset_cpus: "0-3".into(),
+            hugepage_limits: vec![HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 1 << 21,
+            }],
+            unified: [("memory.high".to_string(), "max".to_string())].into(),
+            ..Default::default()
+        };
+        recorded_resources("resources", &ok).unwrap();
+        let with = |edit: fn(&mut Resources)| {
+            let mut r = ok.clone();
+            edit(&mut r);
+            field(recorded_resources("resources", &r))
+        };
+        assert_eq!(with(|r| r.cpu_quota = -1), "resources.cpu_quota");
+        assert_eq!(
+            with(|r| r.cpuset_mems = "0,".repeat(600)),
+            "resources.cpuset_mems"
+        );
+        assert_eq!(
+            with(|r| r.unified = (0..65).map(|i| (format!("k{i}"), String::new())).collect()),
+            "resources.unified"
+        );
+        assert_eq!(
+            with(|r| {
+                r.unified.insert("memory.max".into(), "9".repeat(2000));
+            }),
+            "resources.unified[memory.max]"
+        );
+        assert_eq!(
+            with(|r| r.hugepage_limits[0].page_size = "2MB/../x".into()),
+            "resources.hugepage_limits[0].page_size"
+        );
+        assert_eq!(
+            with(|r| r.hugepage_limits = vec![r.hugepage_limits[0].clone(); 9]),
+            "resources.hugepage_limits"
+        );
     }
 
     #[test]

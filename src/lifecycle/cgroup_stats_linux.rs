@@ -254,13 +254,13 @@ impl CgroupFs {
         }
     }
 
-    fn v1_dir(&self, controller: &str, path: &str) -> PathBuf {
+    pub(super) fn v1_dir(&self, controller: &str, path: &str) -> PathBuf {
         self.root
             .join(controller)
             .join(path.trim_start_matches('/'))
     }
 
-    fn v2_dir(&self, path: &str) -> PathBuf {
+    pub(super) fn v2_dir(&self, path: &str) -> PathBuf {
         self.root.join(path.trim_start_matches('/'))
     }
 

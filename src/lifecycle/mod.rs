@@ -38,6 +38,9 @@
 pub mod apparmor;
 pub mod backend;
 #[cfg(target_os = "linux")]
+#[path = "cgroup_metrics_linux.rs"]
+pub mod cgroup_metrics;
+#[cfg(target_os = "linux")]
 #[path = "cgroup_stats_linux.rs"]
 pub mod cgroup_stats;
 mod container_create;
@@ -88,6 +91,7 @@ mod sandbox_run;
 #[path = "sandbox_stats_linux.rs"]
 pub mod sandbox_stats;
 mod sandbox_stop;
+mod sandbox_update;
 #[cfg(test)]
 mod tests;
 mod timing;
@@ -157,6 +161,10 @@ pub struct Pods {
     journal: journal::Journal,
     /// When this remora started (older leases of its own are orphans).
     started_at: SystemTime,
+    /// Held while a sandbox record's metadata is rewritten after creation, so two
+    /// UpdatePodSandboxResources calls cannot write their records in one order and their
+    /// in-memory copies in the other.
+    sandbox_updates: tokio::sync::Mutex<()>,
     host: HostFacts,
     state_dir: PathBuf,
     sandbox_image: String,
@@ -273,6 +281,7 @@ impl Pods {
             reachability: OnceLock::new(),
             journal: journal::Journal::open(config.state_dir.join("pending")),
             started_at: SystemTime::now(),
+            sandbox_updates: tokio::sync::Mutex::new(()),
             host,
             state_dir: config.state_dir,
             sandbox_image: config.sandbox_image,

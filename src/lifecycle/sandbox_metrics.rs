@@ -13,7 +13,11 @@
 //! report them). Metrics are read when asked for, so their timestamp is 0 ("gathered live" in
 //! the CRI contract: kubelet then stamps them itself).
 
-use super::cgroup_stats::CgroupStats;
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::cgroup_metrics::{count_descriptors, filesystem_of, CgroupExtras};
+use super::cgroup_stats::{CgroupFs, CgroupStats};
 use super::container_stats::Stats;
 use super::sandbox_stats::{InterfaceStats, SandboxStats};
 use crate::store::ContainerState;
@@ -42,6 +46,28 @@ pub struct Descriptor {
 
 const BASE: &[&str] = &["pod", "namespace", "container", "id", "image"];
 const NETWORK: &[&str] = &["pod", "namespace", "container", "id", "image", "interface"];
+const DISK: &[&str] = &["pod", "namespace", "container", "id", "image", "device"];
+const BLKIO: &[&str] = &[
+    "pod",
+    "namespace",
+    "container",
+    "id",
+    "image",
+    "device",
+    "major",
+    "minor",
+    "operation",
+];
+const MEMORY_FAILURES: &[&str] = &[
+    "pod",
+    "namespace",
+    "container",
+    "id",
+    "image",
+    "failure_type",
+    "scope",
+];
+const ULIMIT: &[&str] = &["pod", "namespace", "container", "id", "image", "ulimit"];
 
 const fn d(
     name: &'static str,
@@ -137,6 +163,174 @@ const START_TIME_SECONDS: Descriptor = d(
     BASE,
     Gauge,
 );
+const CPU_CFS_PERIODS_TOTAL: Descriptor = d(
+    "container_cpu_cfs_periods_total",
+    "Number of elapsed enforcement period intervals.",
+    BASE,
+    Counter,
+);
+const CPU_CFS_THROTTLED_PERIODS_TOTAL: Descriptor = d(
+    "container_cpu_cfs_throttled_periods_total",
+    "Number of throttled period intervals.",
+    BASE,
+    Counter,
+);
+const CPU_CFS_THROTTLED_SECONDS_TOTAL: Descriptor = d(
+    "container_cpu_cfs_throttled_seconds_total",
+    "Total time duration the container has been throttled.",
+    BASE,
+    Counter,
+);
+const MEMORY_KERNEL_USAGE: Descriptor = d(
+    "container_memory_kernel_usage",
+    "Size of kernel memory allocated to the container in bytes.",
+    BASE,
+    Gauge,
+);
+const MEMORY_SWAP: Descriptor = d(
+    "container_memory_swap",
+    "Container swap usage in bytes.",
+    BASE,
+    Gauge,
+);
+const MEMORY_TOTAL_ACTIVE_FILE_BYTES: Descriptor = d(
+    "container_memory_total_active_file_bytes",
+    "Amount of active file cache memory in bytes.",
+    BASE,
+    Gauge,
+);
+const MEMORY_TOTAL_INACTIVE_FILE_BYTES: Descriptor = d(
+    "container_memory_total_inactive_file_bytes",
+    "Amount of inactive file cache memory in bytes.",
+    BASE,
+    Gauge,
+);
+const MEMORY_FAILURES_TOTAL: Descriptor = d(
+    "container_memory_failures_total",
+    "Cumulative count of memory allocation failures.",
+    MEMORY_FAILURES,
+    Counter,
+);
+const OOM_EVENTS_TOTAL: Descriptor = d(
+    "container_oom_events_total",
+    "Count of out of memory events observed for the container.",
+    BASE,
+    Counter,
+);
+const FS_INODES_FREE: Descriptor = d(
+    "container_fs_inodes_free",
+    "Number of available inodes.",
+    DISK,
+    Gauge,
+);
+const FS_INODES_TOTAL: Descriptor = d(
+    "container_fs_inodes_total",
+    "Number of inodes.",
+    DISK,
+    Gauge,
+);
+const FS_LIMIT_BYTES: Descriptor = d(
+    "container_fs_limit_bytes",
+    "Number of bytes that can be consumed by the container on this filesystem.",
+    DISK,
+    Gauge,
+);
+const FS_USAGE_BYTES: Descriptor = d(
+    "container_fs_usage_bytes",
+    "Number of bytes that are consumed by the container on this filesystem.",
+    DISK,
+    Gauge,
+);
+const FS_READS_BYTES_TOTAL: Descriptor = d(
+    "container_fs_reads_bytes_total",
+    "Cumulative count of bytes read.",
+    DISK,
+    Counter,
+);
+const FS_READS_TOTAL: Descriptor = d(
+    "container_fs_reads_total",
+    "Cumulative count of reads completed.",
+    DISK,
+    Counter,
+);
+const FS_WRITES_BYTES_TOTAL: Descriptor = d(
+    "container_fs_writes_bytes_total",
+    "Cumulative count of bytes written.",
+    DISK,
+    Counter,
+);
+const FS_WRITES_TOTAL: Descriptor = d(
+    "container_fs_writes_total",
+    "Cumulative count of writes completed.",
+    DISK,
+    Counter,
+);
+const BLKIO_DEVICE_USAGE_TOTAL: Descriptor = d(
+    "container_blkio_device_usage_total",
+    "Blkio device bytes usage.",
+    BLKIO,
+    Counter,
+);
+const FILE_DESCRIPTORS: Descriptor = d(
+    "container_file_descriptors",
+    "Number of open file descriptors for the container.",
+    BASE,
+    Gauge,
+);
+const SOCKETS: Descriptor = d(
+    "container_sockets",
+    "Number of open sockets for the container.",
+    BASE,
+    Gauge,
+);
+const THREADS: Descriptor = d(
+    "container_threads",
+    "Number of threads running inside the container.",
+    BASE,
+    Gauge,
+);
+const THREADS_MAX: Descriptor = d(
+    "container_threads_max",
+    "Maximum number of threads allowed inside the container (0: unlimited).",
+    BASE,
+    Gauge,
+);
+const ULIMITS_SOFT: Descriptor = d(
+    "container_ulimits_soft",
+    "Soft ulimit values for the container root process (not reported by remora yet).",
+    ULIMIT,
+    Gauge,
+);
+const LAST_SEEN: Descriptor = d(
+    "container_last_seen",
+    "Last time a container was seen by the exporter.",
+    BASE,
+    Gauge,
+);
+const SPEC_CPU_PERIOD: Descriptor = d(
+    "container_spec_cpu_period",
+    "CPU period of the container.",
+    BASE,
+    Gauge,
+);
+const SPEC_CPU_SHARES: Descriptor = d(
+    "container_spec_cpu_shares",
+    "CPU share of the container.",
+    BASE,
+    Gauge,
+);
+const SPEC_MEMORY_RESERVATION_LIMIT_BYTES: Descriptor = d(
+    "container_spec_memory_reservation_limit_bytes",
+    "Memory reservation limit for the container (not reported: CRI sets none).",
+    BASE,
+    Gauge,
+);
+const SPEC_MEMORY_SWAP_LIMIT_BYTES: Descriptor = d(
+    "container_spec_memory_swap_limit_bytes",
+    "Memory swap limit for the container (0: unlimited).",
+    BASE,
+    Gauge,
+);
 const NETWORK_RECEIVE_BYTES_TOTAL: Descriptor = d(
     "container_network_receive_bytes_total",
     "Cumulative count of bytes received.",
@@ -186,21 +380,30 @@ const NETWORK_TRANSMIT_ERRORS_TOTAL: Descriptor = d(
     Counter,
 );
 
-/// Every metric ListPodSandboxMetrics reports.
+/// Every metric ListPodSandboxMetrics reports: the descriptors containerd 2.3 lists, in its
+/// order of groups. `container_ulimits_soft` and `container_spec_memory_reservation_limit_bytes`
+/// are listed (as containerd does) but have no values yet: remora does not read the root
+/// process's limits, and CRI sets no memory reservation.
 pub static DESCRIPTORS: &[Descriptor] = &[
-    CPU_USAGE_SECONDS_TOTAL,
     CPU_USER_SECONDS_TOTAL,
     CPU_SYSTEM_SECONDS_TOTAL,
-    MEMORY_USAGE_BYTES,
-    MEMORY_WORKING_SET_BYTES,
-    MEMORY_RSS,
+    CPU_USAGE_SECONDS_TOTAL,
+    CPU_CFS_PERIODS_TOTAL,
+    CPU_CFS_THROTTLED_PERIODS_TOTAL,
+    CPU_CFS_THROTTLED_SECONDS_TOTAL,
     MEMORY_CACHE,
+    MEMORY_RSS,
+    MEMORY_KERNEL_USAGE,
     MEMORY_MAPPED_FILE,
-    MEMORY_MAX_USAGE_BYTES,
+    MEMORY_SWAP,
     MEMORY_FAILCNT,
-    SPEC_MEMORY_LIMIT_BYTES,
-    PROCESSES,
-    START_TIME_SECONDS,
+    MEMORY_USAGE_BYTES,
+    MEMORY_MAX_USAGE_BYTES,
+    MEMORY_WORKING_SET_BYTES,
+    MEMORY_TOTAL_ACTIVE_FILE_BYTES,
+    MEMORY_TOTAL_INACTIVE_FILE_BYTES,
+    MEMORY_FAILURES_TOTAL,
+    OOM_EVENTS_TOTAL,
     NETWORK_RECEIVE_BYTES_TOTAL,
     NETWORK_RECEIVE_PACKETS_TOTAL,
     NETWORK_RECEIVE_PACKETS_DROPPED_TOTAL,
@@ -209,6 +412,28 @@ pub static DESCRIPTORS: &[Descriptor] = &[
     NETWORK_TRANSMIT_PACKETS_TOTAL,
     NETWORK_TRANSMIT_PACKETS_DROPPED_TOTAL,
     NETWORK_TRANSMIT_ERRORS_TOTAL,
+    FS_INODES_FREE,
+    FS_INODES_TOTAL,
+    FS_LIMIT_BYTES,
+    FS_USAGE_BYTES,
+    FS_READS_BYTES_TOTAL,
+    FS_READS_TOTAL,
+    FS_WRITES_BYTES_TOTAL,
+    FS_WRITES_TOTAL,
+    BLKIO_DEVICE_USAGE_TOTAL,
+    PROCESSES,
+    FILE_DESCRIPTORS,
+    SOCKETS,
+    THREADS_MAX,
+    THREADS,
+    ULIMITS_SOFT,
+    LAST_SEEN,
+    START_TIME_SECONDS,
+    SPEC_CPU_PERIOD,
+    SPEC_CPU_SHARES,
+    SPEC_MEMORY_LIMIT_BYTES,
+    SPEC_MEMORY_RESERVATION_LIMIT_BYTES,
+    SPEC_MEMORY_SWAP_LIMIT_BYTES,
 ];
 
 /// One value of a metric.
@@ -279,11 +504,71 @@ fn cgroup_metrics(e: &mut Emit<'_>, c: &CgroupStats) {
         e.push(&MEMORY_CACHE, &[], Some(m.cache));
         e.push(&MEMORY_MAPPED_FILE, &[], Some(m.mapped_file));
         e.push(&MEMORY_MAX_USAGE_BYTES, &[], m.max_usage);
-        e.push(&MEMORY_FAILCNT, &[], m.failcnt);
+        // cgroup v2 has no failcnt: 0, as containerd reports it there.
+        e.push(&MEMORY_FAILCNT, &[], Some(m.failcnt.unwrap_or(0)));
         // cAdvisor reports an unlimited container as 0.
         e.push(&SPEC_MEMORY_LIMIT_BYTES, &[], Some(m.limit.unwrap_or(0)));
+        // containerd's failure types and scope (the container's own cgroup).
+        e.push(
+            &MEMORY_FAILURES_TOTAL,
+            &["pgfault", "container"],
+            Some(m.page_faults),
+        );
+        e.push(
+            &MEMORY_FAILURES_TOTAL,
+            &["pgmajfault", "container"],
+            Some(m.major_page_faults),
+        );
     }
     e.push(&PROCESSES, &[], c.pids);
+    // The pids controller counts tasks, that is threads.
+    e.push(&THREADS, &[], c.pids);
+}
+
+/// The metrics from [`ContainerExtras`].
+fn extra_metrics(e: &mut Emit<'_>, x: &ContainerExtras) {
+    let c = &x.cgroup;
+    if let Some(t) = c.throttling {
+        e.push(&CPU_CFS_PERIODS_TOTAL, &[], Some(t.periods));
+        e.push(
+            &CPU_CFS_THROTTLED_PERIODS_TOTAL,
+            &[],
+            Some(t.throttled_periods),
+        );
+        e.push(
+            &CPU_CFS_THROTTLED_SECONDS_TOTAL,
+            &[],
+            Some(t.throttled_ns / NS_PER_S),
+        );
+    }
+    e.push(&MEMORY_KERNEL_USAGE, &[], c.kernel_usage);
+    e.push(&MEMORY_SWAP, &[], c.swap);
+    e.push(&MEMORY_TOTAL_ACTIVE_FILE_BYTES, &[], c.active_file);
+    e.push(&MEMORY_TOTAL_INACTIVE_FILE_BYTES, &[], c.inactive_file);
+    e.push(&OOM_EVENTS_TOTAL, &[], c.oom_kills);
+    e.push(&THREADS_MAX, &[], c.pids_max);
+    e.push(&SPEC_CPU_PERIOD, &[], c.cpu_period);
+    e.push(&SPEC_CPU_SHARES, &[], c.cpu_shares);
+    e.push(&SPEC_MEMORY_SWAP_LIMIT_BYTES, &[], c.memory_swap_limit);
+    for d in &c.io {
+        let dev = [d.device.as_str()];
+        e.push(&FS_READS_BYTES_TOTAL, &dev, Some(d.read_bytes));
+        e.push(&FS_WRITES_BYTES_TOTAL, &dev, Some(d.write_bytes));
+        e.push(&FS_READS_TOTAL, &dev, Some(d.reads));
+        e.push(&FS_WRITES_TOTAL, &dev, Some(d.writes));
+        let (major, minor) = (d.major.to_string(), d.minor.to_string());
+        for (op, v) in [("Read", d.read_bytes), ("Write", d.write_bytes)] {
+            e.push(
+                &BLKIO_DEVICE_USAGE_TOTAL,
+                &[d.device.as_str(), &major, &minor, op],
+                Some(v),
+            );
+        }
+    }
+    if let Some((fds, sockets)) = x.descriptors {
+        e.push(&FILE_DESCRIPTORS, &[], Some(fds));
+        e.push(&SOCKETS, &[], Some(sockets));
+    }
 }
 
 fn network_metrics(e: &mut Emit<'_>, i: &InterfaceStats) {
@@ -306,7 +591,15 @@ fn network_metrics(e: &mut Emit<'_>, i: &InterfaceStats) {
     e.push(&NETWORK_TRANSMIT_ERRORS_TOTAL, &iface, Some(i.tx_errors));
 }
 
-fn container_metrics(pod: &[String; 2], s: &Stats) -> Vec<Metric> {
+/// The root filesystem's device label (containerd's: the writable layer is "/").
+const ROOTFS_DEVICE: &str = "/";
+
+fn container_metrics(
+    pod: &[String; 2],
+    s: &Stats,
+    extras: Option<&ContainerExtras>,
+    now_s: u64,
+) -> Vec<Metric> {
     let m = &s.container.metadata;
     let base = [
         pod[0].clone(),
@@ -326,11 +619,56 @@ fn container_metrics(pod: &[String; 2], s: &Stats) -> Vec<Metric> {
         &[],
         (started > 0).then_some(started as u64 / NS_PER_S),
     );
+    e.push(&LAST_SEEN, &[], Some(now_s));
+    if let Some((bytes, inodes, _)) = &s.writable {
+        e.push(&FS_USAGE_BYTES, &[ROOTFS_DEVICE], Some(*bytes));
+        e.push(&FS_INODES_TOTAL, &[ROOTFS_DEVICE], Some(*inodes));
+    }
+    if let Some(x) = extras {
+        if let Some((limit, inodes_free)) = x.filesystem {
+            e.push(&FS_LIMIT_BYTES, &[ROOTFS_DEVICE], Some(limit));
+            e.push(&FS_INODES_FREE, &[ROOTFS_DEVICE], Some(inodes_free));
+        }
+        extra_metrics(&mut e, x);
+    }
     e.out
 }
 
-/// A pod's metrics: its network's, and each running container's.
-pub fn pod_metrics(stats: &SandboxStats) -> PodMetrics {
+/// What a running container's metrics read beyond its [`Stats`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerExtras {
+    /// The metrics-only figures of its cgroup.
+    pub cgroup: CgroupExtras,
+    /// Open file descriptors and sockets of its processes.
+    pub descriptors: Option<(u64, u64)>,
+    /// Size and free inodes of the filesystem of its writable layer.
+    pub filesystem: Option<(u64, u64)>,
+}
+
+/// Reads a running container's [`ContainerExtras`] (its init process `pid`, its writable
+/// layer's snapshotter root `writable_root`). Blocking: cgroupfs, procfs and `statvfs`.
+pub fn read_extras(fs: &CgroupFs, pid: u32, writable_root: Option<&Path>) -> ContainerExtras {
+    let cgroup = match std::fs::read_to_string(format!("/proc/{pid}/cgroup")) {
+        Ok(text) => fs.read_extras(&fs.path_of_process(&text)),
+        Err(_) => CgroupExtras::default(),
+    };
+    let descriptors = (!cgroup.procs.is_empty()).then(|| count_descriptors(&cgroup.procs));
+    ContainerExtras {
+        descriptors,
+        filesystem: writable_root
+            .filter(|p| !p.as_os_str().is_empty())
+            .and_then(filesystem_of),
+        cgroup,
+    }
+}
+
+/// A pod's metrics: its network's, and each running container's (with its extras, by
+/// container id, where read), `now_s` the time in seconds (`container_last_seen`).
+pub fn pod_metrics(
+    stats: &SandboxStats,
+    extras: &HashMap<String, ContainerExtras>,
+    now_s: u64,
+) -> PodMetrics {
     let meta = &stats.sandbox.metadata;
     let pod = [meta.name.clone(), meta.namespace.clone()];
     let base = [
@@ -351,12 +689,55 @@ pub fn pod_metrics(stats: &SandboxStats) -> PodMetrics {
         .containers
         .iter()
         .filter(|c| c.container.status.state == ContainerState::Running)
-        .map(|c| (c.container.metadata.id.clone(), container_metrics(&pod, c)))
+        .map(|c| {
+            let id = &c.container.metadata.id;
+            (
+                id.clone(),
+                container_metrics(&pod, c, extras.get(id), now_s),
+            )
+        })
         .collect();
     PodMetrics {
         pod_id: meta.id.clone(),
         metrics: e.out,
         containers,
+    }
+}
+
+impl super::Pods {
+    /// ListPodSandboxMetrics: the metrics of every ready pod (the pods ListPodSandboxStats
+    /// lists), each running container's extras read off the async threads.
+    pub async fn list_sandbox_metrics(&self) -> Vec<PodMetrics> {
+        let stats = self.list_sandbox_stats(&Default::default()).await;
+        let running: Vec<(String, u32, Option<std::path::PathBuf>)> = stats
+            .iter()
+            .flat_map(|s| &s.containers)
+            .filter(|c| {
+                c.container.status.state == ContainerState::Running && c.container.status.pid != 0
+            })
+            .map(|c| {
+                (
+                    c.container.metadata.id.clone(),
+                    c.container.status.pid,
+                    c.writable.as_ref().map(|w| w.2.clone()),
+                )
+            })
+            .collect();
+        let extras = super::blocking(move || {
+            let fs = CgroupFs::host();
+            running
+                .into_iter()
+                .map(|(id, pid, root)| (id, read_extras(&fs, pid, root.as_deref())))
+                .collect::<HashMap<_, _>>()
+        })
+        .await
+        // The reading panicked (a bug): the metrics without extras rather than none.
+        .unwrap_or_default();
+        let now_s = (super::now_ns().max(0) as u64) / NS_PER_S;
+        stats
+            .iter()
+            .map(|s| pod_metrics(s, &extras, now_s))
+            .collect()
     }
 }
 
@@ -447,7 +828,7 @@ mod tests {
 
     #[test]
     fn every_metric_is_described_with_matching_labels() {
-        let p = pod_metrics(&stats());
+        let p = pod_metrics(&stats(), &HashMap::new(), 0);
         let all = p
             .metrics
             .iter()
@@ -464,8 +845,8 @@ mod tests {
         }
         assert_eq!(
             n,
-            8 + 13,
-            "8 network metrics and 13 of the running container"
+            8 + 17,
+            "8 network metrics and 17 of the running container without its extras"
         );
         let mut names: Vec<_> = DESCRIPTORS.iter().map(|d| d.name).collect();
         names.sort();
@@ -479,7 +860,7 @@ mod tests {
 
     #[test]
     fn pod_network_and_running_containers() {
-        let p = pod_metrics(&stats());
+        let p = pod_metrics(&stats(), &HashMap::new(), 0);
         assert_eq!(p.pod_id, "pod1");
         let rx = find(&p.metrics, "container_network_receive_bytes_total");
         assert_eq!(rx.value, 1000);
@@ -513,6 +894,177 @@ mod tests {
     fn a_host_network_pod_has_no_network_metrics() {
         let mut s = stats();
         s.network = None;
-        assert!(pod_metrics(&s).metrics.is_empty());
+        assert!(pod_metrics(&s, &HashMap::new(), 0).metrics.is_empty());
+    }
+
+    /// critest v1.37.0's `expectedMetricDescriptorNames` (pkg/validate/pod.go): the cAdvisor
+    /// metrics kubelet serves with the legacy stats provider.
+    const CRITEST_EXPECTED: &[&str] = &[
+        "container_blkio_device_usage_total",
+        "container_cpu_cfs_periods_total",
+        "container_cpu_cfs_throttled_periods_total",
+        "container_cpu_cfs_throttled_seconds_total",
+        "container_cpu_system_seconds_total",
+        "container_cpu_usage_seconds_total",
+        "container_cpu_user_seconds_total",
+        "container_file_descriptors",
+        "container_fs_inodes_free",
+        "container_fs_inodes_total",
+        "container_fs_limit_bytes",
+        "container_fs_reads_bytes_total",
+        "container_fs_reads_total",
+        "container_fs_usage_bytes",
+        "container_fs_writes_bytes_total",
+        "container_fs_writes_total",
+        "container_last_seen",
+        "container_memory_cache",
+        "container_memory_failcnt",
+        "container_memory_failures_total",
+        "container_memory_kernel_usage",
+        "container_memory_mapped_file",
+        "container_memory_max_usage_bytes",
+        "container_memory_rss",
+        "container_memory_swap",
+        "container_memory_usage_bytes",
+        "container_memory_working_set_bytes",
+        "container_network_receive_bytes_total",
+        "container_network_receive_errors_total",
+        "container_network_receive_packets_dropped_total",
+        "container_network_receive_packets_total",
+        "container_network_transmit_bytes_total",
+        "container_network_transmit_errors_total",
+        "container_network_transmit_packets_dropped_total",
+        "container_network_transmit_packets_total",
+        "container_oom_events_total",
+        "container_processes",
+        "container_sockets",
+        "container_spec_cpu_period",
+        "container_spec_cpu_shares",
+        "container_spec_memory_limit_bytes",
+        "container_spec_memory_swap_limit_bytes",
+        "container_start_time_seconds",
+        "container_threads",
+        "container_threads_max",
+    ];
+
+    /// Listed, never valued (see [`DESCRIPTORS`]).
+    const UNREPORTED: &[&str] = &[
+        "container_ulimits_soft",
+        "container_spec_memory_reservation_limit_bytes",
+    ];
+
+    fn busy_extras() -> ContainerExtras {
+        use crate::lifecycle::cgroup_metrics::{DeviceIo, Throttling};
+        ContainerExtras {
+            cgroup: CgroupExtras {
+                throttling: Some(Throttling {
+                    periods: 10,
+                    throttled_periods: 2,
+                    throttled_ns: 3_200_000_000,
+                }),
+                kernel_usage: Some(4096),
+                swap: Some(0),
+                active_file: Some(7),
+                inactive_file: Some(8),
+                oom_kills: Some(1),
+                pids_max: Some(0),
+                cpu_period: Some(100_000),
+                cpu_shares: Some(1024),
+                memory_swap_limit: Some(64 << 20),
+                io: vec![DeviceIo {
+                    device: "/dev/sda".into(),
+                    major: 8,
+                    minor: 0,
+                    read_bytes: 4096,
+                    write_bytes: 8192,
+                    reads: 1,
+                    writes: 2,
+                }],
+                procs: vec![1],
+            },
+            descriptors: Some((5, 1)),
+            filesystem: Some((1 << 30, 1000)),
+        }
+    }
+
+    #[test]
+    fn critests_expected_descriptors_are_listed_and_each_has_values_with_its_labels() {
+        for name in CRITEST_EXPECTED {
+            assert!(
+                DESCRIPTORS.iter().any(|d| d.name == *name),
+                "{name} not listed"
+            );
+        }
+        let mut s = stats();
+        s.containers[0].writable = Some((300, 12, "/var/lib/snapshots".into()));
+        let extras = HashMap::from([("c1".to_string(), busy_extras())]);
+        let p = pod_metrics(&s, &extras, 1_700_000_123);
+        let all: Vec<&Metric> = p
+            .metrics
+            .iter()
+            .chain(p.containers.iter().flat_map(|(_, m)| m))
+            .collect();
+        for d in DESCRIPTORS {
+            let values: Vec<_> = all.iter().filter(|m| m.name == d.name).collect();
+            if UNREPORTED.contains(&d.name) {
+                assert!(values.is_empty(), "{}", d.name);
+                continue;
+            }
+            assert!(!values.is_empty(), "{} has no value", d.name);
+            for m in values {
+                assert_eq!(m.label_values.len(), d.label_keys.len(), "{m:?}");
+                assert_eq!(m.kind, d.kind, "{m:?}");
+            }
+        }
+        let (_, m) = &p.containers[0];
+        assert_eq!(find(m, "container_last_seen").value, 1_700_000_123);
+        assert_eq!(
+            find(m, "container_cpu_cfs_throttled_seconds_total").value,
+            3
+        );
+        let fs = find(m, "container_fs_usage_bytes");
+        assert_eq!((fs.value, fs.label_values[5].as_str()), (300, "/"));
+        assert_eq!(find(m, "container_fs_limit_bytes").value, 1 << 30);
+        assert_eq!(find(m, "container_sockets").value, 1);
+        let blkio: Vec<_> = m
+            .iter()
+            .filter(|m| m.name == "container_blkio_device_usage_total")
+            .map(|m| (m.label_values[5..].to_vec(), m.value))
+            .collect();
+        assert_eq!(
+            blkio,
+            [
+                (
+                    vec![
+                        "/dev/sda".to_string(),
+                        "8".into(),
+                        "0".into(),
+                        "Read".into()
+                    ],
+                    4096
+                ),
+                (
+                    vec![
+                        "/dev/sda".to_string(),
+                        "8".into(),
+                        "0".into(),
+                        "Write".into()
+                    ],
+                    8192
+                ),
+            ]
+        );
+        let faults: Vec<_> = m
+            .iter()
+            .filter(|m| m.name == "container_memory_failures_total")
+            .map(|m| m.label_values[5..].to_vec())
+            .collect();
+        assert_eq!(
+            faults,
+            [
+                vec!["pgfault".to_string(), "container".into()],
+                vec!["pgmajfault".to_string(), "container".into()],
+            ]
+        );
     }
 }

@@ -194,6 +194,7 @@ impl Pods {
             namespace_options: ns.clone(),
             cgroup_parent: cfg.cgroup_parent.clone(),
             config_json: req.config_json.clone(),
+            updated_resources: None,
         };
 
         // CNI ADD needs the netns and nothing else; the pause container needs the netns's

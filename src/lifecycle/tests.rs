@@ -2093,3 +2093,95 @@ async fn create_container_applies_cdi_edits_to_the_recorded_spec() {
         .iter()
         .any(|r| r.allow() && r.major() == Some(1) && r.minor() == Some(3)));
 }
+
+// UpdatePodSandboxResources: recorded on the pause record, then in the index.
+
+fn pod_resources(cpu_shares: i64) -> crate::spec::Resources {
+    crate::spec::Resources {
+        cpu_shares,
+        cpu_period: 100_000,
+        memory_limit_in_bytes: 128 << 20,
+        unified: [("memory.high".to_string(), "max".to_string())].into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn update_sandbox_resources_records_them_on_the_record_and_in_the_index() {
+    let b = bed();
+    let id = b.pods.run_sandbox(pod_request()).await.expect("a pod");
+    let overhead = pod_resources(10);
+    let resources = pod_resources(512);
+    b.pods
+        .update_sandbox_resources(&id, Some(&overhead), Some(&resources))
+        .await
+        .expect("updated");
+    let calls = b.log.calls();
+    assert_eq!(
+        calls.last(),
+        Some(&Call::RecordSetExtension(
+            id.clone(),
+            SANDBOX_EXTENSION.to_string()
+        )),
+        "the pause record rewritten, nothing else touched: {calls:?}"
+    );
+    let indexed = b.pods.sandboxes.get(&id).expect("indexed").metadata();
+    let recorded = recorded_metadata(&b, &id);
+    assert_eq!(
+        recorded, *indexed,
+        "the record holds what the index reports"
+    );
+    let got = indexed
+        .updated_resources
+        .clone()
+        .expect("resources recorded");
+    assert_eq!(got.overhead.expect("overhead").cpu_shares, 10);
+    let r = got.resources.expect("resources");
+    assert_eq!((r.cpu_shares, r.cpu_period), (512, 100_000));
+    assert_eq!(r.memory_limit_in_bytes, 128 << 20);
+    assert_eq!(r.unified["memory.high"], "max");
+    assert_eq!(indexed.ip, "10.88.0.7", "the rest of the metadata kept");
+
+    // A later call replaces both: no overhead sent → none recorded.
+    b.pods
+        .update_sandbox_resources(&id, None, Some(&pod_resources(256)))
+        .await
+        .expect("updated again");
+    let got = recorded_metadata(&b, &id).updated_resources.expect("kept");
+    assert_eq!(got.overhead, None);
+    assert_eq!(got.resources.expect("resources").cpu_shares, 256);
+}
+
+#[tokio::test]
+async fn update_sandbox_resources_of_an_unknown_pod_is_not_found_and_writes_nothing() {
+    let b = bed();
+    let before = b.log.calls().len();
+    let err = b
+        .pods
+        .update_sandbox_resources(&"f".repeat(64), None, Some(&pod_resources(2)))
+        .await
+        .expect_err("no such pod");
+    assert!(
+        matches!(
+            err,
+            SandboxError::Store(crate::store::StoreError::NotFound { .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(b.log.calls().len(), before, "no call made");
+}
+
+#[tokio::test]
+async fn update_sandbox_resources_failing_to_write_the_record_leaves_the_index_as_it_was() {
+    let b = bed();
+    let id = b.pods.run_sandbox(pod_request()).await.expect("a pod");
+    // The first set_extension recorded the pod's addresses during RunPodSandbox.
+    b.log.fail("containers.set_extension", 2);
+    b.pods
+        .update_sandbox_resources(&id, None, Some(&pod_resources(2)))
+        .await
+        .expect_err("the record write fails");
+    let indexed = b.pods.sandboxes.get(&id).expect("indexed").metadata();
+    assert_eq!(indexed.updated_resources, None, "not reported as recorded");
+    assert_eq!(recorded_metadata(&b, &id).updated_resources, None);
+}

@@ -36,8 +36,8 @@ pub use container::{
 pub use name::{container_name_key, sandbox_name_key, NameError, NameIndex, NameReservation};
 pub use persist::{decode_extension, encode_extension, to_labels, PersistError, Persisted};
 pub use sandbox::{
-    Sandbox, SandboxFilter, SandboxMetadata, SandboxSnapshot, SandboxState, SandboxStatus,
-    SandboxStore,
+    HugepageLimitRecord, LinuxResources, PodResources, Sandbox, SandboxFilter, SandboxMetadata,
+    SandboxSnapshot, SandboxState, SandboxStatus, SandboxStore,
 };
 pub use status::{
     ContainerState, ContainerStatus, ExitOutcome, OomOutcome, Target, TransitionError,

@@ -310,6 +310,7 @@ mod tests {
             },
             cgroup_parent: "/kubepods/pod-u-1".into(),
             config_json: br#"{"metadata":{"name":"web"}}"#.to_vec(),
+            updated_resources: None,
         }
     }
 
@@ -410,6 +411,43 @@ mod tests {
             v["metadata"]["namespace_options"].get("user").is_none(),
             "no user namespace, no key: records stay as before user namespaces"
         );
+    }
+
+    #[test]
+    fn a_pods_updated_resources_round_trip_and_older_records_have_none() {
+        let mut m = sandbox();
+        let v: serde_json::Value = serde_json::from_slice(&encode_extension(&m)).unwrap();
+        assert!(
+            v["metadata"].get("updated_resources").is_none(),
+            "never updated: no key, records stay as before pod resize"
+        );
+        assert_eq!(
+            decode_extension::<SandboxMetadata>(&serde_json::to_vec(&v).unwrap())
+                .unwrap()
+                .updated_resources,
+            None
+        );
+        m.updated_resources = Some(crate::store::PodResources {
+            overhead: None,
+            resources: Some(crate::store::LinuxResources {
+                cpu_shares: 512,
+                memory_limit_in_bytes: 1 << 30,
+                unified: [("memory.high".to_string(), "max".to_string())].into(),
+                ..Default::default()
+            }),
+        });
+        let bytes = encode_extension(&m);
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            v["metadata"]["updated_resources"],
+            serde_json::json!({"resources": {
+                "cpu_shares": 512,
+                "memory_limit_in_bytes": 1_073_741_824_u64,
+                "unified": {"memory.high": "max"}
+            }}),
+            "containerd's field names, zero fields left out"
+        );
+        assert_eq!(decode_extension::<SandboxMetadata>(&bytes).unwrap(), m);
     }
 
     #[test]

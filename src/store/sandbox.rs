@@ -1,4 +1,5 @@
-//! Pod sandboxes: their metadata (fixed when the sandbox is created), their status (changes
+//! Pod sandboxes: their metadata (fixed when the sandbox is created, but for the resources
+//! UpdatePodSandboxResources reports), their status (changes
 //! as the pause task starts and exits), and the store that indexes them.
 //!
 //! ```text
@@ -14,7 +15,7 @@
 //! CRI shows UNKNOWN as NOTREADY. NOTREADY is final: a pod is re-created, never restarted, so
 //! neither `set_ready` nor `mark_unknown` leave it; the first recorded pause exit wins.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
@@ -23,7 +24,7 @@ use super::index::SharedIndex;
 use super::name::sandbox_name_key;
 use super::status::ExitOutcome;
 use super::{labels_match, StoreError};
-use crate::spec::NamespaceOptions;
+use crate::spec::{NamespaceOptions, Resources};
 
 /// Everything CRI said about a sandbox and what remora set up for it. Persisted in the
 /// containerd container record of the pause container (see [`super::persist`]).
@@ -67,6 +68,106 @@ pub struct SandboxMetadata {
     /// container creation after a restart.
     #[serde(with = "super::persist::base64_bytes")]
     pub config_json: Vec<u8>,
+    /// The pod's resources as kubelet last reported them (UpdatePodSandboxResources, after it
+    /// resized the pod's cgroup); `None` until then. The one field that changes after the
+    /// sandbox is indexed ([`Sandbox::replace_metadata`]). Absent in records written before
+    /// in-place pod resize, and left out of those written before the first update.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_resources: Option<PodResources>,
+}
+
+/// What UpdatePodSandboxResources reported for a pod: its overhead and its resources, each
+/// CRI `LinuxContainerResources`, absent when kubelet sent none. Kept for verbose status,
+/// as containerd keeps them for its sandbox info.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PodResources {
+    /// The pod overhead (RuntimeClass).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<LinuxResources>,
+    /// The sum of the pod's containers' resources.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<LinuxResources>,
+}
+
+/// CRI `LinuxContainerResources` in the JSON form containerd reports it in (the protobuf
+/// field names; zero and empty fields left out, as Go's `omitempty`). Defined here, not
+/// derived from the spec types, so the stored form does not change with them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LinuxResources {
+    /// CFS period (µs).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cpu_period: i64,
+    /// CFS quota (µs).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cpu_quota: i64,
+    /// CPU shares.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cpu_shares: i64,
+    /// Memory limit (bytes).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub memory_limit_in_bytes: i64,
+    /// OOM score adjustment.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub oom_score_adj: i64,
+    /// cpuset CPUs.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cpuset_cpus: String,
+    /// cpuset memory nodes.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cpuset_mems: String,
+    /// Hugepage limits.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hugepage_limits: Vec<HugepageLimitRecord>,
+    /// cgroup v2 unified key/values (sorted, so the stored JSON is stable).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub unified: BTreeMap<String, String>,
+    /// Memory + swap limit (bytes).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub memory_swap_limit_in_bytes: i64,
+}
+
+/// CRI `HugepageLimit` as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HugepageLimitRecord {
+    /// Page size, e.g. `2MB`.
+    pub page_size: String,
+    /// Limit in bytes.
+    pub limit: u64,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+impl From<&Resources> for LinuxResources {
+    fn from(r: &Resources) -> Self {
+        LinuxResources {
+            cpu_period: r.cpu_period,
+            cpu_quota: r.cpu_quota,
+            cpu_shares: r.cpu_shares,
+            memory_limit_in_bytes: r.memory_limit_in_bytes,
+            oom_score_adj: r.oom_score_adj,
+            cpuset_cpus: r.cpuset_cpus.clone(),
+            cpuset_mems: r.cpuset_mems.clone(),
+            hugepage_limits: r
+                .hugepage_limits
+                .iter()
+                .map(|h| HugepageLimitRecord {
+                    page_size: h.page_size.clone(),
+                    limit: h.limit,
+                })
+                .collect(),
+            unified: r
+                .unified
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
+        }
+    }
 }
 
 impl SandboxMetadata {
@@ -126,7 +227,10 @@ impl SandboxStatus {
 
 #[derive(Debug)]
 struct SandboxInner {
-    metadata: Arc<SandboxMetadata>,
+    /// The id, fixed (also in the metadata).
+    id: String,
+    /// Replaced whole, never edited in place: a snapshot's `Arc` stays as it was taken.
+    metadata: Mutex<Arc<SandboxMetadata>>,
     status: Mutex<SandboxStatus>,
 }
 
@@ -139,7 +243,7 @@ pub struct Sandbox {
 /// A copy of a sandbox at one moment, for listing and status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSnapshot {
-    /// Metadata (shared, immutable).
+    /// Metadata (shared, immutable; a later update replaces the sandbox's, not this one).
     pub metadata: Arc<SandboxMetadata>,
     /// Status when the snapshot was taken.
     pub status: SandboxStatus,
@@ -150,7 +254,8 @@ impl Sandbox {
     pub fn new(metadata: SandboxMetadata, status: SandboxStatus) -> Self {
         Sandbox {
             inner: Arc::new(SandboxInner {
-                metadata: Arc::new(metadata),
+                id: metadata.id.clone(),
+                metadata: Mutex::new(Arc::new(metadata)),
                 status: Mutex::new(status),
             }),
         }
@@ -158,12 +263,33 @@ impl Sandbox {
 
     /// Its id.
     pub fn id(&self) -> &str {
-        &self.inner.metadata.id
+        &self.inner.id
     }
 
-    /// Its metadata.
-    pub fn metadata(&self) -> &Arc<SandboxMetadata> {
-        &self.inner.metadata
+    /// Its metadata as it is now.
+    pub fn metadata(&self) -> Arc<SandboxMetadata> {
+        // Only whole-`Arc` swaps happen under this lock: a poisoned lock still holds one.
+        Arc::clone(
+            &self
+                .inner
+                .metadata
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// Replaces the metadata (UpdatePodSandboxResources, once the record holds the new one).
+    /// The id cannot change: a metadata with another id is refused (returns false).
+    pub fn replace_metadata(&self, metadata: SandboxMetadata) -> bool {
+        if metadata.id != self.inner.id {
+            return false;
+        }
+        *self
+            .inner
+            .metadata
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(metadata);
+        true
     }
 
     fn lock(&self) -> MutexGuard<'_, SandboxStatus> {
@@ -183,7 +309,7 @@ impl Sandbox {
     /// A snapshot of metadata and status.
     pub fn snapshot(&self) -> SandboxSnapshot {
         SandboxSnapshot {
-            metadata: Arc::clone(&self.inner.metadata),
+            metadata: self.metadata(),
             status: self.status(),
         }
     }

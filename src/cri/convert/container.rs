@@ -411,6 +411,17 @@ pub fn resources(r: &v1::LinuxContainerResources, prefix: &str) -> Result<Resour
     Ok(out)
 }
 
+/// Resources a pod reports for its record (UpdatePodSandboxResources): as [`resources`], and
+/// bounded ([`validate::recorded_resources`]).
+pub fn recorded_resources(
+    r: &v1::LinuxContainerResources,
+    prefix: &str,
+) -> Result<Resources, ConvertError> {
+    let out = resources(r, prefix)?;
+    validate::recorded_resources(prefix, &out)?;
+    Ok(out)
+}
+
 /// `LinuxContainerSecurityContext` → [`SecurityContext`]. `prefix` is the CRI path of the
 /// message.
 ///

@@ -50,7 +50,7 @@ use thiserror::Error;
 
 pub use container::{
     container_config, container_log_path, container_metadata, container_security,
-    container_target_id, device_request, envs, mount_request, resources,
+    container_target_id, device_request, envs, mount_request, recorded_resources, resources,
 };
 #[cfg(target_os = "linux")]
 pub use sandbox::sandbox_dns;

@@ -1,0 +1,42 @@
+//! UpdatePodSandboxResources (KEP-1287, in-place pod resize).
+//!
+//! kubelet calls it after it has resized the pod's cgroup itself, and treats a failure as
+//! best effort. remora never makes a pod cgroup: kubelet names it in `cgroup_parent` and owns
+//! it; the pause container's cgroup is a child of it that the OCI runtime makes (or, without a
+//! parent, the runtime's default, which is the pause container's alone). So nothing is
+//! written to a cgroup here: the call validates (the sandbox must exist), then records the
+//! overhead and resources on the sandbox's containerd record (so they survive a restart) and
+//! in the index, where verbose PodSandboxStatus reports them — as containerd 2.3 stores them
+//! in its sandbox status and its record's `extensions` and reports them in its sandbox info.
+//! containerd also hands them to NRI plugins; remora has no NRI.
+
+use super::{Pods, SandboxError};
+use crate::spec;
+use crate::store::persist::SANDBOX_EXTENSION;
+use crate::store::{encode_extension, LinuxResources, PodResources};
+
+impl Pods {
+    /// UpdatePodSandboxResources: records `overhead` and `resources` (each absent when kubelet
+    /// sent none; already validated) for sandbox `id` (full id or unique prefix).
+    pub async fn update_sandbox_resources(
+        &self,
+        id: &str,
+        overhead: Option<&spec::Resources>,
+        resources: Option<&spec::Resources>,
+    ) -> Result<(), SandboxError> {
+        let sandbox = self.sandboxes.get(id)?;
+        let _serial = self.sandbox_updates.lock().await;
+        let mut metadata = (*sandbox.metadata()).clone();
+        metadata.updated_resources = Some(PodResources {
+            overhead: overhead.map(LinuxResources::from),
+            resources: resources.map(LinuxResources::from),
+        });
+        // The record first: the index never reports what a restart would lose.
+        self.containers
+            .set_extension(sandbox.id(), SANDBOX_EXTENSION, encode_extension(&metadata))
+            .await?;
+        // Same id (cloned from this sandbox's own metadata): cannot be refused.
+        sandbox.replace_metadata(metadata);
+        Ok(())
+    }
+}

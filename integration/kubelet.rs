@@ -6,8 +6,10 @@
 //!
 //! It is its own test binary, so cargo never runs it beside the other integration tests: a
 //! kubelet changes host-wide state (sysctls, iptables chains, `/var/lib/kubelet`), which
-//! [`HostState`] records before and restores after, pass or fail. Its two runs (kubelet's
-//! default settings, then the `EventedPLEG` feature gate) take turns on one lock.
+//! [`HostState`] records before and restores after, pass or fail. Its two runs (the feature
+//! gates of [`GATES`], then those and `EventedPLEG`) take turns on one lock, and so do the
+//! scenarios that wait for remora features still being built (`#[ignore]`d, named by what they
+//! need).
 //!
 //! The kubelet settings are the ones `docs/kubelet.md` documents for running kubelet against
 //! remora on a cgroup v1 host without systemd.
@@ -56,16 +58,34 @@ const DEVICE_PLUGINS: &str = "/var/lib/kubelet/device-plugins";
 /// One run at a time: kubelet binds fixed ports and changes host-wide state.
 static ONE_KUBELET: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The feature gates (kubelet 1.37) of the CRI features remora serves, on in every run. Those
+/// GA and locked on are named too, so that the list says what the suite exercises.
+const GATES: &[&str] = &[
+    // GA (locked on) since 1.36: `image` volumes, CRI `Mount.image`.
+    "ImageVolume",
+    // GA (locked on) since 1.36: `hostUsers: false`, CRI user-namespace options.
+    "UserNamespacesSupport",
+    // Alpha: `lifecycle.stopSignal`, CRI `ContainerConfig.stop_signal`.
+    "ContainerStopSignals",
+    // Beta, off by default: pod and container stats from CRI (`ListPodSandboxStats`) instead
+    // of cAdvisor, for `/stats/summary`.
+    "PodAndContainerStatsFromCRI",
+    // Alpha: the `Stream*` list RPCs instead of the unary `List*` ones.
+    "CRIListStreaming",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_runs_pods_on_remora() {
     let _turn = ONE_KUBELET.lock().await;
-    run_suite(&[]).await;
+    run_suite(GATES).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_with_evented_pleg_runs_pods_on_remora() {
     let _turn = ONE_KUBELET.lock().await;
-    run_suite(&["EventedPLEG"]).await;
+    let mut gates = GATES.to_vec();
+    gates.push("EventedPLEG");
+    run_suite(&gates).await;
 }
 
 /// Host-wide state kubelet changes, recorded before it starts and put back on drop.
@@ -553,6 +573,14 @@ fn container<'a>(status: &'a Value, name: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
+/// An init container's status in a pod status, by name.
+fn init_container<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["initContainerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
 fn running(c: &Value) -> bool {
     c["state"]["running"].is_object()
 }
@@ -593,8 +621,23 @@ fn sh(name: &str, script: &str) -> Value {
     })
 }
 
-/// The pod manifests of the suite; `hooks` is a host dir the hooks pod writes into.
-fn manifests(hooks: &Path) -> Vec<(&'static str, Value)> {
+/// The termination grace period of the `stubborn` pod, whose container ignores TERM.
+const STUBBORN_GRACE: i64 = 5;
+
+/// Whether kubelet runs init containers right with these gates. kubelet 1.37.2 decides which
+/// init container to run from `PodStatus.ActiveContainerStatuses`, which its evented PLEG never
+/// fills (`GeneratePodStatus`, and `GetPodStatus` when PodSandboxStatus has a timestamp): with
+/// `EventedPLEG` it re-runs the first init container forever, on any runtime with evented
+/// PLEG. That pass leaves init containers out until kubelet fixes it.
+fn init_containers_work(gates: &[&str]) -> bool {
+    !gates.contains(&"EventedPLEG")
+}
+
+/// The pod manifests of the suite; `hooks` is a host dir the hooks, stubborn and stopsig pods
+/// write into (mounted at `/hooks`). Without `init_containers` (see [`init_containers_work`])
+/// the init pod's main container writes what its init containers would and the sidecar pod is
+/// left out.
+fn manifests(hooks: &Path, init_containers: bool) -> Vec<(&'static str, Value)> {
     let web = json!({
         "name": "nginx",
         "image": NGINX,
@@ -635,26 +678,62 @@ fn manifests(hooks: &Path) -> Vec<(&'static str, Value)> {
         c["volumeMounts"] = json!([{"name": "work", "mountPath": "/work"}]);
         c
     };
-    vec![
+    let with_hooks = |mut c: Value| {
+        c["volumeMounts"] = json!([{"name": "hooks", "mountPath": "/hooks"}]);
+        c
+    };
+    let hooks_volume = json!([{
+        "name": "hooks",
+        "hostPath": {"path": hooks, "type": "DirectoryOrCreate"},
+    }]);
+    // A native sidecar (an init container with `restartPolicy: Always`): started before the
+    // main container, and running beside it.
+    let mut side = with_work(sh("side", "echo up > /work/side; sleep 3600"));
+    side["restartPolicy"] = json!("Always");
+    // Ignores TERM (its trap notes when TERM came, once): a failing liveness probe makes
+    // kubelet stop it with the pod's grace period, after which it is killed (137).
+    let mut stubborn = with_hooks(sh(
+        "app",
+        "trap '[ -f /hooks/term ] || date +%s > /hooks/term' TERM; touch /tmp/alive; \
+         (sleep 3; rm -f /tmp/alive) & while true; do sleep 1; done",
+    ));
+    stubborn["livenessProbe"] = json!({
+        "exec": {"command": ["cat", "/tmp/alive"]},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+    });
+    // ContainerStopSignals: stopped with SIGUSR1, which it notes on the host and exits on.
+    let mut stopsig = with_hooks(sh(
+        "app",
+        "trap 'echo usr1 > /hooks/stopsignal; exit 0' USR1; \
+         trap 'echo term > /hooks/stopsignal; exit 0' TERM; while true; do sleep 1; done",
+    ));
+    stopsig["lifecycle"] = json!({"stopSignal": "SIGUSR1"});
+    let init = if init_containers {
+        json!({
+            "initContainers": [
+                with_work(sh("first", "echo one >> /work/order")),
+                with_work(sh("second", "echo two >> /work/order")),
+            ],
+            "containers": [with_work(sh("main", "cat /work/order; sleep 3600"))],
+            "volumes": [{"name": "work", "emptyDir": {}}],
+        })
+    } else {
+        json!({
+            "containers": [with_work(sh(
+                "main",
+                "echo one >> /work/order; echo two >> /work/order; cat /work/order; sleep 3600",
+            ))],
+            "volumes": [{"name": "work", "emptyDir": {}}],
+        })
+    };
+    let mut pods = vec![
         ("web", pod("web", json!({"containers": [web]}))),
         (
             "liveness",
             pod("liveness", json!({"containers": [liveness]})),
         ),
-        (
-            "init",
-            pod(
-                "init",
-                json!({
-                    "initContainers": [
-                        with_work(sh("first", "echo one >> /work/order")),
-                        with_work(sh("second", "echo two >> /work/order")),
-                    ],
-                    "containers": [with_work(sh("main", "cat /work/order; sleep 3600"))],
-                    "volumes": [{"name": "work", "emptyDir": {}}],
-                }),
-            ),
-        ),
+        ("init", pod("init", init)),
         (
             "crash",
             pod(
@@ -685,11 +764,38 @@ fn manifests(hooks: &Path) -> Vec<(&'static str, Value)> {
             pod(
                 "hooks",
                 json!({
+                    // The preStop hook runs within the grace period (its exec is killed at
+                    // its end): 2 s is too short on a busy 2-core machine.
+                    "terminationGracePeriodSeconds": 10,
                     "containers": [hooked],
                     "volumes": [{
                         "name": "hooks",
                         "hostPath": {"path": hooks, "type": "DirectoryOrCreate"},
                     }],
+                }),
+            ),
+        ),
+        (
+            "stubborn",
+            pod(
+                "stubborn",
+                json!({
+                    "terminationGracePeriodSeconds": STUBBORN_GRACE,
+                    "containers": [stubborn],
+                    "volumes": hooks_volume.clone(),
+                }),
+            ),
+        ),
+        (
+            "stopsig",
+            pod(
+                "stopsig",
+                json!({
+                    // `lifecycle.stopSignal` needs the pod's OS named.
+                    "os": {"name": "linux"},
+                    "terminationGracePeriodSeconds": 10,
+                    "containers": [stopsig],
+                    "volumes": hooks_volume,
                 }),
             ),
         ),
@@ -705,7 +811,21 @@ fn manifests(hooks: &Path) -> Vec<(&'static str, Value)> {
                 )]}),
             ),
         ),
-    ]
+    ];
+    if init_containers {
+        pods.push((
+            "sidecar",
+            pod(
+                "sidecar",
+                json!({
+                    "initContainers": [side],
+                    "containers": [with_work(sh("main", "cat /work/side; sleep 3600"))],
+                    "volumes": [{"name": "work", "emptyDir": {}}],
+                }),
+            ),
+        ));
+    }
+    pods
 }
 
 /// Runs `sh -c cmd` in a container through CRI ExecSync; returns (exit code, stdout).
@@ -732,6 +852,25 @@ async fn sandboxes_of(bed: &BedRemora, name: &str) -> Vec<v1::PodSandbox> {
         .into_iter()
         .filter(|p| p.metadata.as_ref().is_some_and(|m| m.name == full))
         .collect()
+}
+
+/// Every attempt of the containers of kubelet pod `name` that remora still has, from
+/// ContainerStatus: `(attempt, started_at, finished_at, exit_code)`, sorted.
+async fn attempts(bed: &BedRemora, name: &str) -> Vec<(u32, i64, i64, i32)> {
+    let full = format!("{name}-{NODE}");
+    let mut out = Vec::new();
+    for c in list_containers(bed).await {
+        if c.labels.get("io.kubernetes.pod.name") != Some(&full) {
+            continue;
+        }
+        let s = cri::status(&bed.remora, &c.id)
+            .await
+            .expect("ContainerStatus");
+        let attempt = s.metadata.as_ref().map(|m| m.attempt).unwrap_or_default();
+        out.push((attempt, s.started_at, s.finished_at, s.exit_code));
+    }
+    out.sort();
+    out
 }
 
 async fn list_containers(bed: &BedRemora) -> Vec<v1::Container> {
@@ -817,7 +956,8 @@ async fn run_suite(gates: &[&str]) {
         || async { api.pods().await.is_some() },
     )
     .await;
-    for (name, manifest) in manifests(&hooks) {
+    let init_containers = init_containers_work(gates);
+    for (name, manifest) in manifests(&hooks, init_containers) {
         kubelet.write_manifest(name, &manifest);
     }
     let long = Duration::from_secs(90);
@@ -852,10 +992,12 @@ async fn run_suite(gates: &[&str]) {
             running(container(s, "main"))
         })
         .await;
-    for ic in init["initContainerStatuses"]
+    let init_statuses = init["initContainerStatuses"]
         .as_array()
-        .expect("init statuses")
-    {
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(init_statuses.len(), if init_containers { 2 } else { 0 });
+    for ic in &init_statuses {
         let t = &ic["state"]["terminated"];
         assert_eq!(
             (t["exitCode"].as_i64(), t["reason"].as_str()),
@@ -866,6 +1008,10 @@ async fn run_suite(gates: &[&str]) {
     let main_log = wait_for_log(&api, "init", "main", "two").await;
     assert_eq!(main_log, "one\ntwo\n", "init containers ran in order");
 
+    // --- a native sidecar: started before the main container, running beside it ---
+    if init_containers {
+        check_sidecar(&api, long).await;
+    }
     // --- kubectl exec's and port-forward's path: kubelet proxies WebSocket to remora ---
     let (out, status) = api.exec("init", "main", &["cat", "/work/order"]).await;
     assert_eq!(out, "one\ntwo\n", "exec through kubelet: {status}");
@@ -931,6 +1077,43 @@ async fn run_suite(gates: &[&str]) {
         "25000"
     );
 
+    // --- PodAndContainerStatsFromCRI: kubelet's /stats/summary carries remora's stats ---
+    let secure_stats = std::cell::RefCell::new(Value::Null);
+    wait_until("the secure pod's stats in /stats/summary", long, || async {
+        let Some(text) = api.get("/stats/summary").await else {
+            return false;
+        };
+        let summary: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let app = summary["pods"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["podRef"]["name"] == format!("secure-{NODE}").as_str())
+            .flat_map(|p| p["containers"].as_array().cloned().unwrap_or_default())
+            .find(|c| c["name"] == "app")
+            .unwrap_or(Value::Null);
+        let ready = app["cpu"]["usageCoreNanoSeconds"].as_u64().is_some()
+            && app["memory"]["workingSetBytes"]
+                .as_u64()
+                .is_some_and(|b| b > 0);
+        *secure_stats.borrow_mut() = app;
+        ready
+    })
+    .await;
+    let secure_stats = secure_stats.into_inner();
+    // A sleeping shell's working set: well below the container's 64 MiB limit.
+    let working_set = secure_stats["memory"]["workingSetBytes"]
+        .as_u64()
+        .unwrap_or_default();
+    assert!(working_set < 64 << 20, "{secure_stats:#}");
+    // With the gate, pod stats come from remora's ListPodSandboxStats (StreamPodSandboxStats
+    // with CRIListStreaming), not from cAdvisor.
+    let remora_log = bed.remora.log_text();
+    assert!(
+        remora_log.contains("PodSandboxStats"),
+        "kubelet asked remora for pod stats"
+    );
+
     // --- postStart hook ---
     api.wait_pod("hooks", "running", long, |s| running(container(s, "app")))
         .await;
@@ -938,6 +1121,24 @@ async fn run_suite(gates: &[&str]) {
         std::fs::read_to_string(hooks.join("poststart")).is_ok_and(|s| s == "started\n")
     })
     .await;
+
+    // --- ContainerStopSignals: the stop signal reaches CRI and comes back in the status ---
+    let stopsig = api
+        .wait_pod("stopsig", "running", long, |s| running(container(s, "app")))
+        .await;
+    assert_eq!(
+        container(&stopsig, "app")["stopSignal"],
+        "SIGUSR1",
+        "{stopsig:#}"
+    );
+    let stopsig_status = cri::status(&bed.remora, &cri_id(container(&stopsig, "app")))
+        .await
+        .expect("ContainerStatus");
+    assert_eq!(
+        stopsig_status.stop_signal,
+        v1::Signal::Sigusr1 as i32,
+        "{stopsig_status:?}"
+    );
 
     // --- a failing exec liveness probe restarts the container; its exit code is kept ---
     let liveness = api
@@ -951,6 +1152,37 @@ async fn run_suite(gates: &[&str]) {
         (last["exitCode"].as_i64(), last["reason"].as_str()),
         (Some(42), Some("Error")),
         "the TERM trap's exit code: {liveness:#}"
+    );
+
+    // --- a process that ignores TERM: killed (137) once the grace period is over ---
+    let stubborn = api
+        .wait_pod("stubborn", "killed after ignoring TERM", long, |s| {
+            restarts(container(s, "app")) >= 1
+                && container(s, "app")["lastState"]["terminated"].is_object()
+        })
+        .await;
+    let last = &container(&stubborn, "app")["lastState"]["terminated"];
+    assert_eq!(
+        (last["exitCode"].as_i64(), last["reason"].as_str()),
+        (Some(137), Some("Error")),
+        "killed after the grace period: {stubborn:#}"
+    );
+    let term_at: i64 = std::fs::read_to_string(hooks.join("term"))
+        .expect("the TERM trap's file")
+        .trim()
+        .parse()
+        .expect("seconds since the epoch");
+    let first = attempts(&bed, "stubborn")
+        .await
+        .into_iter()
+        .find(|a| a.0 == 0)
+        .expect("the first attempt, kept by kubelet");
+    // The trap runs when the shell's `sleep 1` returns and `date +%s` rounds down: the note is
+    // up to 1 s either side of TERM's arrival. SIGKILL comes one grace period after TERM.
+    let waited = first.2 as f64 / 1e9 - term_at as f64;
+    assert!(
+        (STUBBORN_GRACE as f64 - 2.0..=STUBBORN_GRACE as f64 + 5.0).contains(&waited),
+        "killed {waited:.1} s after TERM; grace period {STUBBORN_GRACE} s"
     );
 
     // --- a crash loop: restart count grows, back-off grows, exit code and reason right ---
@@ -969,19 +1201,7 @@ async fn run_suite(gates: &[&str]) {
     );
     // Every attempt, from CRI (kubelet keeps the dead ones: see the flags in `Kubelet`):
     // the pause before each restart grows (kubelet's back-off doubles from 10 s).
-    let mut attempts: Vec<(u32, i64, i64, i32)> = Vec::new();
-    let crash_pod = format!("crash-{NODE}");
-    for c in list_containers(&bed).await {
-        if c.labels.get("io.kubernetes.pod.name") != Some(&crash_pod) {
-            continue;
-        }
-        let s = cri::status(&bed.remora, &c.id)
-            .await
-            .expect("ContainerStatus");
-        let attempt = s.metadata.as_ref().map(|m| m.attempt).unwrap_or_default();
-        attempts.push((attempt, s.started_at, s.finished_at, s.exit_code));
-    }
-    attempts.sort();
+    let attempts = attempts(&bed, "crash").await;
     assert!(attempts.len() >= 3, "{attempts:?}");
     assert!(
         attempts.iter().all(|a| a.3 == 3 || a.2 == 0),
@@ -1051,6 +1271,24 @@ async fn run_suite(gates: &[&str]) {
     let tail = tail.into_inner();
     assert!(tail.lines().all(|l| l.starts_with("line ")), "{tail}");
 
+    // --- CRIListStreaming: kubelet lists through remora's Stream* RPCs, no fallback ---
+    let remora_log = bed.remora.log_text();
+    for rpc in ["StreamPodSandboxes", "StreamContainers"] {
+        assert!(
+            remora_log
+                .lines()
+                .any(|l| l.contains(rpc) && l.contains("done")),
+            "remora served {rpc} to kubelet"
+        );
+    }
+    let kubelet_log = std::fs::read_to_string(&kubelet.log).unwrap_or_default();
+    assert!(
+        !kubelet_log
+            .lines()
+            .any(|l| l.contains("Stream") && l.contains("from runtime service failed")),
+        "kubelet's streaming list calls failed"
+    );
+
     // Pod IPs, for the leak checks at the end.
     let mut ips = BTreeSet::new();
     for p in api.pods().await.expect("pods") {
@@ -1117,6 +1355,15 @@ async fn run_suite(gates: &[&str]) {
         std::fs::read_to_string(hooks.join("prestop")).is_ok_and(|s| s == "stopping\n")
     })
     .await;
+    wait_until("the stop signal's file", long, || async {
+        std::fs::read_to_string(hooks.join("stopsignal")).is_ok()
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(hooks.join("stopsignal")).unwrap_or_default(),
+        "usr1\n",
+        "kubelet stopped the container with its stopSignal"
+    );
     wait_until(
         "kubelet to remove every pod and container",
         Duration::from_secs(180),
@@ -1186,6 +1433,207 @@ async fn run_suite(gates: &[&str]) {
         host.differences(),
         Vec::<String>::new(),
         "host state restored"
+    );
+}
+
+/// One scenario on a kubelet of its own (gates [`GATES`]): `pods` are written as static pods
+/// once kubelet answers, `check` looks at them, then every manifest is removed and kubelet
+/// must remove every pod and container; the host state is put back, pass or fail. `setup`
+/// runs first, in the scenario's scratch dir (host files the pods mount).
+async fn scenario<S, P, C>(setup: S, pods: P, check: C)
+where
+    S: FnOnce(&Path),
+    P: FnOnce(&Path) -> Vec<(&'static str, Value)>,
+    C: AsyncFnOnce(&KubeletApi, &BedRemora, &Path),
+{
+    assert!(
+        Path::new(harness::TESTBED_CONTAINERD).exists(),
+        "the test bed is not up: run scripts/testbed.sh up (registry {TESTBED_REGISTRY})"
+    );
+    let host = HostState::record();
+    let bed = BedRemora::start_with_network();
+    let dir = scratch();
+    let cleanup = Cleanup {
+        host: &host,
+        remora_socket: bed.remora.socket.clone(),
+    };
+    cri::pull(&bed.remora, BUSYBOX).await.expect("pull");
+    setup(dir.path());
+    let mut kubelet = Kubelet::start(dir.path(), &bed.remora.socket, GATES);
+    let api = KubeletApi::new();
+    wait_until(
+        "kubelet's API to answer",
+        Duration::from_secs(60),
+        || async { api.pods().await.is_some() },
+    )
+    .await;
+    for (name, manifest) in pods(dir.path()) {
+        kubelet.write_manifest(name, &manifest);
+    }
+    check(&api, &bed, dir.path()).await;
+    kubelet.remove_manifests();
+    wait_until(
+        "kubelet to remove every pod and container",
+        Duration::from_secs(180),
+        || async {
+            cri::list_pods(&bed.remora).await.is_empty() && list_containers(&bed).await.is_empty()
+        },
+    )
+    .await;
+    kubelet.stop();
+    drop(cleanup);
+    assert_eq!(
+        host.differences(),
+        Vec::<String>::new(),
+        "host state restored"
+    );
+}
+
+/// `key=value` lines of a container's log, as a map.
+fn key_values(log: &str) -> std::collections::BTreeMap<String, String> {
+    log.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+/// (f) A `hostUsers: false` pod: kubelet sends idmapped bind mounts (`Mount.uid_mappings`)
+/// for its emptyDir, a hostPath file, `/etc/hosts` and the termination log. Inside, root is
+/// mapped to an unprivileged host range, and every mount shows host root's files as root's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs idmapped mounts for kubelet's volumes (issue 27)"]
+async fn kubelet_runs_a_user_namespaced_pod_on_remora() {
+    let _turn = ONE_KUBELET.lock().await;
+    let script = "echo uid=$(id -u); \
+        echo map=$(head -n1 /proc/self/uid_map); \
+        touch /data/x && echo data_owner=$(stat -c %u /data/x); \
+        echo host_owner=$(stat -c %u /hostfile); echo host_content=$(cat /hostfile); \
+        echo hosts_owner=$(stat -c %u /etc/hosts); \
+        echo bye > /dev/termination-log";
+    scenario(
+        |dir| std::fs::write(dir.join("hostfile"), "from the host\n").expect("host file"),
+        |dir| {
+            let mut app = sh("app", script);
+            app["volumeMounts"] = json!([
+                {"name": "data", "mountPath": "/data"},
+                {"name": "hostfile", "mountPath": "/hostfile", "readOnly": true},
+            ]);
+            vec![(
+                "userns",
+                pod(
+                    "userns",
+                    json!({
+                        "hostUsers": false,
+                        "restartPolicy": "Never",
+                        "containers": [app],
+                        "volumes": [
+                            {"name": "data", "emptyDir": {}},
+                            {"name": "hostfile", "hostPath": {
+                                "path": dir.join("hostfile"), "type": "File"}},
+                        ],
+                    }),
+                ),
+            )]
+        },
+        async |api, _bed, dir| {
+            let status = api
+                .wait_pod("userns", "completed", Duration::from_secs(90), |s| {
+                    container(s, "app")["state"]["terminated"].is_object()
+                })
+                .await;
+            let t = &container(&status, "app")["state"]["terminated"];
+            assert_eq!(t["exitCode"], 0, "{status:#}");
+            assert_eq!(t["message"], "bye\n", "the termination log: {status:#}");
+            let log = api.logs("userns", "app", "").await.expect("its log");
+            let kv = key_values(&log);
+            assert_eq!(kv.get("uid").map(String::as_str), Some("0"), "{log}");
+            // `0 <host start> <length>`: root inside is not root outside.
+            let map: Vec<&str> = kv
+                .get("map")
+                .map_or(Vec::new(), |m| m.split_whitespace().collect());
+            assert!(map.len() == 3 && map[0] == "0" && map[1] != "0", "{log}");
+            for key in ["data_owner", "host_owner", "hosts_owner"] {
+                assert_eq!(kv.get(key).map(String::as_str), Some("0"), "{key}: {log}");
+            }
+            assert_eq!(
+                kv.get("host_content").map(String::as_str),
+                Some("from the host"),
+                "{log}"
+            );
+            // What root wrote inside is host root's on the host (the emptyDir is idmapped).
+            let written =
+                Kubelet::root(dir).join("pods/uid-userns/volumes/kubernetes.io~empty-dir/data/x");
+            let owner = std::os::unix::fs::MetadataExt::uid(
+                &std::fs::metadata(&written).expect("the file written inside"),
+            );
+            assert_eq!(owner, 0, "{}", written.display());
+        },
+    )
+    .await;
+}
+
+/// (g) An image volume mounted with `subPath`: only that directory of the image, read-only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs image volume sub-paths (Mount.image_sub_path, issue 27)"]
+async fn kubelet_mounts_an_image_volume_sub_path_on_remora() {
+    let _turn = ONE_KUBELET.lock().await;
+    scenario(
+        |_| {},
+        |_| {
+            let mut app = sh(
+                "app",
+                "ls /img/sh >/dev/null && echo has_sh=yes; \
+                 [ -e /img/bin ] && echo has_bin=yes || echo has_bin=no; \
+                 touch /img/new 2>/dev/null && echo writable=yes || echo writable=no; \
+                 sleep 3600",
+            );
+            app["volumeMounts"] = json!([{"name": "img", "mountPath": "/img", "subPath": "bin"}]);
+            vec![(
+                "imagevol",
+                pod(
+                    "imagevol",
+                    json!({
+                        "containers": [app],
+                        "volumes": [{"name": "img", "image": {
+                            "reference": BUSYBOX, "pullPolicy": "IfNotPresent"}}],
+                    }),
+                ),
+            )]
+        },
+        async |api, _bed, _dir| {
+            api.wait_pod("imagevol", "running", Duration::from_secs(90), |s| {
+                running(container(s, "app"))
+            })
+            .await;
+            let log = wait_for_log(api, "imagevol", "app", "writable=").await;
+            let kv = key_values(&log);
+            assert_eq!(kv.get("has_sh").map(String::as_str), Some("yes"), "{log}");
+            assert_eq!(kv.get("has_bin").map(String::as_str), Some("no"), "{log}");
+            assert_eq!(kv.get("writable").map(String::as_str), Some("no"), "{log}");
+        },
+    )
+    .await;
+}
+
+/// The sidecar pod: its native sidecar started before the main container and runs beside it.
+async fn check_sidecar(api: &KubeletApi, long: Duration) {
+    let sidecar = api
+        .wait_pod("sidecar", "sidecar and main running", long, |s| {
+            running(init_container(s, "side")) && running(container(s, "main"))
+        })
+        .await;
+    assert_eq!(
+        (
+            restarts(init_container(&sidecar, "side")),
+            restarts(container(&sidecar, "main"))
+        ),
+        (0, 0),
+        "{sidecar:#}"
+    );
+    assert_eq!(
+        wait_for_log(api, "sidecar", "main", "up").await,
+        "up\n",
+        "the sidecar ran before the main container started"
     );
 }
 

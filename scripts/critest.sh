@@ -25,6 +25,8 @@
 # --check list did not pass, 2 when critest could not run or timed out.
 # Raw output: $TB_ROOT/logs/critest-<target>[-<handler>][-websocket].log, report .json,
 # list .results.
+# Environment: REMORA_CRITEST  the critest binary to run (default: $TOOLS_BIN/critest), e.g.
+#   a newer cri-tools release being tried before setup.sh pins it.
 # The test bed must be up (scripts/testbed.sh up).
 set -euo pipefail
 
@@ -36,6 +38,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # write its report (and mark the unfinished specs) before `timeout` kills it.
 RUN_TIMEOUT=40m
 GINKGO_TIMEOUT=38m
+CRITEST=${REMORA_CRITEST:-$TOOLS_BIN/critest}
 
 target=remora
 handler=
@@ -74,7 +77,7 @@ while [[ $# -gt 0 ]]; do
 		break
 		;;
 	-h | --help)
-		sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument: $1 (see --help)" ;;
@@ -99,7 +102,7 @@ run_critest() {
 	report="$logs/critest-$run_name.json"
 	results="$logs/critest-$run_name.results"
 
-	[[ -x "$TOOLS_BIN/critest" ]] || die "$TOOLS_BIN/critest is missing; run scripts/setup.sh"
+	[[ -x "$CRITEST" ]] || die "$CRITEST is missing; run scripts/setup.sh"
 	if ! crictl --runtime-endpoint "$endpoint" --image-endpoint "$endpoint" --timeout 5s version >/dev/null 2>&1; then
 		die "$target does not answer on $endpoint; is the test bed up? (scripts/testbed.sh up)"
 	fi
@@ -129,7 +132,7 @@ run_critest() {
 	rm -f "$report"
 	shm_before=$(shm_ids)
 	rc=0
-	timeout --kill-after=60s "$RUN_TIMEOUT" "$TOOLS_BIN/critest" "${args[@]}" \
+	timeout --kill-after=60s "$RUN_TIMEOUT" "$CRITEST" "${args[@]}" \
 		</dev/null >"$log" 2>&1 || rc=$?
 	# The HostIpc specs create 1 MiB segments on the host (ipcmk) and never
 	# remove them; drop the unattached ones this run created.

@@ -14,11 +14,13 @@ set -euo pipefail
 
 # ---- pinned versions (bump here, nowhere else) ------------------------------
 CONTAINERD_VERSION=v2.3.4 # github.com/containerd/containerd/v2
-CRI_TOOLS_VERSION=v1.36.0 # sigs.k8s.io/cri-tools (crictl, critest)
-KUBELET_VERSION=v1.35.4   # k8s.io/kubernetes (kubelet, for the kubelet suite)
+CRI_TOOLS_VERSION=v1.37.0 # sigs.k8s.io/cri-tools (crictl, critest)
+KUBELET_VERSION=v1.37.2   # k8s.io/kubernetes (kubelet, for the kubelet suite and the node VM)
 RUST_VERSION=1.95.0       # must match rust-toolchain.toml; only checked
 # The .proto files remora compiles (k8s.io/cri-api) are pinned in protos/sources.txt.
-GO_MIN_VERSION=1.26.3     # containerd v2.3.4's go.mod asks for this
+# The newest `go` line of the modules built here: cri-tools v1.37.0 (containerd v2.3.4 asks
+# for 1.26.3, k8s.io/kubernetes v1.37.2 for 1.26.0).
+GO_MIN_VERSION=1.26.6
 CARGO_DEB_VERSION=3.7.0   # crates.io cargo-deb, builds the Debian package (scripts/package.sh)
 # github.com/opencontainers/runc, installed as $TOOLS_BIN/runc-pinned (common.sh: PINNED_RUNC) for
 # the runc-running handlers of both CRIs on the test bed: Debian's runc 1.1.5 has no idmapped
@@ -158,7 +160,8 @@ build_cri_tools() {
 # kubelet is built from k8s.io/kubernetes as the Go module proxy serves it. Its
 # go.mod replaces every k8s.io/X staging module with ./staging/src/k8s.io/X, a
 # directory the proxy's zip lacks; each replace is pointed at the published
-# k8s.io/X v0.<minor>.<patch> module instead (about 2.5 min on 2 cores).
+# k8s.io/X v0.<minor>.<patch> module instead (about 2.5 min on 2 cores; v1.37.2 took 9 min
+# while other builds shared them).
 build_kubelet() {
 	local stamp="$STAMPS/kubelet"
 	if [[ -x "$TOOLS_BIN/kubelet" && -f "$stamp" && "$(<"$stamp")" == "$KUBELET_VERSION" ]]; then

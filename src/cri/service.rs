@@ -1140,12 +1140,23 @@ fn pod_ids(id: &str) -> Ids {
 
 /// The statuses of every container of a pod sandbox, as they are now.
 fn container_statuses(rt: &Runtime, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
-    rt.pods
+    let mut statuses: Vec<v1::ContainerStatus> = rt
+        .pods
         .containers_store()
         .by_sandbox(sandbox_id)
         .iter()
         .map(|c| convert::container_status(&c.snapshot()))
-        .collect()
+        .collect();
+    // Newest first, as kubelet sorts the statuses it lists itself: with the evented PLEG,
+    // kubelet 1.37 takes these as they come and reads a container's restart count from the
+    // first status with its name, so an older attempt first makes it reuse a taken attempt
+    // number ("container name is in use").
+    statuses.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    statuses
 }
 
 /// A CRI container event with the pod's status and its containers' statuses as they are now.

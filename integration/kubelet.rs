@@ -593,8 +593,9 @@ fn sh(name: &str, script: &str) -> Value {
     })
 }
 
-/// The pod manifests of the suite; `hooks` is a host dir the hooks pod writes into.
-fn manifests(hooks: &Path) -> Vec<(&'static str, Value)> {
+/// The pod manifests of the suite; `hooks` is a host dir the hooks pod writes into, `host_file`
+/// a host file the user-namespaced pod appends to.
+fn manifests(hooks: &Path, host_file: &Path) -> Vec<(&'static str, Value)> {
     let web = json!({
         "name": "nginx",
         "image": NGINX,
@@ -631,6 +632,19 @@ fn manifests(hooks: &Path) -> Vec<(&'static str, Value)> {
         "postStart": {"exec": {"command": ["sh", "-c", "echo started > /hooks/poststart"]}},
         "preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /hooks/prestop"]}},
     });
+    // A user-namespaced pod (`hostUsers: false`): kubelet gives each of its mounts (the
+    // emptyDir, the hostPath file, /etc/hosts, the termination log) the pod's maps.
+    let mut userns = sh(
+        "app",
+        "set -e; awk '{print \"uidmap\", $1, ($2 > 0), $3}' /proc/self/uid_map; id -u; \
+         echo emptydir > /work/f; echo hostfile >> /host-file; \
+         ls -ln /etc/hosts /dev/termination-log /host-file /work/f | awk '{print $3, $4, $NF}'; \
+         echo from-userns > /dev/termination-log",
+    );
+    userns["volumeMounts"] = json!([
+        {"name": "work", "mountPath": "/work"},
+        {"name": "file", "mountPath": "/host-file"},
+    ]);
     let with_work = |mut c: Value| {
         c["volumeMounts"] = json!([{"name": "work", "mountPath": "/work"}]);
         c
@@ -680,6 +694,21 @@ fn manifests(hooks: &Path) -> Vec<(&'static str, Value)> {
             ),
         ),
         ("secure", pod("secure", json!({"containers": [secure]}))),
+        (
+            "userns",
+            pod(
+                "userns",
+                json!({
+                    "hostUsers": false,
+                    "restartPolicy": "Never",
+                    "containers": [userns],
+                    "volumes": [
+                        {"name": "work", "emptyDir": {}},
+                        {"name": "file", "hostPath": {"path": host_file, "type": "FileOrCreate"}},
+                    ],
+                }),
+            ),
+        ),
         (
             "hooks",
             pod(
@@ -817,7 +846,8 @@ async fn run_suite(gates: &[&str]) {
         || async { api.pods().await.is_some() },
     )
     .await;
-    for (name, manifest) in manifests(&hooks) {
+    let host_file = dir.path().join("userns-file");
+    for (name, manifest) in manifests(&hooks, &host_file) {
         kubelet.write_manifest(name, &manifest);
     }
     let long = Duration::from_secs(90);
@@ -890,6 +920,34 @@ async fn run_suite(gates: &[&str]) {
         wait_for_log(&api, "shared", "reader", "got").await,
         "got hello\n"
     );
+
+    // --- hostUsers: false: idmapped emptyDir, hostPath file, /etc/hosts, termination log ---
+    let userns = api
+        .wait_pod("userns", "app terminated", long, |s| {
+            container(s, "app")["state"]["terminated"].is_object()
+        })
+        .await;
+    let done = &container(&userns, "app")["state"]["terminated"];
+    let log = wait_for_log(&api, "userns", "app", "/work/f").await;
+    assert_eq!(done["exitCode"].as_i64(), Some(0), "{log}\n{userns:#}");
+    // Root inside, a range of host IDs that does not start at 0; every mount idmapped, so
+    // kubelet's root-owned files are the pod root's and what it writes lands as host root.
+    assert_eq!(
+        log,
+        "uidmap 0 1 65536\n0\n0 0 /dev/termination-log\n0 0 /etc/hosts\n\
+         0 0 /host-file\n0 0 /work/f\n",
+        "{userns:#}"
+    );
+    assert_eq!(done["message"], "from-userns\n", "{userns:#}");
+    assert_eq!(
+        std::fs::read_to_string(&host_file).expect("the hostPath file"),
+        "hostfile\n"
+    );
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&host_file).expect("the hostPath file");
+        assert_eq!((m.uid(), m.gid()), (0, 0));
+    }
 
     // --- securityContext and resource limits, seen from inside ---
     let secure = api

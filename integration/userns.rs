@@ -411,3 +411,50 @@ async fn a_mount_option_the_cri_does_not_allow_is_refused_naming_it_and_nothing_
     assert!(!absent.exists(), "{absent:?} made for a refused container");
     cri::remove_pod(&bed.remora, &pod).await;
 }
+
+#[tokio::test]
+async fn an_image_volume_with_maps_is_refused_at_create_and_nothing_is_made() {
+    // kubelet gives every mount of a `hostUsers: false` pod its maps, image volumes too. An
+    // image volume is an overlay mounted on the host, which the kernel cannot idmap (runc:
+    // "failed to set MOUNT_ATTR_IDMAP ... invalid argument" at start): refused at create.
+    let bed = BedRemora::start_with_network();
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let logs = crate::harness::scratch();
+    let config = with_userns(cri::pod_config("userns-imagevol", logs.path(), false));
+    let pod = cri::run_pod(&bed.remora, &config)
+        .await
+        .expect("RunPodSandbox");
+    let maps = userns().uids;
+    let mut c = in_pod_namespaces(cri::shell_container("probe", "true"), &config);
+    c.mounts = vec![v1::Mount {
+        container_path: "/image".into(),
+        image: Some(cri::image_spec("busybox")),
+        uid_mappings: maps.clone(),
+        gid_mappings: maps,
+        ..Default::default()
+    }];
+    let err = cri::create(&bed.remora, &pod, &config, c)
+        .await
+        .expect_err("an idmapped image volume");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains(
+            "config.mounts[0].uid_mappings is not supported by remora on an image volume"
+        ),
+        "{err:?}"
+    );
+    let containers = bed
+        .remora
+        .runtime()
+        .list_containers(v1::ListContainersRequest { filter: None })
+        .await
+        .expect("ListContainers")
+        .into_inner()
+        .containers;
+    assert!(containers.is_empty(), "{containers:?}");
+    assert!(
+        !bed.ctr(&["snapshots", "ls"]).contains("-imagevolume-"),
+        "no image volume view is made"
+    );
+    cri::remove_pod(&bed.remora, &pod).await;
+}

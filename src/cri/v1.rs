@@ -13,6 +13,7 @@
 //!   `INVALID_ARGUMENT` naming the key.
 //! - `Mount.image_sub_path`: refused as unsupported (`INVALID_ARGUMENT` naming the field), not
 //!   ignored.
+//! - `Mount.uid_mappings`/`gid_mappings`: an idmapped bind (refused on an image volume).
 //! - `Mount.mount_options`: `noexec`, `nodev`, `nosuid` added to the bind; any other option is
 //!   refused (`INVALID_ARGUMENT` naming `mount_options[i]` and the option).
 //! - `ContainerConfig.stop_signal`: kept and sent by StopContainer; `ContainerStatus.stop_signal`

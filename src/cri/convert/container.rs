@@ -270,6 +270,16 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
         }
     };
     let (uid_mappings, gid_mappings) = mount_id_maps(m, prefix)?;
+    // An image volume is an overlay mounted on the host, which the kernel cannot idmap (runc
+    // fails EINVAL at start); containerd instead makes the view's layers idmapped
+    // (`getImageVolumeSnapshotOpts`), which remora does not do for image volumes yet. Refused
+    // here, before anything is made, rather than at StartContainer.
+    if image.is_some() && !uid_mappings.is_empty() {
+        return Err(ConvertError::UnsupportedWith {
+            field: format!("{prefix}.uid_mappings"),
+            context: "on an image volume",
+        });
+    }
     // Newer than what remora implements: mounting the whole image would give the container
     // more than the pod says.
     if !m.image_sub_path.is_empty() {

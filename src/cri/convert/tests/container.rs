@@ -800,6 +800,28 @@ fn bad_mount_maps_and_options_are_refused_naming_the_field() {
         err(&|m| m.gid_mappings = vec![id(0, 1_000_000, 10), id(100, 999_991, 10)]),
         s("config.mounts[1].gid_mappings[1].host_id", "999991")
     );
+    // An image volume cannot be idmapped yet (an overlay on the host: runc fails at start).
+    let mut c = kubelet_container();
+    c.mounts[0].image = Some(v1::ImageSpec {
+        image: "busybox".into(),
+        ..Default::default()
+    });
+    c.mounts[0].host_path.clear();
+    assert!(container_config(&c, &pod).is_ok());
+    c.mounts[0].uid_mappings = vec![id(0, 1_000_000, 65536)];
+    c.mounts[0].gid_mappings = vec![id(0, 1_000_000, 65536)];
+    let e = container_config(&c, &pod).unwrap_err();
+    assert_eq!(
+        e,
+        ConvertError::UnsupportedWith {
+            field: "config.mounts[0].uid_mappings".into(),
+            context: "on an image volume",
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "config.mounts[0].uid_mappings is not supported by remora on an image volume"
+    );
     // Only the options the CRI lists, spelled as it spells them.
     for bad in [
         "ro",

@@ -637,7 +637,8 @@ fn init_containers_work(gates: &[&str]) -> bool {
 /// write into (mounted at `/hooks`). Without `init_containers` (see [`init_containers_work`])
 /// the init pod's main container writes what its init containers would and the sidecar pod is
 /// left out.
-fn manifests(hooks: &Path, init_containers: bool) -> Vec<(&'static str, Value)> {
+/// `host_file` is a host file the user-namespaced pod appends to.
+fn manifests(hooks: &Path, init_containers: bool, host_file: &Path) -> Vec<(&'static str, Value)> {
     let web = json!({
         "name": "nginx",
         "image": NGINX,
@@ -674,6 +675,19 @@ fn manifests(hooks: &Path, init_containers: bool) -> Vec<(&'static str, Value)> 
         "postStart": {"exec": {"command": ["sh", "-c", "echo started > /hooks/poststart"]}},
         "preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /hooks/prestop"]}},
     });
+    // A user-namespaced pod (`hostUsers: false`): kubelet gives each of its mounts (the
+    // emptyDir, the hostPath file, /etc/hosts, the termination log) the pod's maps.
+    let mut userns = sh(
+        "app",
+        "set -e; awk '{print \"uidmap\", $1, ($2 > 0), $3}' /proc/self/uid_map; id -u; \
+         echo emptydir > /work/f; echo hostfile >> /host-file; \
+         ls -ln /etc/hosts /dev/termination-log /host-file /work/f | awk '{print $3, $4, $NF}'; \
+         echo from-userns > /dev/termination-log",
+    );
+    userns["volumeMounts"] = json!([
+        {"name": "work", "mountPath": "/work"},
+        {"name": "file", "mountPath": "/host-file"},
+    ]);
     let with_work = |mut c: Value| {
         c["volumeMounts"] = json!([{"name": "work", "mountPath": "/work"}]);
         c
@@ -759,6 +773,21 @@ fn manifests(hooks: &Path, init_containers: bool) -> Vec<(&'static str, Value)> 
             ),
         ),
         ("secure", pod("secure", json!({"containers": [secure]}))),
+        (
+            "userns",
+            pod(
+                "userns",
+                json!({
+                    "hostUsers": false,
+                    "restartPolicy": "Never",
+                    "containers": [userns],
+                    "volumes": [
+                        {"name": "work", "emptyDir": {}},
+                        {"name": "file", "hostPath": {"path": host_file, "type": "FileOrCreate"}},
+                    ],
+                }),
+            ),
+        ),
         (
             "hooks",
             pod(
@@ -957,7 +986,8 @@ async fn run_suite(gates: &[&str]) {
     )
     .await;
     let init_containers = init_containers_work(gates);
-    for (name, manifest) in manifests(&hooks, init_containers) {
+    let host_file = dir.path().join("userns-file");
+    for (name, manifest) in manifests(&hooks, init_containers, &host_file) {
         kubelet.write_manifest(name, &manifest);
     }
     let long = Duration::from_secs(90);
@@ -1036,6 +1066,34 @@ async fn run_suite(gates: &[&str]) {
         wait_for_log(&api, "shared", "reader", "got").await,
         "got hello\n"
     );
+
+    // --- hostUsers: false: idmapped emptyDir, hostPath file, /etc/hosts, termination log ---
+    let userns = api
+        .wait_pod("userns", "app terminated", long, |s| {
+            container(s, "app")["state"]["terminated"].is_object()
+        })
+        .await;
+    let done = &container(&userns, "app")["state"]["terminated"];
+    let log = wait_for_log(&api, "userns", "app", "/work/f").await;
+    assert_eq!(done["exitCode"].as_i64(), Some(0), "{log}\n{userns:#}");
+    // Root inside, a range of host IDs that does not start at 0; every mount idmapped, so
+    // kubelet's root-owned files are the pod root's and what it writes lands as host root.
+    assert_eq!(
+        log,
+        "uidmap 0 1 65536\n0\n0 0 /dev/termination-log\n0 0 /etc/hosts\n\
+         0 0 /host-file\n0 0 /work/f\n",
+        "{userns:#}"
+    );
+    assert_eq!(done["message"], "from-userns\n", "{userns:#}");
+    assert_eq!(
+        std::fs::read_to_string(&host_file).expect("the hostPath file"),
+        "hostfile\n"
+    );
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&host_file).expect("the hostPath file");
+        assert_eq!((m.uid(), m.gid()), (0, 0));
+    }
 
     // --- securityContext and resource limits, seen from inside ---
     let secure = api
@@ -1495,81 +1553,6 @@ fn key_values(log: &str) -> std::collections::BTreeMap<String, String> {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         .collect()
-}
-
-/// (f) A `hostUsers: false` pod: kubelet sends idmapped bind mounts (`Mount.uid_mappings`)
-/// for its emptyDir, a hostPath file, `/etc/hosts` and the termination log. Inside, root is
-/// mapped to an unprivileged host range, and every mount shows host root's files as root's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs idmapped mounts for kubelet's volumes (issue 27)"]
-async fn kubelet_runs_a_user_namespaced_pod_on_remora() {
-    let _turn = ONE_KUBELET.lock().await;
-    let script = "echo uid=$(id -u); \
-        echo map=$(head -n1 /proc/self/uid_map); \
-        touch /data/x && echo data_owner=$(stat -c %u /data/x); \
-        echo host_owner=$(stat -c %u /hostfile); echo host_content=$(cat /hostfile); \
-        echo hosts_owner=$(stat -c %u /etc/hosts); \
-        echo bye > /dev/termination-log";
-    scenario(
-        |dir| std::fs::write(dir.join("hostfile"), "from the host\n").expect("host file"),
-        |dir| {
-            let mut app = sh("app", script);
-            app["volumeMounts"] = json!([
-                {"name": "data", "mountPath": "/data"},
-                {"name": "hostfile", "mountPath": "/hostfile", "readOnly": true},
-            ]);
-            vec![(
-                "userns",
-                pod(
-                    "userns",
-                    json!({
-                        "hostUsers": false,
-                        "restartPolicy": "Never",
-                        "containers": [app],
-                        "volumes": [
-                            {"name": "data", "emptyDir": {}},
-                            {"name": "hostfile", "hostPath": {
-                                "path": dir.join("hostfile"), "type": "File"}},
-                        ],
-                    }),
-                ),
-            )]
-        },
-        async |api, _bed, dir| {
-            let status = api
-                .wait_pod("userns", "completed", Duration::from_secs(90), |s| {
-                    container(s, "app")["state"]["terminated"].is_object()
-                })
-                .await;
-            let t = &container(&status, "app")["state"]["terminated"];
-            assert_eq!(t["exitCode"], 0, "{status:#}");
-            assert_eq!(t["message"], "bye\n", "the termination log: {status:#}");
-            let log = api.logs("userns", "app", "").await.expect("its log");
-            let kv = key_values(&log);
-            assert_eq!(kv.get("uid").map(String::as_str), Some("0"), "{log}");
-            // `0 <host start> <length>`: root inside is not root outside.
-            let map: Vec<&str> = kv
-                .get("map")
-                .map_or(Vec::new(), |m| m.split_whitespace().collect());
-            assert!(map.len() == 3 && map[0] == "0" && map[1] != "0", "{log}");
-            for key in ["data_owner", "host_owner", "hosts_owner"] {
-                assert_eq!(kv.get(key).map(String::as_str), Some("0"), "{key}: {log}");
-            }
-            assert_eq!(
-                kv.get("host_content").map(String::as_str),
-                Some("from the host"),
-                "{log}"
-            );
-            // What root wrote inside is host root's on the host (the emptyDir is idmapped).
-            let written =
-                Kubelet::root(dir).join("pods/uid-userns/volumes/kubernetes.io~empty-dir/data/x");
-            let owner = std::os::unix::fs::MetadataExt::uid(
-                &std::fs::metadata(&written).expect("the file written inside"),
-            );
-            assert_eq!(owner, 0, "{}", written.display());
-        },
-    )
-    .await;
 }
 
 /// (g) An image volume mounted with `subPath`: only that directory of the image, read-only.

@@ -278,7 +278,9 @@ async fn status_lists_the_runtime_handlers_and_the_default_under_the_empty_name(
     assert!(
         s.features
             .as_ref()
-            .is_some_and(|f| f.supplemental_groups_policy),
+            .is_some_and(|f| f.supplemental_groups_policy
+                && f.user_namespaces_host_network
+                && f.mount_options),
         "{s:?}"
     );
 

@@ -69,6 +69,13 @@ pub struct StatusReport {
     /// image's `/etc/group` is read for `Merge` and left out for `Strict`
     /// ([`crate::spec::user`]).
     pub supplemental_groups_policy: bool,
+    /// Whether a pod can have a user namespace of its own on the host's network: always on
+    /// Linux, as in containerd 2.3 (the host's `/sys` is bound read-only in place of a sysfs
+    /// mount, [`crate::spec`]); a handler without user namespaces still refuses such a pod.
+    pub user_namespaces_host_network: bool,
+    /// Whether `Mount.mount_options` (`noexec`, `nodev`, `nosuid`) are applied: always, on the
+    /// bind ([`crate::cri::convert`]); the OCI runtime remounts the bind with them.
+    pub mount_options: bool,
     /// JSON values by key; filled only for verbose requests.
     pub info: BTreeMap<String, String>,
 }
@@ -149,6 +156,8 @@ pub async fn status(
         conditions: vec![runtime, network],
         handlers: runtime_handlers(handlers),
         supplemental_groups_policy: true,
+        user_namespaces_host_network: true,
+        mount_options: true,
         info,
     })
 }
@@ -344,6 +353,7 @@ mod tests {
         assert_eq!(s.handlers, runtime_handlers(&handlers));
         assert_eq!(s.handlers.len(), 4);
         assert!(s.supplemental_groups_policy);
+        assert!(s.user_namespaces_host_network && s.mount_options);
 
         switch.0.store(true, Ordering::SeqCst);
         std::fs::write(bin.path().join("bridge"), "").unwrap();

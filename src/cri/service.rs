@@ -235,12 +235,8 @@ impl RuntimeService for CriService {
                         .collect(),
                     features: Some(v1::RuntimeFeatures {
                         supplemental_groups_policy: report.supplemental_groups_policy,
-                        // The spec generator binds the host's /sys for a user-namespaced pod on
-                        // the host network, but nothing tests that combination yet: not
-                        // claimed (kubelet then refuses such pods itself).
-                        user_namespaces_host_network: false,
-                        // Mount.mount_options is refused (convert::mount_request).
-                        mount_options: false,
+                        user_namespaces_host_network: report.user_namespaces_host_network,
+                        mount_options: report.mount_options,
                     }),
                 })
             },

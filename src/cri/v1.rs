@@ -11,11 +11,15 @@
 //! remora does with them:
 //! - `KeyValue.value` is bytes: env values must be UTF-8 (`convert::envs`), else
 //!   `INVALID_ARGUMENT` naming the key.
-//! - `Mount.image_sub_path`, `Mount.mount_options`: refused as unsupported (`INVALID_ARGUMENT`
-//!   naming the field), not ignored.
+//! - `Mount.image_sub_path`: refused as unsupported (`INVALID_ARGUMENT` naming the field), not
+//!   ignored.
+//! - `Mount.uid_mappings`/`gid_mappings`: an idmapped bind (refused on an image volume).
+//! - `Mount.mount_options`: `noexec`, `nodev`, `nosuid` added to the bind; any other option is
+//!   refused (`INVALID_ARGUMENT` naming `mount_options[i]` and the option).
 //! - `ContainerConfig.stop_signal`: kept and sent by StopContainer; `ContainerStatus.stop_signal`
 //!   is the signal used (configured, else the image's, else SIGTERM); see `convert::stop_signal`.
-//! - `RuntimeFeatures.user_namespaces_host_network` and `.mount_options`: `false`.
+//! - `RuntimeFeatures.user_namespaces_host_network` and `.mount_options`: `true` (a
+//!   user-namespaced pod on the host network gets the host's `/sys` bound read-only).
 //! - `CpuUsage.psi`, `MemoryUsage.psi`, `ContainerStats.io`, `LinuxPodSandboxStats.io`:
 //!   pressure stall information from cgroup v2's `*.pressure` files of the container's and the
 //!   pod's cgroup (`convert::stats`); absent on cgroup v1, where the kernel has PSI off, or

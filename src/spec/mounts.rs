@@ -133,7 +133,8 @@ pub fn clean_destination(dest: &str) -> Result<String, SpecError> {
 
 /// A bind mount as containerd builds it for a CRI mount: `rbind`, the propagation option,
 /// then `ro` / `rw`, and `rro` for a recursive read-only one (the OCI runtime then makes
-/// every submount read-only too; `ro` alone covers only the top mount).
+/// every submount read-only too; `ro` alone covers only the top mount); then the CRI's
+/// `mount_options` (`noexec`, `nodev`, `nosuid`). With maps, an idmapped mount.
 fn bind(m: &MountRequest, dest: &str) -> Result<Mount, SpecError> {
     let prop = match m.propagation {
         MountPropagation::Private => "rprivate",
@@ -148,6 +149,9 @@ fn bind(m: &MountRequest, dest: &str) -> Result<Mount, SpecError> {
     if m.recursive_read_only {
         options.push("rro".to_owned());
     }
+    // CRI mount_options: the OCI runtime remounts the bind with these flags (top mount only,
+    // as mount(8) does for a bind).
+    options.extend(m.options.iter().map(|o| o.as_str().to_owned()));
     let mut b = MountBuilder::default()
         .destination(dest)
         .typ("bind")
@@ -373,6 +377,7 @@ pub fn sandbox_mounts(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::BindOption;
 
     fn dests(ms: &[Mount]) -> Vec<String> {
         ms.iter()
@@ -556,6 +561,101 @@ mod tests {
         assert_eq!(
             opts(find(&plan.mounts, "/data")),
             ["rbind", "rprivate", "ro", "rro"]
+        );
+    }
+
+    #[test]
+    fn mount_options_follow_ro_and_rro_in_the_order_asked() {
+        let reqs = vec![
+            MountRequest {
+                readonly: true,
+                recursive_read_only: true,
+                options: vec![BindOption::NoSuid, BindOption::NoExec, BindOption::NoDev],
+                ..req("/data", "/h/data")
+            },
+            MountRequest {
+                options: vec![BindOption::NoExec],
+                ..req("/exec", "/h/exec")
+            },
+        ];
+        let plan =
+            container_mounts(&reqs, &SandboxFiles::default(), false, false, false, None).unwrap();
+        assert_eq!(
+            opts(find(&plan.mounts, "/data")),
+            ["rbind", "rprivate", "ro", "rro", "nosuid", "noexec", "nodev"]
+        );
+        assert_eq!(
+            opts(find(&plan.mounts, "/exec")),
+            ["rbind", "rprivate", "rw", "noexec"]
+        );
+    }
+
+    #[test]
+    fn a_cri_mount_with_maps_is_an_idmapped_bind_with_exactly_those_maps() {
+        let pod = UserNamespace {
+            uids: IdMapping {
+                container_id: 0,
+                host_id: 100_000,
+                length: 65536,
+            },
+            gids: IdMapping {
+                container_id: 0,
+                host_id: 200_000,
+                length: 65536,
+            },
+        };
+        // Maps other than the pod's (two extents) are passed on as asked, not replaced.
+        let uids = vec![
+            IdMapping {
+                container_id: 0,
+                host_id: 300_000,
+                length: 10,
+            },
+            IdMapping {
+                container_id: 10,
+                host_id: 400_000,
+                length: 5,
+            },
+        ];
+        let gids = vec![IdMapping {
+            container_id: 0,
+            host_id: 500_000,
+            length: 1,
+        }];
+        let reqs = vec![
+            MountRequest {
+                uid_mappings: uids,
+                gid_mappings: gids,
+                options: vec![BindOption::NoDev],
+                ..req("/etc/hosts", "/k/hosts")
+            },
+            req("/plain", "/h/plain"),
+        ];
+        let plan =
+            container_mounts(&reqs, &files(), false, false, false, Some((&pod, false))).unwrap();
+        let hosts = find(&plan.mounts, "/etc/hosts");
+        assert_eq!(hosts.source().as_deref(), Some(Path::new("/k/hosts")));
+        assert_eq!(opts(hosts), ["rbind", "rprivate", "rw", "nodev"]);
+        let json = serde_json::to_value(hosts).unwrap();
+        assert_eq!(
+            json["uidMappings"],
+            serde_json::json!([
+                {"containerID": 0, "hostID": 300_000, "size": 10},
+                {"containerID": 10, "hostID": 400_000, "size": 5},
+            ])
+        );
+        assert_eq!(
+            json["gidMappings"],
+            serde_json::json!([{"containerID": 0, "hostID": 500_000, "size": 1}])
+        );
+        // A CRI mount without maps stays a plain bind, even in a user-namespaced pod...
+        let plain = serde_json::to_value(find(&plan.mounts, "/plain")).unwrap();
+        assert!(plain.get("uidMappings").is_none(), "{plain}");
+        // ... while remora's own mounts of the pod carry the pod's maps.
+        let shm = serde_json::to_value(find(&plan.mounts, DEV_SHM)).unwrap();
+        assert_eq!(
+            shm["uidMappings"],
+            serde_json::json!([{"containerID": 0, "hostID": 100_000, "size": 65536}])
         );
     }
 

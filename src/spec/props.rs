@@ -222,6 +222,7 @@ prop_compose! {
                     image: None,
                     uid_mappings: Vec::new(),
                     gid_mappings: Vec::new(),
+                    options: Vec::new(),
                 })
                 .collect(),
             devices: devices

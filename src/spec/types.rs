@@ -210,10 +210,43 @@ pub struct MountRequest {
     /// the image on the host and sets `host_path` to it before the spec is generated.
     pub image: Option<ImageVolume>,
     /// CRI `uid_mappings`: an idmapped mount (OCI `uidMappings`), for a user-namespaced pod.
-    /// Passed through as asked, as containerd does (set together with `gid_mappings`).
+    /// Passed through as asked, as containerd does; the adapter checks that both or neither
+    /// are given and that each range fits in 32 bits without overlapping another.
     pub uid_mappings: Vec<IdMapping>,
     /// CRI `gid_mappings`.
     pub gid_mappings: Vec<IdMapping>,
+    /// CRI `mount_options`: flags added to the bind (after `ro`/`rw`), each at most once.
+    pub options: Vec<BindOption>,
+}
+
+/// A CRI `Mount.mount_options` entry: the bind mount options the CRI allows (api.proto, and
+/// kubelet's `bindMountOptions` validation: `noexec`, `nodev`, `nosuid`, nothing else).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BindOption {
+    /// `noexec`: no program on the mount can be executed.
+    NoExec,
+    /// `nodev`: device nodes on the mount cannot be opened.
+    NoDev,
+    /// `nosuid`: set-user-ID and set-group-ID bits (and file capabilities) are ignored.
+    NoSuid,
+}
+
+impl BindOption {
+    /// The option as the CRI and OCI (and mount(8)) spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BindOption::NoExec => "noexec",
+            BindOption::NoDev => "nodev",
+            BindOption::NoSuid => "nosuid",
+        }
+    }
+
+    /// The option spelled `s`, if the CRI allows it (case-sensitive, as kubelet checks).
+    pub fn parse(s: &str) -> Option<BindOption> {
+        [BindOption::NoExec, BindOption::NoDev, BindOption::NoSuid]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
 }
 
 /// CRI `Mount.image`: the image mounted, at its root. (`Mount.image_sub_path` is not

@@ -13,8 +13,8 @@ use super::signal::stop_signal;
 use super::{missing, non_empty, unknown_enum, unsupported, ConvertError};
 use crate::cri::validate;
 use crate::spec::{
-    CapabilityChanges, ContainerConfig, DeviceRequest, HugepageLimit, ImageVolume,
-    MountPropagation, MountRequest, NamespaceOptions, Resources, SecurityContext,
+    BindOption, CapabilityChanges, ContainerConfig, DeviceRequest, HugepageLimit, IdMapping,
+    ImageVolume, MountPropagation, MountRequest, NamespaceOptions, Resources, SecurityContext,
 };
 use crate::store::{ContainerMetadata, ImageRefs, MountSummary, PodRef};
 
@@ -286,11 +286,11 @@ pub fn container_metadata(
     })
 }
 
-/// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. ID mapped mounts are
-/// refused: remora does not implement them, and quietly mounting an unmapped host path
-/// instead would be worse than failing. A recursive read-only mount must be readonly and
-/// private. An image volume names its image (and maybe a sub path) instead of a host path. Both paths must be absolute without `..`, and the mount not at the container's
-/// root.
+/// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. ID maps make an
+/// idmapped mount ([`mount_id_maps`]); `mount_options` add `noexec`/`nodev`/`nosuid` to the
+/// bind ([`bind_options`]). A recursive read-only mount must be readonly and private. An
+/// image volume names its image instead of a host path (a sub path is refused). Both paths
+/// must be absolute without `..`, and the mount not at the container's root.
 pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, ConvertError> {
     validate::mount_destination(&format!("{prefix}.container_path"), &m.container_path)?;
     // An image volume (`image` set) has no host path: CreateContainer mounts the image. It is
@@ -309,20 +309,23 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
             None
         }
     };
-    if !m.uid_mappings.is_empty() {
-        return Err(unsupported(format!("{prefix}.uid_mappings")));
+    let (uid_mappings, gid_mappings) = mount_id_maps(m, prefix)?;
+    // An image volume is an overlay mounted on the host, which the kernel cannot idmap (runc
+    // fails EINVAL at start); containerd instead makes the view's layers idmapped
+    // (`getImageVolumeSnapshotOpts`), which remora does not do for image volumes yet. Refused
+    // here, before anything is made, rather than at StartContainer.
+    if image.is_some() && !uid_mappings.is_empty() {
+        return Err(ConvertError::UnsupportedWith {
+            field: format!("{prefix}.uid_mappings"),
+            context: "on an image volume",
+        });
     }
-    if !m.gid_mappings.is_empty() {
-        return Err(unsupported(format!("{prefix}.gid_mappings")));
-    }
-    // Both newer than what remora implements: mounting the whole image, or a mount without the
-    // noexec/nodev/nosuid asked for, would give the container more than the pod says.
+    // Newer than what remora implements: mounting the whole image would give the container
+    // more than the pod says.
     if !m.image_sub_path.is_empty() {
         return Err(unsupported(format!("{prefix}.image_sub_path")));
     }
-    if !m.mount_options.is_empty() {
-        return Err(unsupported(format!("{prefix}.mount_options")));
-    }
+    let options = bind_options(&m.mount_options, &format!("{prefix}.mount_options"))?;
     let propagation = match v1::MountPropagation::try_from(m.propagation) {
         Ok(v1::MountPropagation::PropagationPrivate) => MountPropagation::Private,
         Ok(v1::MountPropagation::PropagationHostToContainer) => MountPropagation::HostToContainer,
@@ -361,17 +364,134 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
         propagation,
         recursive_read_only: m.recursive_read_only,
         image,
-        uid_mappings: m.uid_mappings.iter().map(id_mapping).collect(),
-        gid_mappings: m.gid_mappings.iter().map(id_mapping).collect(),
+        uid_mappings,
+        gid_mappings,
+        options,
     })
 }
 
-fn id_mapping(m: &v1::IdMapping) -> crate::spec::IdMapping {
-    crate::spec::IdMapping {
-        container_id: m.container_id,
-        host_id: m.host_id,
-        length: m.length,
+/// The most extents a Linux ID map holds (`/proc/<pid>/uid_map`, since 4.15); the OCI runtime
+/// writes an idmapped mount's maps into such a file, which refuses more.
+pub const MAX_ID_MAP_EXTENTS: usize = 340;
+
+/// A mount's `uid_mappings` and `gid_mappings` (an idmapped bind mount; kubelet sends its
+/// pod's maps on every mount of a `hostUsers: false` pod). Both or neither: runc refuses an
+/// idmapped mount with one of them only. Each map is what the kernel takes in a `uid_map`: at
+/// most [`MAX_ID_MAP_EXTENTS`] ranges, each at least one ID long, neither end past 2³²−1, no
+/// two overlapping on the container side or on the host side.
+///
+/// As in containerd 2.3, the maps are the request's, passed on as given: neither compared with
+/// the pod's user namespace nor refused in a pod without one (runc ≥ 1.2 makes idmapped
+/// mounts with any maps, in a user namespace of its own when the container has none).
+fn mount_id_maps(
+    m: &v1::Mount,
+    prefix: &str,
+) -> Result<(Vec<IdMapping>, Vec<IdMapping>), ConvertError> {
+    let uid_field = format!("{prefix}.uid_mappings");
+    let gid_field = format!("{prefix}.gid_mappings");
+    match (m.uid_mappings.is_empty(), m.gid_mappings.is_empty()) {
+        (true, true) => return Ok((Vec::new(), Vec::new())),
+        (false, false) => {}
+        (uids_empty, _) => {
+            return Err(ConvertError::Invalid {
+                field: if uids_empty { uid_field } else { gid_field },
+                value: "0 mapping(s)".into(),
+                reason: "an idmapped mount takes both uid_mappings and gid_mappings",
+            })
+        }
     }
+    Ok((
+        id_map(&m.uid_mappings, &uid_field)?,
+        id_map(&m.gid_mappings, &gid_field)?,
+    ))
+}
+
+/// One ID map (at CRI path `field`), checked as the kernel checks a `uid_map` write.
+fn id_map(maps: &[v1::IdMapping], field: &str) -> Result<Vec<IdMapping>, ConvertError> {
+    if maps.len() > MAX_ID_MAP_EXTENTS {
+        return Err(ConvertError::Invalid {
+            field: field.to_string(),
+            value: format!("{} mapping(s)", maps.len()),
+            reason: "a Linux ID map holds at most 340 ranges",
+        });
+    }
+    let mut out: Vec<IdMapping> = Vec::with_capacity(maps.len());
+    for (i, m) in maps.iter().enumerate() {
+        let at = |part: &str| format!("{field}[{i}]{part}");
+        if m.length == 0 {
+            return Err(ConvertError::Invalid {
+                field: at(".length"),
+                value: "0".into(),
+                reason: "a mapping maps at least one ID",
+            });
+        }
+        // Both ranges end at start + length - 1, which must fit in 32 bits.
+        for (part, start) in [(".container_id", m.container_id), (".host_id", m.host_id)] {
+            if start.checked_add(m.length - 1).is_none() {
+                return Err(ConvertError::Invalid {
+                    field: at(part),
+                    value: start.to_string(),
+                    reason: "start + length overflows 32 bits",
+                });
+            }
+        }
+        let mapping = IdMapping {
+            container_id: m.container_id,
+            host_id: m.host_id,
+            length: m.length,
+        };
+        for earlier in &out {
+            let meets = |a: u32, a_len: u32, b: u32, b_len: u32| {
+                // [a, a+a_len-1] ∩ [b, b+b_len-1] ≠ ∅; neither end overflows (checked above).
+                a <= b + (b_len - 1) && b <= a + (a_len - 1)
+            };
+            if meets(
+                earlier.container_id,
+                earlier.length,
+                mapping.container_id,
+                mapping.length,
+            ) {
+                return Err(ConvertError::Invalid {
+                    field: at(".container_id"),
+                    value: mapping.container_id.to_string(),
+                    reason: "the range overlaps an earlier mapping's container IDs",
+                });
+            }
+            if meets(
+                earlier.host_id,
+                earlier.length,
+                mapping.host_id,
+                mapping.length,
+            ) {
+                return Err(ConvertError::Invalid {
+                    field: at(".host_id"),
+                    value: mapping.host_id.to_string(),
+                    reason: "the range overlaps an earlier mapping's host IDs",
+                });
+            }
+        }
+        out.push(mapping);
+    }
+    Ok(out)
+}
+
+/// A mount's `mount_options` (at CRI path `field`): only what the CRI allows for a bind
+/// (`noexec`, `nodev`, `nosuid`, spelled so); anything else is refused naming the option
+/// rather than dropped, since the pod asked for a mount more restricted than remora would make
+/// it. A repeated option is kept once (kubelet refuses repeats; mount(8) ignores them).
+fn bind_options(options: &[String], field: &str) -> Result<Vec<BindOption>, ConvertError> {
+    let mut out: Vec<BindOption> = Vec::with_capacity(options.len());
+    for (i, o) in options.iter().enumerate() {
+        let option = BindOption::parse(o).ok_or_else(|| ConvertError::Invalid {
+            field: format!("{field}[{i}]"),
+            value: o.clone(),
+            reason: "the CRI allows only noexec, nodev and nosuid as mount options",
+        })?;
+        if !out.contains(&option) {
+            out.push(option);
+        }
+    }
+    Ok(out)
 }
 
 /// `Device` → [`DeviceRequest`], verbatim (the spec checks paths and permissions).

@@ -27,6 +27,7 @@ fn container_config_maps_every_field() {
                     image: None,
                     uid_mappings: Vec::new(),
                     gid_mappings: Vec::new(),
+                    options: Vec::new(),
                 },
                 MountRequest {
                     container_path: "/dev/termination-log".into(),
@@ -38,6 +39,7 @@ fn container_config_maps_every_field() {
                     image: None,
                     uid_mappings: Vec::new(),
                     gid_mappings: Vec::new(),
+                    options: Vec::new(),
                 },
             ],
             devices: vec![DeviceRequest {
@@ -314,22 +316,10 @@ fn container_unsupported_and_unknown_fields_are_named() {
             field: "config.mounts[0].image.image".into()
         }
     );
-    assert_eq!(
-        err(&|c| c.mounts[1].uid_mappings = vec![v1::IdMapping::default()]),
-        unsupported("config.mounts[1].uid_mappings")
-    );
-    assert_eq!(
-        err(&|c| c.mounts[1].gid_mappings = vec![v1::IdMapping::default()]),
-        unsupported("config.mounts[1].gid_mappings")
-    );
-    // Newer than remora's implementation (cri-api v0.33 and v0.37): refused, not ignored.
+    // Newer than remora's implementation (cri-api v0.33): refused, not ignored.
     assert_eq!(
         err(&|c| c.mounts[0].image_sub_path = "etc".into()),
         unsupported("config.mounts[0].image_sub_path")
-    );
-    assert_eq!(
-        err(&|c| c.mounts[1].mount_options = vec!["noexec".into()]),
-        unsupported("config.mounts[1].mount_options")
     );
     assert_eq!(
         err(&|c| {
@@ -758,4 +748,149 @@ fn a_non_utf8_env_value_is_refused_naming_its_key() {
     let wire = prost::Message::encode_to_vec(&c);
     let decoded: v1::ContainerConfig = prost::Message::decode(wire.as_slice()).unwrap();
     assert_eq!(decoded.envs[2].value, vec![b'a', 0xff, 0xc3]);
+}
+
+fn id(container_id: u32, host_id: u32, length: u32) -> v1::IdMapping {
+    v1::IdMapping {
+        container_id,
+        host_id,
+        length,
+    }
+}
+
+#[test]
+fn mount_maps_and_options_are_passed_to_the_bind() {
+    let mut c = kubelet_container();
+    // What kubelet sends for a `hostUsers: false` pod: the pod's maps on every mount.
+    for m in &mut c.mounts {
+        m.uid_mappings = vec![id(0, 1_000_000, 65536)];
+        m.gid_mappings = vec![id(0, 2_000_000, 65536)];
+    }
+    c.mounts[0].mount_options = vec!["noexec".into(), "nosuid".into(), "nodev".into()];
+    // A repeat is kept once.
+    c.mounts[1].mount_options = vec!["nodev".into(), "nodev".into()];
+    // Several ranges, in any order, as long as none overlaps another.
+    c.mounts[1].uid_mappings = vec![id(10, 1_000_010, 5), id(0, 1_000_000, 10)];
+    let got = container_config(&c, &kubelet_pod()).unwrap().mounts;
+    let map = |container_id, host_id, length| crate::spec::IdMapping {
+        container_id,
+        host_id,
+        length,
+    };
+    assert_eq!(got[0].uid_mappings, [map(0, 1_000_000, 65536)]);
+    assert_eq!(got[0].gid_mappings, [map(0, 2_000_000, 65536)]);
+    assert_eq!(
+        got[0].options,
+        [BindOption::NoExec, BindOption::NoSuid, BindOption::NoDev]
+    );
+    assert_eq!(
+        got[1].uid_mappings,
+        [map(10, 1_000_010, 5), map(0, 1_000_000, 10)]
+    );
+    assert_eq!(got[1].options, [BindOption::NoDev]);
+    // The largest map the kernel takes, and ranges reaching exactly 2^32 - 1.
+    let mut c = kubelet_container();
+    c.mounts[0].uid_mappings = (0..340)
+        .map(|i| id(i * 10, 1_000_000 + i * 10, 10))
+        .collect();
+    c.mounts[0].gid_mappings = vec![id(u32::MAX - 9, u32::MAX - 9, 10)];
+    let got = container_config(&c, &kubelet_pod()).unwrap().mounts;
+    assert_eq!(got[0].uid_mappings.len(), 340);
+}
+
+#[test]
+fn bad_mount_maps_and_options_are_refused_naming_the_field() {
+    let pod = kubelet_pod();
+    let err = |f: &dyn Fn(&mut v1::Mount)| {
+        let mut c = kubelet_container();
+        c.mounts[1].uid_mappings = vec![id(0, 1_000_000, 65536)];
+        c.mounts[1].gid_mappings = vec![id(0, 1_000_000, 65536)];
+        f(&mut c.mounts[1]);
+        // CreateContainer converts the metadata as well: it refuses the same way.
+        let meta = container_metadata("c1", "p1", &c, &pod).unwrap_err();
+        let e = container_config(&c, &pod).unwrap_err();
+        assert_eq!(meta, e);
+        match e {
+            ConvertError::Invalid { field, value, .. } => (field, value),
+            other => panic!("{other:?}"),
+        }
+    };
+    let s = |field: &str, value: &str| (field.to_string(), value.to_string());
+    assert_eq!(
+        err(&|m| m.gid_mappings.clear()),
+        s("config.mounts[1].gid_mappings", "0 mapping(s)")
+    );
+    assert_eq!(
+        err(&|m| m.uid_mappings.clear()),
+        s("config.mounts[1].uid_mappings", "0 mapping(s)")
+    );
+    assert_eq!(
+        err(&|m| m.uid_mappings = (0..341).map(|i| id(i, 1_000_000 + i, 1)).collect()),
+        s("config.mounts[1].uid_mappings", "341 mapping(s)")
+    );
+    assert_eq!(
+        err(&|m| m.gid_mappings[0].length = 0),
+        s("config.mounts[1].gid_mappings[0].length", "0")
+    );
+    assert_eq!(
+        err(&|m| m.uid_mappings = vec![id(u32::MAX - 8, 0, 10)]),
+        s(
+            "config.mounts[1].uid_mappings[0].container_id",
+            &(u32::MAX - 8).to_string()
+        )
+    );
+    assert_eq!(
+        err(&|m| m.gid_mappings = vec![id(0, u32::MAX, 2)]),
+        s(
+            "config.mounts[1].gid_mappings[0].host_id",
+            &u32::MAX.to_string()
+        )
+    );
+    assert_eq!(
+        err(&|m| m.uid_mappings = vec![id(0, 1_000_000, 10), id(9, 2_000_000, 10)]),
+        s("config.mounts[1].uid_mappings[1].container_id", "9")
+    );
+    assert_eq!(
+        err(&|m| m.gid_mappings = vec![id(0, 1_000_000, 10), id(100, 999_991, 10)]),
+        s("config.mounts[1].gid_mappings[1].host_id", "999991")
+    );
+    // An image volume cannot be idmapped yet (an overlay on the host: runc fails at start).
+    let mut c = kubelet_container();
+    c.mounts[0].image = Some(v1::ImageSpec {
+        image: "busybox".into(),
+        ..Default::default()
+    });
+    c.mounts[0].host_path.clear();
+    assert!(container_config(&c, &pod).is_ok());
+    c.mounts[0].uid_mappings = vec![id(0, 1_000_000, 65536)];
+    c.mounts[0].gid_mappings = vec![id(0, 1_000_000, 65536)];
+    let e = container_config(&c, &pod).unwrap_err();
+    assert_eq!(
+        e,
+        ConvertError::UnsupportedWith {
+            field: "config.mounts[0].uid_mappings".into(),
+            context: "on an image volume",
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "config.mounts[0].uid_mappings is not supported by remora on an image volume"
+    );
+    // Only the options the CRI lists, spelled as it spells them.
+    for bad in [
+        "ro",
+        "exec",
+        "suid",
+        "NOEXEC",
+        "noexec,nodev",
+        "",
+        "bind",
+        "rshared",
+    ] {
+        assert_eq!(
+            err(&|m| m.mount_options = vec!["nosuid".into(), bad.into()]),
+            s("config.mounts[1].mount_options[1]", bad),
+            "{bad:?}"
+        );
+    }
 }

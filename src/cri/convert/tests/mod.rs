@@ -17,7 +17,7 @@ use super::status::{container_state_to_cri, propagation_to_cri};
 use super::*;
 use crate::net::{DnsConfig, PortMapping, Protocol};
 use crate::spec::{
-    AppArmorProfile, CapabilityChanges, ContainerConfig, DeviceRequest, HugepageLimit,
+    AppArmorProfile, BindOption, CapabilityChanges, ContainerConfig, DeviceRequest, HugepageLimit,
     MountPropagation, MountRequest, NamespaceMode, NamespaceOptions, Resources, SandboxConfig,
     SeccompProfile, SecurityContext, SupplementalGroupsPolicy,
 };

@@ -11,8 +11,11 @@
 //! remora does with them:
 //! - `KeyValue.value` is bytes: env values must be UTF-8 (`convert::envs`), else
 //!   `INVALID_ARGUMENT` naming the key.
-//! - `Mount.image_sub_path`, `Mount.mount_options`: refused as unsupported (`INVALID_ARGUMENT`
-//!   naming the field), not ignored.
+//! - `Mount.image_sub_path`: the directory at that path in the image volume, resolved inside
+//!   the image (`lifecycle::mount::open_sub_path`); missing, not a directory or not resolvable
+//!   there is `INVALID_ARGUMENT` naming the field. Reported back in `ContainerStatus.mounts`.
+//! - `Mount.mount_options`: refused as unsupported (`INVALID_ARGUMENT` naming the field), not
+//!   ignored.
 //! - `ContainerConfig.stop_signal`: kept and sent by StopContainer; `ContainerStatus.stop_signal`
 //!   is the signal used (configured, else the image's, else SIGTERM); see `convert::stop_signal`.
 //! - `RuntimeFeatures.user_namespaces_host_network` and `.mount_options`: `false`.
@@ -20,7 +23,8 @@
 //!   pressure stall information from cgroup v2's `*.pressure` files of the container's and the
 //!   pod's cgroup (`convert::stats`); absent on cgroup v1, where the kernel has PSI off, or
 //!   where a file does not read as the kernel writes it.
-//! - Not reported: `ImageSpec.image_ref` of an image volume in `ContainerStatus.mounts`.
+//! - `ImageSpec.image_ref` of an image volume in `ContainerStatus.mounts`: the image's id, as
+//!   PullImage answered it (kept on the container record; empty for a record from before).
 //! - `AuthConfig`'s `debug_redact` fields: hidden by the hand-written Debug below.
 
 pub use generated::*;

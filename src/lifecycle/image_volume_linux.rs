@@ -94,7 +94,15 @@ impl Pods {
                 })?;
             let undo_dir = target.clone();
             tx.on_undo("unmount image volume", async move {
-                blocking(move || unmount_and_remove(&undo_dir)).await
+                blocking(move || {
+                    unmount_and_remove(&undo_dir);
+                    // The container's directory too, once its last volume is gone (undos run
+                    // in reverse: volume 0's last); one still holding another is left.
+                    if let Some(parent) = undo_dir.parent() {
+                        let _ = std::fs::remove_dir(parent);
+                    }
+                })
+                .await
             });
             let host_path = if volume.sub_path.is_empty() {
                 target

@@ -188,7 +188,7 @@ pub enum ContainerError {
     ImageSubPath {
         /// CRI path of the field, `config.mounts[N].image_sub_path`.
         field: String,
-        /// The sub path asked for (shortened if long).
+        /// The sub path asked for (at most 4096 bytes: the CRI conversion bounds it).
         sub_path: String,
         /// Why.
         #[source]

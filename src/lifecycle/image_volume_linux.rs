@@ -116,7 +116,7 @@ impl Pods {
                     .map_err(ContainerError::Aborted)?
                     .map_err(|source| ContainerError::ImageSubPath {
                         field: format!("config.mounts[{index}].image_sub_path"),
-                        sub_path: crate::cri::validate::shown(&volume.sub_path),
+                        sub_path: volume.sub_path.clone(),
                         source,
                     })?;
                 let undo_dir = sub_target.clone();

@@ -1070,7 +1070,7 @@ async fn image_volumes_mount_an_image_read_only() {
 /// the field, and leaves no mount, no view snapshot and no directory behind.
 #[tokio::test]
 async fn image_volume_sub_paths_show_one_directory_and_hostile_ones_leave_nothing() {
-    let bed = BedRemora::start_with_network();
+    let mut bed = BedRemora::start_with_network();
     let logs = crate::harness::scratch();
     let pod = start_pod(&bed, "subpath", logs.path()).await;
     let mut rt = bed.remora.runtime();
@@ -1149,13 +1149,40 @@ async fn image_volume_sub_paths_show_one_directory_and_hostile_ones_leave_nothin
     let status = pod.status(&id).await.expect("ContainerStatus");
     assert_eq!(status.mounts[0].image_sub_path, "etc");
     assert_eq!(volume_mounts().len(), 2, "the view and the sub path's bind");
+    let pod_id = pod.id.clone();
+    drop(pod);
 
-    pod.remove_pod().await;
+    // The record keeps the sub path and the image id across a restart of remora.
+    bed.crash();
+    bed.restart();
+    wait_until(
+        "the index to be rebuilt",
+        Duration::from_secs(15),
+        || async { cri::status(&bed.remora, &id).await.is_ok() },
+    )
+    .await;
+    let status = cri::status(&bed.remora, &id)
+        .await
+        .expect("ContainerStatus");
+    let pulled = cri::pull(&bed.remora, "busybox")
+        .await
+        .expect("pull busybox");
+    assert_eq!(status.mounts[0].image_sub_path, "etc");
     assert_eq!(
-        views(),
-        0,
-        "the view snapshot is removed with the container"
+        status.mounts[0]
+            .image
+            .as_ref()
+            .map(|i| i.image_ref.as_str()),
+        Some(pulled.as_str())
     );
+
+    cri::remove_pod(&bed.remora, &pod_id).await;
+    let views = bed
+        .ctr(&["snapshots", "ls"])
+        .lines()
+        .filter(|l| l.contains("-imagevolume-"))
+        .count();
+    assert_eq!(views, 0, "the view snapshot is removed with the container");
     assert_eq!(volume_mounts(), Vec::<String>::new());
     assert!(!volume_dir.join(&id).exists());
 }

@@ -984,9 +984,27 @@ async fn image_volumes_mount_an_image_read_only() {
     let mut rt = bed.remora.runtime();
     let volume = |image: &str| v1::Mount {
         container_path: "/image".into(),
+        readonly: true,
         image: Some(cri::image_spec(image)),
         ..Default::default()
     };
+
+    // An image volume is read-only by definition: asking for it writable is refused, naming
+    // the field (containerd refuses it too), not quietly made read-only.
+    let mut writable = container("writable", &["sleep", "3600"]);
+    writable.mounts = vec![v1::Mount {
+        readonly: false,
+        ..volume("busybox")
+    }];
+    let err = pod
+        .create(writable)
+        .await
+        .expect_err("a writable image volume");
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("config.mounts[0].readonly"),
+        "{err:?}"
+    );
 
     let mut absent = container("absent", &["sleep", "3600"]);
     absent.mounts = vec![volume("docker.io/library/never-pulled:1")];
@@ -1027,6 +1045,11 @@ async fn image_volumes_mount_an_image_read_only() {
     let image = status.mounts[0].image.as_ref().expect("the mount's image");
     assert_eq!(image.user_specified_image, "busybox");
     assert!(image.image.contains("@sha256:"), "{image:?}");
+    // `image_ref` (cri-api v0.37) is what PullImage answered, as critest compares it.
+    let pulled = cri::pull(&bed.remora, "busybox")
+        .await
+        .expect("pull busybox");
+    assert_eq!(image.image_ref, pulled);
     let view = format!("{id}-imagevolume-0");
     assert!(
         bed.ctr(&["snapshots", "ls"]).contains(&view),
@@ -1046,6 +1069,129 @@ async fn image_volumes_mount_an_image_read_only() {
             .any(|m| m.contains(&id)),
         "no mount names the container"
     );
+}
+
+/// An image volume's sub path (cri-api v0.33 `Mount.image_sub_path`): the container sees that
+/// directory of the image at the mount, read-only, and nothing above it; a sub path that is
+/// missing, a file, or climbs to a host directory the image lacks is INVALID_ARGUMENT naming
+/// the field, and leaves no mount, no view snapshot and no directory behind.
+#[tokio::test]
+async fn image_volume_sub_paths_show_one_directory_and_hostile_ones_leave_nothing() {
+    let mut bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    let pod = start_pod(&bed, "subpath", logs.path()).await;
+    let mut rt = bed.remora.runtime();
+    let volume = |sub_path: &str| v1::Mount {
+        container_path: "/image".into(),
+        readonly: true,
+        image: Some(cri::image_spec("busybox")),
+        image_sub_path: sub_path.into(),
+        ..Default::default()
+    };
+    let views = || {
+        bed.ctr(&["snapshots", "ls"])
+            .lines()
+            .filter(|l| l.contains("-imagevolume-"))
+            .count()
+    };
+    let volume_dir = bed.state_dir().join("image-volumes");
+    let volume_mounts = || crate::harness::mount_points_under(&volume_dir);
+
+    // The state dir exists on the host, not in the image: `..` must not reach it.
+    let host_dir = format!("../../../..{}", bed.state_dir().display());
+    for (sub_path, why) in [
+        ("no/such/dir", "does not exist"),
+        ("bin/busybox", "is not a directory"),
+        (host_dir.as_str(), "does not exist"),
+    ] {
+        let mut c = container("hostile", &["sleep", "3600"]);
+        c.mounts = vec![volume(sub_path)];
+        let err = pod.create(c).await.expect_err(sub_path);
+        assert_eq!(err.code(), Code::InvalidArgument, "{sub_path:?}: {err:?}");
+        assert!(
+            err.message().contains("config.mounts[0].image_sub_path")
+                && err.message().contains(why),
+            "{sub_path:?}: {err:?}"
+        );
+        assert_eq!(views(), 0, "{sub_path:?}: a view snapshot is left");
+        assert_eq!(volume_mounts(), Vec::<String>::new(), "{sub_path:?}");
+        let left: Vec<_> = std::fs::read_dir(&volume_dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{sub_path:?}: {left:?} left");
+    }
+
+    let mut c = container("etc", &["sleep", "3600"]);
+    c.mounts = vec![volume("etc")];
+    let id = pod.create(c).await.expect("create with a sub path");
+    pod.start(&id).await;
+    let run = |cmd: &str| v1::ExecSyncRequest {
+        container_id: id.clone(),
+        cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+        timeout: 10,
+    };
+    let r = rt
+        .exec_sync(run(
+            "test -f /image/passwd && test ! -e /image/etc && test ! -e /image/bin && echo etc",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        String::from_utf8_lossy(&r.stdout),
+        "etc\n",
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let r = rt
+        .exec_sync(run("touch /image/x 2>&1"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        String::from_utf8_lossy(&r.stdout).contains("Read-only file system"),
+        "{}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+    let status = pod.status(&id).await.expect("ContainerStatus");
+    assert_eq!(status.mounts[0].image_sub_path, "etc");
+    assert_eq!(volume_mounts().len(), 2, "the view and the sub path's bind");
+    let pod_id = pod.id.clone();
+    drop(pod);
+
+    // The record keeps the sub path and the image id across a restart of remora.
+    bed.crash();
+    bed.restart();
+    wait_until(
+        "the index to be rebuilt",
+        Duration::from_secs(15),
+        || async { cri::status(&bed.remora, &id).await.is_ok() },
+    )
+    .await;
+    let status = cri::status(&bed.remora, &id)
+        .await
+        .expect("ContainerStatus");
+    let pulled = cri::pull(&bed.remora, "busybox")
+        .await
+        .expect("pull busybox");
+    assert_eq!(status.mounts[0].image_sub_path, "etc");
+    assert_eq!(
+        status.mounts[0]
+            .image
+            .as_ref()
+            .map(|i| i.image_ref.as_str()),
+        Some(pulled.as_str())
+    );
+
+    cri::remove_pod(&bed.remora, &pod_id).await;
+    let views = bed
+        .ctr(&["snapshots", "ls"])
+        .lines()
+        .filter(|l| l.contains("-imagevolume-"))
+        .count();
+    assert_eq!(views, 0, "the view snapshot is removed with the container");
+    assert_eq!(volume_mounts(), Vec::<String>::new());
+    assert!(!volume_dir.join(&id).exists());
 }
 
 /// The Stream* RPCs (cri-api v0.36, KEP-5825) answer what their List* counterparts answer, in

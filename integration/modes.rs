@@ -90,6 +90,7 @@ async fn state_dirs_are_private_and_image_volumes_nosuid_nodev() {
     let mut c = container("vol", &["sleep", "3600"]);
     c.mounts = vec![v1::Mount {
         container_path: "/image".into(),
+        readonly: true,
         image: Some(cri::image_spec("busybox")),
         ..Default::default()
     }];

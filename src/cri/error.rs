@@ -175,6 +175,8 @@ fn container_code(e: &ContainerError) -> Code {
         | ContainerError::PodHandlerGone { .. }
         | ContainerError::RecursiveReadOnlyUnsupported { .. }
         | ContainerError::SnapshotterCannotIdmap(_) => Code::FailedPrecondition,
+        // A sub path that names nothing mountable in the image is the request's fault.
+        ContainerError::ImageSubPath { source, .. } if source.is_invalid() => Code::InvalidArgument,
         ContainerError::EmptyCommand
         | ContainerError::UserNamespaceMismatch { .. }
         | ContainerError::MountPropagation { .. } => Code::InvalidArgument,
@@ -210,6 +212,7 @@ fn container_code(e: &ContainerError) -> Code {
         ContainerError::Id(_)
         | ContainerError::Rootfs(_)
         | ContainerError::ImageVolumeMount { .. }
+        | ContainerError::ImageSubPath { .. }
         | ContainerError::Host { .. }
         | ContainerError::Fifo { .. }
         | ContainerError::Log { .. }
@@ -301,6 +304,30 @@ mod tests {
             "{}",
             s.message()
         );
+    }
+
+    #[test]
+    fn an_image_sub_path_not_in_the_image_is_invalid_argument_naming_the_field() {
+        use crate::lifecycle::mount::SubPathError;
+        let s: tonic::Status = CriError::from(ContainerError::ImageSubPath {
+            field: "config.mounts[2].image_sub_path".into(),
+            sub_path: "not-existing".into(),
+            source: SubPathError::Missing,
+        })
+        .into();
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(
+            s.message(),
+            "config.mounts[2].image_sub_path \"not-existing\": does not exist in the image"
+        );
+        // The host's failure to bind it is not the request's fault.
+        let s: tonic::Status = CriError::from(ContainerError::ImageSubPath {
+            field: "config.mounts[2].image_sub_path".into(),
+            sub_path: "etc".into(),
+            source: SubPathError::NoOpenat2,
+        })
+        .into();
+        assert_eq!(s.code(), Code::Internal);
     }
 
     #[test]

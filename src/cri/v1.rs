@@ -11,8 +11,9 @@
 //! remora does with them:
 //! - `KeyValue.value` is bytes: env values must be UTF-8 (`convert::envs`), else
 //!   `INVALID_ARGUMENT` naming the key.
-//! - `Mount.image_sub_path`: refused as unsupported (`INVALID_ARGUMENT` naming the field), not
-//!   ignored.
+//! - `Mount.image_sub_path`: the directory at that path in the image volume, resolved inside
+//!   the image (`lifecycle::mount::open_sub_path`); missing, not a directory or not resolvable
+//!   there is `INVALID_ARGUMENT` naming the field. Reported back in `ContainerStatus.mounts`.
 //! - `Mount.uid_mappings`/`gid_mappings`: an idmapped bind (refused on an image volume).
 //! - `Mount.mount_options`: `noexec`, `nodev`, `nosuid` added to the bind; any other option is
 //!   refused (`INVALID_ARGUMENT` naming `mount_options[i]` and the option).
@@ -28,7 +29,8 @@
 //!   on the sandbox's record and reported in verbose PodSandboxStatus `info` as `overhead` and
 //!   `resources` (`{"linux": {...}}`, containerd's place and field names); no cgroup is written
 //!   (kubelet owns the pod cgroup) — see `lifecycle::sandbox_update`.
-//! - Not reported: `ImageSpec.image_ref` of an image volume in `ContainerStatus.mounts`.
+//! - `ImageSpec.image_ref` of an image volume in `ContainerStatus.mounts`: the image's id, as
+//!   PullImage answered it (kept on the container record; empty for a record from before).
 //! - `AuthConfig`'s `debug_redact` fields: hidden by the hand-written Debug below.
 
 pub use generated::*;

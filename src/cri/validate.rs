@@ -135,6 +135,28 @@ pub fn absolute_path(field: &str, value: &str) -> Result<(), ConvertError> {
     Ok(())
 }
 
+/// The longest image volume sub path accepted: Linux's `PATH_MAX`.
+pub const MAX_IMAGE_SUB_PATH_LEN: usize = 4096;
+
+/// A mount's `image_sub_path`: relative (to the image's root), without NUL, at most
+/// [`MAX_IMAGE_SUB_PATH_LEN`] bytes. `..` and symlinks are not refused here: CreateContainer
+/// resolves them inside the image, where they cannot lead out of it (as containerd's
+/// `os.OpenInRoot` does).
+pub fn image_sub_path(field: &str, value: &str) -> Result<(), ConvertError> {
+    no_nul(field, value)?;
+    if value.len() > MAX_IMAGE_SUB_PATH_LEN {
+        return Err(invalid(field, value, "is longer than 4096 bytes"));
+    }
+    if value.starts_with('/') {
+        return Err(invalid(
+            field,
+            value,
+            "must be relative to the image's root",
+        ));
+    }
+    Ok(())
+}
+
 /// A mount's `container_path`: absolute, no `..`, not the container's root.
 pub fn mount_destination(field: &str, value: &str) -> Result<(), ConvertError> {
     absolute_path(field, value)?;

@@ -182,6 +182,18 @@ pub enum ContainerError {
         #[source]
         source: super::mount::MountError,
     },
+    /// An image volume's sub path names nothing mountable in the image, or could not be
+    /// bound (`source` says which).
+    #[error("{field} {sub_path:?}: {source}")]
+    ImageSubPath {
+        /// CRI path of the field, `config.mounts[N].image_sub_path`.
+        field: String,
+        /// The sub path asked for (at most 4096 bytes: the CRI conversion bounds it).
+        sub_path: String,
+        /// Why.
+        #[source]
+        source: super::mount::SubPathError,
+    },
     /// A mount's propagation cannot work with its source's mount (containerd's
     /// `ensureShared` / `ensureSharedOrSlave`).
     #[error("mount {mount}: propagation {propagation:?} needs its source on a shared mount{}: {source}", if matches!(propagation, crate::spec::MountPropagation::HostToContainer) { " or a slave one" } else { "" })]

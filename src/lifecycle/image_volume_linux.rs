@@ -12,10 +12,19 @@
 //!
 //! The image must be pulled (kubelet pulls image volumes before it creates the container); a
 //! missing one is `NOT_FOUND` naming the mount, before anything is made.
+//!
+//! A sub path (CRI `Mount.image_sub_path`) is resolved inside the mounted view as if the view
+//! were `/` (`openat2` with `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`: `..` and symlinks cannot
+//! lead out of the image), must be a directory, and is bound — through the fd just opened, so
+//! nothing can swap it in between — read-only, `nosuid,nodev` on `<index>-sub` beside the view;
+//! the container's spec binds that. A sub path that is missing, not a directory or not
+//! resolvable in the image is `INVALID_ARGUMENT` naming `config.mounts[N].image_sub_path`, and
+//! the create is undone like any other failure. containerd resolves it the same way (Go's
+//! `os.OpenInRoot`) but binds the path it resolved.
 
 use std::path::PathBuf;
 
-use super::mount::{mount_on, unmount_and_remove};
+use super::mount::{bind_dir_fd, mount_on, open_sub_path, unmount_and_remove};
 use super::tx::Tx;
 use super::{blocking, ContainerError, Pods};
 use crate::spec::MountRequest;
@@ -23,6 +32,11 @@ use crate::store::MountSummary;
 
 /// The label prefix by which a containerd record references snapshots for GC.
 const GC_SNAPSHOT_REF: &str = "containerd.io/gc.ref.snapshot.";
+
+/// What the bind of an image volume's sub path is named by, after the mount index: it sits
+/// beside the view's mount point (`<index>`), so the start-up sweep and RemoveContainer, which
+/// unmount every directory of the container's image volume directory, take it too.
+const SUB_SUFFIX: &str = "-sub";
 
 /// The view snapshot of image volume `index` of container `id`.
 pub fn view_key(id: &str, index: usize) -> String {
@@ -80,13 +94,43 @@ impl Pods {
                 })?;
             let undo_dir = target.clone();
             tx.on_undo("unmount image volume", async move {
-                blocking(move || unmount_and_remove(&undo_dir)).await
+                blocking(move || {
+                    unmount_and_remove(&undo_dir);
+                    // The container's directory too, once its last volume is gone (undos run
+                    // in reverse: volume 0's last); one still holding another is left.
+                    if let Some(parent) = undo_dir.parent() {
+                        let _ = std::fs::remove_dir(parent);
+                    }
+                })
+                .await
             });
-            m.host_path = target;
-            m.readonly = true;
+            let host_path = if volume.sub_path.is_empty() {
+                target
+            } else {
+                let sub_target = self
+                    .image_volume_dir(id)
+                    .join(format!("{index}{SUB_SUFFIX}"));
+                let (root, sub, at) = (target, volume.sub_path.clone(), sub_target.clone());
+                blocking(move || bind_dir_fd(&open_sub_path(&root, &sub)?, &at))
+                    .await
+                    .map_err(ContainerError::Aborted)?
+                    .map_err(|source| ContainerError::ImageSubPath {
+                        field: format!("config.mounts[{index}].image_sub_path"),
+                        sub_path: volume.sub_path.clone(),
+                        source,
+                    })?;
+                let undo_dir = sub_target.clone();
+                tx.on_undo("unmount image volume sub path", async move {
+                    blocking(move || unmount_and_remove(&undo_dir)).await
+                });
+                sub_target
+            };
             if let Some(s) = summaries.get_mut(index) {
                 s.image_ref = image.reference();
+                s.image_id = image.id.clone();
             }
+            m.host_path = host_path;
+            m.readonly = true;
             labels.push((
                 format!("{GC_SNAPSHOT_REF}{}/{index}", self.snapshotter),
                 key,

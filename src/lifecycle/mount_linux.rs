@@ -262,6 +262,141 @@ pub fn unmount_and_remove(target: &Path) {
     let _ = std::fs::remove_dir(target);
 }
 
+/// Why an image volume's sub path cannot be mounted. The first four are the request's
+/// fault (the path names nothing usable in the image); the others the host's.
+#[derive(Debug, Error)]
+pub enum SubPathError {
+    /// Nothing at the path in the image.
+    #[error("does not exist in the image")]
+    Missing,
+    /// The path (or a component of it) is not a directory.
+    #[error("is not a directory in the image")]
+    NotADirectory,
+    /// The kernel refused a step out of the image's root (`EXDEV`). With `RESOLVE_IN_ROOT`
+    /// `..` and absolute symlinks stay inside, so this is a defence, not the common case.
+    #[error("escapes the image's root")]
+    Escapes,
+    /// A symlink loop, or a magic link (`/proc/…/fd/N` style) on the way.
+    #[error("loops through symlinks or crosses a magic link")]
+    Loop,
+    /// The kernel has no `openat2(2)` (Linux ≥ 5.6): remora cannot resolve a path inside a
+    /// root safely, so it mounts no sub path.
+    #[error("this kernel has no openat2(2) to resolve it inside the image (Linux 5.6 or later)")]
+    NoOpenat2,
+    /// Opening the image's root or the path failed otherwise.
+    #[error("open: {0}")]
+    Open(Errno),
+    /// The bind mount's target could not be made.
+    #[error("create {}: {source}", path.display())]
+    Target {
+        /// The mount point.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The bind mount failed.
+    #[error("bind it on {}: {errno}", path.display())]
+    Bind {
+        /// The mount point.
+        path: PathBuf,
+        /// Why.
+        errno: Errno,
+    },
+}
+
+impl SubPathError {
+    /// Whether the request is at fault (the path names nothing mountable in the image).
+    pub fn is_invalid(&self) -> bool {
+        matches!(
+            self,
+            SubPathError::Missing
+                | SubPathError::NotADirectory
+                | SubPathError::Escapes
+                | SubPathError::Loop
+        )
+    }
+}
+
+/// Opens directory `sub` of the tree at `root` (`O_PATH`), resolving it as if `root` were `/`:
+/// `..` stops at `root` and absolute symlinks start from it (`openat2` with
+/// `RESOLVE_IN_ROOT`), magic links are refused (`RESOLVE_NO_MAGICLINKS`). The result is
+/// inside `root` whatever the tree's symlinks say; the caller uses the fd, not a path, so
+/// nothing can swap the directory in between.
+pub fn open_sub_path(root: &Path, sub: &str) -> Result<std::os::fd::OwnedFd, SubPathError> {
+    use nix::fcntl::{open, openat2, OFlag, OpenHow, ResolveFlag};
+    use nix::sys::stat::{fstat, Mode, SFlag};
+    let root = open(
+        root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(SubPathError::Open)?;
+    let how = || {
+        OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS)
+    };
+    // EAGAIN: a rename elsewhere raced a `..` step (RESOLVE_IN_ROOT's check); the view is
+    // read-only, so a few tries are plenty.
+    let mut tries = 0;
+    let fd = loop {
+        match openat2(&root, sub, how()) {
+            Err(Errno::EAGAIN) if tries < 8 => tries += 1,
+            Err(Errno::ENOENT) => return Err(SubPathError::Missing),
+            Err(Errno::ENOTDIR) => return Err(SubPathError::NotADirectory),
+            Err(Errno::EXDEV) => return Err(SubPathError::Escapes),
+            Err(Errno::ELOOP) => return Err(SubPathError::Loop),
+            Err(Errno::ENOSYS) => return Err(SubPathError::NoOpenat2),
+            Err(e) => return Err(SubPathError::Open(e)),
+            Ok(fd) => break fd,
+        }
+    };
+    let st = fstat(&fd).map_err(SubPathError::Open)?;
+    if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) != SFlag::S_IFDIR {
+        return Err(SubPathError::NotADirectory);
+    }
+    Ok(fd)
+}
+
+/// Binds the directory open as `dir` (from [`open_sub_path`]) on `target`, which is created:
+/// read-only, `nosuid`, `nodev`, not recursive. The source is the fd's `/proc/self/fd` entry,
+/// which mount(2) follows to the directory itself. On failure `target` is removed again.
+pub fn bind_dir_fd(dir: &std::os::fd::OwnedFd, target: &Path) -> Result<(), SubPathError> {
+    use std::os::fd::AsRawFd;
+    std::fs::create_dir(target).map_err(|source| SubPathError::Target {
+        path: target.to_path_buf(),
+        source,
+    })?;
+    let source = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    let result = mount(
+        Some(source.as_str()),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .and_then(|()| {
+        mount(
+            None::<&str>,
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | HOST_MOUNT_FLAGS,
+            None::<&str>,
+        )
+        .inspect_err(|_| {
+            let _ = umount2(target, MntFlags::MNT_DETACH);
+        })
+    });
+    if let Err(errno) = result {
+        let _ = std::fs::remove_dir(target);
+        return Err(SubPathError::Bind {
+            path: target.to_path_buf(),
+            errno,
+        });
+    }
+    Ok(())
+}
+
 /// A snapshot's root filesystem readable without mounting it: a `bind` mount's directory, or
 /// an `overlay` mount's layers (upperdir, then the lowerdirs). See [`snapshot_root`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -462,6 +597,129 @@ mod tests {
                 "{m:?}: {opts:?}"
             );
         }
+    }
+
+    /// An image-like tree: `etc/` with a file, a file at the top, symlinks that point out of
+    /// the tree every way a symlink can.
+    fn image_tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("etc/ssl")).unwrap();
+        std::fs::write(root.join("etc/passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+        std::fs::write(root.join("file"), "").unwrap();
+        let link = |to: &str, at: &str| std::os::unix::fs::symlink(to, root.join(at)).unwrap();
+        link("/etc", "abs-etc");
+        link("/usr", "abs-usr");
+        link("../../../../../etc", "rel-out-etc");
+        link("../../../../../usr", "rel-out-usr");
+        link("etc/ssl", "rel-in");
+        link("/file", "abs-file");
+        link("loop-b", "loop-a");
+        link("loop-a", "loop-b");
+        dir
+    }
+
+    /// The directory `fd` is open on, as (device, inode).
+    fn id_of_fd(fd: &std::os::fd::OwnedFd) -> (u64, u64) {
+        let st = nix::sys::stat::fstat(fd).unwrap();
+        (st.st_dev, st.st_ino)
+    }
+
+    fn id_of(p: &Path) -> (u64, u64) {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(p).unwrap();
+        (m.dev(), m.ino())
+    }
+
+    #[test]
+    fn a_sub_path_resolves_inside_the_root_whatever_its_dots_and_symlinks_say() {
+        let dir = image_tree();
+        let root = dir.path();
+        for (sub, inside) in [
+            ("etc", "etc"),
+            ("etc/", "etc"),
+            ("./etc/ssl/..", "etc"),
+            ("rel-in", "etc/ssl"),
+            // `..` stops at the root: the image's etc, not the host's.
+            ("../../../../etc", "etc"),
+            ("etc/../../..", ""),
+            (".", ""),
+            // An absolute symlink starts from the root; so does a relative one that climbs.
+            ("abs-etc", "etc"),
+            ("rel-out-etc", "etc"),
+            ("abs-etc/ssl", "etc/ssl"),
+        ] {
+            let fd = open_sub_path(root, sub).unwrap_or_else(|e| panic!("{sub:?}: {e}"));
+            assert_eq!(id_of_fd(&fd), id_of(&root.join(inside)), "{sub:?}");
+        }
+    }
+
+    #[test]
+    fn a_sub_path_out_of_the_root_or_not_a_directory_is_refused_with_why() {
+        let dir = image_tree();
+        let root = dir.path();
+        for (sub, want) in [
+            ("absent", "does not exist"),
+            // The host has /usr; the image does not: the links must not reach it.
+            ("abs-usr", "does not exist"),
+            ("rel-out-usr", "does not exist"),
+            ("../usr", "does not exist"),
+            ("file", "is not a directory"),
+            ("abs-file", "is not a directory"),
+            ("etc/passwd", "is not a directory"),
+            ("etc/passwd/x", "is not a directory"),
+            ("loop-a", "loops"),
+        ] {
+            let e = open_sub_path(root, sub).expect_err(sub);
+            assert!(e.to_string().contains(want), "{sub:?}: {e}");
+            assert!(e.is_invalid(), "{sub:?}: {e}");
+        }
+    }
+
+    /// A magic link (procfs' `cwd`, `root`, `fd/N`) is refused even though it is a directory:
+    /// following one could leave any root.
+    #[test]
+    fn a_sub_path_through_a_magic_link_is_refused() {
+        for sub in ["cwd", "root", "root/etc"] {
+            let e = open_sub_path(Path::new("/proc/self"), sub).expect_err(sub);
+            assert!(matches!(e, SubPathError::Loop), "{sub:?}: {e}");
+        }
+        // The same directory reached without a magic link opens.
+        assert!(open_sub_path(Path::new("/proc/self"), "fd").is_ok());
+    }
+
+    /// As root: the bind shows the sub directory, read-only, nosuid, nodev.
+    #[test]
+    fn a_sub_path_is_bound_read_only_nosuid_nodev() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root to mount");
+            return;
+        }
+        let dir = image_tree();
+        let out = tempfile::tempdir().unwrap();
+        let target = out.path().join("0-sub");
+        let fd = open_sub_path(dir.path(), "abs-etc").unwrap();
+        bind_dir_fd(&fd, &target).unwrap();
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let table = crate::lifecycle::mountinfo::parse(&table);
+        let opts = crate::lifecycle::mountinfo::mount_of(&table, &target)
+            .unwrap()
+            .options
+            .clone();
+        let listed: Vec<_> = std::fs::read_dir(&target)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        let write = std::fs::write(target.join("new"), "");
+        unmount_and_remove(&target);
+        for o in ["ro", "nosuid", "nodev"] {
+            assert!(opts.iter().any(|x| x == o), "{o}: {opts:?}");
+        }
+        let mut listed = listed;
+        listed.sort();
+        assert_eq!(listed, ["passwd", "ssl"]);
+        assert!(write.is_err(), "written through a read-only bind");
+        assert!(!target.exists());
     }
 
     #[test]

@@ -1300,12 +1300,18 @@ async fn recursive_read_only_mounts_only_on_handlers_that_support_them() {
 }
 
 fn image_volume_request(pod: &str, image: &str) -> CreateRequest {
+    sub_path_request(pod, image, "")
+}
+
+/// A container with an image volume of `image` at `/image`, of `sub_path` in it.
+fn sub_path_request(pod: &str, image: &str, sub_path: &str) -> CreateRequest {
     let mut req = create_request(pod);
     let volume = crate::spec::MountRequest {
         container_path: "/image".into(),
         readonly: true,
         image: Some(crate::spec::ImageVolume {
             image: image.into(),
+            sub_path: sub_path.into(),
         }),
         ..Default::default()
     };
@@ -1314,6 +1320,7 @@ fn image_volume_request(pod: &str, image: &str) -> CreateRequest {
         container_path: "/image".into(),
         readonly: true,
         image: image.into(),
+        image_sub_path: sub_path.into(),
         ..Default::default()
     }];
     req
@@ -1431,6 +1438,108 @@ async fn a_create_failing_after_its_image_volume_unmounts_and_removes_the_view()
         .join(&id)
         .join("0")
         .exists());
+}
+
+/// The fake image's files (every snapshot binds the same tree): `etc/ssl`, a file, a symlink
+/// out of the image.
+fn image_files(b: &Bed) -> PathBuf {
+    let root = b.state_dir.parent().expect("the bed's dir").join("rootfs");
+    std::fs::create_dir_all(root.join("etc/ssl")).expect("etc/ssl");
+    std::fs::write(root.join("etc/hostname"), "image\n").expect("a file");
+    let _ = std::os::unix::fs::symlink("/usr/lib", root.join("lib"));
+    root
+}
+
+/// An image volume's sub path: bound read-only on `<index>-sub` beside the view, which the
+/// spec binds into the container; the record keeps the image id and the sub path; removal
+/// unmounts both.
+#[tokio::test]
+async fn an_image_volume_sub_path_is_bound_beside_the_view_and_removed_with_it() {
+    let (b, pod) = bed_with_pod().await;
+    let root = image_files(&b);
+    let id = b
+        .pods
+        .create_container(sub_path_request(&pod, APP, "/../etc/"))
+        .await
+        .expect("a container with an image volume sub path");
+    let dir = b.state_dir.join("image-volumes").join(&id);
+    let sub = dir.join("0-sub");
+    let record = b.containerd.record(&id).expect("record");
+    let spec: serde_json::Value = serde_json::from_slice(&record.spec).expect("json");
+    let bind = spec["mounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["destination"] == "/image")
+        .expect("the /image mount")
+        .clone();
+    assert_eq!(bind["source"], sub.display().to_string());
+    assert!(crate::lifecycle::sandbox_files::is_mount_point(&sub));
+    assert_eq!(
+        std::fs::read_to_string(sub.join("hostname")).expect("the image's etc"),
+        "image\n"
+    );
+    assert!(std::fs::write(sub.join("x"), "").is_err(), "read-only");
+    assert!(!root.join("etc/x").exists());
+    let status = b
+        .pods
+        .containers_store
+        .get(&id)
+        .expect("indexed")
+        .snapshot();
+    let m = &status.metadata.mounts[0];
+    assert_eq!(
+        (m.image_id.as_str(), m.image_sub_path.as_str()),
+        ("sha256:app", "/../etc/")
+    );
+
+    b.pods.remove_container(&id).await.expect("removed");
+    until_cleaned_up(&b, &id).await;
+    assert!(!sub.exists() && !dir.exists(), "unmounted and removed");
+}
+
+/// A sub path that is missing, a file, or leads out of the image (`lib` → `/usr/lib`, which
+/// the host has and the image does not): INVALID_ARGUMENT's error naming the field and why,
+/// and everything CreateContainer made is undone — the view unmounted and removed, the rootfs
+/// snapshot and the lease gone.
+#[tokio::test]
+async fn a_hostile_image_volume_sub_path_is_refused_and_undone() {
+    let (b, pod) = bed_with_pod().await;
+    image_files(&b);
+    for (sub_path, why) in [
+        ("absent", "does not exist"),
+        ("lib", "does not exist"),
+        ("../../../../usr/lib", "does not exist"),
+        ("etc/hostname", "is not a directory"),
+    ] {
+        b.log.clear();
+        let err = b
+            .pods
+            .create_container(sub_path_request(&pod, APP, sub_path))
+            .await
+            .expect_err(sub_path);
+        let ContainerError::ImageSubPath { field, source, .. } = &err else {
+            panic!("{sub_path:?}: {err:?}");
+        };
+        assert_eq!(field, "config.mounts[0].image_sub_path");
+        assert!(source.to_string().contains(why), "{sub_path:?}: {err}");
+        assert!(source.is_invalid(), "{err}");
+        let id = first_id(&b.log);
+        let calls = b.log.calls();
+        assert_eq!(
+            calls[calls.len().saturating_sub(3)..],
+            [
+                Call::SnapshotRemove(format!("{id}-imagevolume-0")),
+                Call::SnapshotRemove(id.clone()),
+                Call::LeaseDelete(creation_lease_id(&id))
+            ],
+            "{sub_path:?}: {calls:?}"
+        );
+        let dir = b.state_dir.join("image-volumes").join(&id);
+        assert!(!dir.exists(), "{sub_path:?}: {} is left", dir.display());
+        let table = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        assert!(!table.contains(&id), "{sub_path:?}: a mount is left");
+    }
 }
 
 /// Waits (bounded) until container `id` is no longer RUNNING in the index. The fakes' FIFOs

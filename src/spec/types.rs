@@ -249,12 +249,15 @@ impl BindOption {
     }
 }
 
-/// CRI `Mount.image`: the image mounted, at its root. (`Mount.image_sub_path` is not
-/// implemented: the CRI conversion refuses it, see the README.)
+/// CRI `Mount.image`: the image mounted, at its root or at `sub_path` in it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageVolume {
     /// The image, as kubelet names it (it pulls it first).
     pub image: String,
+    /// CRI `Mount.image_sub_path`: a directory in the image to mount instead of its root,
+    /// relative to the image's root ("" for the root). Resolved inside the image by
+    /// CreateContainer; it must exist and be a directory.
+    pub sub_path: String,
 }
 
 /// CRI `Device`: a host device made available in the container.

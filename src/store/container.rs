@@ -63,6 +63,13 @@ pub struct MountSummary {
     pub image: String,
     /// The image volume's image as resolved: its repo digest, else its id.
     pub image_ref: String,
+    /// The image volume's image id (config digest, what PullImage answered for it: CRI
+    /// `ImageSpec.image_ref` of the mount in ContainerStatus). Empty in records written before
+    /// remora kept it, and for a host path mount.
+    pub image_id: String,
+    /// The image volume's sub path as requested (CRI `Mount.image_sub_path`; "" for the
+    /// image's root or a host path mount).
+    pub image_sub_path: String,
 }
 
 /// The identity a container's first process starts with, as its OCI spec sets it (CRI

@@ -338,16 +338,32 @@ mod tests {
                 reference: "docker.io/library/nginx@sha256:m".into(),
             },
             log_path: "/var/log/pods/x/nginx/1.log".into(),
-            mounts: vec![MountSummary {
-                container_path: "/data".into(),
-                host_path: "/srv/data".into(),
-                readonly: true,
-                selinux_relabel: false,
-                propagation: MountPropagation::HostToContainer,
-                recursive_read_only: false,
-                image: String::new(),
-                image_ref: String::new(),
-            }],
+            mounts: vec![
+                MountSummary {
+                    container_path: "/data".into(),
+                    host_path: "/srv/data".into(),
+                    readonly: true,
+                    selinux_relabel: false,
+                    propagation: MountPropagation::HostToContainer,
+                    recursive_read_only: false,
+                    image: String::new(),
+                    image_ref: String::new(),
+                    image_id: String::new(),
+                    image_sub_path: String::new(),
+                },
+                MountSummary {
+                    container_path: "/models".into(),
+                    host_path: "/var/lib/remora/image-volumes/b/1-sub".into(),
+                    readonly: true,
+                    selinux_relabel: false,
+                    propagation: MountPropagation::Private,
+                    recursive_read_only: false,
+                    image: "sha256:m0de1".into(),
+                    image_ref: "registry.local/models@sha256:m".into(),
+                    image_id: "sha256:m0de1".into(),
+                    image_sub_path: "weights/v1".into(),
+                },
+            ],
             resources_json: br#"{"linux":{"cpu_shares":2}}"#.to_vec(),
             tty: true,
             stdin: true,
@@ -493,6 +509,20 @@ mod tests {
         );
         assert_eq!(back.metadata.user, c.metadata.user);
         assert_eq!(back.status, c.status);
+    }
+
+    #[test]
+    fn a_container_record_from_before_image_ids_and_sub_paths_reads() {
+        let c = container();
+        let mut v: serde_json::Value = serde_json::from_slice(&encode_extension(&c)).unwrap();
+        let volume = v["metadata"]["mounts"][1].as_object_mut().unwrap();
+        assert_eq!(volume["image_id"], "sha256:m0de1");
+        volume.remove("image_id");
+        volume.remove("image_sub_path");
+        let back: ContainerSnapshot = decode_extension(&serde_json::to_vec(&v).unwrap()).unwrap();
+        let m = &back.metadata.mounts[1];
+        assert_eq!((m.image_id.as_str(), m.image_sub_path.as_str()), ("", ""));
+        assert_eq!(m.image_ref, c.metadata.mounts[1].image_ref);
     }
 
     #[test]

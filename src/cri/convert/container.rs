@@ -244,7 +244,8 @@ pub fn container_metadata(
         .enumerate()
         .map(|(i, mount)| {
             mount_request(mount, &format!("config.mounts[{i}]")).map(|r| {
-                let image = r.image.map(|v| v.image).unwrap_or_default();
+                let (image, image_sub_path) =
+                    r.image.map(|v| (v.image, v.sub_path)).unwrap_or_default();
                 MountSummary {
                     container_path: r.container_path,
                     host_path: r.host_path.to_string_lossy().into_owned(),
@@ -254,6 +255,8 @@ pub fn container_metadata(
                     recursive_read_only: r.recursive_read_only,
                     image,
                     image_ref: String::new(),
+                    image_id: String::new(),
+                    image_sub_path,
                 }
             })
         })
@@ -289,23 +292,50 @@ pub fn container_metadata(
 /// `Mount` → [`MountRequest`]. `prefix` is the CRI path of the mount. ID maps make an
 /// idmapped mount ([`mount_id_maps`]); `mount_options` add `noexec`/`nodev`/`nosuid` to the
 /// bind ([`bind_options`]). A recursive read-only mount must be readonly and private. An
-/// image volume names its image instead of a host path (a sub path is refused). Both paths
-/// must be absolute without `..`, and the mount not at the container's root.
+/// image volume names its image (and maybe a relative sub path in it) instead of a host path,
+/// and must be readonly. Both paths must be absolute without `..`, and the mount not at the
+/// container's root.
 pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, ConvertError> {
     validate::mount_destination(&format!("{prefix}.container_path"), &m.container_path)?;
     // An image volume (`image` set) has no host path: CreateContainer mounts the image. It is
-    // always read-only, as the CRI says.
+    // read-only by definition (api.proto `Mount.image`), so a request that says otherwise is
+    // refused rather than quietly made read-only, as containerd's CRI refuses it.
     let image = match &m.image {
         Some(spec) => {
             if spec.image.is_empty() {
                 return Err(missing(format!("{prefix}.image.image")));
             }
+            if !m.host_path.is_empty() {
+                return Err(ConvertError::Invalid {
+                    field: format!("{prefix}.host_path"),
+                    value: validate::shown(&m.host_path),
+                    reason: "an image volume has no host path",
+                });
+            }
+            if !m.readonly {
+                return Err(ConvertError::Invalid {
+                    field: format!("{prefix}.readonly"),
+                    value: "false".into(),
+                    reason: "an image volume is read-only: readonly must be true",
+                });
+            }
+            if !m.image_sub_path.is_empty() {
+                validate::image_sub_path(&format!("{prefix}.image_sub_path"), &m.image_sub_path)?;
+            }
             Some(ImageVolume {
                 image: spec.image.clone(),
+                sub_path: m.image_sub_path.clone(),
             })
         }
         None => {
             validate::absolute_path(&format!("{prefix}.host_path"), &m.host_path)?;
+            if !m.image_sub_path.is_empty() {
+                return Err(ConvertError::Invalid {
+                    field: format!("{prefix}.image_sub_path"),
+                    value: validate::shown(&m.image_sub_path),
+                    reason: "only an image volume (image set) has a sub path",
+                });
+            }
             None
         }
     };
@@ -319,11 +349,6 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
             field: format!("{prefix}.uid_mappings"),
             context: "on an image volume",
         });
-    }
-    // Newer than what remora implements: mounting the whole image would give the container
-    // more than the pod says.
-    if !m.image_sub_path.is_empty() {
-        return Err(unsupported(format!("{prefix}.image_sub_path")));
     }
     let options = bind_options(&m.mount_options, &format!("{prefix}.mount_options"))?;
     let propagation = match v1::MountPropagation::try_from(m.propagation) {

@@ -207,12 +207,16 @@ pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
                 selinux_relabel: mt.selinux_relabel,
                 propagation: propagation_to_cri(mt.propagation) as i32,
                 recursive_read_only: mt.recursive_read_only,
-                // An image volume: the image as resolved (its digest), and as asked for.
+                // An image volume: the image as resolved (its repo digest), as asked for, and
+                // its id as PullImage answered it (`image_ref`, which critest compares with
+                // PullImageResponse.image_ref; empty in a record from before remora kept it).
                 image: (!mt.image.is_empty()).then(|| v1::ImageSpec {
                     image: mt.image_ref.clone(),
                     user_specified_image: mt.image.clone(),
+                    image_ref: mt.image_id.clone(),
                     ..Default::default()
                 }),
+                image_sub_path: mt.image_sub_path.clone(),
                 ..Default::default()
             })
             .collect(),

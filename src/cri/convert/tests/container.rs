@@ -316,11 +316,6 @@ fn container_unsupported_and_unknown_fields_are_named() {
             field: "config.mounts[0].image.image".into()
         }
     );
-    // Newer than remora's implementation (cri-api v0.33): refused, not ignored.
-    assert_eq!(
-        err(&|c| c.mounts[0].image_sub_path = "etc".into()),
-        unsupported("config.mounts[0].image_sub_path")
-    );
     assert_eq!(
         err(&|c| {
             sc(c)
@@ -347,7 +342,7 @@ fn image_volumes_name_their_image_and_are_readonly() {
     let pod = kubelet_pod();
     let mut c = kubelet_container();
     c.mounts[0].host_path.clear();
-    c.mounts[0].readonly = false;
+    c.mounts[0].readonly = true;
     c.mounts[0].image = Some(v1::ImageSpec {
         image: "busybox:1".into(),
         ..Default::default()
@@ -356,7 +351,8 @@ fn image_volumes_name_their_image_and_are_readonly() {
     assert_eq!(
         ok.mounts[0].image,
         Some(crate::spec::ImageVolume {
-            image: "busybox:1".into()
+            image: "busybox:1".into(),
+            sub_path: String::new(),
         })
     );
     assert!(ok.mounts[0].readonly, "image volumes are always read-only");
@@ -758,6 +754,21 @@ fn id(container_id: u32, host_id: u32, length: u32) -> v1::IdMapping {
     }
 }
 
+/// An image volume as kubelet sends it: no host path, readonly, maybe a sub path.
+fn image_volume(sub_path: &str) -> v1::Mount {
+    v1::Mount {
+        container_path: "/models".into(),
+        readonly: true,
+        image: Some(v1::ImageSpec {
+            image: "sha256:5ef79149e0ec".into(),
+            user_specified_image: "registry.local/models:1".into(),
+            ..Default::default()
+        }),
+        image_sub_path: sub_path.into(),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn mount_maps_and_options_are_passed_to_the_bind() {
     let mut c = kubelet_container();
@@ -893,4 +904,83 @@ fn bad_mount_maps_and_options_are_refused_naming_the_field() {
             "{bad:?}"
         );
     }
+}
+
+#[test]
+fn an_image_volume_keeps_its_image_and_sub_path() {
+    let r = mount_request(&image_volume("weights/../v1"), "config.mounts[0]").unwrap();
+    assert_eq!(
+        r.image,
+        Some(crate::spec::ImageVolume {
+            image: "sha256:5ef79149e0ec".into(),
+            sub_path: "weights/../v1".into(),
+        })
+    );
+    assert!(r.readonly);
+    let mut c = kubelet_container();
+    c.mounts.push(image_volume("etc"));
+    let m = container_metadata("c1", "abc", &c, &kubelet_pod()).unwrap();
+    assert_eq!(
+        (
+            m.mounts[2].image.as_str(),
+            m.mounts[2].image_sub_path.as_str()
+        ),
+        ("sha256:5ef79149e0ec", "etc")
+    );
+    assert_eq!(m.mounts[0].image_sub_path, "");
+}
+
+/// The image volume rules (api.proto `Mount.image`, `image_sub_path`), each refusal naming
+/// its field: read-only only (containerd refuses `readonly: false` too), no host path, a sub
+/// path relative, without NUL, bounded, and only on an image volume.
+#[test]
+fn image_volume_rules_are_invalid_argument_naming_the_field() {
+    let pod = kubelet_pod();
+    let err = |m: v1::Mount| {
+        let mut c = kubelet_container();
+        c.mounts.push(m);
+        match container_config(&c, &pod).unwrap_err() {
+            ConvertError::Invalid { field, reason, .. } => (field, reason),
+            other => panic!("{other:?}"),
+        }
+    };
+    let writable = v1::Mount {
+        readonly: false,
+        ..image_volume("")
+    };
+    assert_eq!(
+        err(writable),
+        (
+            "config.mounts[2].readonly".to_string(),
+            "an image volume is read-only: readonly must be true"
+        )
+    );
+    let with_host_path = v1::Mount {
+        host_path: "/srv".into(),
+        ..image_volume("")
+    };
+    assert_eq!(err(with_host_path).0, "config.mounts[2].host_path");
+    let long = "a/".repeat(2049);
+    for (sub_path, reason) in [
+        ("/etc", "must be relative to the image's root"),
+        ("etc\0x", "contains a NUL byte"),
+        (long.as_str(), "is longer than 4096 bytes"),
+    ] {
+        assert_eq!(
+            err(image_volume(sub_path)),
+            ("config.mounts[2].image_sub_path".to_string(), reason),
+            "{sub_path:?}"
+        );
+    }
+    let host_with_sub_path = v1::Mount {
+        image_sub_path: "etc".into(),
+        ..kubelet_container().mounts[0].clone()
+    };
+    assert_eq!(
+        err(host_with_sub_path),
+        (
+            "config.mounts[2].image_sub_path".to_string(),
+            "only an image volume (image set) has a sub path"
+        )
+    );
 }

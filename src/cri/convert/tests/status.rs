@@ -181,6 +181,35 @@ fn container_status_round_trip() {
     assert_eq!(s.mounts, request.mounts);
 }
 
+/// An image volume's mount names the image as resolved, as asked for, and by the id that
+/// PullImage answered (`ImageSpec.image_ref`, cri-api v0.37), with its sub path.
+#[test]
+fn container_status_reports_an_image_volume_by_id_and_sub_path() {
+    let mut c = container_snapshot(ContainerStatus::default());
+    let m = Arc::make_mut(&mut c.metadata);
+    m.mounts = vec![crate::store::MountSummary {
+        container_path: "/models".into(),
+        host_path: "/var/lib/remora/image-volumes/c1/0-sub".into(),
+        readonly: true,
+        image: "sha256:5ef79149e0ec".into(),
+        image_ref: "docker.io/library/nginx@sha256:0d17b565".into(),
+        image_id: "sha256:5ef79149e0ec".into(),
+        image_sub_path: "etc".into(),
+        ..Default::default()
+    }];
+    let s = container_status(&c);
+    assert_eq!(s.mounts[0].image_sub_path, "etc");
+    assert_eq!(
+        s.mounts[0].image,
+        Some(v1::ImageSpec {
+            image: "docker.io/library/nginx@sha256:0d17b565".into(),
+            user_specified_image: "sha256:5ef79149e0ec".into(),
+            image_ref: "sha256:5ef79149e0ec".into(),
+            ..Default::default()
+        })
+    );
+}
+
 #[test]
 fn container_status_reports_the_stop_signal_it_keeps() {
     let stop_signal = |kept: &str| {

@@ -8,8 +8,7 @@
 //! kubelet changes host-wide state (sysctls, iptables chains, `/var/lib/kubelet`), which
 //! [`HostState`] records before and restores after, pass or fail. Its two runs (the feature
 //! gates of [`GATES`], then those and `EventedPLEG`) take turns on one lock, and so do the
-//! scenarios that wait for remora features still being built (`#[ignore]`d, named by what they
-//! need).
+//! scenarios run on their own (an image volume's `subPath`).
 //!
 //! The kubelet settings are the ones `docs/kubelet.md` documents for running kubelet against
 //! remora on a cgroup v1 host without systemd.
@@ -1557,7 +1556,6 @@ fn key_values(log: &str) -> std::collections::BTreeMap<String, String> {
 
 /// (g) An image volume mounted with `subPath`: only that directory of the image, read-only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs image volume sub-paths (Mount.image_sub_path, issue 27)"]
 async fn kubelet_mounts_an_image_volume_sub_path_on_remora() {
     let _turn = ONE_KUBELET.lock().await;
     scenario(

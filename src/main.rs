@@ -115,7 +115,7 @@ const TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 /// free pages of every arena (madvise), a few microseconds when there is nothing to give
 /// back. Measured in scripts/bench-memory.sh, against jemalloc and mimalloc too: on a working
 /// day's load (900 pods, two 512 MiB pulls) glibc with this trim idled lowest and peaked lowest
-/// (README, Benchmarks).
+/// (docs/benchmarks.md, "Daemon memory").
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 async fn trim_heap_periodically() {
     let mut tick = tokio::time::interval(TRIM_INTERVAL);

@@ -145,8 +145,8 @@ impl Client {
     /// 16 KiB each, containerd's limit — go through one connection task here and are read by
     /// one goroutine in containerd (grpc-go reads each connection in one). Concurrent
     /// uploads on it take turns in both; on connections of their own they run side by side.
-    /// Measured with 8 × 64 MiB layers, 3 uploads at once: see the README's big-pull
-    /// benchmark. Dialing costs one unix-socket connect and the HTTP/2 handshake.
+    /// Measured with 8 × 64 MiB layers, 3 uploads at once: see docs/benchmarks.md, "Big
+    /// pulls". Dialing costs one unix-socket connect and the HTTP/2 handshake.
     pub(crate) fn dedicated_content_client(&self) -> ContentClient<Channel> {
         let channel = crate::grpc::unix_channel(&self.address, self.connect_timeout);
         ContentClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES)

@@ -428,6 +428,8 @@ async fn an_image_volume_with_maps_is_refused_at_create_and_nothing_is_made() {
     let mut c = in_pod_namespaces(cri::shell_container("probe", "true"), &config);
     c.mounts = vec![v1::Mount {
         container_path: "/image".into(),
+        // Read-only, as an image volume must be: only the maps are wrong here.
+        readonly: true,
         image: Some(cri::image_spec("busybox")),
         uid_mappings: maps.clone(),
         gid_mappings: maps,

@@ -240,10 +240,9 @@ impl Pods {
     }
 
     /// Attaches the exit monitor of a running `container`. With `persist_started`, it first
-    /// writes the container's RUNNING state to its record (StartContainer's, off its reply
-    /// path): here, every exit this monitor sees is recorded after it, so a later EXITED is
-    /// never overwritten; a crash before it leaves the record CREATED with a running task,
-    /// which recovery takes as started.
+    /// writes the container's RUNNING state to its record, so that every exit this monitor
+    /// sees is recorded after it and a later EXITED is never overwritten. (StartContainer
+    /// persists RUNNING itself before it answers and passes `false`.)
     pub(crate) fn monitor_container_exit(
         self: &Arc<Self>,
         container: Container,

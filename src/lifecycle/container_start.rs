@@ -143,8 +143,12 @@ impl Pods {
         };
         steps.mark("task_start");
         container.record_started(pid, started_at)?;
-        // The monitor persists the RUNNING state before it waits (see there).
-        self.monitor_container_exit(container.clone(), copiers, true);
+        // RUNNING is on the record before StartContainer answers, as containerd writes its
+        // status before it does: a crash right after the answer, with the shim gone before
+        // remora is back, must still find a started container (whose exit the sandbox store
+        // keeps), not a CREATED one. Before the monitor: every exit it records comes after.
+        self.persist(container).await;
+        self.monitor_container_exit(container.clone(), copiers, false);
         self.events
             .emit(&id, &meta.sandbox_id, EventKind::Started, now_ns());
         info!(self.log, "container started"; "container_id" => &id, "pid" => pid);

@@ -820,6 +820,28 @@ async fn start_container_task_start_fails_task_deleted() {
     start_container_fails_at("tasks.start").await;
 }
 
+/// RUNNING is on the container's record when StartContainer answers, not later: a remora
+/// killed right after the answer, with the shim gone before it is back, must find a started
+/// container on the record (it found CREATED when the exit monitor wrote it afterwards).
+#[tokio::test(start_paused = true)]
+async fn start_container_records_running_before_it_answers() {
+    let (b, _pod, id) = bed_with_container().await;
+    // Record writes wait at their hold point (for a call that never comes: the hold gives up
+    // after 10 s of the paused clock, which moves only while every task waits). A write left
+    // to a spawned task is still waiting when StartContainer answers; one StartContainer
+    // awaits has been made.
+    b.log
+        .hold("containers.set_extension", Until::Called("never.called"));
+    b.pods.start_container(&id).await.expect("started");
+    let record = b.containerd.record(&id).expect("the container record");
+    let recorded: crate::store::ContainerSnapshot = crate::store::decode_extension(
+        &record.extensions[crate::store::persist::CONTAINER_EXTENSION],
+    )
+    .expect("the container extension");
+    assert_eq!(recorded.status.state, ContainerState::Running);
+    assert!(recorded.status.started_at > 0, "{:?}", recorded.status);
+}
+
 /// Waits (bounded) until removed container `id`'s cleanup behind RemoveContainer is done.
 async fn until_cleaned_up(b: &Bed, id: &str) {
     for _ in 0..2000 {

@@ -155,7 +155,7 @@ impl CallLog {
     }
 
     /// Makes calls of `op` (one with a hold point: `network.setup`, `leases.create`,
-    /// `snapshots.prepare`, `tasks.create`) wait, once made and decided, until `until`.
+    /// `snapshots.prepare`, `tasks.create`, `containers.set_extension`) wait, once made and decided, until `until`.
     pub fn hold(&self, op: &'static str, until: Until) {
         self.state().holds.insert(op, until);
     }
@@ -389,7 +389,8 @@ impl Containers for FakeContainerd {
         key: &str,
         value: Vec<u8>,
     ) -> Result<(), ContainerdError> {
-        self.check(Call::RecordSetExtension(id.into(), key.into()))?;
+        self.check_held(Call::RecordSetExtension(id.into(), key.into()))
+            .await?;
         if let Some(r) = Self::lock(&self.records).get_mut(id) {
             r.extensions.insert(key.into(), value);
         }

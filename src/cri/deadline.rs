@@ -9,8 +9,10 @@
 //!
 //! [`DeadlineLayer`] sits inside tonic's timeout. It takes the deadline in `call`, which tonic
 //! makes before it starts its own timer, so the layer's deadline is never later than tonic's.
-//! tokio rounds timers up to the millisecond, so both may fire in the same tick; tonic then
-//! polls the inner future (this layer's) before its timer, and this layer answers.
+//! tokio rounds timers up to the millisecond, so both may fire in the same tick, and with one
+//! timer wheel per worker tonic's may even fire first; tonic polls the inner future (this
+//! layer's) before its timer, and this layer, which reads the clock on every poll
+//! ([`answer_by`]), answers.
 //!
 //! The abandoned handler is dropped, as tonic would drop it: a pull it led goes on for any
 //! other caller waiting on it (coalesced), and is abandoned otherwise.
@@ -114,9 +116,9 @@ where
         let log = self.log.clone();
         let metrics = self.metrics.clone();
         Box::pin(async move {
-            match tokio::time::timeout_at(arrived + budget, answer).await {
-                Ok(result) => result,
-                Err(_) => {
+            match answer_by(arrived + budget, answer).await {
+                Some(result) => result,
+                None => {
                     let budget_ms = budget.as_secs_f64() * 1000.0;
                     metrics.cri_call(&method, Code::DeadlineExceeded, arrived.elapsed());
                     info!(log, "the caller's deadline passed before the answer";
@@ -130,6 +132,26 @@ where
             }
         })
     }
+}
+
+/// `answer`'s result, or `None` once `deadline` has passed. The clock is read on every poll,
+/// not only the timer's state: tonic's timer (never earlier than `deadline`) can fire and wake
+/// the call while this layer's own timer has not fired yet — the multi-threaded runtime keeps
+/// timers in one wheel per worker and fires the wheels one after another — and tonic polls
+/// this future first, so seeing the time passed here is what keeps its `CANCELLED` out.
+async fn answer_by<F: Future>(deadline: Instant, answer: F) -> Option<F::Output> {
+    let mut answer = std::pin::pin!(answer);
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(result) = answer.as_mut().poll(cx) {
+            return Poll::Ready(Some(result));
+        }
+        if Instant::now() >= deadline || timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -235,6 +257,32 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_millis(100));
         let status = tonic::Status::from_header_map(resp.headers()).expect("a gRPC status");
         assert_eq!(status.code(), Code::DeadlineExceeded);
+    }
+
+    /// Polled once the caller's deadline has passed but before this layer's timer fired (what
+    /// happens when tonic's timer, in another worker's wheel, fires first and wakes the call):
+    /// the answer is DEADLINE_EXCEEDED on that poll. It was Pending, and tonic answered
+    /// CANCELLED ("Timeout expired"; seen in a loaded test run).
+    #[test]
+    fn a_poll_after_the_deadline_answers_even_before_the_timer_fired() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (layer, _) = layer();
+            let mut svc = layer.layer(after(Duration::from_secs(60)));
+            let mut fut = svc.call(request(Some("5m")));
+            // Wall time passes the deadline while the runtime's timer driver cannot run (this
+            // task does not yield): no timer has fired when the call is first polled. This
+            // sleep is the condition under test, not a wait for one.
+            std::thread::sleep(Duration::from_millis(20));
+            let resp = futures_util::FutureExt::now_or_never(&mut fut)
+                .expect("answered on the first poll after the deadline")
+                .unwrap();
+            let status = tonic::Status::from_header_map(resp.headers()).expect("a gRPC status");
+            assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+        });
     }
 
     #[tokio::test(start_paused = true)]

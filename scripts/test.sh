@@ -88,6 +88,14 @@ info "critest against remora with remora's shim (same ratchet)"
 # containerd's CRI with remora's shim: the shim under a CRI that is not remora's, held to the
 # same ratchet (every spec remora passes passed there too when this was written).
 info "critest against containerd's CRI with remora's shim (same ratchet)"
-"$SCRIPTS_DIR/critest.sh" --containerd --handler remora --check integration/critest-expected-pass.txt
+# Less the specs containerd's CRI itself does not pass (whatever the shim): the image digest in
+# ContainerStatus mounts (it never fills ImageSpec.image_ref) and the pod metrics listing
+# (no container_threads on cgroup v1).
+containerd_ratchet=$(mktemp)
+grep -v -e 'should return image digest in ContainerStatus mounts' \
+	-e 'should support listing pod sandbox metrics' \
+	integration/critest-expected-pass.txt >"$containerd_ratchet"
+"$SCRIPTS_DIR/critest.sh" --containerd --handler remora --check "$containerd_ratchet"
+rm -f "$containerd_ratchet"
 
 info "every step passed"

@@ -239,23 +239,18 @@ impl Pods {
         }
     }
 
-    /// Attaches the exit monitor of a running `container`. With `persist_started`, it first
-    /// writes the container's RUNNING state to its record, so that every exit this monitor
-    /// sees is recorded after it and a later EXITED is never overwritten. (StartContainer
-    /// persists RUNNING itself before it answers and passes `false`.)
+    /// Attaches the exit monitor of a running `container`. It writes no RUNNING state:
+    /// StartContainer has written it before it answers, and recovery writes what it
+    /// recovered itself.
     pub(crate) fn monitor_container_exit(
         self: &Arc<Self>,
         container: Container,
         copiers: Vec<tokio::task::JoinHandle<crate::io::CopySummary>>,
-        persist_started: bool,
     ) {
         let me = self.clone();
         me.set_monitored(container.id(), true);
         tokio::spawn(async move {
             let id = container.id().to_string();
-            if persist_started {
-                me.persist(&container).await;
-            }
             let log = me.log.new(slog::o!("container_id" => id.clone()));
             let tasks = me.tasks.clone();
             let waiting = container.clone();

@@ -148,7 +148,7 @@ impl Pods {
         // remora is back, must still find a started container (whose exit the sandbox store
         // keeps), not a CREATED one. Before the monitor: every exit it records comes after.
         self.persist(container).await;
-        self.monitor_container_exit(container.clone(), copiers, false);
+        self.monitor_container_exit(container.clone(), copiers);
         self.events
             .emit(&id, &meta.sandbox_id, EventKind::Started, now_ns());
         info!(self.log, "container started"; "container_id" => &id, "pid" => pid);

@@ -429,7 +429,7 @@ impl Pods {
                     }
                     let copiers = self.resume_io(&container).await;
                     // Recovery persists what it recovered itself, below.
-                    self.monitor_container_exit(container.clone(), copiers, false);
+                    self.monitor_container_exit(container.clone(), copiers);
                 }
                 Some(s) if s.status == TaskStatus::Stopped => {
                     // The OOM event, if any, was published while nobody listened: the same

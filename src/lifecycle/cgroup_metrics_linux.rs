@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::cgroup_stats::{CgroupFs, CgroupPath};
+use super::cgroup_stats::{read_keyed, read_u64, CgroupFs, CgroupPath};
 
 /// Limits at or above this are the kernel's "no limit" (as in [`super::cgroup_stats`]).
 const UNLIMITED: u64 = 1 << 62;
@@ -79,10 +79,6 @@ pub struct CgroupExtras {
     pub procs: Vec<u32>,
 }
 
-fn read_u64(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
 /// A limit file: a number, or `max` / the kernel's "unlimited" as 0.
 fn read_limit(path: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(path).ok()?;
@@ -93,18 +89,6 @@ fn read_limit(path: &Path) -> Option<u64> {
     text.parse()
         .ok()
         .map(|v: u64| if v >= UNLIMITED { 0 } else { v })
-}
-
-/// `key value` lines.
-fn read_keyed(path: &Path) -> HashMap<String, u64> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            Some((k.to_string(), v.trim().parse().ok()?))
-        })
-        .collect()
 }
 
 fn read_procs(dir: &Path) -> Vec<u32> {

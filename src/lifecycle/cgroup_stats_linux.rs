@@ -431,12 +431,13 @@ fn parse_psi_line<'a>(fields: impl Iterator<Item = &'a str>) -> Option<PsiData> 
     })
 }
 
-fn read_u64(path: &Path) -> Option<u64> {
+/// A file holding one number.
+pub(super) fn read_u64(path: &Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// A `key value` per line file (`memory.stat`, `cpu.stat`, `cpuacct.stat`).
-fn read_keyed(path: &Path) -> HashMap<String, u64> {
+pub(super) fn read_keyed(path: &Path) -> HashMap<String, u64> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
         .filter_map(|l| {

@@ -42,20 +42,7 @@ impl Pods {
             } else {
                 CgroupStats::default()
             };
-        let snapshotter = self.snapshotter.clone();
-        let snaps = self.snapshots.clone();
-        let writable = match snaps.usage(&snapshotter, &container.metadata.id).await {
-            Ok(u) => {
-                let root = snaps
-                    .root(&snapshotter)
-                    .await
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
-                Some((u.bytes.max(0) as u64, u.inodes.max(0) as u64, root))
-            }
-            Err(_) => None,
-        };
+        let writable = self.snapshot_usage.of(&container.metadata.id).await;
         Stats {
             container,
             timestamp_ns,

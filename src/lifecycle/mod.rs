@@ -92,6 +92,7 @@ mod sandbox_run;
 pub mod sandbox_stats;
 mod sandbox_stop;
 mod sandbox_update;
+pub mod snapshot_usage;
 #[cfg(test)]
 mod tests;
 mod timing;
@@ -140,6 +141,8 @@ pub struct Pods {
     containers: Arc<dyn Containers>,
     tasks: Arc<dyn Tasks>,
     snapshots: Arc<dyn Snapshots>,
+    /// Snapshot disk usage, walked at most once per period (ImageFsInfo, stats).
+    snapshot_usage: Arc<snapshot_usage::SnapshotUsage>,
     leases: Arc<dyn Leases>,
     images: Arc<dyn LocalImages>,
     network: Arc<dyn PodNetwork>,
@@ -259,6 +262,12 @@ impl Pods {
         if cleared > 0 {
             info!(log, "removed temporary mounts left by a crash"; "count" => cleared);
         }
+        let snapshot_usage = Arc::new(snapshot_usage::SnapshotUsage::new(
+            backends.snapshots.clone(),
+            config.snapshotter.clone(),
+            snapshot_usage::COLLECT_PERIOD,
+            log.new(slog::o!("component" => "snapshot-usage")),
+        ));
         Self {
             sandboxes: SandboxStore::new(),
             containers_store: ContainerStore::new(),
@@ -268,6 +277,7 @@ impl Pods {
             containers: backends.containers,
             tasks: backends.tasks,
             snapshots: backends.snapshots,
+            snapshot_usage,
             leases: backends.leases,
             images: backends.images,
             network: backends.network,
@@ -290,6 +300,11 @@ impl Pods {
             cdi: config.cdi,
             log,
         }
+    }
+
+    /// Snapshot disk usage (ImageFsInfo sums it; container stats read their writable layer).
+    pub fn snapshot_usage(&self) -> &Arc<snapshot_usage::SnapshotUsage> {
+        &self.snapshot_usage
     }
 
     /// Tells exit monitors when containerd is back after an outage (set once the health

@@ -15,6 +15,7 @@
 
 #[allow(dead_code)]
 mod cri;
+mod deviceplugin;
 #[allow(dead_code)]
 mod harness;
 #[allow(dead_code)]
@@ -965,8 +966,8 @@ async fn run_suite(gates: &[&str]) {
         "the test bed is not up: run scripts/testbed.sh up (registry {TESTBED_REGISTRY})"
     );
     let host = HostState::record();
-    let mut bed = BedRemora::start_with_network();
     let dir = scratch();
+    let mut bed = BedRemora::start_with_network_and(&null_cdi_config(dir.path()));
     let hooks = dir.path().join("hooks");
     let cleanup = Cleanup {
         host: &host,
@@ -985,9 +986,17 @@ async fn run_suite(gates: &[&str]) {
     )
     .await;
     let init_containers = init_containers_work(gates);
+    // Registered before the pods are written: kubelet admits a static pod once.
+    let plugin = match device_plugin_pass(gates) {
+        true => Some(start_null_plugin(dir.path()).await),
+        false => None,
+    };
     let host_file = dir.path().join("userns-file");
     for (name, manifest) in manifests(&hooks, init_containers, &host_file) {
         kubelet.write_manifest(name, &manifest);
+    }
+    if plugin.is_some() {
+        kubelet.write_manifest("cdidev", &cdidev_manifest());
     }
     let long = Duration::from_secs(90);
 
@@ -1014,6 +1023,12 @@ async fn run_suite(gates: &[&str]) {
         page.contains("nginx"),
         "nginx answers on the host port: {page}"
     );
+
+    // --- a device plugin's device, given to the container as a CDI device ---
+    let cdidev = match &plugin {
+        Some(plugin) => Some(check_cdi_device(&api, &bed, plugin).await),
+        None => None,
+    };
 
     // --- init containers run in order, to completion, before the main one ---
     let init = api
@@ -1383,6 +1398,16 @@ async fn run_suite(gates: &[&str]) {
         })
         .await;
     assert_eq!(cri_id(container(&secure, "app")), secure_id);
+    if let Some((cdidev_id, _)) = &cdidev {
+        // Admitted again (its device is in kubelet's checkpoint), not restarted.
+        let status = api
+            .wait_pod("cdidev", "running after kubelet's restart", long, |s| {
+                running(container(s, "app"))
+            })
+            .await;
+        assert_eq!(&cri_id(container(&status, "app")), cdidev_id);
+        assert_eq!(restarts(container(&status, "app")), 0, "{status:#}");
+    }
     let crash = api
         .wait_pod("crash", "its restart count", long, |s| {
             restarts(container(s, "app")) >= crash_restarts
@@ -1407,6 +1432,13 @@ async fn run_suite(gates: &[&str]) {
     assert_eq!(cri_id(container(&web, "nginx")), web_id, "same container");
     assert_eq!(restarts(container(&web, "nginx")), 0);
     assert_eq!(exec(&bed, &secure_id, "id -u").await, (0, "1234\n".into()));
+    if let Some((cdidev_id, device)) = &cdidev {
+        // The CDI device names are kept with the container.
+        assert_eq!(
+            verbose_cdi_devices(&bed, cdidev_id).await,
+            json!([format!("{NULL_RESOURCE}={device}")])
+        );
+    }
     // The log of a running container keeps flowing after the restart.
     let before_restart = last_batch(&std::fs::read_to_string(&current).unwrap_or_default());
     wait_until("logs to flow after remora's restart", long, || async {
@@ -1493,6 +1525,7 @@ async fn run_suite(gates: &[&str]) {
 
     // Host state back as it was.
     kubelet.stop();
+    drop(plugin);
     drop(cleanup);
     assert_eq!(
         host.differences(),
@@ -1602,6 +1635,140 @@ async fn kubelet_mounts_an_image_volume_sub_path_on_remora() {
         },
     )
     .await;
+}
+
+/// The extended resource of the suite's device plugin, and its CDI kind.
+const NULL_RESOURCE: &str = "remora.test/null";
+/// The devices it offers.
+const NULL_DEVICES: &[&str] = &["null0", "null1"];
+
+/// Whether this pass runs the device plugin scenario: the first one only (what kubelet does
+/// there does not depend on the PLEG).
+fn device_plugin_pass(gates: &[&str]) -> bool {
+    !gates.contains(&"EventedPLEG")
+}
+
+/// Writes the CDI spec of [`NULL_RESOURCE`] into `<dir>/cdi` — each device is the host's
+/// /dev/null at /dev/remora-null, with `REMORA_NULL=<device>` — and returns the remora config
+/// that reads it.
+fn null_cdi_config(dir: &Path) -> String {
+    let devices: Vec<Value> = NULL_DEVICES
+        .iter()
+        .map(|d| {
+            json!({"name": d, "containerEdits": {
+                "env": [format!("REMORA_NULL={d}")],
+                "deviceNodes": [{"path": "/dev/remora-null", "hostPath": "/dev/null"}],
+            }})
+        })
+        .collect();
+    let spec = json!({"cdiVersion": "0.6.0", "kind": NULL_RESOURCE, "devices": devices});
+    let specs = dir.join("cdi");
+    std::fs::create_dir_all(&specs).expect("cdi dir");
+    std::fs::write(specs.join("remora-test-null.json"), spec.to_string())
+        .expect("write the CDI spec");
+    format!("[cdi]\nspec_dirs = [\"{}\"]\n", specs.display())
+}
+
+/// Starts the device plugin of [`NULL_RESOURCE`] once kubelet (logging to `<dir>/kubelet.log`)
+/// serves its registration socket, and waits until kubelet counted its devices into the
+/// node's capacity (which standalone kubelet computes on each admission, `initialNode`).
+async fn start_null_plugin(dir: &Path) -> deviceplugin::Plugin {
+    let devices = Path::new(DEVICE_PLUGINS);
+    wait_until(
+        "kubelet's device plugin registration socket",
+        Duration::from_secs(30),
+        || async { devices.join(deviceplugin::KUBELET_SOCKET).exists() },
+    )
+    .await;
+    let plugin =
+        deviceplugin::Plugin::start(devices, "remora-it-null.sock", NULL_RESOURCE, NULL_DEVICES)
+            .await;
+    // The line kubelet's device manager logs (at --v=2) once it has the devices.
+    let log = dir.join("kubelet.log");
+    let counted = format!(
+        "resourceName=\"{NULL_RESOURCE}\" totalCount={n} healthyCount={n}",
+        n = NULL_DEVICES.len()
+    );
+    wait_until(
+        "kubelet to count the plugin's devices",
+        Duration::from_secs(30),
+        || async {
+            std::fs::read_to_string(&log).is_ok_and(|t| {
+                t.lines().any(|l| {
+                    l.contains("Processed device updates for resource") && l.contains(&counted)
+                })
+            })
+        },
+    )
+    .await;
+    plugin
+}
+
+/// A pod asking for one [`NULL_RESOURCE`]; its container prints the device node's numbers and
+/// the spec's env var.
+fn cdidev_manifest() -> Value {
+    let mut app = sh(
+        "app",
+        "stat -c 'node=%t:%T' /dev/remora-null; echo env=$REMORA_NULL; sleep 3600",
+    );
+    app["resources"] = json!({"limits": {NULL_RESOURCE: "1"}});
+    pod("cdidev", json!({"containers": [app]}))
+}
+
+/// The `cdiDevices` of remora's verbose ContainerStatus info.
+async fn verbose_cdi_devices(bed: &BedRemora, id: &str) -> Value {
+    let resp = bed
+        .remora
+        .runtime()
+        .container_status(v1::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: true,
+        })
+        .await
+        .expect("ContainerStatus")
+        .into_inner();
+    let info: Value = serde_json::from_str(resp.info.get("info").map_or("{}", String::as_str))
+        .expect("verbose info is JSON");
+    info["cdiDevices"].clone()
+}
+
+/// The device plugin pod: kubelet allocated one device (the plugin answered with its CDI name
+/// only), passed the name in `ContainerConfig.cdi_devices`, and remora applied the spec.
+/// Returns the container's CRI id and the device.
+async fn check_cdi_device(
+    api: &KubeletApi,
+    bed: &BedRemora,
+    plugin: &deviceplugin::Plugin,
+) -> (String, String) {
+    let status = api
+        .wait_pod("cdidev", "running", Duration::from_secs(90), |s| {
+            running(container(s, "app"))
+        })
+        .await;
+    let allocated = plugin.calls.lock().expect("calls lock").allocate.clone();
+    assert_eq!(allocated.len(), 1, "one container allocated: {allocated:?}");
+    assert_eq!(allocated[0].len(), 1, "one device: {allocated:?}");
+    let device = allocated[0][0].clone();
+    assert!(NULL_DEVICES.contains(&device.as_str()), "{device}");
+    let log = wait_for_log(api, "cdidev", "app", "env=").await;
+    let kv = key_values(&log);
+    assert_eq!(kv.get("node").map(String::as_str), Some("1:3"), "{log}");
+    assert_eq!(kv.get("env"), Some(&device), "{log}");
+    // Through CRI: the name came in `ContainerConfig.cdi_devices`, not in an annotation.
+    let id = cri_id(container(&status, "app"));
+    assert_eq!(
+        verbose_cdi_devices(bed, &id).await,
+        json!([format!("{NULL_RESOURCE}={device}")])
+    );
+    let annotations = cri::status(&bed.remora, &id)
+        .await
+        .map(|s| s.annotations)
+        .unwrap_or_default();
+    assert!(
+        !annotations.keys().any(|k| k.starts_with("cdi.k8s.io/")),
+        "{annotations:?}"
+    );
+    (id, device)
 }
 
 /// The sidecar pod: its native sidecar started before the main container and runs beside it.

@@ -57,6 +57,34 @@ const DEVICE_PLUGINS: &str = "/var/lib/kubelet/device-plugins";
 
 /// One run at a time: kubelet binds fixed ports and changes host-wide state.
 static ONE_KUBELET: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The same across test processes (worktrees sharing the machine): a second kubelet would
+/// take the first one's ports and its `/var/lib/kubelet/device-plugins`.
+const HOST_LOCK: &str = "/run/remora-kubelet.lock";
+
+/// A turn to run kubelet: [`ONE_KUBELET`], then an exclusive `flock` of [`HOST_LOCK`].
+async fn one_kubelet() -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    nix::fcntl::Flock<std::fs::File>,
+) {
+    let turn = ONE_KUBELET.lock().await;
+    let start = Instant::now();
+    loop {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(HOST_LOCK)
+            .expect("open the kubelet lock file");
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return (turn, lock),
+            Err((_, e)) => assert!(
+                start.elapsed() < Duration::from_secs(1800),
+                "{HOST_LOCK} still held by another kubelet run after 30 min ({e})"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
 
 /// The feature gates (kubelet 1.37) of the CRI features remora serves, on in every run. Those
 /// GA and locked on are named too, so that the list says what the suite exercises.
@@ -76,13 +104,13 @@ const GATES: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_runs_pods_on_remora() {
-    let _turn = ONE_KUBELET.lock().await;
+    let _turn = one_kubelet().await;
     run_suite(GATES).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_with_evented_pleg_runs_pods_on_remora() {
-    let _turn = ONE_KUBELET.lock().await;
+    let _turn = one_kubelet().await;
     let mut gates = GATES.to_vec();
     gates.push("EventedPLEG");
     run_suite(&gates).await;
@@ -1598,7 +1626,7 @@ fn key_values(log: &str) -> std::collections::BTreeMap<String, String> {
 /// (g) An image volume mounted with `subPath`: only that directory of the image, read-only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_mounts_an_image_volume_sub_path_on_remora() {
-    let _turn = ONE_KUBELET.lock().await;
+    let _turn = one_kubelet().await;
     scenario(
         |_| {},
         |_| {

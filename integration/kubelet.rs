@@ -994,8 +994,8 @@ async fn run_suite(gates: &[&str]) {
         "the test bed is not up: run scripts/testbed.sh up (registry {TESTBED_REGISTRY})"
     );
     let host = HostState::record();
+    let mut bed = BedRemora::start_with_network();
     let dir = scratch();
-    let mut bed = BedRemora::start_with_network_and(&null_cdi_config(dir.path()));
     let hooks = dir.path().join("hooks");
     let cleanup = Cleanup {
         host: &host,
@@ -1014,17 +1014,9 @@ async fn run_suite(gates: &[&str]) {
     )
     .await;
     let init_containers = init_containers_work(gates);
-    // Registered before the pods are written: kubelet admits a static pod once.
-    let plugin = match device_plugin_pass(gates) {
-        true => Some(start_null_plugin(dir.path()).await),
-        false => None,
-    };
     let host_file = dir.path().join("userns-file");
     for (name, manifest) in manifests(&hooks, init_containers, &host_file) {
         kubelet.write_manifest(name, &manifest);
-    }
-    if plugin.is_some() {
-        kubelet.write_manifest("cdidev", &cdidev_manifest());
     }
     let long = Duration::from_secs(90);
 
@@ -1051,12 +1043,6 @@ async fn run_suite(gates: &[&str]) {
         page.contains("nginx"),
         "nginx answers on the host port: {page}"
     );
-
-    // --- a device plugin's device, given to the container as a CDI device ---
-    let cdidev = match &plugin {
-        Some(plugin) => Some(check_cdi_device(&api, &bed, plugin).await),
-        None => None,
-    };
 
     // --- init containers run in order, to completion, before the main one ---
     let init = api
@@ -1426,16 +1412,6 @@ async fn run_suite(gates: &[&str]) {
         })
         .await;
     assert_eq!(cri_id(container(&secure, "app")), secure_id);
-    if let Some((cdidev_id, _)) = &cdidev {
-        // Admitted again (its device is in kubelet's checkpoint), not restarted.
-        let status = api
-            .wait_pod("cdidev", "running after kubelet's restart", long, |s| {
-                running(container(s, "app"))
-            })
-            .await;
-        assert_eq!(&cri_id(container(&status, "app")), cdidev_id);
-        assert_eq!(restarts(container(&status, "app")), 0, "{status:#}");
-    }
     let crash = api
         .wait_pod("crash", "its restart count", long, |s| {
             restarts(container(s, "app")) >= crash_restarts
@@ -1460,13 +1436,6 @@ async fn run_suite(gates: &[&str]) {
     assert_eq!(cri_id(container(&web, "nginx")), web_id, "same container");
     assert_eq!(restarts(container(&web, "nginx")), 0);
     assert_eq!(exec(&bed, &secure_id, "id -u").await, (0, "1234\n".into()));
-    if let Some((cdidev_id, device)) = &cdidev {
-        // The CDI device names are kept with the container.
-        assert_eq!(
-            verbose_cdi_devices(&bed, cdidev_id).await,
-            json!([format!("{NULL_RESOURCE}={device}")])
-        );
-    }
     // The log of a running container keeps flowing after the restart.
     let before_restart = last_batch(&std::fs::read_to_string(&current).unwrap_or_default());
     wait_until("logs to flow after remora's restart", long, || async {
@@ -1553,7 +1522,6 @@ async fn run_suite(gates: &[&str]) {
 
     // Host state back as it was.
     kubelet.stop();
-    drop(plugin);
     drop(cleanup);
     assert_eq!(
         host.differences(),
@@ -1572,19 +1540,41 @@ where
     P: FnOnce(&Path) -> Vec<(&'static str, Value)>,
     C: AsyncFnOnce(&KubeletApi, &BedRemora, &Path),
 {
+    scenario_with(
+        |dir| {
+            setup(dir);
+            String::new()
+        },
+        async |_| (),
+        pods,
+        async |api, bed, dir, _| check(api, bed, dir).await,
+    )
+    .await;
+}
+
+/// [`scenario`], and: `setup` returns TOML appended to remora's config; `ready` runs once
+/// kubelet answers, before the pods are written, and what it returns (a device plugin) lives
+/// until kubelet has removed the pods, and is passed to `check`.
+async fn scenario_with<S, R, G, P, C>(setup: S, ready: R, pods: P, check: C)
+where
+    S: FnOnce(&Path) -> String,
+    R: AsyncFnOnce(&Path) -> G,
+    P: FnOnce(&Path) -> Vec<(&'static str, Value)>,
+    C: AsyncFnOnce(&KubeletApi, &BedRemora, &Path, &G),
+{
     assert!(
         Path::new(harness::TESTBED_CONTAINERD).exists(),
         "the test bed is not up: run scripts/testbed.sh up (registry {TESTBED_REGISTRY})"
     );
     let host = HostState::record();
-    let bed = BedRemora::start_with_network();
     let dir = scratch();
+    let extra = setup(dir.path());
+    let bed = BedRemora::start_with_network_and(&extra);
     let cleanup = Cleanup {
         host: &host,
         remora_socket: bed.remora.socket.clone(),
     };
     cri::pull(&bed.remora, BUSYBOX).await.expect("pull");
-    setup(dir.path());
     let mut kubelet = Kubelet::start(dir.path(), &bed.remora.socket, GATES);
     let api = KubeletApi::new();
     wait_until(
@@ -1593,10 +1583,11 @@ where
         || async { api.pods().await.is_some() },
     )
     .await;
+    let guard = ready(dir.path()).await;
     for (name, manifest) in pods(dir.path()) {
         kubelet.write_manifest(name, &manifest);
     }
-    check(&api, &bed, dir.path()).await;
+    check(&api, &bed, dir.path(), &guard).await;
     kubelet.remove_manifests();
     wait_until(
         "kubelet to remove every pod and container",
@@ -1607,6 +1598,7 @@ where
     )
     .await;
     kubelet.stop();
+    drop(guard);
     drop(cleanup);
     assert_eq!(
         host.differences(),
@@ -1669,12 +1661,6 @@ async fn kubelet_mounts_an_image_volume_sub_path_on_remora() {
 const NULL_RESOURCE: &str = "remora.test/null";
 /// The devices it offers.
 const NULL_DEVICES: &[&str] = &["null0", "null1"];
-
-/// Whether this pass runs the device plugin scenario: the first one only (what kubelet does
-/// there does not depend on the PLEG).
-fn device_plugin_pass(gates: &[&str]) -> bool {
-    !gates.contains(&"EventedPLEG")
-}
 
 /// Writes the CDI spec of [`NULL_RESOURCE`] into `<dir>/cdi` — each device is the host's
 /// /dev/null at /dev/remora-null, with `REMORA_NULL=<device>` — and returns the remora config
@@ -1762,12 +1748,7 @@ async fn verbose_cdi_devices(bed: &BedRemora, id: &str) -> Value {
 
 /// The device plugin pod: kubelet allocated one device (the plugin answered with its CDI name
 /// only), passed the name in `ContainerConfig.cdi_devices`, and remora applied the spec.
-/// Returns the container's CRI id and the device.
-async fn check_cdi_device(
-    api: &KubeletApi,
-    bed: &BedRemora,
-    plugin: &deviceplugin::Plugin,
-) -> (String, String) {
+async fn check_cdi_device(api: &KubeletApi, bed: &BedRemora, plugin: &deviceplugin::Plugin) {
     let status = api
         .wait_pod("cdidev", "running", Duration::from_secs(90), |s| {
             running(container(s, "app"))
@@ -1796,7 +1777,24 @@ async fn check_cdi_device(
         !annotations.keys().any(|k| k.starts_with("cdi.k8s.io/")),
         "{annotations:?}"
     );
-    (id, device)
+}
+
+/// (h) A device plugin's device, given to the container as a CDI device: the plugin
+/// registers with kubelet and answers `Allocate` with CDI names only; kubelet passes them in
+/// `ContainerConfig.cdi_devices`, and remora applies the spec a driver would have written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_gives_a_device_plugin_cdi_device_to_a_container_on_remora() {
+    let _turn = one_kubelet().await;
+    scenario_with(
+        null_cdi_config,
+        // Registered before the pod is written: kubelet admits a static pod once.
+        async |dir| start_null_plugin(dir).await,
+        |_| vec![("cdidev", cdidev_manifest())],
+        async |api, bed, _dir, plugin| {
+            check_cdi_device(api, bed, plugin).await;
+        },
+    )
+    .await;
 }
 
 /// The sidecar pod: its native sidecar started before the main container and runs beside it.

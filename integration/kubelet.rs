@@ -7,8 +7,9 @@
 //! It is its own test binary, so cargo never runs it beside the other integration tests: a
 //! kubelet changes host-wide state (sysctls, iptables chains, `/var/lib/kubelet`), which
 //! [`HostState`] records before and restores after, pass or fail. Its two runs (the feature
-//! gates of [`GATES`], then those and `EventedPLEG`) take turns on one lock, and so do the
-//! scenarios run on their own (an image volume's `subPath`).
+//! gates of [`GATES`], then those and `EventedPLEG`) take turns on one lock (and a file lock
+//! across test processes, [`one_kubelet`]), and so do the scenarios run on their own (an image
+//! volume's `subPath`, a device plugin's CDI device).
 //!
 //! The kubelet settings are the ones `docs/kubelet.md` documents for running kubelet against
 //! remora on a cgroup v1 host without systemd.

@@ -9,14 +9,22 @@
 //! `protox`, a protobuf compiler in Rust, because Debian 12's `protoc` (3.21) rejects the
 //! `debug_redact` option cri-api uses since v0.34.
 //!
+//! It also compiles kubelet's device plugin API (`k8s.io/kubelet`'s
+//! `pkg/apis/deviceplugin/v1beta1/api.proto`, pinned there too) into `$OUT_DIR/v1beta1.rs`:
+//! only the kubelet suite includes it (the device plugin it runs), so the daemon does not
+//! grow. `REMORA_DEVICEPLUGIN_PROTO` names another copy.
+//!
 //! Only the daemon speaks CRI: the shim-only build (`--no-default-features`) needs neither the
-//! file nor the compilers.
+//! files nor the compilers.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=protos");
     #[cfg(feature = "daemon")]
-    cri::generate();
+    {
+        cri::generate();
+        cri::generate_deviceplugin();
+    }
 }
 
 #[cfg(feature = "daemon")]
@@ -27,6 +35,7 @@ mod cri {
     use prost_types::{field_descriptor_proto::Type, DescriptorProto, FileDescriptorSet};
 
     const MODULE: &str = "k8s.io/cri-api";
+    const DEVICEPLUGIN_MODULE: &str = "k8s.io/kubelet";
     const PACKAGE: &str = ".runtime.v1";
     const DEFAULT_TOOLS_DIR: &str = "/var/tmp/remora-tools";
     /// The one CRI message remora stores as JSON (a pod's config, on its sandbox record, for
@@ -37,26 +46,8 @@ mod cri {
     const REDACTED: &str = "AuthConfig";
 
     pub fn generate() {
-        println!("cargo:rerun-if-env-changed=REMORA_CRI_PROTO");
-        println!("cargo:rerun-if-env-changed=REMORA_TOOLS_DIR");
-        let proto = proto_path();
-        // Also while it is missing: Cargo then runs this again until it exists.
-        println!("cargo:rerun-if-changed={}", proto.display());
-        if !proto.is_file() {
-            fail(&format!(
-                "the CRI API definition {} is missing.\n\
-                 Run scripts/setup.sh (it fetches {MODULE} as pinned in protos/sources.txt), \
-                 or point REMORA_CRI_PROTO at a copy of its pkg/apis/runtime/v1/api.proto.",
-                proto.display()
-            ));
-        }
-        // `proto_path` names a file, so it has a parent and a file name.
-        let dir = proto.parent().unwrap_or(Path::new("."));
-        let name = proto.file_name().unwrap_or_default();
-        let fds = match protox::compile([name], [dir]) {
-            Ok(fds) => fds,
-            Err(e) => fail(&format!("compiling {}: {e}", proto.display())),
-        };
+        let proto = proto_path(MODULE, "REMORA_CRI_PROTO");
+        let fds = compile(&proto, "CRI API", MODULE, "REMORA_CRI_PROTO");
         check_redacted(&proto);
         let mut config = tonic_prost_build::configure()
             .build_server(true)
@@ -75,6 +66,42 @@ mod cri {
         }
         if let Err(e) = config.compile_fds(fds) {
             fail(&format!("generating Rust from {}: {e}", proto.display()));
+        }
+    }
+
+    /// kubelet's device plugin API (package `v1beta1`): the `Registration` client and the
+    /// `DevicePlugin` server of the kubelet suite's device plugin. Nothing in it derives serde.
+    pub fn generate_deviceplugin() {
+        let env = "REMORA_DEVICEPLUGIN_PROTO";
+        let proto = proto_path(DEVICEPLUGIN_MODULE, env);
+        let fds = compile(&proto, "device plugin API", DEVICEPLUGIN_MODULE, env);
+        if let Err(e) = tonic_prost_build::configure()
+            .build_server(true)
+            .build_client(true)
+            .compile_fds(fds)
+        {
+            fail(&format!("generating Rust from {}: {e}", proto.display()));
+        }
+    }
+
+    /// Compiles `proto` (of Go module `module`, which `env` may name another copy of).
+    fn compile(proto: &Path, what: &str, module: &str, env: &str) -> FileDescriptorSet {
+        // Also while it is missing: Cargo then runs this again until it exists.
+        println!("cargo:rerun-if-changed={}", proto.display());
+        if !proto.is_file() {
+            fail(&format!(
+                "the {what} definition {} is missing.\n\
+                 Run scripts/setup.sh protos (it fetches {module} as pinned in \
+                 protos/sources.txt), or point {env} at a copy of it.",
+                proto.display()
+            ));
+        }
+        // `proto_path` names a file, so it has a parent and a file name.
+        let dir = proto.parent().unwrap_or(Path::new("."));
+        let name = proto.file_name().unwrap_or_default();
+        match protox::compile([name], [dir]) {
+            Ok(fds) => fds,
+            Err(e) => fail(&format!("compiling {}: {e}", proto.display())),
         }
     }
 
@@ -102,10 +129,12 @@ mod cri {
         }
     }
 
-    /// `REMORA_CRI_PROTO`, else where scripts/setup.sh puts the version protos/sources.txt
-    /// pins.
-    fn proto_path() -> PathBuf {
-        if let Some(p) = std::env::var_os("REMORA_CRI_PROTO").filter(|p| !p.is_empty()) {
+    /// `env` (a path), else where scripts/setup.sh puts the version of `module` that
+    /// protos/sources.txt pins.
+    fn proto_path(module: &str, env: &str) -> PathBuf {
+        println!("cargo:rerun-if-env-changed={env}");
+        println!("cargo:rerun-if-env-changed=REMORA_TOOLS_DIR");
+        if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
             return PathBuf::from(p);
         }
         let list = "protos/sources.txt";
@@ -115,19 +144,19 @@ mod cri {
             .lines()
             .map(str::split_whitespace)
             .map(|mut w| (w.next(), w.next(), w.next()))
-            .find_map(|(module, version, path)| match (module, version, path) {
-                (Some(MODULE), Some(version), Some(path)) => Some((version, path)),
+            .find_map(|(m, version, path)| match (m, version, path) {
+                (Some(m), Some(version), Some(path)) if m == module => Some((version, path)),
                 _ => None,
             });
         let Some((version, path)) = entry else {
-            fail(&format!("{list} names no {MODULE} <version> <path> line"));
+            fail(&format!("{list} names no {module} <version> <path> line"));
         };
         let tools = std::env::var_os("REMORA_TOOLS_DIR")
             .filter(|p| !p.is_empty())
             .map_or_else(|| PathBuf::from(DEFAULT_TOOLS_DIR), PathBuf::from);
         tools
             .join("protos")
-            .join(format!("{MODULE}@{version}"))
+            .join(format!("{module}@{version}"))
             .join(path)
     }
 

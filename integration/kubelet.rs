@@ -7,14 +7,16 @@
 //! It is its own test binary, so cargo never runs it beside the other integration tests: a
 //! kubelet changes host-wide state (sysctls, iptables chains, `/var/lib/kubelet`), which
 //! [`HostState`] records before and restores after, pass or fail. Its two runs (the feature
-//! gates of [`GATES`], then those and `EventedPLEG`) take turns on one lock, and so do the
-//! scenarios run on their own (an image volume's `subPath`).
+//! gates of [`GATES`], then those and `EventedPLEG`) take turns on one lock (and a file lock
+//! across test processes, [`one_kubelet`]), and so do the scenarios run on their own (an image
+//! volume's `subPath`, a device plugin's CDI device).
 //!
 //! The kubelet settings are the ones `docs/kubelet.md` documents for running kubelet against
 //! remora on a cgroup v1 host without systemd.
 
 #[allow(dead_code)]
 mod cri;
+mod deviceplugin;
 #[allow(dead_code)]
 mod harness;
 #[allow(dead_code)]
@@ -56,6 +58,34 @@ const DEVICE_PLUGINS: &str = "/var/lib/kubelet/device-plugins";
 
 /// One run at a time: kubelet binds fixed ports and changes host-wide state.
 static ONE_KUBELET: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The same across test processes (worktrees sharing the machine): a second kubelet would
+/// take the first one's ports and its `/var/lib/kubelet/device-plugins`.
+const HOST_LOCK: &str = "/run/remora-kubelet.lock";
+
+/// A turn to run kubelet: [`ONE_KUBELET`], then an exclusive `flock` of [`HOST_LOCK`].
+async fn one_kubelet() -> (
+    tokio::sync::MutexGuard<'static, ()>,
+    nix::fcntl::Flock<std::fs::File>,
+) {
+    let turn = ONE_KUBELET.lock().await;
+    let start = Instant::now();
+    loop {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(HOST_LOCK)
+            .expect("open the kubelet lock file");
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return (turn, lock),
+            Err((_, e)) => assert!(
+                start.elapsed() < Duration::from_secs(1800),
+                "{HOST_LOCK} still held by another kubelet run after 30 min ({e})"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
 
 /// The feature gates (kubelet 1.37) of the CRI features remora serves, on in every run. Those
 /// GA and locked on are named too, so that the list says what the suite exercises.
@@ -75,13 +105,13 @@ const GATES: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_runs_pods_on_remora() {
-    let _turn = ONE_KUBELET.lock().await;
+    let _turn = one_kubelet().await;
     run_suite(GATES).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_with_evented_pleg_runs_pods_on_remora() {
-    let _turn = ONE_KUBELET.lock().await;
+    let _turn = one_kubelet().await;
     let mut gates = GATES.to_vec();
     gates.push("EventedPLEG");
     run_suite(&gates).await;
@@ -1521,19 +1551,41 @@ where
     P: FnOnce(&Path) -> Vec<(&'static str, Value)>,
     C: AsyncFnOnce(&KubeletApi, &BedRemora, &Path),
 {
+    scenario_with(
+        |dir| {
+            setup(dir);
+            String::new()
+        },
+        async |_| (),
+        pods,
+        async |api, bed, dir, _| check(api, bed, dir).await,
+    )
+    .await;
+}
+
+/// [`scenario`], and: `setup` returns TOML appended to remora's config; `ready` runs once
+/// kubelet answers, before the pods are written, and what it returns (a device plugin) lives
+/// until kubelet has removed the pods, and is passed to `check`.
+async fn scenario_with<S, R, G, P, C>(setup: S, ready: R, pods: P, check: C)
+where
+    S: FnOnce(&Path) -> String,
+    R: AsyncFnOnce(&Path) -> G,
+    P: FnOnce(&Path) -> Vec<(&'static str, Value)>,
+    C: AsyncFnOnce(&KubeletApi, &BedRemora, &Path, &G),
+{
     assert!(
         Path::new(harness::TESTBED_CONTAINERD).exists(),
         "the test bed is not up: run scripts/testbed.sh up (registry {TESTBED_REGISTRY})"
     );
     let host = HostState::record();
-    let bed = BedRemora::start_with_network();
     let dir = scratch();
+    let extra = setup(dir.path());
+    let bed = BedRemora::start_with_network_and(&extra);
     let cleanup = Cleanup {
         host: &host,
         remora_socket: bed.remora.socket.clone(),
     };
     cri::pull(&bed.remora, BUSYBOX).await.expect("pull");
-    setup(dir.path());
     let mut kubelet = Kubelet::start(dir.path(), &bed.remora.socket, GATES);
     let api = KubeletApi::new();
     wait_until(
@@ -1542,10 +1594,11 @@ where
         || async { api.pods().await.is_some() },
     )
     .await;
+    let guard = ready(dir.path()).await;
     for (name, manifest) in pods(dir.path()) {
         kubelet.write_manifest(name, &manifest);
     }
-    check(&api, &bed, dir.path()).await;
+    check(&api, &bed, dir.path(), &guard).await;
     kubelet.remove_manifests();
     wait_until(
         "kubelet to remove every pod and container",
@@ -1556,6 +1609,7 @@ where
     )
     .await;
     kubelet.stop();
+    drop(guard);
     drop(cleanup);
     assert_eq!(
         host.differences(),
@@ -1575,7 +1629,7 @@ fn key_values(log: &str) -> std::collections::BTreeMap<String, String> {
 /// (g) An image volume mounted with `subPath`: only that directory of the image, read-only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_mounts_an_image_volume_sub_path_on_remora() {
-    let _turn = ONE_KUBELET.lock().await;
+    let _turn = one_kubelet().await;
     scenario(
         |_| {},
         |_| {
@@ -1609,6 +1663,146 @@ async fn kubelet_mounts_an_image_volume_sub_path_on_remora() {
             assert_eq!(kv.get("has_sh").map(String::as_str), Some("yes"), "{log}");
             assert_eq!(kv.get("has_bin").map(String::as_str), Some("no"), "{log}");
             assert_eq!(kv.get("writable").map(String::as_str), Some("no"), "{log}");
+        },
+    )
+    .await;
+}
+
+/// The extended resource of the suite's device plugin, and its CDI kind.
+const NULL_RESOURCE: &str = "remora.test/null";
+/// The devices it offers.
+const NULL_DEVICES: &[&str] = &["null0", "null1"];
+
+/// Writes the CDI spec of [`NULL_RESOURCE`] into `<dir>/cdi` — each device is the host's
+/// /dev/null at /dev/remora-null, with `REMORA_NULL=<device>` — and returns the remora config
+/// that reads it.
+fn null_cdi_config(dir: &Path) -> String {
+    let devices: Vec<Value> = NULL_DEVICES
+        .iter()
+        .map(|d| {
+            json!({"name": d, "containerEdits": {
+                "env": [format!("REMORA_NULL={d}")],
+                "deviceNodes": [{"path": "/dev/remora-null", "hostPath": "/dev/null"}],
+            }})
+        })
+        .collect();
+    let spec = json!({"cdiVersion": "0.6.0", "kind": NULL_RESOURCE, "devices": devices});
+    let specs = dir.join("cdi");
+    std::fs::create_dir_all(&specs).expect("cdi dir");
+    std::fs::write(specs.join("remora-test-null.json"), spec.to_string())
+        .expect("write the CDI spec");
+    format!("[cdi]\nspec_dirs = [\"{}\"]\n", specs.display())
+}
+
+/// Starts the device plugin of [`NULL_RESOURCE`] once kubelet (logging to `<dir>/kubelet.log`)
+/// serves its registration socket, and waits until kubelet counted its devices into the
+/// node's capacity (which standalone kubelet computes on each admission, `initialNode`).
+async fn start_null_plugin(dir: &Path) -> deviceplugin::Plugin {
+    let devices = Path::new(DEVICE_PLUGINS);
+    wait_until(
+        "kubelet's device plugin registration socket",
+        Duration::from_secs(30),
+        || async { devices.join(deviceplugin::KUBELET_SOCKET).exists() },
+    )
+    .await;
+    let plugin =
+        deviceplugin::Plugin::start(devices, "remora-it-null.sock", NULL_RESOURCE, NULL_DEVICES)
+            .await;
+    // The line kubelet's device manager logs (at --v=2) once it has the devices.
+    let log = dir.join("kubelet.log");
+    let counted = format!(
+        "resourceName=\"{NULL_RESOURCE}\" totalCount={n} healthyCount={n}",
+        n = NULL_DEVICES.len()
+    );
+    wait_until(
+        "kubelet to count the plugin's devices",
+        Duration::from_secs(30),
+        || async {
+            std::fs::read_to_string(&log).is_ok_and(|t| {
+                t.lines().any(|l| {
+                    l.contains("Processed device updates for resource") && l.contains(&counted)
+                })
+            })
+        },
+    )
+    .await;
+    plugin
+}
+
+/// A pod asking for one [`NULL_RESOURCE`]; its container prints the device node's numbers and
+/// the spec's env var.
+fn cdidev_manifest() -> Value {
+    let mut app = sh(
+        "app",
+        "stat -c 'node=%t:%T' /dev/remora-null; echo env=$REMORA_NULL; sleep 3600",
+    );
+    app["resources"] = json!({"limits": {NULL_RESOURCE: "1"}});
+    pod("cdidev", json!({"containers": [app]}))
+}
+
+/// The `cdiDevices` of remora's verbose ContainerStatus info.
+async fn verbose_cdi_devices(bed: &BedRemora, id: &str) -> Value {
+    let resp = bed
+        .remora
+        .runtime()
+        .container_status(v1::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: true,
+        })
+        .await
+        .expect("ContainerStatus")
+        .into_inner();
+    let info: Value = serde_json::from_str(resp.info.get("info").map_or("{}", String::as_str))
+        .expect("verbose info is JSON");
+    info["cdiDevices"].clone()
+}
+
+/// The device plugin pod: kubelet allocated one device (the plugin answered with its CDI name
+/// only), passed the name in `ContainerConfig.cdi_devices`, and remora applied the spec.
+async fn check_cdi_device(api: &KubeletApi, bed: &BedRemora, plugin: &deviceplugin::Plugin) {
+    let status = api
+        .wait_pod("cdidev", "running", Duration::from_secs(90), |s| {
+            running(container(s, "app"))
+        })
+        .await;
+    let allocated = plugin.calls.lock().expect("calls lock").allocate.clone();
+    assert_eq!(allocated.len(), 1, "one container allocated: {allocated:?}");
+    assert_eq!(allocated[0].len(), 1, "one device: {allocated:?}");
+    let device = allocated[0][0].clone();
+    assert!(NULL_DEVICES.contains(&device.as_str()), "{device}");
+    let log = wait_for_log(api, "cdidev", "app", "env=").await;
+    let kv = key_values(&log);
+    assert_eq!(kv.get("node").map(String::as_str), Some("1:3"), "{log}");
+    assert_eq!(kv.get("env"), Some(&device), "{log}");
+    // Through CRI: the name came in `ContainerConfig.cdi_devices`, not in an annotation.
+    let id = cri_id(container(&status, "app"));
+    assert_eq!(
+        verbose_cdi_devices(bed, &id).await,
+        json!([format!("{NULL_RESOURCE}={device}")])
+    );
+    let annotations = cri::status(&bed.remora, &id)
+        .await
+        .map(|s| s.annotations)
+        .unwrap_or_default();
+    assert!(
+        !annotations.keys().any(|k| k.starts_with("cdi.k8s.io/")),
+        "{annotations:?}"
+    );
+}
+
+/// (h) A device plugin's device, given to the container as a CDI device: the plugin
+/// registers with kubelet and answers `Allocate` with CDI names only; kubelet passes them in
+/// `ContainerConfig.cdi_devices`, and remora applies the spec a driver would have written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_gives_a_device_plugin_cdi_device_to_a_container_on_remora() {
+    let _turn = one_kubelet().await;
+    scenario_with(
+        null_cdi_config,
+        // Registered before the pod is written: kubelet admits a static pod once.
+        async |dir| start_null_plugin(dir).await,
+        |_| vec![("cdidev", cdidev_manifest())],
+        async |api, bed, _dir, plugin| {
+            check_cdi_device(api, bed, plugin).await;
         },
     )
     .await;

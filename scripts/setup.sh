@@ -478,5 +478,7 @@ case "${1:-}" in
 # The node VM's base image only (scripts/node-vm.sh up runs this; the tools it installs in
 # the guest are plain setup.sh's).
 node-image) build_node_image ;;
-*) die "usage: setup.sh [node-image]" ;;
+# Only the .proto files of protos/sources.txt (after a line there changed).
+protos) fetch_protos ;;
+*) die "usage: setup.sh [node-image|protos]" ;;
 esac

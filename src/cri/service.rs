@@ -540,6 +540,8 @@ impl RuntimeService for CriService {
                         "pid": snapshot.status.pid,
                         "sandboxID": snapshot.metadata.sandbox_id,
                         "logPath": snapshot.metadata.log_path,
+                        // containerd shows the whole config (its CDI_devices among it).
+                        "cdiDevices": snapshot.metadata.cdi_devices,
                     });
                     info.insert("info".to_string(), verbose.to_string());
                 }

@@ -194,6 +194,12 @@ impl Pods {
         let mut metadata = req.metadata.clone();
         metadata.id = id.to_string();
         metadata.sandbox_id = sandbox.id().to_string();
+        metadata.cdi_devices = req
+            .config
+            .cdi_devices
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
         metadata.image.id = image.id.clone();
         metadata.image.reference = image.reference();
         if metadata.image.requested.is_empty() {

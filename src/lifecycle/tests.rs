@@ -2201,6 +2201,14 @@ async fn create_container_applies_cdi_edits_to_the_recorded_spec() {
         field: "config.cdi_devices[0].name".into(),
     }];
     let id = b.pods.create_container(req).await.expect("a container");
+    // Kept with the container, for verbose ContainerStatus.
+    let kept = b
+        .pods
+        .containers_store()
+        .get(&id)
+        .expect("stored")
+        .snapshot();
+    assert_eq!(kept.metadata.cdi_devices, ["vendor.example/dev=null"]);
     let record = b.containerd.record(&id).expect("record");
     let spec: oci_spec::runtime::Spec = serde_json::from_slice(&record.spec).expect("spec");
     let env = spec.process().as_ref().unwrap().env().clone().unwrap();

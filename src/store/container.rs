@@ -129,6 +129,10 @@ pub struct ContainerMetadata {
     /// does not change it. Empty in records written before remora kept it: StopContainer then
     /// looks the image up, as remora did then.
     pub stop_signal: String,
+    /// The CDI devices it was given (`vendor/class=name`: `ContainerConfig.cdi_devices`, then
+    /// those of `cdi.k8s.io/*` annotations), for verbose ContainerStatus; empty in records
+    /// written before remora kept them.
+    pub cdi_devices: Vec<String>,
 }
 
 impl ContainerMetadata {

@@ -374,6 +374,7 @@ mod tests {
                 supplemental_groups: vec![1000, 1234, 50000],
             }),
             stop_signal: "SIGRTMIN+3".into(),
+            cdi_devices: vec!["vendor.example/gpu=0".into()],
         };
         let mut status = ContainerStatus::created(10);
         status.begin_start("b").unwrap();

@@ -286,6 +286,8 @@ pub fn container_metadata(
         // Filled by CreateContainer from the spec it generates.
         user: None,
         stop_signal: stop_signal.map(|s| s.to_string()).unwrap_or_default(),
+        // Filled by CreateContainer from the devices it resolved.
+        cdi_devices: Vec::new(),
     })
 }
 

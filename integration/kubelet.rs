@@ -705,17 +705,23 @@ fn manifests(hooks: &Path, init_containers: bool, host_file: &Path) -> Vec<(&'st
         "preStop": {"exec": {"command": ["sh", "-c", "echo stopping > /hooks/prestop"]}},
     });
     // A user-namespaced pod (`hostUsers: false`): kubelet gives each of its mounts (the
-    // emptyDir, the hostPath file, /etc/hosts, the termination log) the pod's maps.
+    // emptyDir, the hostPath file, the image volume whole and by sub path, /etc/hosts, the
+    // termination log) the pod's maps.
     let mut userns = sh(
         "app",
         "set -e; awk '{print \"uidmap\", $1, ($2 > 0), $3}' /proc/self/uid_map; id -u; \
          echo emptydir > /work/f; echo hostfile >> /host-file; \
          ls -ln /etc/hosts /dev/termination-log /host-file /work/f | awk '{print $3, $4, $NF}'; \
+         stat -c '%u %g %n' /img/bin /imgbin/sh; \
+         touch /img/new 2>/dev/null || echo img read-only; \
+         touch /imgbin/new 2>/dev/null || echo imgbin read-only; \
          echo from-userns > /dev/termination-log",
     );
     userns["volumeMounts"] = json!([
         {"name": "work", "mountPath": "/work"},
         {"name": "file", "mountPath": "/host-file"},
+        {"name": "img", "mountPath": "/img"},
+        {"name": "img", "mountPath": "/imgbin", "subPath": "bin"},
     ]);
     let with_work = |mut c: Value| {
         c["volumeMounts"] = json!([{"name": "work", "mountPath": "/work"}]);
@@ -813,6 +819,8 @@ fn manifests(hooks: &Path, init_containers: bool, host_file: &Path) -> Vec<(&'st
                     "volumes": [
                         {"name": "work", "emptyDir": {}},
                         {"name": "file", "hostPath": {"path": host_file, "type": "FileOrCreate"}},
+                        {"name": "img", "image": {
+                            "reference": BUSYBOX, "pullPolicy": "IfNotPresent"}},
                     ],
                 }),
             ),
@@ -1096,7 +1104,8 @@ async fn run_suite(gates: &[&str]) {
         "got hello\n"
     );
 
-    // --- hostUsers: false: idmapped emptyDir, hostPath file, /etc/hosts, termination log ---
+    // --- hostUsers: false: idmapped emptyDir, hostPath file, image volume (whole and sub
+    // path), /etc/hosts, termination log ---
     let userns = api
         .wait_pod("userns", "app terminated", long, |s| {
             container(s, "app")["state"]["terminated"].is_object()
@@ -1106,11 +1115,13 @@ async fn run_suite(gates: &[&str]) {
     let log = wait_for_log(&api, "userns", "app", "/work/f").await;
     assert_eq!(done["exitCode"].as_i64(), Some(0), "{log}\n{userns:#}");
     // Root inside, a range of host IDs that does not start at 0; every mount idmapped, so
-    // kubelet's root-owned files are the pod root's and what it writes lands as host root.
+    // kubelet's root-owned files and the image's are the pod root's, and what it writes lands
+    // as host root; the image volume is read-only.
     assert_eq!(
         log,
         "uidmap 0 1 65536\n0\n0 0 /dev/termination-log\n0 0 /etc/hosts\n\
-         0 0 /host-file\n0 0 /work/f\n",
+         0 0 /host-file\n0 0 /work/f\n0 0 /img/bin\n0 0 /imgbin/sh\n\
+         img read-only\nimgbin read-only\n",
         "{userns:#}"
     );
     assert_eq!(done["message"], "from-userns\n", "{userns:#}");

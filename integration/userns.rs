@@ -412,37 +412,117 @@ async fn a_mount_option_the_cri_does_not_allow_is_refused_naming_it_and_nothing_
     cri::remove_pod(&bed.remora, &pod).await;
 }
 
+/// An image volume of a `hostUsers: false` pod (kubelet sends the pod's maps on it): its view
+/// is idmapped with the pod's maps, so the image's root-owned files are the pod's root's, read
+/// but not written. One volume of a one-layer image (the snapshotter's view is a bind of the
+/// layer) and one of a two-layer image's sub path (an overlay over idmapped layers).
 #[tokio::test]
-async fn an_image_volume_with_maps_is_refused_at_create_and_nothing_is_made() {
-    // kubelet gives every mount of a `hostUsers: false` pod its maps, image volumes too. An
-    // image volume is an overlay mounted on the host, which the kernel cannot idmap (runc:
-    // "failed to set MOUNT_ATTR_IDMAP ... invalid argument" at start): refused at create.
+async fn an_image_volume_with_the_pods_maps_shows_the_images_root_files_as_the_pods_root() {
     let bed = BedRemora::start_with_network();
     cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let one = crate::harness::push_image(1, 4096).await;
+    let two = crate::harness::push_image(2, 4096).await;
+    for image in [&one, &two] {
+        cri::pull(&bed.remora, &image.reference)
+            .await
+            .expect("pull the volume's image");
+    }
     let logs = crate::harness::scratch();
     let config = with_userns(cri::pod_config("userns-imagevol", logs.path(), false));
     let pod = cri::run_pod(&bed.remora, &config)
         .await
         .expect("RunPodSandbox");
-    let maps = userns().uids;
+    let volume = |at: &str, image: &str, sub_path: &str| {
+        let maps = userns().uids;
+        v1::Mount {
+            container_path: at.into(),
+            readonly: true,
+            image: Some(cri::image_spec(image)),
+            image_sub_path: sub_path.into(),
+            uid_mappings: maps.clone(),
+            gid_mappings: maps,
+            ..Default::default()
+        }
+    };
+    let mut c = in_pod_namespaces(
+        cri::shell_container(
+            "probe",
+            "stat -c '%u %g %n' /one/data/layer0.bin /two/layer0.bin /two/layer1.bin; \
+             wc -c < /two/layer1.bin; \
+             touch /one/x 2>/dev/null || echo one read-only; \
+             touch /two/x 2>/dev/null || echo two read-only; \
+             echo $(ls /two)",
+        ),
+        &config,
+    );
+    c.mounts = vec![
+        volume("/one", &one.reference, ""),
+        volume("/two", &two.reference, "data"),
+    ];
+    let id = cri::create_and_start(&bed.remora, &pod, &config, c).await;
+    let s = cri::wait_exited(&bed.remora, &id, Duration::from_secs(30)).await;
+    let log = std::fs::read_to_string(logs.path().join("probe.log")).expect("log");
+    assert_eq!(s.exit_code, 0, "{log}");
+    assert_eq!(
+        log_lines(&log),
+        [
+            "0 0 /one/data/layer0.bin",
+            "0 0 /two/layer0.bin",
+            "0 0 /two/layer1.bin",
+            "4096",
+            "one read-only",
+            "two read-only",
+            "layer0.bin layer1.bin",
+        ],
+        "{log}"
+    );
+    // The view snapshots are gone with the container, and every mount with them (the
+    // idmapped layers an overlay was mounted over were detached once it was).
+    let dir = bed.state_dir().join("image-volumes").join(&id);
+    cri::remove_pod(&bed.remora, &pod).await;
+    assert!(
+        !bed.ctr(&["snapshots", "ls"]).contains("-imagevolume-"),
+        "the views are removed"
+    );
+    assert!(!dir.exists(), "{} is left", dir.display());
+    assert!(
+        !crate::harness::mount_points()
+            .iter()
+            .any(|m| m.contains(&id) || m.contains("idmapped-layers")),
+        "no mount is left"
+    );
+}
+
+/// Maps on an image volume that are not the pod's are refused at create, naming the field,
+/// and nothing is made: the view can be idmapped only with the pod's one range from ID 0
+/// (containerd 2.3 would take the first range's host ID and length whatever they say).
+#[tokio::test]
+async fn an_image_volume_with_maps_not_the_pods_is_refused_and_nothing_is_made() {
+    let bed = BedRemora::start_with_network();
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let logs = crate::harness::scratch();
+    let config = with_userns(cri::pod_config("userns-imagevol-other", logs.path(), false));
+    let pod = cri::run_pod(&bed.remora, &config)
+        .await
+        .expect("RunPodSandbox");
+    let mut other = userns().gids;
+    other[0].host_id += LENGTH;
     let mut c = in_pod_namespaces(cri::shell_container("probe", "true"), &config);
     c.mounts = vec![v1::Mount {
         container_path: "/image".into(),
-        // Read-only, as an image volume must be: only the maps are wrong here.
         readonly: true,
         image: Some(cri::image_spec("busybox")),
-        uid_mappings: maps.clone(),
-        gid_mappings: maps,
+        uid_mappings: userns().uids,
+        gid_mappings: other,
         ..Default::default()
     }];
     let err = cri::create(&bed.remora, &pod, &config, c)
         .await
-        .expect_err("an idmapped image volume");
+        .expect_err("an image volume with maps not the pod's");
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     assert!(
-        err.message().contains(
-            "config.mounts[0].uid_mappings is not supported by remora on an image volume"
-        ),
+        err.message().contains("config.mounts[0].gid_mappings")
+            && err.message().contains("pod's user namespace maps"),
         "{err:?}"
     );
     let containers = bed

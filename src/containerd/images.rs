@@ -607,6 +607,7 @@ impl Snapshots for Client {
         snapshotter: &str,
         key: &str,
         parent: &str,
+        labels: &HashMap<String, String>,
     ) -> Result<Vec<Mount>, ContainerdError> {
         let mut c = self.snapshots_client();
         let req = self.request(
@@ -614,7 +615,7 @@ impl Snapshots for Client {
                 snapshotter: snapshotter.to_string(),
                 key: key.to_string(),
                 parent: parent.to_string(),
-                labels: HashMap::new(),
+                labels: labels.clone(),
             },
             Some(lease),
         );

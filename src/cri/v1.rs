@@ -14,7 +14,8 @@
 //! - `Mount.image_sub_path`: the directory at that path in the image volume, resolved inside
 //!   the image (`lifecycle::mount::open_sub_path`); missing, not a directory or not resolvable
 //!   there is `INVALID_ARGUMENT` naming the field. Reported back in `ContainerStatus.mounts`.
-//! - `Mount.uid_mappings`/`gid_mappings`: an idmapped bind (refused on an image volume).
+//! - `Mount.uid_mappings`/`gid_mappings`: an idmapped bind; on an image volume, the pod's maps
+//!   only, and the view is idmapped on the host (`convert::container`, `image_volume_maps`).
 //! - `Mount.mount_options`: `noexec`, `nodev`, `nosuid` added to the bind; any other option is
 //!   refused (`INVALID_ARGUMENT` naming `mount_options[i]` and the option).
 //! - `ContainerConfig.stop_signal`: kept and sent by StopContainer; `ContainerStatus.stop_signal`

@@ -170,13 +170,15 @@ pub trait Snapshots: Send + Sync + 'static {
         parent: &str,
         labels: &HashMap<String, String>,
     ) -> Result<Vec<Mount>, ContainerdError>;
-    /// A read-only view of committed snapshot `parent`, within `lease` (image volumes).
+    /// A read-only view of committed snapshot `parent`, within `lease` (image volumes), with
+    /// `labels` (the idmap labels of an image volume in a user-namespaced pod).
     async fn view(
         &self,
         lease: &str,
         snapshotter: &str,
         key: &str,
         parent: &str,
+        labels: &HashMap<String, String>,
     ) -> Result<Vec<Mount>, ContainerdError>;
     /// The mounts of an existing (active) snapshot.
     async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, ContainerdError>;

@@ -275,6 +275,7 @@ pub(crate) mod tests {
             _s: &str,
             _key: &str,
             _parent: &str,
+            _labels: &HashMap<String, String>,
         ) -> Result<Vec<Mount>, ContainerdError> {
             // Unpacking never makes views.
             Err(ContainerdError::Call {

@@ -249,7 +249,14 @@ impl Pods {
         crate::failpoint::hit("container.after_snapshot", &metadata.name).await?;
         let mut config = req.config.clone();
         let volume_labels = self
-            .make_image_volumes(id, &lease, &mut config.mounts, &mut metadata.mounts, tx)
+            .make_image_volumes(
+                id,
+                &lease,
+                &mut config.mounts,
+                &mut metadata.mounts,
+                pod_user.as_ref(),
+                tx,
+            )
             .await?;
         steps.mark("image_volumes");
 

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use super::mount::{bind_dir_fd, mount_on, open_sub_path, unmount_and_remove};
 use super::tx::Tx;
 use super::{blocking, ContainerError, Pods};
-use crate::spec::MountRequest;
+use crate::spec::{MountRequest, UserNamespace};
 use crate::store::MountSummary;
 
 /// The label prefix by which a containerd record references snapshots for GC.
@@ -59,6 +59,7 @@ impl Pods {
         lease: &str,
         mounts: &mut [MountRequest],
         summaries: &mut [MountSummary],
+        pod_user: Option<&UserNamespace>,
         tx: &mut Tx,
     ) -> Result<Vec<(String, String)>, ContainerError> {
         let mut labels = Vec::new();
@@ -71,9 +72,19 @@ impl Pods {
                 }
             })?;
             let key = view_key(id, index);
+            // Maps on an image volume are the pod's (the adapter checked): its view is
+            // idmapped as the rootfs is, and the container binds it without maps.
+            let idmapped = !m.uid_mappings.is_empty();
+            let view_labels = super::userns::snapshot_labels(pod_user.filter(|_| idmapped));
             let views = self
                 .snapshots
-                .view(lease, &self.snapshotter, &key, &image.chain_id)
+                .view(
+                    lease,
+                    &self.snapshotter,
+                    &key,
+                    &image.chain_id,
+                    &view_labels,
+                )
                 .await?;
             let (snaps, sn, k) = (
                 self.snapshots.clone(),
@@ -83,6 +94,11 @@ impl Pods {
             tx.on_undo("remove image volume view", async move {
                 snaps.remove(&sn, &k).await
             });
+            if !view_labels.is_empty() && !super::userns::idmapped(&views) {
+                return Err(ContainerError::SnapshotterCannotIdmap(
+                    self.snapshotter.clone(),
+                ));
+            }
             let target = self.image_volume_dir(id).join(index.to_string());
             let dir = target.clone();
             blocking(move || mount_on(&views, &dir))
@@ -131,6 +147,9 @@ impl Pods {
             }
             m.host_path = host_path;
             m.readonly = true;
+            // An overlay cannot be idmapped again by the OCI runtime (nor need it be).
+            m.uid_mappings.clear();
+            m.gid_mappings.clear();
             labels.push((
                 format!("{GC_SNAPSHOT_REF}{}/{index}", self.snapshotter),
                 key,
@@ -169,6 +188,17 @@ impl Pods {
 /// Unmounts every directory directly below `dir` and removes them and `dir` (best effort: an
 /// absent `dir` is nothing to do).
 pub(super) fn unmount_all_below(dir: &std::path::Path) {
+    // The idmapped layers an overlay view was being mounted over when remora died, first.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .ends_with(".idmapped-layers")
+            {
+                super::journal::clear_temp_mounts(&e.path());
+            }
+        }
+    }
     super::journal::clear_temp_mounts(dir);
     let _ = std::fs::remove_dir(dir);
 }

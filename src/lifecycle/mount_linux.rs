@@ -10,6 +10,7 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use thiserror::Error;
 
 use crate::images::backend::Mount;
+use crate::shim::userns::{IdMap, IdmappedLayers, UsernsHelper};
 use crate::spec::RootFs;
 
 /// Why a snapshot could not be mounted.
@@ -42,6 +43,15 @@ pub enum MountError {
         path: std::path::PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// The snapshot asks for an idmapped mount (`uidmap=`/`gidmap=`, a user-namespaced pod's
+    /// image volume) and it could not be made.
+    #[error("idmapped mount on {}: {source}", path.display())]
+    Idmap {
+        /// The mount point.
+        path: std::path::PathBuf,
+        /// Why.
+        source: crate::shim::userns::UsernsError,
     },
     /// mount(2) failed.
     #[error("mount {kind} on {}: {errno}", path.display())]
@@ -97,6 +107,7 @@ enum MountPlan {
         source: String,
         recursive: bool,
         flags: MsFlags,
+        idmap: Option<IdMaps>,
     },
     /// A filesystem mount.
     Fs {
@@ -104,8 +115,14 @@ enum MountPlan {
         source: String,
         flags: MsFlags,
         data: String,
+        idmap: Option<IdMaps>,
     },
 }
+
+/// The uid and gid maps of an idmapped snapshot mount: containerd's overlayfs snapshotter adds
+/// `uidmap=<inside>:<host>:<length>` and `gidmap=…` to the mounts of a snapshot made with its
+/// remap labels.
+type IdMaps = (IdMap, IdMap);
 
 fn plan(mounts: &[Mount]) -> Result<MountPlan, MountError> {
     let m = match mounts {
@@ -123,7 +140,16 @@ fn plan(mounts: &[Mount]) -> Result<MountPlan, MountError> {
     let mut flags = MsFlags::empty();
     let (mut bind, mut recursive) = (false, false);
     let mut data = Vec::new();
+    let (mut uidmap, mut gidmap) = (None, None);
     for o in &m.options {
+        if let Some(v) = o.strip_prefix("uidmap=") {
+            uidmap = Some(IdMap::parse(v).ok_or_else(|| unsupported(o))?);
+            continue;
+        }
+        if let Some(v) = o.strip_prefix("gidmap=") {
+            gidmap = Some(IdMap::parse(v).ok_or_else(|| unsupported(o))?);
+            continue;
+        }
         let (set, clear) = match o.as_str() {
             "bind" => {
                 bind = true;
@@ -167,6 +193,13 @@ fn plan(mounts: &[Mount]) -> Result<MountPlan, MountError> {
         flags = (flags | set) - clear;
     }
     flags |= HOST_MOUNT_FLAGS;
+    let idmap = match (uidmap, gidmap) {
+        (Some(u), Some(g)) => Some((u, g)),
+        (None, None) => None,
+        // One map alone is not an idmapped mount the kernel can make.
+        (Some(_), None) => return Err(unsupported("uidmap= without gidmap=")),
+        (None, Some(_)) => return Err(unsupported("gidmap= without uidmap=")),
+    };
     if bind || matches!(m.kind.as_str(), "bind" | "rbind") {
         // The kernel ignores a bind mount's data: an option there (an idmap, say) would be
         // silently dropped.
@@ -179,13 +212,21 @@ fn plan(mounts: &[Mount]) -> Result<MountPlan, MountError> {
             // option is taken as recursive, as before.
             recursive: recursive || !bind,
             flags,
+            idmap,
         });
+    }
+    // Only an overlay's layers can be idmapped one by one; another filesystem's data would
+    // carry the maps to a kernel that ignores or refuses them.
+    if idmap.is_some() && (m.kind != "overlay" || !data.iter().any(|d| d.starts_with("lowerdir=")))
+    {
+        return Err(unsupported("uidmap="));
     }
     Ok(MountPlan::Fs {
         kind: m.kind.clone(),
         source: m.source.clone(),
         flags,
         data: data.join(","),
+        idmap,
     })
 }
 
@@ -200,25 +241,68 @@ pub fn mount_on(mounts: &[Mount], target: &Path) -> Result<(), MountError> {
         path: target.to_path_buf(),
         source,
     })?;
+    let failed = |errno| MountError::Mount {
+        kind: mounts.first().map(|m| m.kind.clone()).unwrap_or_default(),
+        path: target.to_path_buf(),
+        errno,
+    };
+    let idmap_failed = |source| MountError::Idmap {
+        path: target.to_path_buf(),
+        source,
+    };
+    // The user namespace an idmapped mount maps through, held until the mount is made (the
+    // mount keeps its own reference to it).
+    let idmaps = match &plan {
+        MountPlan::Bind { idmap, .. } | MountPlan::Fs { idmap, .. } => *idmap,
+    };
+    let userns = match idmaps {
+        Some((uids, gids)) => {
+            let helper = UsernsHelper::spawn(uids, gids, false);
+            match helper.and_then(|h| h.userns_fd().map(|fd| (h, fd))) {
+                Ok(held) => Some(held),
+                Err(e) => {
+                    let _ = std::fs::remove_dir(target);
+                    return Err(idmap_failed(e));
+                }
+            }
+        }
+        None => None,
+    };
     let result = match &plan {
         MountPlan::Bind {
             source,
             recursive,
             flags,
+            ..
         } => {
-            let rec = if *recursive {
-                MsFlags::MS_REC
-            } else {
-                MsFlags::empty()
+            let first = match &userns {
+                // An idmapped clone of the directory alone (a snapshot's directory has no
+                // mounts below it to carry along).
+                Some((_, ns)) => crate::shim::userns::idmapped_bind(
+                    Path::new(source),
+                    target,
+                    ns,
+                    flags.contains(MsFlags::MS_RDONLY),
+                )
+                .map_err(idmap_failed),
+                None => {
+                    let rec = if *recursive {
+                        MsFlags::MS_REC
+                    } else {
+                        MsFlags::empty()
+                    };
+                    mount(
+                        Some(source.as_str()),
+                        target,
+                        None::<&str>,
+                        MsFlags::MS_BIND | rec,
+                        None::<&str>,
+                    )
+                    .map_err(failed)
+                }
             };
-            mount(
-                Some(source.as_str()),
-                target,
-                None::<&str>,
-                MsFlags::MS_BIND | rec,
-                None::<&str>,
-            )
-            .and_then(|()| {
+            first.and_then(|()| {
+                // The remount sets the flags (nosuid, nodev, ro…) and keeps the idmap.
                 mount(
                     None::<&str>,
                     target,
@@ -226,6 +310,7 @@ pub fn mount_on(mounts: &[Mount], target: &Path) -> Result<(), MountError> {
                     MsFlags::MS_BIND | MsFlags::MS_REMOUNT | *flags,
                     None::<&str>,
                 )
+                .map_err(failed)
                 .inspect_err(|_| {
                     let _ = umount2(target, MntFlags::MNT_DETACH);
                 })
@@ -236,26 +321,66 @@ pub fn mount_on(mounts: &[Mount], target: &Path) -> Result<(), MountError> {
             source,
             flags,
             data,
-        } => mount(
-            Some(source.as_str()),
-            target,
-            Some(kind.as_str()),
-            *flags,
-            Some(data.as_str()),
-        ),
+            ..
+        } => {
+            // An overlay cannot be idmapped itself: its lower layers are, one by one, under a
+            // scratch directory beside `target`, and detached once the overlay holds them.
+            let layers = match &userns {
+                Some((_, ns)) => {
+                    let scratch = idmap_scratch(target);
+                    let lower = data
+                        .split(',')
+                        .find_map(|d| d.strip_prefix("lowerdir="))
+                        .unwrap_or_default();
+                    IdmappedLayers::bind(lower, ns, &scratch)
+                        .map(|(layers, lowerdir)| {
+                            let data = data
+                                .split(',')
+                                .map(|d| {
+                                    if d.starts_with("lowerdir=") {
+                                        format!("lowerdir={lowerdir}")
+                                    } else {
+                                        d.to_string()
+                                    }
+                                })
+                                .collect::<Vec<_>>()
+                                .join(",");
+                            (Some(layers), data)
+                        })
+                        .map_err(idmap_failed)
+                }
+                None => Ok((None, data.clone())),
+            };
+            layers.and_then(|(layers, data)| {
+                let r = mount(
+                    Some(source.as_str()),
+                    target,
+                    Some(kind.as_str()),
+                    *flags,
+                    Some(data.as_str()),
+                )
+                .map_err(failed);
+                drop(layers);
+                r
+            })
+        }
     };
-    if let Err(errno) = result {
+    drop(userns);
+    if let Err(e) = result {
         let _ = std::fs::remove_dir(target);
-        return Err(MountError::Mount {
-            kind: mounts.first().map(|m| m.kind.clone()).unwrap_or_default(),
-            path: target.to_path_buf(),
-            errno,
-        });
+        return Err(e);
     }
     Ok(())
 }
 
-/// Detaches whatever is mounted on `target` and removes the (then empty) directory; a target
+/// Where [`mount_on`] binds an idmapped overlay's layers while it mounts the overlay: beside
+/// `target`, so that a sweep of `target`'s directory finds one left by a crash.
+fn idmap_scratch(target: &Path) -> PathBuf {
+    let mut name = target.file_name().unwrap_or_default().to_os_string();
+    name.push(".idmapped-layers");
+    target.with_file_name(name)
+}
+
 /// that is not mounted or not there is no error.
 pub fn unmount_and_remove(target: &Path) {
     let _ = umount2(target, MntFlags::MNT_DETACH);
@@ -483,6 +608,7 @@ mod tests {
                 source: "/s/1/fs".into(),
                 recursive: true,
                 flags: host | MsFlags::MS_RDONLY,
+                idmap: None,
             }
         );
         // `bind` is not recursive; `suid`/`dev` cannot undo the host flags.
@@ -492,6 +618,7 @@ mod tests {
                 source: "/s/1/fs".into(),
                 recursive: false,
                 flags: host | MsFlags::MS_NOEXEC,
+                idmap: None,
             }
         );
         // A `bind` option on another type is a bind, as the kernel treats MS_BIND.
@@ -514,6 +641,7 @@ mod tests {
                 source: "overlay".into(),
                 flags: host | MsFlags::MS_RDONLY | MsFlags::MS_NODIRATIME,
                 data: "lowerdir=/a:/b,index=off".into(),
+                idmap: None,
             }
         );
         // `rw` after `ro` wins, as in containerd's left-to-right parse.
@@ -545,13 +673,102 @@ mod tests {
             (vec![mount("tmpfs", "tmpfs", &["remount"])], "remount"),
             (
                 vec![mount("bind", "/a", &["rbind", "uidmap=0:1000:1"])],
-                "uidmap",
+                "uidmap= without gidmap=",
+            ),
+            (
+                vec![mount("bind", "/a", &["rbind", "gidmap=0:1000:1"])],
+                "gidmap= without uidmap=",
+            ),
+            (
+                vec![mount("bind", "/a", &["uidmap=0:1000", "gidmap=0:1000:1"])],
+                "\"uidmap=0:1000\"",
+            ),
+            (
+                vec![mount("bind", "/a", &["uidmap=0:1:1", "gidmap=0:1:0"])],
+                "\"gidmap=0:1:0\"",
+            ),
+            // Only an overlay's layers can be idmapped one by one.
+            (
+                vec![mount("tmpfs", "tmpfs", &["uidmap=0:1:1", "gidmap=0:1:1"])],
+                "uidmap=",
             ),
         ] {
             let e = mount_on(&mounts, &target).unwrap_err();
             assert!(e.to_string().contains(want), "{mounts:?}: {e}");
             assert!(e.is_unsupported(), "{e}");
             assert!(!target.exists(), "{mounts:?} made the target");
+        }
+    }
+
+    #[test]
+    fn an_idmapped_snapshots_maps_are_its_plans() {
+        let map = |outside| IdMap {
+            inside: 0,
+            outside,
+            length: 65536,
+        };
+        let p = plan(&[mount(
+            "overlay",
+            "overlay",
+            &[
+                "uidmap=0:1000:65536",
+                "gidmap=0:2000:65536",
+                "lowerdir=/a:/b",
+            ],
+        )])
+        .unwrap();
+        assert!(
+            matches!(&p, MountPlan::Fs { data, idmap: Some(m), .. }
+                if data == "lowerdir=/a:/b" && *m == (map(1000), map(2000))),
+            "{p:?}"
+        );
+        let p = plan(&[mount(
+            "bind",
+            "/s/1/fs",
+            &["uidmap=0:1000:65536", "gidmap=0:2000:65536", "ro", "rbind"],
+        )])
+        .unwrap();
+        assert!(
+            matches!(&p, MountPlan::Bind { idmap: Some(m), .. } if *m == (map(1000), map(2000))),
+            "{p:?}"
+        );
+    }
+
+    /// As root (the test bed): an idmapped snapshot's files, root's on disk, are seen as the
+    /// map's host ID through the mount — a one-layer view (bind) and an overlay view of two
+    /// layers alike — and the overlay's idmapped layers are not left mounted.
+    #[test]
+    fn an_idmapped_snapshot_mounted_on_the_host_shows_its_files_through_the_map() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: needs root to mount");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        for (layer, file) in [(&a, "x"), (&b, "y")] {
+            std::fs::create_dir(layer).unwrap();
+            std::fs::write(layer.join(file), file).unwrap();
+        }
+        let maps = ["uidmap=0:1200000:65536", "gidmap=0:1300000:65536"];
+        let bind = mount(
+            "bind",
+            a.to_str().unwrap(),
+            &[maps[0], maps[1], "ro", "rbind"],
+        );
+        let lower = format!("lowerdir={}:{}", a.display(), b.display());
+        let overlay = mount("overlay", "overlay", &[maps[0], maps[1], lower.as_str()]);
+        for (i, m) in [bind, overlay].into_iter().enumerate() {
+            let target = dir.path().join(format!("t{i}"));
+            mount_on(std::slice::from_ref(&m), &target).unwrap();
+            let md = std::fs::metadata(target.join("x")).unwrap();
+            let ro = std::fs::write(target.join("new"), "").is_err();
+            let layers_left = idmap_scratch(&target).exists();
+            unmount_and_remove(&target);
+            assert_eq!((md.uid(), md.gid()), (1_200_000, 1_300_000), "{m:?}");
+            assert!(ro, "{m:?} is writable");
+            assert!(!layers_left, "{m:?} left its idmapped layers");
+            assert!(!target.exists());
         }
     }
 

@@ -1392,6 +1392,7 @@ async fn image_volumes_are_mounted_views_kept_by_the_record_and_removed_with_it(
         creation_lease_id(&id),
         view.clone(),
         "sha256:app-chain".to_string(),
+        vec![],
     )));
     let record = b.containerd.record(&id).expect("record");
     assert_eq!(
@@ -1918,6 +1919,56 @@ async fn a_user_namespace_pod_gets_an_owned_netns_idmapped_rootfs_and_the_maps_i
         "{err:?}"
     );
     assert!(b.log.calls().is_empty(), "{:?}", b.log.calls());
+}
+
+/// An image volume with its pod's maps (kubelet sends them on every mount of a
+/// `hostUsers: false` pod): its view is made with the pod's idmap labels and mounted on the
+/// host idmapped (the snapshotter's `uidmap=`/`gidmap=`); the container binds it without maps
+/// (the OCI runtime cannot idmap an overlay, and the view already is).
+#[tokio::test]
+async fn an_image_volume_with_the_pods_maps_is_an_idmapped_view_bound_without_maps() {
+    let (b, pod) = with_pod(bed_with_handlers(userns_handlers()), userns_pod_request()).await;
+    let mut req = image_volume_request(&pod, APP);
+    req.config.security.namespaces.user = Some(userns());
+    req.config.mounts[0].uid_mappings = vec![userns().uids];
+    req.config.mounts[0].gid_mappings = vec![userns().gids];
+    let id = b.pods.create_container(req).await.expect("created");
+    let view = format!("{id}-imagevolume-0");
+    assert!(
+        b.log.calls().contains(&Call::SnapshotView(
+            creation_lease_id(&id),
+            view.clone(),
+            "sha256:app-chain".to_string(),
+            idmap_labels(),
+        )),
+        "{:?}",
+        b.log.calls()
+    );
+    let record = b.containerd.record(&id).expect("record");
+    let spec: serde_json::Value = serde_json::from_slice(&record.spec).expect("json");
+    let bind = spec["mounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["destination"] == "/image")
+        .expect("the /image mount")
+        .clone();
+    assert!(
+        bind.get("uidMappings").is_none() && bind.get("gidMappings").is_none(),
+        "{bind}"
+    );
+    let mounted = b.state_dir.join("image-volumes").join(&id).join("0");
+    assert!(crate::lifecycle::sandbox_files::is_mount_point(&mounted));
+    if nix::unistd::geteuid().is_root() {
+        // The fake's view is a bind of a root-owned tree: through the idmap its root is the
+        // pod's host root.
+        use std::os::unix::fs::MetadataExt;
+        let md = std::fs::metadata(&mounted).expect("the view");
+        assert_eq!((md.uid(), md.gid()), (100_000, 200_000));
+    }
+    b.pods.remove_container(&id).await.expect("removed");
+    until_cleaned_up(&b, &id).await;
+    assert!(!mounted.exists());
 }
 
 #[tokio::test]

@@ -1517,7 +1517,7 @@ fn mount_idmapped(
     target: &Path,
     scratch: &Path,
 ) -> Result<(), ShimError> {
-    use nix::mount::{mount, umount2, MntFlags};
+    use nix::mount::mount;
     let idmap_err = |source| ShimError::Idmap {
         id: id.to_string(),
         source,
@@ -1535,27 +1535,23 @@ fn mount_idmapped(
         )
         .map_err(idmap_err);
     }
+    // Held until the overlay is mounted over them (or it failed); dropped, they detach.
     let mut layers = Vec::new();
-    let mut rewritten = Vec::with_capacity(options.len());
     let result = (|| {
+        let mut rewritten = Vec::with_capacity(options.len());
         for o in options {
             let Some(lower) = o.strip_prefix("lowerdir=") else {
                 rewritten.push(o.clone());
                 continue;
             };
-            let mut idmapped = Vec::new();
-            for (i, dir) in lower.split(':').enumerate() {
-                let at = scratch.join(i.to_string());
-                std::fs::create_dir_all(&at).map_err(|source| ShimError::BundleFile {
-                    path: at.display().to_string(),
-                    source,
-                })?;
-                crate::shim::userns::idmapped_bind(Path::new(dir), &at, &userns, true)
-                    .map_err(idmap_err)?;
-                layers.push(at.clone());
-                idmapped.push(at.display().to_string());
-            }
-            rewritten.push(format!("lowerdir={}", idmapped.join(":")));
+            let (bound, lowerdir) = crate::shim::userns::IdmappedLayers::bind(
+                lower,
+                &userns,
+                &scratch.join(layers.len().to_string()),
+            )
+            .map_err(idmap_err)?;
+            layers.push(bound);
+            rewritten.push(format!("lowerdir={lowerdir}"));
         }
         let (flags, data) = mount_options(&rewritten);
         mount(
@@ -1572,10 +1568,8 @@ fn mount_idmapped(
             source,
         })
     })();
-    for l in layers.iter().rev() {
-        let _ = umount2(l, MntFlags::MNT_DETACH);
-    }
-    let _ = std::fs::remove_dir_all(scratch);
+    drop(layers);
+    let _ = std::fs::remove_dir(scratch);
     result
 }
 

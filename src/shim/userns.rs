@@ -90,6 +90,14 @@ pub enum UsernsError {
         /// Why.
         source: std::io::Error,
     },
+    /// A mount point for an idmapped layer could not be made.
+    #[error("cannot create {}: {source}", path.display())]
+    MountPoint {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// An idmapped mount step failed.
     #[error("cannot {action} {}: {errno}", path.display())]
     Mount {
@@ -264,6 +272,59 @@ pub fn idmapped_bind(
         });
     }
     Ok(())
+}
+
+/// An overlay's lower layers, each bound read-only and idmapped under a scratch directory, for
+/// an overlay mounted over them: Linux 5.19 lets overlayfs stack on idmapped layers, while an
+/// overlay mount itself cannot be idmapped (overlayfs does not take `MOUNT_ATTR_IDMAP`). This
+/// is how containerd's mount code makes an idmapped snapshot (`uidmap=`/`gidmap=` options)
+/// for its Go shim and for its CRI's image volumes. Once the overlay is mounted it holds what
+/// it needs: dropping this detaches the binds and removes their mount points.
+pub struct IdmappedLayers {
+    binds: Vec<PathBuf>,
+    scratch: PathBuf,
+}
+
+impl IdmappedLayers {
+    /// Binds each directory of `lowerdir` (an overlay's `:`-separated option value) on
+    /// `scratch/<i>` (created), read-only and idmapped through `userns`; returns the binds and
+    /// the `lowerdir` value naming them, in the same order. On failure nothing is left.
+    pub fn bind(
+        lowerdir: &str,
+        userns: &File,
+        scratch: &Path,
+    ) -> Result<(Self, String), UsernsError> {
+        let mut layers = IdmappedLayers {
+            binds: Vec::new(),
+            scratch: scratch.to_path_buf(),
+        };
+        let mut names = Vec::new();
+        for (i, dir) in lowerdir.split(':').enumerate() {
+            let at = scratch.join(i.to_string());
+            std::fs::create_dir_all(&at).map_err(|source| UsernsError::MountPoint {
+                path: at.clone(),
+                source,
+            })?;
+            if let Err(e) = idmapped_bind(Path::new(dir), &at, userns, true) {
+                let _ = std::fs::remove_dir(&at);
+                return Err(e);
+            }
+            names.push(at.display().to_string());
+            layers.binds.push(at);
+        }
+        Ok((layers, names.join(":")))
+    }
+}
+
+impl Drop for IdmappedLayers {
+    fn drop(&mut self) {
+        // Non-recursive removal: a bind that would not detach is left, never walked into.
+        for at in self.binds.iter().rev() {
+            let _ = nix::mount::umount2(at, nix::mount::MntFlags::MNT_DETACH);
+            let _ = std::fs::remove_dir(at);
+        }
+        let _ = std::fs::remove_dir(&self.scratch);
+    }
 }
 
 #[cfg(test)]

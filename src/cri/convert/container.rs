@@ -90,6 +90,15 @@ pub fn container_config(
         &config.working_dir,
     )?;
     validate::annotations("config.annotations", &config.annotations)?;
+    let mounts: Vec<MountRequest> = config
+        .mounts
+        .iter()
+        .enumerate()
+        .map(|(i, mount)| mount_request(mount, &format!("config.mounts[{i}]")))
+        .collect::<Result<_, _>>()?;
+    for (i, m) in mounts.iter().enumerate() {
+        image_volume_maps(m, security.namespaces.user.as_ref(), i)?;
+    }
     Ok(ContainerConfig {
         name: m.name.clone(),
         image_name: image.to_string(),
@@ -97,12 +106,7 @@ pub fn container_config(
         args: config.args.clone(),
         working_dir: config.working_dir.clone(),
         envs,
-        mounts: config
-            .mounts
-            .iter()
-            .enumerate()
-            .map(|(i, mount)| mount_request(mount, &format!("config.mounts[{i}]")))
-            .collect::<Result<_, _>>()?,
+        mounts,
         devices: config.devices.iter().map(device_request).collect(),
         cdi_devices,
         annotations: config.annotations.clone(),
@@ -342,16 +346,6 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
         }
     };
     let (uid_mappings, gid_mappings) = mount_id_maps(m, prefix)?;
-    // An image volume is an overlay mounted on the host, which the kernel cannot idmap (runc
-    // fails EINVAL at start); containerd instead makes the view's layers idmapped
-    // (`getImageVolumeSnapshotOpts`), which remora does not do for image volumes yet. Refused
-    // here, before anything is made, rather than at StartContainer.
-    if image.is_some() && !uid_mappings.is_empty() {
-        return Err(ConvertError::UnsupportedWith {
-            field: format!("{prefix}.uid_mappings"),
-            context: "on an image volume",
-        });
-    }
     let options = bind_options(&m.mount_options, &format!("{prefix}.mount_options"))?;
     let propagation = match v1::MountPropagation::try_from(m.propagation) {
         Ok(v1::MountPropagation::PropagationPrivate) => MountPropagation::Private,
@@ -395,6 +389,56 @@ pub fn mount_request(m: &v1::Mount, prefix: &str) -> Result<MountRequest, Conver
         gid_mappings,
         options,
     })
+}
+
+/// An image volume's maps (mount `i` of a container whose user namespace is `user`): none, or
+/// exactly the container's user namespace maps — which CreateContainer checks are the pod's.
+///
+/// Why: an image volume is a snapshot view mounted on the host, overlay for an image of several
+/// layers, and an overlay mount cannot be idmapped (overlayfs does not take
+/// `MOUNT_ATTR_IDMAP`), so the maps cannot go to the OCI runtime as a bind mount's (runc fails
+/// EINVAL at start). Instead the view is made with the snapshotter's remap labels, which hold
+/// one range from container ID 0 — the pod's user namespace — and its layers are idmapped one
+/// by one, as for the rootfs. containerd 2.3 does the same (`getImageVolumeSnapshotOpts`) but
+/// takes the first range's host IDs and length from whatever maps the mount has, whatever
+/// their container IDs, further ranges, or the pod's maps say; remora refuses maps it would
+/// not honour as given rather than idmap the volume otherwise than asked.
+fn image_volume_maps(
+    m: &MountRequest,
+    user: Option<&crate::spec::UserNamespace>,
+    i: usize,
+) -> Result<(), ConvertError> {
+    if m.image.is_none() || m.uid_mappings.is_empty() {
+        return Ok(());
+    }
+    let shown = |maps: &[IdMapping]| {
+        maps.iter()
+            .map(|m| format!("{}:{}:{}", m.container_id, m.host_id, m.length))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let Some(user) = user else {
+        return Err(ConvertError::Invalid {
+            field: format!("config.mounts[{i}].uid_mappings"),
+            value: shown(&m.uid_mappings),
+            reason: "an image volume is idmapped only with its pod's user namespace maps, \
+                     and the container has no user namespace (namespace_options.userns_options)",
+        });
+    };
+    for (field, maps, want) in [
+        ("uid_mappings", &m.uid_mappings, user.uids),
+        ("gid_mappings", &m.gid_mappings, user.gids),
+    ] {
+        if maps.as_slice() != [want] {
+            return Err(ConvertError::Invalid {
+                field: format!("config.mounts[{i}].{field}"),
+                value: shown(maps),
+                reason: "an image volume is idmapped only with its pod's user namespace maps \
+                         (namespace_options.userns_options), and these differ",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The most extents a Linux ID map holds (`/proc/<pid>/uid_map`, since 4.15); the OCI runtime

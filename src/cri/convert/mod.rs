@@ -107,14 +107,6 @@ pub enum ConvertError {
         /// CRI path of the field.
         field: String,
     },
-    /// The field asks for something remora implements, but not together with another field.
-    #[error("{field} is not supported by remora {context}")]
-    UnsupportedWith {
-        /// CRI path of the field.
-        field: String,
-        /// What it comes with, e.g. "on an image volume".
-        context: &'static str,
-    },
 }
 
 fn missing(field: impl Into<String>) -> ConvertError {

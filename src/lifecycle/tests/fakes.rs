@@ -48,8 +48,8 @@ pub enum Call {
     /// `Snapshots::prepare` (lease, key, parent).
     /// Lease, key, parent, and the labels sorted.
     SnapshotPrepare(String, String, String, Vec<(String, String)>),
-    /// `Snapshots::view` (lease, key, parent).
-    SnapshotView(String, String, String),
+    /// `Snapshots::view` (lease, key, parent, labels sorted).
+    SnapshotView(String, String, String, Vec<(String, String)>),
     /// `Snapshots::mounts`.
     SnapshotMounts(String),
     /// `Snapshots::remove`.
@@ -556,9 +556,29 @@ impl Snapshots for FakeContainerd {
         _snapshotter: &str,
         key: &str,
         parent: &str,
+        labels: &HashMap<String, String>,
     ) -> Result<Vec<Mount>, ContainerdError> {
-        self.check(Call::SnapshotView(lease.into(), key.into(), parent.into()))?;
-        Ok(self.mounts())
+        let mut sorted: Vec<(String, String)> =
+            labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        sorted.sort();
+        self.check(Call::SnapshotView(
+            lease.into(),
+            key.into(),
+            parent.into(),
+            sorted,
+        ))?;
+        let mut mounts = self.mounts();
+        if *Self::lock(&self.idmaps) {
+            for (label, option) in [
+                (crate::lifecycle::userns::LABEL_UID_MAPPING, "uidmap"),
+                (crate::lifecycle::userns::LABEL_GID_MAPPING, "gidmap"),
+            ] {
+                if let Some(v) = labels.get(label) {
+                    mounts[0].options.push(format!("{option}={v}"));
+                }
+            }
+        }
+        Ok(mounts)
     }
     async fn mounts(&self, _: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
         self.check(Call::SnapshotMounts(key.into()))?;

@@ -865,7 +865,8 @@ fn bad_mount_maps_and_options_are_refused_naming_the_field() {
         err(&|m| m.gid_mappings = vec![id(0, 1_000_000, 10), id(100, 999_991, 10)]),
         s("config.mounts[1].gid_mappings[1].host_id", "999991")
     );
-    // An image volume cannot be idmapped yet (an overlay on the host: runc fails at start).
+    // An image volume with maps in a container without a user namespace: its view can be
+    // idmapped only with the pod's maps, and there are none.
     let mut c = kubelet_container();
     c.mounts[0].image = Some(v1::ImageSpec {
         image: "busybox".into(),
@@ -876,16 +877,11 @@ fn bad_mount_maps_and_options_are_refused_naming_the_field() {
     c.mounts[0].uid_mappings = vec![id(0, 1_000_000, 65536)];
     c.mounts[0].gid_mappings = vec![id(0, 1_000_000, 65536)];
     let e = container_config(&c, &pod).unwrap_err();
-    assert_eq!(
-        e,
-        ConvertError::UnsupportedWith {
-            field: "config.mounts[0].uid_mappings".into(),
-            context: "on an image volume",
-        }
-    );
-    assert_eq!(
-        e.to_string(),
-        "config.mounts[0].uid_mappings is not supported by remora on an image volume"
+    assert!(
+        matches!(&e, ConvertError::Invalid { field, value, reason }
+            if field == "config.mounts[0].uid_mappings" && value == "0:1000000:65536"
+                && reason.contains("no user namespace")),
+        "{e:?}"
     );
     // Only the options the CRI lists, spelled as it spells them.
     for bad in [
@@ -983,4 +979,78 @@ fn image_volume_rules_are_invalid_argument_naming_the_field() {
             "only an image volume (image set) has a sub path"
         )
     );
+}
+
+/// The container's (the pod's) user namespace, as kubelet sends a `hostUsers: false` pod's.
+fn with_userns(c: &mut v1::ContainerConfig, host_id: u32) {
+    c.linux
+        .get_or_insert_with(Default::default)
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options
+        .get_or_insert_with(Default::default)
+        .userns_options = Some(v1::UserNamespace {
+        mode: v1::NamespaceMode::Pod as i32,
+        uids: vec![id(0, host_id, 65536)],
+        gids: vec![id(0, host_id, 65536)],
+    });
+}
+
+#[test]
+fn an_image_volume_takes_its_pods_maps_and_no_others() {
+    let pod = kubelet_pod();
+    let with_maps = |uids: Vec<v1::IdMapping>, gids: Vec<v1::IdMapping>| {
+        let mut c = kubelet_container();
+        with_userns(&mut c, 1_000_000);
+        c.mounts = vec![v1::Mount {
+            uid_mappings: uids,
+            gid_mappings: gids,
+            ..image_volume("data")
+        }];
+        container_config(&c, &pod)
+    };
+    // The pod's maps: kept on the request (CreateContainer idmaps the view with them).
+    let pods = vec![id(0, 1_000_000, 65536)];
+    let got = with_maps(pods.clone(), pods.clone()).unwrap().mounts;
+    assert_eq!(got[0].uid_mappings.len(), 1);
+    assert!(got[0].image.is_some());
+    // Any other map is refused naming the field: another host range, a range not from ID 0,
+    // a shorter one, a second range.
+    for (uids, gids, field, value) in [
+        (
+            vec![id(0, 2_000_000, 65536)],
+            pods.clone(),
+            "uid_mappings",
+            "0:2000000:65536",
+        ),
+        (
+            pods.clone(),
+            vec![id(1, 1_000_001, 65535)],
+            "gid_mappings",
+            "1:1000001:65535",
+        ),
+        (
+            vec![id(0, 1_000_000, 1000)],
+            pods.clone(),
+            "uid_mappings",
+            "0:1000000:1000",
+        ),
+        (
+            pods.clone(),
+            vec![id(0, 1_000_000, 65536), id(65536, 3_000_000, 1)],
+            "gid_mappings",
+            "0:1000000:65536,65536:3000000:1",
+        ),
+    ] {
+        let e = with_maps(uids, gids).unwrap_err();
+        assert!(
+            matches!(&e, ConvertError::Invalid { field: f, value: v, reason }
+                if *f == format!("config.mounts[0].{field}") && v == value
+                    && reason.contains("pod's user namespace maps")),
+            "{e:?}"
+        );
+    }
+    // No maps on an image volume of a user-namespaced pod: a plain view, as containerd.
+    let got = with_maps(vec![], vec![]).unwrap().mounts;
+    assert!(got[0].uid_mappings.is_empty());
 }

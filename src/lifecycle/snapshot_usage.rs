@@ -240,6 +240,7 @@ mod tests {
             _: &str,
             _: &str,
             _: &str,
+            _: &HashMap<String, String>,
         ) -> Result<Vec<Mount>, ContainerdError> {
             Ok(Vec::new())
         }

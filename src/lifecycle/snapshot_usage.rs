@@ -102,20 +102,23 @@ impl SnapshotUsage {
     /// has the key, else asked of containerd now (a container newer than the walk); `None` if
     /// the snapshot is gone or containerd cannot say.
     pub async fn of(self: &Arc<Self>, key: &str) -> Option<(u64, u64, PathBuf)> {
-        if let Ok(collected) = self.latest().await {
-            if let Some(&(bytes, inodes)) = collected.per_key.get(key) {
-                return Some((bytes, inodes, collected.root.clone().unwrap_or_default()));
+        let collected = self.latest().await.ok();
+        if let Some(c) = &collected {
+            if let Some(&(bytes, inodes)) = c.per_key.get(key) {
+                return Some((bytes, inodes, c.root.clone().unwrap_or_default()));
             }
         }
         let u = self.snapshots.usage(&self.snapshotter, key).await.ok()?;
-        let root = self
-            .snapshots
-            .root(&self.snapshotter)
-            .await
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        Some((u.bytes.max(0) as u64, u.inodes.max(0) as u64, root))
+        // The walk's root when there was a walk (it is the same directory); else asked now.
+        let root = match collected {
+            Some(c) => c.root.clone(),
+            None => self.snapshots.root(&self.snapshotter).await.ok().flatten(),
+        };
+        Some((
+            u.bytes.max(0) as u64,
+            u.inodes.max(0) as u64,
+            root.unwrap_or_default(),
+        ))
     }
 
     /// Starts a walk unless one is running.
@@ -157,10 +160,7 @@ impl SnapshotUsage {
             let figures = match usage {
                 Ok(u) => (u.bytes.max(0) as u64, u.inodes.max(0) as u64),
                 // Removed between the list and its usage: it uses nothing now.
-                Err(ContainerdError::Call {
-                    code: tonic::Code::NotFound,
-                    ..
-                }) => continue,
+                Err(e) if e.is_not_found() => continue,
                 // Keep what the last walk knew of it rather than count it as empty.
                 Err(e) => {
                     failed += 1;

@@ -1405,14 +1405,7 @@ async fn image_volumes_are_mounted_views_kept_by_the_record_and_removed_with_it(
         record.labels
     );
     let mounted = b.state_dir.join("image-volumes").join(&id).join("0");
-    let spec: serde_json::Value = serde_json::from_slice(&record.spec).expect("json");
-    let bind = spec["mounts"]
-        .as_array()
-        .expect("mounts")
-        .iter()
-        .find(|m| m["destination"] == "/image")
-        .expect("the /image mount")
-        .clone();
+    let bind = recorded_mount(&record, "/image");
     assert_eq!(bind["source"], mounted.display().to_string());
     assert_eq!(
         bind["options"],
@@ -1488,14 +1481,7 @@ async fn an_image_volume_sub_path_is_bound_beside_the_view_and_removed_with_it()
     let dir = b.state_dir.join("image-volumes").join(&id);
     let sub = dir.join("0-sub");
     let record = b.containerd.record(&id).expect("record");
-    let spec: serde_json::Value = serde_json::from_slice(&record.spec).expect("json");
-    let bind = spec["mounts"]
-        .as_array()
-        .expect("mounts")
-        .iter()
-        .find(|m| m["destination"] == "/image")
-        .expect("the /image mount")
-        .clone();
+    let bind = recorded_mount(&record, "/image");
     assert_eq!(bind["source"], sub.display().to_string());
     assert!(crate::lifecycle::sandbox_files::is_mount_point(&sub));
     assert_eq!(
@@ -1945,14 +1931,7 @@ async fn an_image_volume_with_the_pods_maps_is_an_idmapped_view_bound_without_ma
         b.log.calls()
     );
     let record = b.containerd.record(&id).expect("record");
-    let spec: serde_json::Value = serde_json::from_slice(&record.spec).expect("json");
-    let bind = spec["mounts"]
-        .as_array()
-        .expect("mounts")
-        .iter()
-        .find(|m| m["destination"] == "/image")
-        .expect("the /image mount")
-        .clone();
+    let bind = recorded_mount(&record, "/image");
     assert!(
         bind.get("uidMappings").is_none() && bind.get("gidMappings").is_none(),
         "{bind}"
@@ -2078,6 +2057,21 @@ fn named(pod: &str, name: &str) -> CreateRequest {
     let mut req = create_request(pod);
     req.metadata.name = name.into();
     req
+}
+
+/// The mount at `destination` in the OCI spec on a containerd record.
+fn recorded_mount(
+    record: &crate::lifecycle::backend::ContainerRecord,
+    destination: &str,
+) -> serde_json::Value {
+    let spec: serde_json::Value = serde_json::from_slice(&record.spec).expect("json");
+    spec["mounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["destination"] == destination)
+        .unwrap_or_else(|| panic!("the {destination} mount"))
+        .clone()
 }
 
 fn spec_apparmor(b: &Bed, id: &str) -> Option<String> {

@@ -367,8 +367,13 @@ impl Kubelet {
         }
     }
 
+    /// kubelet's log so far (its stderr, written unbuffered).
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.log_text();
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
@@ -1324,15 +1329,12 @@ async fn run_suite(gates: &[&str]) {
         "kubelet's CrashLoopBackOff for the crash pod",
         long,
         || async {
-            std::fs::read_to_string(&kubelet.log)
-                .unwrap_or_default()
-                .lines()
-                .any(|l| {
-                    l.contains("Error syncing pod")
-                        && l.contains("CrashLoopBackOff")
-                        && l.contains(&crash_pod)
-                        && l.contains("container=app")
-                })
+            kubelet.log_text().lines().any(|l| {
+                l.contains("Error syncing pod")
+                    && l.contains("CrashLoopBackOff")
+                    && l.contains(&crash_pod)
+                    && l.contains("container=app")
+            })
         },
     )
     .await;
@@ -1397,7 +1399,7 @@ async fn run_suite(gates: &[&str]) {
             "remora served {rpc} to kubelet"
         );
     }
-    let kubelet_log = std::fs::read_to_string(&kubelet.log).unwrap_or_default();
+    let kubelet_log = kubelet.log_text();
     assert!(
         !kubelet_log
             .lines()
@@ -1536,7 +1538,7 @@ async fn run_suite(gates: &[&str]) {
     .await;
 
     // kubelet's evented PLEG drops (and logs) events that carry no pod status.
-    let log = std::fs::read_to_string(&kubelet.log).unwrap_or_default();
+    let log = kubelet.log_text();
     assert!(
         !log.contains("nil PodSandboxStatus"),
         "kubelet dropped events without a pod status"

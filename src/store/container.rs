@@ -34,8 +34,13 @@ pub struct PodRef {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ImageRefs {
-    /// As requested in `ContainerConfig.image` (CRI `ContainerStatus.image`).
+    /// As requested in `ContainerConfig.image.image`: kubelet sends the image id there
+    /// (CRI `Container.image`).
     pub requested: String,
+    /// `ContainerConfig.image.user_specified_image`: the image as the pod spec names it
+    /// (CRI `ContainerStatus.image` when set). Empty in records written before it was kept,
+    /// and when the client sent none.
+    pub user_specified: String,
     /// Image id: config digest (`sha256:…`).
     pub id: String,
     /// Resolved reference, preferably a repo digest (CRI `image_ref`).

@@ -333,7 +333,8 @@ mod tests {
             .into(),
             annotations: HashMap::new(),
             image: ImageRefs {
-                requested: "nginx:1".into(),
+                requested: "sha256:cfg".into(),
+                user_specified: "nginx:1".into(),
                 id: "sha256:cfg".into(),
                 reference: "docker.io/library/nginx@sha256:m".into(),
             },
@@ -524,6 +525,20 @@ mod tests {
         let m = &back.metadata.mounts[1];
         assert_eq!((m.image_id.as_str(), m.image_sub_path.as_str()), ("", ""));
         assert_eq!(m.image_ref, c.metadata.mounts[1].image_ref);
+    }
+
+    #[test]
+    fn a_container_record_from_before_user_specified_images_reads() {
+        let c = container();
+        let mut v: serde_json::Value = serde_json::from_slice(&encode_extension(&c)).unwrap();
+        assert_eq!(v["metadata"]["image"]["user_specified"], "nginx:1");
+        v["metadata"]["image"]
+            .as_object_mut()
+            .unwrap()
+            .remove("user_specified");
+        let back: ContainerSnapshot = decode_extension(&serde_json::to_vec(&v).unwrap()).unwrap();
+        assert_eq!(back.metadata.image.user_specified, "");
+        assert_eq!(back.metadata.image.requested, c.metadata.image.requested);
     }
 
     #[test]

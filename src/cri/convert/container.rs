@@ -30,7 +30,7 @@ fn container_name(config: &v1::ContainerConfig) -> Result<&v1::ContainerMetadata
     Ok(m)
 }
 
-fn container_image(config: &v1::ContainerConfig) -> Result<&str, ConvertError> {
+fn container_image(config: &v1::ContainerConfig) -> Result<&v1::ImageSpec, ConvertError> {
     let image = config
         .image
         .as_ref()
@@ -38,7 +38,7 @@ fn container_image(config: &v1::ContainerConfig) -> Result<&str, ConvertError> {
     if image.image.is_empty() {
         return Err(missing("config.image.image"));
     }
-    Ok(&image.image)
+    Ok(image)
 }
 
 /// `ContainerConfig` (of a container in the pod `sandbox`) → the container's spec inputs.
@@ -101,7 +101,7 @@ pub fn container_config(
     }
     Ok(ContainerConfig {
         name: m.name.clone(),
-        image_name: image.to_string(),
+        image_name: image.image.clone(),
         command: config.command.clone(),
         args: config.args.clone(),
         working_dir: config.working_dir.clone(),
@@ -278,7 +278,8 @@ pub fn container_metadata(
         labels: config.labels.clone(),
         annotations: config.annotations.clone(),
         image: ImageRefs {
-            requested: image.to_string(),
+            requested: image.image.clone(),
+            user_specified: image.user_specified_image.clone(),
             ..Default::default()
         },
         log_path: container_log_path(config, sandbox)?,

@@ -131,9 +131,30 @@ fn container_cri_metadata(m: &ContainerMetadata) -> v1::ContainerMetadata {
     }
 }
 
+/// The image as `ListContainers` reports it: as `CreateContainer` asked for it (kubelet asks
+/// by image id), with the name the pod spec gave, as containerd's CRI does.
 fn image_spec(m: &ContainerMetadata) -> v1::ImageSpec {
     v1::ImageSpec {
         image: m.image.requested.clone(),
+        user_specified_image: m.image.user_specified.clone(),
+        ..Default::default()
+    }
+}
+
+/// The image as `ContainerStatus` reports it: the name the pod spec gave when the client sent
+/// one (kubelet shows this as the container status's `image`, and its tests expect the spec's
+/// name there, not the id it created the container with), as CRI-O does; otherwise as asked
+/// for. containerd's CRI reports the image's first tag instead, which is a different name
+/// whenever an image has several tags.
+fn status_image_spec(m: &ContainerMetadata) -> v1::ImageSpec {
+    let image = if m.image.user_specified.is_empty() {
+        &m.image.requested
+    } else {
+        &m.image.user_specified
+    };
+    v1::ImageSpec {
+        image: image.clone(),
+        user_specified_image: m.image.user_specified.clone(),
         ..Default::default()
     }
 }
@@ -191,7 +212,7 @@ pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
         started_at,
         finished_at,
         exit_code: s.exit_code,
-        image: Some(image_spec(m)),
+        image: Some(status_image_spec(m)),
         image_ref: m.image.reference.clone(),
         reason,
         message: s.message.clone(),

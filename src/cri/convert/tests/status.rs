@@ -168,7 +168,8 @@ fn container_status_round_trip() {
         (s.reason.as_str(), s.message.as_str()),
         ("OOMKilled", "memory limit")
     );
-    assert_eq!(s.image.unwrap().image, "docker.io/library/nginx:1.27");
+    // The image the pod spec named (see the test below).
+    assert_eq!(s.image.unwrap().image, "nginx:1.27");
     assert_eq!(s.image_ref, "docker.io/library/nginx@sha256:0d17b565");
     assert_eq!(s.image_id, "sha256:5ef79149e0ec");
     assert_eq!(s.labels, request.labels);
@@ -179,6 +180,60 @@ fn container_status_round_trip() {
     );
     // The mounts come back as they were requested.
     assert_eq!(s.mounts, request.mounts);
+}
+
+/// kubelet creates a container by image id and names the pod spec's image in
+/// `user_specified_image`; ContainerStatus reports the spec's name (kubelet shows it as the
+/// container status's image: the node e2e suite's image-update tests wait for it), and
+/// ListContainers the image as created, with the spec's name beside it.
+#[test]
+fn container_status_reports_the_image_the_pod_spec_named() {
+    let mut request = kubelet_container();
+    request.image = Some(v1::ImageSpec {
+        image: "sha256:5ef79149e0ec".into(),
+        user_specified_image: "registry.k8s.io/e2e-test-images/busybox:1.37.0-2".into(),
+        ..Default::default()
+    });
+    let snapshot_of = |request: &v1::ContainerConfig| ContainerSnapshot {
+        metadata: Arc::new(container_metadata("c1", "abc", request, &kubelet_pod()).unwrap()),
+        status: ContainerStatus::default(),
+    };
+    let snapshot = snapshot_of(&request);
+    let status_image = container_status(&snapshot).image.unwrap();
+    assert_eq!(
+        (
+            status_image.image.as_str(),
+            status_image.user_specified_image.as_str()
+        ),
+        (
+            "registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
+            "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+        )
+    );
+    let list_image = container(&snapshot).image.unwrap();
+    assert_eq!(
+        (
+            list_image.image.as_str(),
+            list_image.user_specified_image.as_str()
+        ),
+        (
+            "sha256:5ef79149e0ec",
+            "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+        )
+    );
+
+    // A client that names no user-specified image gets the image as it asked for it.
+    request.image = Some(v1::ImageSpec {
+        image: "docker.io/library/busybox:1.36".into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        container_status(&snapshot_of(&request))
+            .image
+            .unwrap()
+            .image,
+        "docker.io/library/busybox:1.36"
+    );
 }
 
 /// An image volume's mount names the image as resolved, as asked for, and by the id that
@@ -276,6 +331,7 @@ fn container_list_item() {
             metadata: request.metadata,
             image: Some(v1::ImageSpec {
                 image: "docker.io/library/nginx:1.27".into(),
+                user_specified_image: "nginx:1.27".into(),
                 ..Default::default()
             }),
             image_ref: "docker.io/library/nginx@sha256:0d17b565".into(),

@@ -129,3 +129,58 @@ forget_pushed() {
 # The node VM's base image (setup.sh node-image) and the running VM's state (node-vm.sh).
 NODE_DIR="$TOOLS/node-vm"
 NODE_STATE="${REMORA_NODE_STATE:-/var/tmp/remora-node}"
+
+# ginkgo_results REPORT: one line per spec of a ginkgo JSON report, sorted: `PASS|FAIL|SKIP
+# <name>`, the name being the spec's container texts and leaf text joined by spaces. Suite-level
+# nodes (BeforeSuite and the like) only show up when they did not pass, as they can fail a run.
+# critest.sh and node-e2e.sh print their results with it.
+ginkgo_results() {
+	jq -r '
+		.[].SpecReports[]?
+		| (if .LeafNodeType == "It" then "" else "[" + .LeafNodeType + "]" end) as $kind
+		| ([$kind] + (.ContainerHierarchyTexts // []) + [.LeafNodeText // ""]
+		   | map(select(. != "")) | join(" ") | gsub("\\s+"; " ")) as $name
+		| (if .State == "passed" then "PASS"
+		   elif .State == "skipped" or .State == "pending" then "SKIP"
+		   else "FAIL" end) as $result
+		| select($kind == "" or $result == "FAIL")
+		| $result + " " + $name
+	' "$1" | LC_ALL=C sort
+}
+
+# check_ratchet RESULTS LIST NOUN: every name LIST names (one a line; whole-line # comments only,
+# as names may contain '#') must be a PASS line of RESULTS (ginkgo_results' lines). Prints what
+# did not pass and the passing names LIST lacks (candidates for it), then `ratchet: N passed,
+# N failed`; returns 1 when a listed one did not pass. NOUN names them in messages (spec, test).
+check_ratchet() {
+	local results=$1 list=$2 noun=$3 bad=0 result name line
+	local -A got=() listed=()
+	while read -r result name; do
+		got[$name]=$result
+	done <"$results"
+	while IFS= read -r line || [[ -n "$line" ]]; do
+		line=${line#"${line%%[![:space:]]*}"}
+		line=${line%"${line##*[![:space:]]}"}
+		[[ -z "$line" || $line == \#* ]] && continue
+		if [[ -z "${got[$line]+x}" ]]; then
+			echo "check: not in this run: $line" >&2
+			bad=$((bad + 1))
+		elif [[ ${got[$line]} != PASS ]]; then
+			echo "check: ${got[$line]}: $line" >&2
+			bad=$((bad + 1))
+		fi
+		listed[$line]=1
+	done <"$list"
+	for name in "${!got[@]}"; do
+		if [[ ${got[$name]} == PASS && -z "${listed[$name]+x}" ]]; then
+			echo "check: passes but not listed in $list: $name" >&2
+		fi
+	done
+	# The closing line counts the list's names (the suite's own totals are printed before).
+	echo "ratchet: $((${#listed[@]} - bad)) passed, $bad failed"
+	if [[ $bad -gt 0 ]]; then
+		echo "check: $bad $noun(s) listed in $list did not pass" >&2
+		return 1
+	fi
+	echo "check: every $noun listed in $list passed" >&2
+}

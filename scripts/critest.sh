@@ -159,19 +159,7 @@ else
 	run_critest
 fi
 
-# One line per spec. Suite-level nodes (BeforeSuite and the like) only show up
-# when they did not pass, as they can fail a whole run.
-jq -r '
-	.[].SpecReports[]?
-	| (if .LeafNodeType == "It" then "" else "[" + .LeafNodeType + "]" end) as $kind
-	| ([$kind] + (.ContainerHierarchyTexts // []) + [.LeafNodeText // ""]
-	   | map(select(. != "")) | join(" ") | gsub("\\s+"; " ")) as $name
-	| (if .State == "passed" then "PASS"
-	   elif .State == "skipped" or .State == "pending" then "SKIP"
-	   else "FAIL" end) as $result
-	| select($kind == "" or $result == "FAIL")
-	| $result + " " + $name
-' "$report" | LC_ALL=C sort >"$results"
+ginkgo_results "$report" >"$results"
 
 cat "$results"
 passed=$(grep -c '^PASS ' "$results" || true)
@@ -190,37 +178,6 @@ if [[ $((passed + failed)) == 0 && -z "$focus" ]]; then
 fi
 
 if [[ -n "$check" ]]; then
-	bad=0
-	declare -A got=() listed=()
-	while read -r result name; do
-		got[$name]=$result
-	done <"$results"
-	while IFS= read -r line || [[ -n "$line" ]]; do
-		# Whole-line comments only: spec names may contain '#'.
-		line=${line#"${line%%[![:space:]]*}"}
-		line=${line%"${line##*[![:space:]]}"}
-		[[ -z "$line" || $line == \#* ]] && continue
-		if [[ -z "${got[$line]+x}" ]]; then
-			echo "check: not in this run: $line" >&2
-			bad=$((bad + 1))
-		elif [[ ${got[$line]} != PASS ]]; then
-			echo "check: ${got[$line]}: $line" >&2
-			bad=$((bad + 1))
-		fi
-		listed[$line]=1
-	done <"$check"
-	# Passing specs not listed yet: candidates for the ratchet file.
-	for name in "${!got[@]}"; do
-		if [[ ${got[$name]} == PASS && -z "${listed[$name]+x}" ]]; then
-			echo "check: passes but not listed in $check: $name" >&2
-		fi
-	done
-	# The closing line counts the ratchet's specs (the suite's own totals are above).
-	echo "ratchet: $((${#listed[@]} - bad)) passed, $bad failed"
-	if [[ $bad -gt 0 ]]; then
-		echo "check: $bad spec(s) listed in $check did not pass" >&2
-		exit 1
-	fi
-	echo "check: every spec listed in $check passed" >&2
+	check_ratchet "$results" "$check" spec || exit 1
 fi
 exit 0

@@ -31,6 +31,7 @@ RUNC_VERSION=v1.5.3
 # has vanished falls back to the current candidate with a warning.
 DEB_BUSYBOX_VERSION=1:1.35.0-4+deb12u1+b1 # dynamic busybox for e2e images
 DEB_NGINX_VERSION=1.22.1-9+deb12u11       # nginx for the web server images
+DEB_NETCAT_VERSION=1.219-1                # OpenBSD nc (UDP) for the node e2e suite's agnhost image
 # Debian packages installed on the host (bookworm's versions).
 APT_PACKAGES=(
 	containerd runc containernetworking-plugins docker-registry busybox-static
@@ -157,21 +158,32 @@ build_cri_tools() {
 	echo "$CRI_TOOLS_VERSION" >"$stamp"
 }
 
-# kubelet is built from k8s.io/kubernetes as the Go module proxy serves it. Its
-# go.mod replaces every k8s.io/X staging module with ./staging/src/k8s.io/X, a
-# directory the proxy's zip lacks; each replace is pointed at the published
-# k8s.io/X v0.<minor>.<patch> module instead (about 2.5 min on 2 cores; v1.37.2 took 9 min
-# while other builds shared them).
-build_kubelet() {
-	local stamp="$STAMPS/kubelet"
-	if [[ -x "$TOOLS_BIN/kubelet" && -f "$stamp" && "$(<"$stamp")" == "$KUBELET_VERSION" ]]; then
-		return 0
-	fi
+# kubelet and the node e2e suite's binaries are built from k8s.io/kubernetes as the Go module
+# proxy serves it. Its go.mod replaces every k8s.io/X staging module with ./staging/src/k8s.io/X,
+# a directory the proxy's zip lacks; each replace is pointed at the published
+# k8s.io/X v0.<minor>.<patch> module instead. One copy of the source serves every binary that
+# needs building; each has its own stamp.
+#   kubelet         the kubelet suite, the node VM and the node e2e suite (about 2.5 min on
+#                   2 cores with a warm Go cache; v1.37.2 took 9 min while other builds shared them)
+#   agnhost         test/images/agnhost, for the test bed's agnhost image (a few seconds warm)
+#   e2e_node.test   test/e2e_node, and ginkgo (the CLI at the version k8s.io/kubernetes requires),
+#                   for scripts/node-e2e.sh only: `setup.sh node-e2e` (4 min warm, about 20 cold)
+k8s_stamped() { # NAME: the binary NAME is built at KUBELET_VERSION
+	[[ -x "$TOOLS_BIN/$1" && -f "$STAMPS/$1" && "$(<"$STAMPS/$1")" == "$KUBELET_VERSION" ]] &&
+		[[ "$1" != e2e_node.test || -x "$TOOLS_BIN/ginkgo" ]] &&
+		[[ "$1" != agnhost || -f "$TOOLS/agnhost/localhost.key" ]]
+}
+
+build_kubernetes() { # NAME...: kubelet, agnhost, e2e_node.test
+	local name todo=()
+	for name in "$@"; do
+		k8s_stamped "$name" || todo+=("$name")
+	done
+	((${#todo[@]})) || return 0
 	check_go
-	local log="$LOGS/kubelet-build.log" dir src staging
+	local log="$LOGS/kubernetes-build.log" dir src staging
 	staging="v0.${KUBELET_VERSION#v1.}"
-	info "building kubelet $KUBELET_VERSION (about 2.5 min; log: $log)"
-	rm -f "$stamp"
+	info "building ${todo[*]} from k8s.io/kubernetes $KUBELET_VERSION (log: $log)"
 	dir=$(cd "$TOOLS" && go mod download -json "k8s.io/kubernetes@$KUBELET_VERSION" | jq -r .Dir)
 	[[ -d "$dir" ]] || die "go mod download of k8s.io/kubernetes@$KUBELET_VERSION gave no directory"
 	src="$TOOLS/src/kubernetes"
@@ -181,18 +193,35 @@ build_kubelet() {
 	chmod -R u+w "$src"
 	sed -i -E "s#^(\s*)(k8s\.io/[A-Za-z0-9._/-]+) => \./staging/src/k8s\.io/[A-Za-z0-9._/-]+#\1\2 => \2 $staging#" "$src/go.mod"
 	if grep -q '=> ./staging' "$src/go.mod"; then
-		die "kubelet: go.mod still replaces modules with ./staging after the rewrite"
+		die "kubernetes: go.mod still replaces modules with ./staging after the rewrite"
 	fi
 	local ldflags="-X k8s.io/component-base/version.gitVersion=$KUBELET_VERSION"
 	ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
 	ldflags+=" -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$KUBELET_VERSION")"
-	(
-		cd "$src"
-		run_logged "$log" env GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 \
-			go build -ldflags "$ldflags" -o "$TOOLS_BIN/kubelet" ./cmd/kubelet
-	)
+	local go=(env GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 go)
+	for name in "${todo[@]}"; do
+		rm -f "$STAMPS/$name"
+		(
+			cd "$src"
+			case "$name" in
+			kubelet) run_logged "$log" "${go[@]}" build -ldflags "$ldflags" -o "$TOOLS_BIN/kubelet" ./cmd/kubelet ;;
+			agnhost)
+				run_logged "$log" "${go[@]}" build -ldflags "-s -w" -o "$TOOLS_BIN/agnhost" ./test/images/agnhost
+				# The certificate upstream's image carries for agnhost's TLS servers.
+				mkdir -p "$TOOLS/agnhost"
+				cp test/images/agnhost/porter/localhost.crt test/images/agnhost/porter/localhost.key "$TOOLS/agnhost/"
+				;;
+			e2e_node.test)
+				# The suite runs kubelet from the directory its binary is in.
+				run_logged "$log" "${go[@]}" test -c -ldflags "$ldflags" -o "$TOOLS_BIN/e2e_node.test" ./test/e2e_node
+				run_logged "$log" "${go[@]}" build -o "$TOOLS_BIN/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+				;;
+			*) die "build_kubernetes: unknown binary $name" ;;
+			esac
+		)
+		echo "$KUBELET_VERSION" >"$STAMPS/$name"
+	done
 	rm -rf "$src"
-	echo "$KUBELET_VERSION" >"$stamp"
 }
 
 # runc is built from the Go module proxy's copy of github.com/opencontainers/runc (no replace
@@ -463,10 +492,11 @@ main() {
 	fetch_protos
 	build_containerd
 	build_cri_tools
-	build_kubelet
+	build_kubernetes kubelet agnhost
 	build_runc
 	fetch_deb busybox "$DEB_BUSYBOX_VERSION"
 	fetch_deb nginx "$DEB_NGINX_VERSION"
+	fetch_deb netcat-openbsd "$DEB_NETCAT_VERSION"
 	check_rust
 	install_cargo_deb
 	install_shim
@@ -478,7 +508,9 @@ case "${1:-}" in
 # The node VM's base image only (scripts/node-vm.sh up runs this; the tools it installs in
 # the guest are plain setup.sh's).
 node-image) build_node_image ;;
+# The node e2e suite's binaries (scripts/node-e2e.sh runs this).
+node-e2e) build_kubernetes kubelet agnhost e2e_node.test ;;
 # Only the .proto files of protos/sources.txt (after a line there changed).
 protos) fetch_protos ;;
-*) die "usage: setup.sh [node-image|protos]" ;;
+*) die "usage: setup.sh [node-image|node-e2e|protos]" ;;
 esac

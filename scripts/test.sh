@@ -6,7 +6,8 @@
 #   scripts/test.sh            everything
 #   scripts/test.sh --no-lint  skip cargo fmt / clippy / shellcheck (quicker local loop)
 #
-# The suite runs first with the runtime handler runc (containerd's Go shim), then once more
+# The suite (with a quick subset of Kubernetes' node e2e suite, scripts/node-e2e.sh) runs first
+# with the runtime handler runc (containerd's Go shim), then once more
 # with remora's shim (REMORA_IT_HANDLER=remora: the integration tests but the kubelet suite,
 # and the critest ratchet), and critest against containerd's own CRI with remora's shim.
 # Then a real node: the package on a Debian 12 VM with systemd, cgroup v2 and AppArmor
@@ -66,6 +67,12 @@ info "critest against remora (ratchet: integration/critest-expected-pass.txt)"
 # The streaming specs once more over WebSocket (the run above uses SPDY): their own ratchet.
 info "critest streaming specs over WebSocket against remora (ratchet: integration/critest-expected-pass-websocket.txt)"
 "$SCRIPTS_DIR/critest.sh" --websocket --focus Streaming --check integration/critest-expected-pass-websocket.txt
+
+# Kubernetes' node e2e suite (test/e2e_node, [NodeConformance]) against remora: the quick
+# subset, the tests that took at most 30 s on containerd's CRI; the whole run is
+# `scripts/node-e2e.sh --check integration/node-e2e-expected-pass.txt` (docs/conformance.md).
+info "node e2e suite against remora, the quick subset (ratchet: integration/node-e2e-quick.txt)"
+"$SCRIPTS_DIR/node-e2e.sh" --runtime remora --only integration/node-e2e-quick.txt
 
 # A real node: remora's package on a stock Debian 12 VM (systemd, cgroup v2, AppArmor) under
 # qemu, with kubelet's systemd cgroup driver; the node's checks and critest's AppArmor, OOM and

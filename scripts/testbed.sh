@@ -139,6 +139,16 @@ imports = []
         Root = "$RUNC_ROOT"
         BinaryName = "$PINNED_RUNC"
 
+    # The handler Kubernetes' node e2e suite names in its RuntimeClass tests
+    # (PreconfiguredRuntimeClassHandler), as containerd's node e2e jobs configure it.
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.test-handler]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.test-handler.options]
+        SystemdCgroup = false
+        Root = "$RUNC_ROOT"
+        BinaryName = "$PINNED_RUNC"
+
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun]
       runtime_type = "io.containerd.remora.v2"
 

@@ -123,8 +123,16 @@ struct HostState {
     /// `(binary, table, chain)` that existed before.
     chains: BTreeSet<(String, String, String)>,
     device_plugins_existed: bool,
+    /// The device manager's checkpoint found in [`DEVICE_PLUGINS`] (a fixed path, not under
+    /// kubelet's root dir), taken away before kubelet starts and put back after.
+    device_checkpoint: Option<Vec<u8>>,
     var_lib_kubelet_existed: bool,
 }
+
+/// kubelet's device manager checkpoint: the devices it allocated, by pod UID. One left by an
+/// earlier kubelet (this suite's pods have fixed UIDs) makes kubelet reuse that allocation
+/// instead of asking the plugin.
+const DEVICE_CHECKPOINT: &str = "kubelet_internal_checkpoint";
 
 const IPTABLES: &[&str] = &["iptables", "ip6tables"];
 const TABLES: &[&str] = &["filter", "nat", "mangle"];
@@ -160,7 +168,13 @@ fn chains() -> BTreeSet<(String, String, String)> {
 }
 
 impl HostState {
+    /// Records the state and takes away a device manager checkpoint an earlier kubelet left.
     fn record() -> Self {
+        let checkpoint = Path::new(DEVICE_PLUGINS).join(DEVICE_CHECKPOINT);
+        let device_checkpoint = std::fs::read(&checkpoint).ok();
+        if device_checkpoint.is_some() {
+            std::fs::remove_file(&checkpoint).expect("remove kubelet's device checkpoint");
+        }
         let sysctls = SYSCTLS
             .iter()
             .filter_map(|k| {
@@ -173,6 +187,7 @@ impl HostState {
             sysctls,
             chains: chains(),
             device_plugins_existed: Path::new(DEVICE_PLUGINS).exists(),
+            device_checkpoint,
             var_lib_kubelet_existed: Path::new("/var/lib/kubelet").exists(),
         }
     }
@@ -233,6 +248,12 @@ impl HostState {
         }
         if !self.device_plugins_existed {
             let _ = std::fs::remove_dir_all(DEVICE_PLUGINS);
+        } else {
+            let checkpoint = Path::new(DEVICE_PLUGINS).join(DEVICE_CHECKPOINT);
+            let _ = match &self.device_checkpoint {
+                Some(bytes) => std::fs::write(&checkpoint, bytes),
+                None => std::fs::remove_file(&checkpoint),
+            };
         }
         if !self.var_lib_kubelet_existed {
             let _ = std::fs::remove_dir_all("/var/lib/kubelet");
@@ -254,6 +275,10 @@ impl HostState {
         }
         if !self.device_plugins_existed && Path::new(DEVICE_PLUGINS).exists() {
             out.push(format!("{DEVICE_PLUGINS} left"));
+        }
+        let checkpoint = std::fs::read(Path::new(DEVICE_PLUGINS).join(DEVICE_CHECKPOINT)).ok();
+        if self.device_plugins_existed && checkpoint != self.device_checkpoint {
+            out.push(format!("{DEVICE_PLUGINS}/{DEVICE_CHECKPOINT} changed"));
         }
         out
     }

@@ -159,13 +159,34 @@ serializeImagePulls: false
 failCgroupV1: false
 EOF
 
-# kubelet's static pods, volumes and pod logs, left over by a killed run; mounts first.
+# The mounts under kubelet's root dir (its pods' volumes), left over by a killed run.
 clean_kubelet_dirs() {
 	local m
 	awk '$5 ~ "^/var/lib/kubelet/" {print $5}' /proc/self/mountinfo | sort -r |
 		while read -r m; do
 			umount -l "$m" 2>/dev/null || true
 		done
+}
+# The suite's kubelet makes /var/lib/kubelet (and bind-mounts it onto itself); put the
+# machine back as it was: without them, when they were not there before the run.
+is_mount_point() { awk -v d="$1" '$5 == d {found=1} END {exit !found}' /proc/self/mountinfo; }
+kubelet_root_existed=0
+kubelet_root_mounted=0
+record_kubelet_root() {
+	[[ -e /var/lib/kubelet ]] && kubelet_root_existed=1
+	is_mount_point /var/lib/kubelet && kubelet_root_mounted=1
+	return 0
+}
+restore_kubelet_root() {
+	clean_kubelet_dirs
+	if [[ $kubelet_root_mounted == 0 ]]; then
+		while is_mount_point /var/lib/kubelet; do
+			umount -l /var/lib/kubelet || break
+		done
+	fi
+	if [[ $kubelet_root_existed == 0 ]]; then
+		rm -rf /var/lib/kubelet
+	fi
 }
 
 crictl_run() { crictl --config "$TB_ROOT/crictl-$runtime.yaml" --timeout 30s "$@"; }
@@ -178,6 +199,7 @@ exec 9>"$KUBELET_LOCK"
 info "waiting for $KUBELET_LOCK (another kubelet run on this machine)"
 flock 9
 clean_kubelet_dirs
+record_kubelet_root
 pods_before=$(kubelet_pods)
 info "running the node e2e suite against $runtime ($endpoint), $procs processes; output in $log"
 rc=0
@@ -203,7 +225,7 @@ if [[ -n "$left" ]]; then
 	# shellcheck disable=SC2086 # one argument per pod id
 	crictl_run rmp -f $left >/dev/null || warn "could not remove every pod the suite left"
 fi
-clean_kubelet_dirs
+restore_kubelet_root
 flock -u 9
 if [[ ! -s "$report" ]]; then
 	tail -n 40 "$log" >&2

@@ -14,20 +14,16 @@
 //! only the kubelet suite includes it (the device plugin it runs), so the daemon does not
 //! grow. `REMORA_DEVICEPLUGIN_PROTO` names another copy.
 //!
-//! Only the daemon speaks CRI: the shim-only build (`--no-default-features`) needs neither the
-//! files nor the compilers.
+//! Only the daemon speaks CRI: the shim (crates/remora-shim) needs neither the files nor the
+//! compilers.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=protos");
-    #[cfg(feature = "daemon")]
-    {
-        cri::generate();
-        cri::generate_deviceplugin();
-    }
+    cri::generate();
+    cri::generate_deviceplugin();
 }
 
-#[cfg(feature = "daemon")]
 mod cri {
     use std::collections::BTreeSet;
     use std::path::{Path, PathBuf};

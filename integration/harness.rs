@@ -217,6 +217,32 @@ pub fn with_it_shim(config: String) -> String {
     }
 }
 
+/// This tree's build of remora's shim: `REMORA_IT_SHIM` when set, else the binary
+/// `scripts/setup.sh` built from this tree (`cargo build --profile shim -p remora-shim`, in
+/// the target directory this test binary runs from). The shim is its own package, so cargo
+/// gives the daemon's tests no `CARGO_BIN_EXE_` for it.
+pub fn this_trees_shim() -> std::path::PathBuf {
+    if let Ok(path) = std::env::var("REMORA_IT_SHIM") {
+        if !path.is_empty() {
+            return path.into();
+        }
+    }
+    // <target>/debug/deps/<test binary>
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .expect("the test binary lies in <target>/<profile>/deps");
+    let shim = target.join("shim").join("containerd-shim-remora-v2");
+    assert!(
+        shim.is_file(),
+        "{} is missing: build it with `cargo build --profile shim -p remora-shim` \
+         (scripts/setup.sh does) or name a shim in REMORA_IT_SHIM",
+        shim.display()
+    );
+    shim
+}
+
 /// `extra` (a TOML fragment appended to a test's config) with `[runtime] default_handler`
 /// set to [`it_handler`], unless `extra` sets a default handler itself. A fragment with its
 /// own `[runtime]` table gets the key inside it (TOML forbids a second `[runtime]` header).

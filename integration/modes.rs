@@ -250,7 +250,7 @@ async fn remoras_shim_socket_spool_and_console_dir_are_private() {
             header,
             &format!(
                 "{header}runtime_path = \"{}\"\n",
-                env!("CARGO_BIN_EXE_containerd-shim-remora-v2")
+                crate::harness::this_trees_shim().display()
             ),
             1,
         );

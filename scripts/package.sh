@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds remora's Debian package with cargo-deb (installed by setup.sh):
 #   remora                      cargo build --release
-#   containerd-shim-remora-v2   cargo build --profile shim --no-default-features
+#   containerd-shim-remora-v2   cargo build --profile shim -p remora-shim
 #   /etc/remora/config.toml     `remora config default` of the remora just built, so the
 #                               shipped config is the code's defaults and cannot drift
 #   /etc/apparmor.d/remora-default
@@ -32,10 +32,10 @@ target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 
 info "cargo build --locked --release --bin remora"
 cargo build --locked --release --bin remora
-# Its own build: without the daemon's dependencies and with the small shim profile
-# (`cargo deb` would build every binary with one profile and one feature set).
-info "cargo build --locked --profile shim --no-default-features --bin containerd-shim-remora-v2"
-cargo build --locked --profile shim --no-default-features --bin containerd-shim-remora-v2
+# Its own package (crates/remora-shim, none of the daemon's dependencies), built with the small
+# shim profile (`cargo deb` would build every binary with one profile).
+info "cargo build --locked --profile shim -p remora-shim --bin containerd-shim-remora-v2"
+cargo build --locked --profile shim -p remora-shim --bin containerd-shim-remora-v2
 
 # cargo-deb resolves asset paths starting with target/release/ into the real target dir:
 # stage there what is not a release-profile binary.

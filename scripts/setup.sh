@@ -344,10 +344,10 @@ install_shim() {
 	local bin=${REMORA_SHIM_BIN:-} dest="$TOOLS_BIN/containerd-shim-remora-v2" target
 	if [[ -z "$bin" ]]; then
 		local log="$LOGS/shim-build.log"
-		info "cargo build --locked --profile shim --no-default-features --bin containerd-shim-remora-v2 (log: $log)"
-		# --no-default-features: the shim alone, without the daemon's dependencies.
+		info "cargo build --locked --profile shim -p remora-shim (log: $log)"
+		# Its own package (crates/remora-shim): none of the daemon's dependencies.
 		(cd "$REPO_ROOT" && run_logged "$log" cargo build --locked --profile shim \
-			--no-default-features --bin containerd-shim-remora-v2)
+			-p remora-shim --bin containerd-shim-remora-v2)
 		# The target directory honours CARGO_TARGET_DIR and .cargo/config.
 		target=$(cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 		bin="$target/shim/containerd-shim-remora-v2"

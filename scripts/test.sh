@@ -23,9 +23,33 @@ cd "$REPO_ROOT"
 # log of any run (CI keeps only the log).
 info() { printf '%s: [%dm%02ds] %s\n' "${0##*/}" $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
+# Phases: each `phase NAME` ends the one before; the table of their times is printed at the
+# end of every run, passed or failed (issue 28 asked where the test command's time goes).
+phase_name="" phase_start=0
+phase_table=()
+mmss() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+phase_end() {
+	[[ -n "$phase_name" ]] || return 0
+	phase_table+=("$(printf '%8s  %s' "$(mmss $((SECONDS - phase_start)))" "$phase_name")")
+	phase_name=""
+}
+phase() {
+	phase_end
+	phase_name=$1 phase_start=$SECONDS
+	info "$1"
+}
+phase_report() {
+	local rc=$?
+	phase_end
+	printf '%s: phase times (%s; exit %d)\n' "${0##*/}" "$(mmss "$SECONDS")" "$rc" >&2
+	printf '  %s\n' "${phase_table[@]}" >&2
+}
+
 lint=1
 [[ "${1:-}" == "--no-lint" ]] && lint=0
 
+trap phase_report EXIT
+phase "setup (scripts/setup.sh)"
 "$SCRIPTS_DIR/setup.sh"
 
 # What the build and the test bed have taken, printed where a run fails for want of disk.
@@ -34,67 +58,72 @@ disk_report() {
 	target=$(cargo metadata --format-version 1 --no-deps 2>/dev/null | jq -r .target_directory) || target=target
 	info "disk: $(df -h --output=avail "$REPO_ROOT" | tail -n 1 | tr -d ' ') free; target $(du -sh "$target" 2>/dev/null | cut -f1)"
 }
-trap disk_report EXIT
+trap 'phase_report; disk_report' EXIT
 disk_report
 
 if [[ $lint == 1 ]]; then
-	info "cargo fmt --check"
+	phase "lint: cargo fmt --check, cargo clippy --workspace -- -D warnings, shellcheck"
 	cargo fmt --all -- --check
-	info "cargo clippy -- -D warnings"
-	cargo clippy --locked --all-targets -- -D warnings
-	info "cargo clippy --no-default-features (the shim alone) -- -D warnings"
-	cargo clippy --locked --no-default-features --all-targets -- -D warnings
-	info "shellcheck scripts/*.sh scripts/node/*.sh .ci/run"
+	cargo clippy --locked --workspace --all-targets -- -D warnings
+	# The shim runs once per pod, so it links none of the daemon's network stack: a new
+	# dependency that brings one in fails here (the crate boundary already keeps it from
+	# using the daemon's code).
+	if cargo tree --locked -p remora-shim -e normal --prefix none |
+		grep -E '^(tonic|hyper|reqwest|rustls|prost) '; then
+		die "remora-shim links the daemon's dependencies above (cargo tree -p remora-shim -e normal)"
+	fi
 	# -x follows the `source` lines (common.sh); the scripts carry their own directives.
 	shellcheck -x scripts/*.sh scripts/node/*.sh .ci/run
 fi
 
 # The Debian package: built (remora with the release profile, the shim with its own) and
 # checked unpacked into a temporary directory, never installed; needs no test bed.
-info "Debian package (scripts/package-test.sh)"
+phase "Debian package (scripts/package-test.sh)"
 "$SCRIPTS_DIR/package-test.sh"
 
 # The test bed (and remora on it, rebuilt if its source changed) must be up for the
 # integration tests that use its registry and for critest.
+phase "test bed up (scripts/testbed.sh up)"
 "$SCRIPTS_DIR/testbed.sh" up
 
-info "cargo test (unit and integration)"
-cargo test --locked -- --test-threads=4
+phase "cargo test --workspace (unit, integration, kubelet suite)"
+cargo test --locked --workspace -- --test-threads=4
 
-info "critest against remora (ratchet: integration/critest-expected-pass.txt)"
+phase "critest against remora (ratchet: integration/critest-expected-pass.txt)"
 "$SCRIPTS_DIR/critest.sh" --check integration/critest-expected-pass.txt
 
 # The streaming specs once more over WebSocket (the run above uses SPDY): their own ratchet.
-info "critest streaming specs over WebSocket against remora (ratchet: integration/critest-expected-pass-websocket.txt)"
+phase "critest streaming specs over WebSocket against remora (ratchet: integration/critest-expected-pass-websocket.txt)"
 "$SCRIPTS_DIR/critest.sh" --websocket --focus Streaming --check integration/critest-expected-pass-websocket.txt
 
 # Kubernetes' node e2e suite (test/e2e_node, [NodeConformance]) against remora: the quick
 # subset, the tests that took at most 30 s on containerd's CRI; the whole run is
 # `scripts/node-e2e.sh --check integration/node-e2e-expected-pass.txt` (docs/conformance.md).
-info "node e2e suite against remora, the quick subset (ratchet: integration/node-e2e-quick.txt)"
+phase "node e2e suite against remora, the quick subset (ratchet: integration/node-e2e-quick.txt)"
 "$SCRIPTS_DIR/node-e2e.sh" --runtime remora --only integration/node-e2e-quick.txt
 
 # A real node: remora's package on a stock Debian 12 VM (systemd, cgroup v2, AppArmor) under
 # qemu, with kubelet's systemd cgroup driver; the node's checks and critest's AppArmor, OOM and
 # stats specs against their ratchet (integration/critest-node-expected-pass.txt).
-info "the node VM (scripts/node-test.sh)"
+phase "the node VM (scripts/node-test.sh)"
 "$SCRIPTS_DIR/setup.sh" node-image
 "$SCRIPTS_DIR/node-test.sh"
 
 if [[ "${REMORA_TEST_SHIM:-1}" == 0 ]]; then
+	phase_end
 	info "REMORA_TEST_SHIM=0: skipping the passes with remora's shim"
 	exit 0
 fi
 
-info "integration tests with remora's shim (REMORA_IT_HANDLER=remora; the kubelet suite ran above)"
+phase "integration tests with remora's shim (REMORA_IT_HANDLER=remora; the kubelet suite ran above)"
 REMORA_IT_HANDLER=remora cargo test --locked --test integration -- --test-threads=4 --skip kubelet::
 
-info "critest against remora with remora's shim (same ratchet)"
+phase "critest against remora with remora's shim (same ratchet)"
 "$SCRIPTS_DIR/critest.sh" --handler remora --check integration/critest-expected-pass.txt
 
 # containerd's CRI with remora's shim: the shim under a CRI that is not remora's, held to the
 # same ratchet (every spec remora passes passed there too when this was written).
-info "critest against containerd's CRI with remora's shim (same ratchet)"
+phase "critest against containerd's CRI with remora's shim (same ratchet)"
 # Less the specs containerd's CRI itself does not pass (whatever the shim): the image digest in
 # ContainerStatus mounts (it never fills ImageSpec.image_ref) and the pod metrics listing
 # (no container_threads on cgroup v1).
@@ -105,4 +134,5 @@ grep -v -e 'should return image digest in ContainerStatus mounts' \
 "$SCRIPTS_DIR/critest.sh" --containerd --handler remora --check "$containerd_ratchet"
 rm -f "$containerd_ratchet"
 
+phase_end
 info "every step passed"

@@ -102,47 +102,6 @@ fn the_containerd_error_module_is_a_leaf() {
     );
 }
 
-/// The shim runs once per pod: it stays small only if it links nothing of the daemon's (tonic,
-/// hyper, reqwest). So `src/shim` uses no remora module but its own.
-#[test]
-fn the_shim_uses_nothing_of_the_daemon() {
-    let dir = src().join("shim");
-    let mut files = Vec::new();
-    rust_files(&dir, &mut files);
-    files.push(src().join("bin").join("containerd-shim-remora-v2.rs"));
-    assert!(files.len() > 8, "found only {} shim files", files.len());
-    let daemon: Vec<String> = std::fs::read_dir(src())
-        .expect("read src")
-        .filter_map(|e| {
-            let p = e.ok()?.path();
-            let stem = p.file_stem()?.to_str()?.to_string();
-            (stem != "shim" && stem != "bin").then_some(stem)
-        })
-        .collect();
-    let mut offenders = Vec::new();
-    for f in &files {
-        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        for module in &daemon {
-            for line in uses_of(&text, module) {
-                offenders.push(format!("{}: {}", f.display(), line.trim()));
-            }
-        }
-        for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
-            if ["tonic::", "hyper::", "reqwest::", "prost::"]
-                .iter()
-                .any(|c| line.contains(c))
-            {
-                offenders.push(format!("{}: {}", f.display(), line.trim()));
-            }
-        }
-    }
-    assert!(
-        offenders.is_empty(),
-        "the shim uses the daemon:\n{}",
-        offenders.join("\n")
-    );
-}
-
 #[test]
 fn the_check_sees_a_use() {
     // The matcher itself: each form an import of the module can take is caught.

@@ -8,48 +8,25 @@
 
 #![warn(missing_docs)]
 
-#[cfg(feature = "daemon")]
-pub mod backoff;
-#[cfg(feature = "daemon")]
 pub mod cdi;
-#[cfg(feature = "daemon")]
 pub mod config;
-#[cfg(feature = "daemon")]
 pub mod containerd;
-#[cfg(feature = "daemon")]
 pub mod cri;
-#[cfg(feature = "daemon")]
 pub mod events;
-#[cfg(feature = "daemon")]
 pub mod failpoint;
-#[cfg(feature = "daemon")]
 pub mod grpc;
-#[cfg(feature = "daemon")]
 pub mod images;
-#[cfg(feature = "daemon")]
 pub mod io;
-#[cfg(all(test, feature = "daemon"))]
+#[cfg(test)]
 mod layering;
-#[cfg(feature = "daemon")]
 pub mod lifecycle;
-#[cfg(feature = "daemon")]
 pub mod listener;
-#[cfg(feature = "daemon")]
 pub mod logging;
-#[cfg(feature = "daemon")]
 pub mod metrics;
-#[cfg(feature = "daemon")]
 pub mod net;
-#[cfg(feature = "daemon")]
 pub mod notify;
-#[cfg(feature = "daemon")]
 pub mod server;
-pub mod shim;
-#[cfg(feature = "daemon")]
 pub mod signal;
-#[cfg(feature = "daemon")]
 pub mod spec;
-#[cfg(feature = "daemon")]
 pub mod store;
-#[cfg(feature = "daemon")]
 pub mod stream;

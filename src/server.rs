@@ -549,7 +549,7 @@ fn spawn_event_monitor(
             // Pods and containers next: their exits missed during a gap are recorded here.
             // A failed pass leaves pods unknown to kubelet: retry a few times with backoff
             // before giving up until the next reconnect.
-            let mut delay = crate::backoff::Backoff::new(
+            let mut delay = remora_host::backoff::Backoff::new(
                 std::time::Duration::from_millis(500),
                 std::time::Duration::from_secs(8),
             );

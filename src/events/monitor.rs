@@ -18,13 +18,13 @@ use tokio::sync::watch;
 use tokio_stream::StreamExt;
 
 use super::queue::{HandleError, Handler, OrderedQueue};
-use crate::backoff::Backoff;
 use crate::containerd::error::ContainerdError;
 use crate::containerd::events::{Event, EventStream};
 use crate::containerd::health::Reachability;
 use crate::images::backend::{Content, Images};
 use crate::images::pull::load_image;
 use crate::images::store::ImageIndex;
+use remora_host::backoff::Backoff;
 
 /// Where events come from (containerd; fakes in tests).
 #[tonic::async_trait]

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backoff::Backoff;
+use remora_host::backoff::Backoff;
 
 /// Why handling an event failed: the handler's own typed error, boxed so that one queue can
 /// carry the errors of any handler (with their `source` chains).

@@ -53,9 +53,9 @@ use super::registry::{RegistryClient, RegistryError};
 use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
 use super::store::{ImageIndex, ImageInfo};
 use super::unpack::{chain_ids, UnpackError, Unpacker};
-use crate::backoff::Backoff;
 use crate::containerd::error::ContainerdError;
 use crate::metrics::Metrics;
+use remora_host::backoff::Backoff;
 
 /// Label containerd's CRI puts on images it manages; kept for tool compatibility.
 pub const LABEL_MANAGED: &str = "io.cri-containerd.image";

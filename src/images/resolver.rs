@@ -50,8 +50,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::Backoff;
 use crate::metrics::{GaugeFamily, Metrics};
+use remora_host::backoff::Backoff;
 
 /// A failed lookup, as reported by a [`Resolve`] implementation.
 ///

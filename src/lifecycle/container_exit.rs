@@ -257,8 +257,10 @@ impl Pods {
             let running = move || waiting.state() == ContainerState::Running;
             let mut outcome =
                 wait_through_outages(tasks.as_ref(), &id, me.reachability(), true, &running).await;
-            let mut backoff =
-                crate::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+            let mut backoff = remora_host::backoff::Backoff::new(
+                Duration::from_millis(200),
+                Duration::from_secs(5),
+            );
             while matches!(&outcome, Err(e) if e.is_shim_gone()) {
                 match me.reap_after_dead_shim(&container).await {
                     DeadShim::Killed(exit) => outcome = Ok(exit),

@@ -26,8 +26,8 @@ use slog::{info, warn};
 use super::events::EventKind;
 use super::journal::Intent;
 use super::{now_ns, ContainerError, Pods, SandboxError, KILL_WAIT};
-use crate::backoff::Backoff;
 use crate::store::{container_name_key, Container, ContainerState, MountSummary, StoreError};
+use remora_host::backoff::Backoff;
 
 /// How long StopPodSandbox and RemovePodSandbox wait for the pod's container cleanups.
 pub(crate) const REMOVAL_WAIT: Duration = Duration::from_secs(30);

@@ -531,7 +531,7 @@ pub(crate) async fn wait_through_outages(
     still_waiting: impl Fn() -> bool,
 ) -> Result<Exit, ContainerdError> {
     let mut backoff =
-        crate::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        remora_host::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         reachability.mark_seen();
         match tasks.wait(id).await {

@@ -10,8 +10,8 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use thiserror::Error;
 
 use crate::images::backend::Mount;
-use crate::shim::userns::{IdMap, IdmappedLayers, UsernsHelper};
 use crate::spec::RootFs;
+use remora_host::userns::{IdMap, IdmappedLayers, UsernsHelper};
 
 /// Why a snapshot could not be mounted.
 #[derive(Debug, Error)]
@@ -51,7 +51,7 @@ pub enum MountError {
         /// The mount point.
         path: std::path::PathBuf,
         /// Why.
-        source: crate::shim::userns::UsernsError,
+        source: remora_host::userns::UsernsError,
     },
     /// mount(2) failed.
     #[error("mount {kind} on {}: {errno}", path.display())]
@@ -278,7 +278,7 @@ pub fn mount_on(mounts: &[Mount], target: &Path) -> Result<(), MountError> {
             let first = match &userns {
                 // An idmapped clone of the directory alone (a snapshot's directory has no
                 // mounts below it to carry along).
-                Some((_, ns)) => crate::shim::userns::idmapped_bind(
+                Some((_, ns)) => remora_host::userns::idmapped_bind(
                     Path::new(source),
                     target,
                     ns,

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 // mountinfo's octal escapes: one parser, the shim's (the daemon may use the shim's host code).
-use crate::shim::cgroup::unescape;
 use crate::spec::MountPropagation;
+use remora_host::mountinfo::unescape;
 
 /// One line of mountinfo, the fields used here.
 #[derive(Debug, Clone, PartialEq, Eq)]

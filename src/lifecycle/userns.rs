@@ -24,8 +24,8 @@ pub const LABEL_UID_MAPPING: &str = "containerd.io/snapshot/uidmapping";
 pub const LABEL_GID_MAPPING: &str = "containerd.io/snapshot/gidmapping";
 
 /// A spec mapping as the host-side helper's.
-pub fn idmap(m: IdMapping) -> crate::shim::userns::IdMap {
-    crate::shim::userns::IdMap {
+pub fn idmap(m: IdMapping) -> remora_host::userns::IdMap {
+    remora_host::userns::IdMap {
         inside: m.container_id,
         outside: m.host_id,
         length: m.length,

@@ -63,7 +63,7 @@ pub enum NetnsError {
     Unshare(Errno),
     /// The user namespace that is to own the network namespace could not be made.
     #[error("cannot create a user namespace for a network namespace: {0}")]
-    Userns(#[from] crate::shim::userns::UsernsError),
+    Userns(#[from] remora_host::userns::UsernsError),
     /// A link could not be brought up or down.
     #[error("cannot set link {ifname} {state}: {errno}")]
     Link {
@@ -138,8 +138,8 @@ impl NetnsDir {
     pub async fn create_in_userns(
         &self,
         name: &str,
-        uids: crate::shim::userns::IdMap,
-        gids: crate::shim::userns::IdMap,
+        uids: remora_host::userns::IdMap,
+        gids: remora_host::userns::IdMap,
     ) -> Result<PathBuf, NetnsError> {
         validate_name(name)?;
         let path = self.path_of(name);
@@ -159,8 +159,8 @@ pub fn userns_pin(netns: &Path) -> PathBuf {
 
 fn create_in_userns_at(
     path: &Path,
-    uids: crate::shim::userns::IdMap,
-    gids: crate::shim::userns::IdMap,
+    uids: remora_host::userns::IdMap,
+    gids: remora_host::userns::IdMap,
 ) -> Result<(), NetnsError> {
     let pin = userns_pin(path);
     // Mount points first (create_new: never two pods on one); on failure only what was made
@@ -185,7 +185,7 @@ fn create_in_userns_at(
     let made = (|| {
         // The helper holds both namespaces until they are bind-mounted; it goes when `helper`
         // is dropped.
-        let helper = crate::shim::userns::UsernsHelper::spawn(uids, gids, true)?;
+        let helper = remora_host::userns::UsernsHelper::spawn(uids, gids, true)?;
         for (ns, target) in [("net", path), ("user", pin.as_path())] {
             mount(
                 Some(&helper.ns_path(ns)),
@@ -594,7 +594,7 @@ pub(crate) mod tests {
         let dir = tmp.path().join("netns");
         let nsdir = NetnsDir::prepare(&dir).await.unwrap();
         let _guard = DirMount(dir.clone());
-        let map = crate::shim::userns::IdMap {
+        let map = remora_host::userns::IdMap {
             inside: 0,
             outside: 300_000,
             length: 65536,

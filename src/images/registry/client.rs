@@ -9,7 +9,7 @@
 //!   the server behind it is the fallback and retrying a broken mirror only delays the pull.
 //!   The last host gets the full retry budget.
 //! * **Retries.** Connection failures, timeouts, 5xx and 429 are retried with
-//!   [`Backoff`](crate::backoff::Backoff) up to `max_attempts` (a 429's `Retry-After` seconds are waited at least).
+//!   [`Backoff`](remora_host::backoff::Backoff) up to `max_attempts` (a 429's `Retry-After` seconds are waited at least).
 //!   401/403/404 fail at once: asking again will not change the answer.
 //! * **Timeouts.** `request_timeout` bounds connecting and waiting for response headers,
 //!   and reading a manifest. A blob body has no overall deadline — a large layer on a slow

@@ -16,8 +16,8 @@ use super::auth::{AuthError, Challenge, Credentials};
 use super::client::{RegistryClient, RegistryConfig};
 use super::error::{error_chain, Ctx, RegistryError};
 use super::hosts::{load_hosts, RegistryHost};
-use crate::backoff::Backoff;
 use crate::images::reference::Reference;
+use remora_host::backoff::Backoff;
 
 /// How much of an error body is read for the message.
 const MAX_ERROR_BODY: usize = 4096;

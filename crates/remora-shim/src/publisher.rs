@@ -10,7 +10,7 @@
 //! - **Never drop.** containerd's Go shim evicts an event after 5 requeues and the
 //!   `containerd-shim` crate drops it after about 6 tries, so a containerd restart of more than
 //!   ~20 s loses TaskExit / TaskOOM for good. Here a failed delivery keeps the event at the head
-//!   of the queue and is retried with capped exponential [`Backoff`] for as long as containerd is
+//!   of the queue and is retried with capped exponential backoff ([`BackoffLimits`]) for as long as containerd is
 //!   away; the cap (1 s by default) bounds how late containerd's return is noticed. An error from
 //!   the forwarder always means "not delivered, try again later".
 //! - **One FIFO for the whole shim.** Order is kept per container and globally. There is a single
@@ -58,6 +58,7 @@ use containerd_shim_protos::protobuf::{Message, MessageDyn, MessageField};
 use containerd_shim_protos::shim::events::ForwardRequest;
 use containerd_shim_protos::shim_async::{Client, EventsClient};
 use containerd_shim_protos::ttrpc;
+use remora_host::backoff::Backoff;
 use slog::{error, info, warn, Logger};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -222,28 +223,23 @@ impl Forwarder for TtrpcForwarder {
     }
 }
 
-/// Backoff between failed attempts: doubles from `initial` up to `max`, resets after a success.
+/// The waits between failed attempts to deliver an event: a [`Backoff`] from `initial` up to
+/// `max`, reset after a success.
 #[derive(Debug, Clone, Copy)]
-pub struct Backoff {
+pub struct BackoffLimits {
     /// The wait after the first failure of a streak.
     pub initial: Duration,
     /// The longest wait; also the longest containerd's return can go unnoticed.
     pub max: Duration,
 }
 
-impl Default for Backoff {
+impl Default for BackoffLimits {
     /// 50 ms → 1 s: containerd's return must be noticed within a second.
     fn default() -> Self {
-        Backoff {
+        BackoffLimits {
             initial: Duration::from_millis(50),
             max: Duration::from_secs(1),
         }
-    }
-}
-
-impl Backoff {
-    fn next(&self, current: Duration) -> Duration {
-        current.saturating_mul(2).min(self.max)
     }
 }
 
@@ -295,7 +291,7 @@ impl Publisher {
         spool: PathBuf,
         namespace: String,
         forwarder: Arc<dyn Forwarder>,
-        backoff: Backoff,
+        backoff: BackoffLimits,
         log: Logger,
     ) -> Result<Publisher, PublishError> {
         let runtime =
@@ -376,8 +372,8 @@ impl Publisher {
 }
 
 /// The forwarding task: forwards the head until it goes through, then drops it.
-async fn forward_loop(shared: Arc<Shared>, forwarder: Arc<dyn Forwarder>, backoff: Backoff) {
-    let mut delay = backoff.initial;
+async fn forward_loop(shared: Arc<Shared>, forwarder: Arc<dyn Forwarder>, limits: BackoffLimits) {
+    let mut backoff = Backoff::new(limits.initial, limits.max);
     // The failure streak in progress: when it began and how many attempts failed.
     let mut streak: Option<(Instant, u64)> = None;
     loop {
@@ -395,7 +391,7 @@ async fn forward_loop(shared: Arc<Shared>, forwarder: Arc<dyn Forwarder>, backof
                         "failed_for" => ?since.elapsed(), "failed_attempts" => attempts,
                         "pending" => lock(&shared.state).queue.len());
                 }
-                delay = backoff.initial;
+                backoff.reset();
                 shared.delivered_head();
             }
             Err(e) => {
@@ -408,8 +404,7 @@ async fn forward_loop(shared: Arc<Shared>, forwarder: Arc<dyn Forwarder>, backof
                         streak = Some((Instant::now(), 1));
                     }
                 }
-                tokio::time::sleep(delay).await;
-                delay = backoff.next(delay);
+                tokio::time::sleep(backoff.next_delay()).await;
             }
         }
     }
@@ -462,15 +457,15 @@ pub async fn drain_spool(
     })?;
     replay.log_damage(spool, log);
     let total = replay.envelopes.len();
-    let backoff = Backoff::default();
-    let mut delay = backoff.initial;
+    let limits = BackoffLimits::default();
+    let mut backoff = Backoff::new(limits.initial, limits.max);
     let mut failures = 0u64;
     for (delivered, envelope) in replay.envelopes.iter().enumerate() {
         loop {
             let outcome = tokio::time::timeout_at(deadline, forwarder.forward(envelope)).await;
             match outcome {
                 Ok(Ok(())) => {
-                    delay = backoff.initial;
+                    backoff.reset();
                     break;
                 }
                 Ok(Err(e)) => {
@@ -483,14 +478,13 @@ pub async fn drain_spool(
                 }
                 Err(_) => {}
             }
-            if Instant::now() + delay >= deadline {
+            if Instant::now() + backoff.peek() >= deadline {
                 warn!(log, "spooled events left undelivered at the deadline";
                     "spool" => %spool.display(), "delivered" => delivered,
                     "undelivered" => total - delivered, "failed_attempts" => failures);
                 return Ok(delivered);
             }
-            tokio::time::sleep(delay).await;
-            delay = backoff.next(delay);
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     }
     match std::fs::remove_file(spool) {

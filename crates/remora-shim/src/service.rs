@@ -54,7 +54,7 @@ use super::cgroup::Cgroup;
 use super::error::ShimError;
 use super::io::{IoSpec, ProcessIo};
 use super::oom::OomWatch;
-use super::publisher::{drain_spool, Backoff, Forwarder, Publisher, TtrpcForwarder};
+use super::publisher::{drain_spool, BackoffLimits, Forwarder, Publisher, TtrpcForwarder};
 use super::reaper::{Exit, Reaper};
 use super::runc::{CreateOpts, ExecOpts, Runc, RuncError, SHORT_CALL_TIMEOUT};
 
@@ -1208,7 +1208,7 @@ async fn serve_async(flags: &Flags) -> Result<(), ServeError> {
     let socket = PathBuf::from(&flags.socket);
     let ttrpc_address =
         std::env::var("TTRPC_ADDRESS").unwrap_or_else(|_| format!("{}.ttrpc", flags.address));
-    if let Err(e) = crate::shim::io::make_private_dir(Path::new(CONSOLE_DIR)) {
+    if let Err(e) = crate::io::make_private_dir(Path::new(CONSOLE_DIR)) {
         warn!(log, "no console socket dir: terminals will fail"; "dir" => CONSOLE_DIR, "error" => %e);
     }
     // Before any child is spawned: the reaper must see every exit.
@@ -1219,7 +1219,7 @@ async fn serve_async(flags: &Flags) -> Result<(), ServeError> {
         bootstrap::spool_path(&socket),
         flags.namespace.clone(),
         forwarder,
-        Backoff::default(),
+        BackoffLimits::default(),
         log.clone(),
     )?;
     let (oom_tx, mut oom_rx) = mpsc::unbounded_channel();
@@ -1481,7 +1481,7 @@ fn mount_options(options: &[String]) -> (nix::mount::MsFlags, String) {
 fn split_idmap_options(
     options: &[String],
 ) -> (
-    Option<(crate::shim::userns::IdMap, crate::shim::userns::IdMap)>,
+    Option<(remora_host::userns::IdMap, remora_host::userns::IdMap)>,
     Vec<String>,
 ) {
     let (mut uid, mut gid, mut rest) = (None, None, Vec::new());
@@ -1496,7 +1496,7 @@ fn split_idmap_options(
     }
     let maps = match (uid, gid) {
         (Some(u), Some(g)) => {
-            crate::shim::userns::IdMap::parse(u).zip(crate::shim::userns::IdMap::parse(g))
+            remora_host::userns::IdMap::parse(u).zip(remora_host::userns::IdMap::parse(g))
         }
         _ => None,
     };
@@ -1513,7 +1513,7 @@ fn mount_idmapped(
     id: &str,
     m: &containerd_shim_protos::types::mount::Mount,
     options: &[String],
-    maps: (crate::shim::userns::IdMap, crate::shim::userns::IdMap),
+    maps: (remora_host::userns::IdMap, remora_host::userns::IdMap),
     target: &Path,
     scratch: &Path,
 ) -> Result<(), ShimError> {
@@ -1523,11 +1523,11 @@ fn mount_idmapped(
         source,
     };
     let helper =
-        crate::shim::userns::UsernsHelper::spawn(maps.0, maps.1, false).map_err(idmap_err)?;
+        remora_host::userns::UsernsHelper::spawn(maps.0, maps.1, false).map_err(idmap_err)?;
     let userns = helper.userns_fd().map_err(idmap_err)?;
     let (flags, _) = mount_options(options);
     if m.type_ != "overlay" {
-        return crate::shim::userns::idmapped_bind(
+        return remora_host::userns::idmapped_bind(
             Path::new(&m.source),
             target,
             &userns,
@@ -1544,7 +1544,7 @@ fn mount_idmapped(
                 rewritten.push(o.clone());
                 continue;
             };
-            let (bound, lowerdir) = crate::shim::userns::IdmappedLayers::bind(
+            let (bound, lowerdir) = remora_host::userns::IdmappedLayers::bind(
                 lower,
                 &userns,
                 &scratch.join(layers.len().to_string()),

@@ -22,7 +22,11 @@
 //!   statuses in one place.
 //!
 //! The shim links none of remora's daemon dependencies (tonic, hyper, reqwest, rustls) and runs
-//! on a current-thread tokio runtime: it is started once per pod, so its memory counts.
+//! on a current-thread tokio runtime: it is started once per pod, so its memory counts. Host
+//! code it shares with the daemon (user namespaces, cgroup discovery, mount options, backoff)
+//! is in the `remora-host` crate.
+
+#![warn(missing_docs)]
 
 pub mod bootstrap;
 pub mod cgroup;
@@ -33,7 +37,6 @@ pub mod publisher;
 pub mod reaper;
 pub mod runc;
 pub mod service;
-pub mod userns;
 
 /// The shim's entry point: parses the command line, runs the action, returns the exit code.
 pub fn main() -> i32 {

@@ -61,8 +61,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
-use crate::shim::reaper::{Exit, Reaper};
-use crate::shim::Stdio;
+use crate::reaper::{Exit, Reaper};
+use crate::Stdio;
 
 /// Why an OCI runtime call failed.
 #[derive(Debug, thiserror::Error)]

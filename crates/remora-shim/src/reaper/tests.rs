@@ -205,7 +205,7 @@ fn exit_status_is_the_code_or_128_plus_the_signal() {
 /// The env var that tells a re-executed test binary to run a child-only test's body.
 pub(crate) const CHILD_ENV: &str = "REMORA_SHIM_REAPER_CHILD";
 
-/// Runs the `#[ignore]`d test `name` (its full path, e.g. `shim::reaper::tests::x`) alone in a
+/// Runs the `#[ignore]`d test `name` (its full path, e.g. `reaper::tests::x`) alone in a
 /// fresh copy of this test binary with `CHILD_ENV=1` and `env`, and returns its output after
 /// asserting it passed and printed `marker` (so that a body skipped by mistake fails).
 ///
@@ -260,7 +260,7 @@ pub(crate) fn in_child() -> bool {
 #[test]
 fn real_loop_reaps_children_and_orphans() {
     run_in_child(
-        "shim::reaper::tests::real_loop_child",
+        "reaper::tests::real_loop_child",
         &[],
         "reaper child: all checks passed",
     );

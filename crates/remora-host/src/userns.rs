@@ -1,9 +1,8 @@
 //! User namespaces made on the host: a helper process holding a new user namespace with given ID
 //! maps (and, for a pod's network, a network namespace that namespace owns), and idmapped
 //! mounts through such a namespace. Shared by the daemon (a user-namespaced pod's network
-//! namespace, `crate::net::netns`) and remora's shim (an idmapped rootfs). It lives in the
-//! shim's tree because the shim may use nothing of the daemon (`layering.rs`); std, libc and
-//! nix only.
+//! namespace, `remora::net::netns`, and idmapped volume mounts) and remora's shim (an idmapped
+//! rootfs).
 //!
 //! Why a process: a user namespace is entered with `unshare(CLONE_NEWUSER)`, which a
 //! multithreaded process cannot do (EINVAL), and its ID maps are written to

@@ -30,6 +30,7 @@ use containerd_shim_protos::cgroups::metrics as v1;
 use containerd_shim_protos::cgroups_v2::metrics as v2;
 use protobuf::well_known_types::any::Any;
 use protobuf::{MessageField, MessageFull};
+use remora_host::mountinfo::unescape;
 
 #[cfg(test)]
 mod tests;
@@ -282,31 +283,6 @@ fn parse_mountinfo(text: &str) -> Result<Vec<Mount<'_>>, CgroupError> {
         });
     }
     Ok(mounts)
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
-pub fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let digits = bytes.get(i + 1..i + 4).unwrap_or_default();
-        if bytes[i] == b'\\'
-            && digits.len() == 3
-            && digits.iter().all(|d| (b'0'..=b'7').contains(d))
-        {
-            // Three octal digits are at most 0o777; the kernel only escapes bytes (≤ 0o377).
-            let value = digits.iter().fold(0u32, |v, d| v * 8 + u32::from(d - b'0'));
-            if let Ok(byte) = u8::try_from(value) {
-                out.push(byte);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The directory of cgroup `path` in the first candidate mount whose root contains it: `Ok(None)`

@@ -80,7 +80,7 @@ pub enum ShimError {
         id: String,
         /// Why.
         #[source]
-        source: crate::shim::userns::UsernsError,
+        source: remora_host::userns::UsernsError,
     },
     /// A file of the bundle could not be read or written.
     #[error("{path}: {source}")]

@@ -134,7 +134,7 @@ fn start(spool: &Path, forwarder: Arc<Fake>, log: Logger) -> Publisher {
         spool.to_path_buf(),
         "k8s.io".to_string(),
         forwarder,
-        Backoff::default(),
+        BackoffLimits::default(),
         log,
     )
     .unwrap()
@@ -153,13 +153,9 @@ fn crc32_is_the_ieee_checksum() {
 
 #[test]
 fn backoff_doubles_up_to_its_cap() {
-    let backoff = Backoff::default();
-    let mut delay = backoff.initial;
-    let mut seen = vec![delay];
-    for _ in 0..6 {
-        delay = backoff.next(delay);
-        seen.push(delay);
-    }
+    let limits = BackoffLimits::default();
+    let mut backoff = Backoff::new(limits.initial, limits.max);
+    let seen: Vec<Duration> = (0..7).map(|_| backoff.next_delay()).collect();
     let ms: Vec<u128> = seen.iter().map(Duration::as_millis).collect();
     assert_eq!(ms, [50, 100, 200, 400, 800, 1000, 1000]);
 }
@@ -211,7 +207,7 @@ async fn nothing_is_dropped_over_an_hour_of_refusals() {
     assert_eq!(fake.exits(), expected);
 
     let attempts = fake.attempts.lock().unwrap().clone();
-    let max = Backoff::default().max;
+    let max = BackoffLimits::default().max;
     for pair in attempts.windows(2) {
         assert!(
             pair[1] - pair[0] <= max,
@@ -363,7 +359,7 @@ async fn flush_waits_for_delivery_or_the_deadline() {
     fake.accept_now();
     let begin = Instant::now();
     assert!(publisher.flush(Duration::from_secs(10)).await);
-    assert!(begin.elapsed() <= Backoff::default().max);
+    assert!(begin.elapsed() <= BackoffLimits::default().max);
     assert_eq!(publisher.pending(), 0);
     assert_eq!(fake.exits(), [("a".to_string(), 1)]);
 }
@@ -459,7 +455,7 @@ fn start_outside_a_runtime_is_an_error() {
         dir.path().join("events"),
         "k8s.io".to_string(),
         Fake::accepting(),
-        Backoff::default(),
+        BackoffLimits::default(),
         discard(),
     );
     assert!(matches!(result, Err(PublishError::NoRuntime { .. })));
@@ -472,7 +468,7 @@ async fn start_on_a_missing_directory_is_an_error() {
         dir.path().join("missing/events"),
         "k8s.io".to_string(),
         Fake::accepting(),
-        Backoff::default(),
+        BackoffLimits::default(),
         discard(),
     );
     assert!(matches!(result, Err(PublishError::OpenSpool { .. })));
@@ -640,8 +636,8 @@ fn replay_keeps_at_most_max_spool_records() {
 
 #[test]
 fn a_huge_spool_is_read_up_to_its_cap_only() {
-    crate::shim::reaper::tests::run_in_child(
-        "shim::publisher::tests::huge_spool_child",
+    crate::reaper::tests::run_in_child(
+        "publisher::tests::huge_spool_child",
         &[],
         "huge spool child: all checks passed",
     );
@@ -663,7 +659,7 @@ fn peak_rss() -> u64 {
 #[test]
 #[ignore = "run by a_huge_spool_is_read_up_to_its_cap_only in a child process"]
 fn huge_spool_child() {
-    if !crate::shim::reaper::tests::in_child() {
+    if !crate::reaper::tests::in_child() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@ use super::*;
 use std::io::Write;
 use std::time::Duration;
 
-use crate::shim::reaper::tests::{in_child, run_in_child};
+use crate::reaper::tests::{in_child, run_in_child};
 
 fn strings(args: Vec<OsString>) -> Vec<String> {
     args.into_iter()
@@ -377,7 +377,7 @@ fn real_runc_runs_a_container_through_the_reaper() {
     let bed = Bed::new();
     let dir = bed.dir.path().to_str().expect("utf-8 temp dir").to_owned();
     run_in_child(
-        "shim::runc::tests::real_runc_child",
+        "runc::tests::real_runc_child",
         &[
             ("REMORA_RUNC_TEST_DIR", &dir),
             ("REMORA_RUNC_TEST_ID", &bed.id),
@@ -672,7 +672,7 @@ async fn until_reaped(pid: u32, what: &str) {
 #[test]
 fn hung_and_abandoned_runtimes_are_killed_and_reaped() {
     run_in_child(
-        "shim::runc::tests::fake_runtime_child",
+        "runc::tests::fake_runtime_child",
         &[],
         "fake runtime child: all checks passed",
     );

@@ -1,6 +1,6 @@
 //! Exponential backoff: a delay that doubles after each failure up to a cap, and resets on
-//! success. Shared by the containerd health monitor, registry retries, the digest resolver and
-//! the event backoff queue, so they all follow one schedule rule.
+//! success. Shared by the containerd health monitor, registry retries, the digest resolver, the
+//! event backoff queue and the shim's event publisher, so they all follow one schedule rule.
 
 use std::time::Duration;
 
@@ -29,6 +29,11 @@ impl Backoff {
         d
     }
 
+    /// The delay [`Backoff::next_delay`] would return now, without moving on.
+    pub fn peek(&self) -> Duration {
+        self.next
+    }
+
     /// Back to `min` (after a success).
     pub fn reset(&mut self) {
         self.next = self.min;
@@ -44,7 +49,9 @@ mod tests {
         let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(5));
         let got: Vec<u64> = (0..5).map(|_| b.next_delay().as_secs()).collect();
         assert_eq!(got, vec![1, 2, 4, 5, 5]);
+        assert_eq!(b.peek(), Duration::from_secs(5));
         b.reset();
+        assert_eq!(b.peek(), Duration::from_secs(1));
         assert_eq!(b.next_delay(), Duration::from_secs(1));
     }
 

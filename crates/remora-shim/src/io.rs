@@ -66,7 +66,7 @@ use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::shim::Stdio;
+use crate::Stdio;
 
 /// Size of a copy buffer: `PIPE_BUF`, so a chunk written to a pipe or FIFO is written whole.
 const COPY_BUF: usize = 4096;

@@ -1,0 +1,10 @@
+//! Host code that remora's daemon and its shim both use, with no dependency on either: user
+//! namespaces and idmapped mounts ([`userns`]), exponential [`backoff`].
+//!
+//! The shim links this crate, so it stays small: libc, nix and thiserror only.
+
+#![warn(missing_docs)]
+
+pub mod backoff;
+pub mod mountinfo;
+pub mod userns;

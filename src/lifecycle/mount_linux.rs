@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use remora_host::mount::MountOption;
 use thiserror::Error;
 
 use crate::images::backend::Mount;
@@ -150,47 +151,22 @@ fn plan(mounts: &[Mount]) -> Result<MountPlan, MountError> {
             gidmap = Some(IdMap::parse(v).ok_or_else(|| unsupported(o))?);
             continue;
         }
-        let (set, clear) = match o.as_str() {
-            "bind" => {
+        match MountOption::parse(o) {
+            MountOption::Bind { recursive: r } => {
                 bind = true;
-                continue;
+                recursive |= r;
             }
-            "rbind" => {
-                (bind, recursive) = (true, true);
-                continue;
-            }
-            "defaults" => continue,
-            "ro" => (MsFlags::MS_RDONLY, MsFlags::empty()),
-            "rw" => (MsFlags::empty(), MsFlags::MS_RDONLY),
-            "nosuid" => (MsFlags::MS_NOSUID, MsFlags::empty()),
-            "nodev" => (MsFlags::MS_NODEV, MsFlags::empty()),
-            "noexec" => (MsFlags::MS_NOEXEC, MsFlags::empty()),
-            "exec" => (MsFlags::empty(), MsFlags::MS_NOEXEC),
             // Asked-for suid/dev are overridden by HOST_MOUNT_FLAGS below.
-            "suid" | "dev" => continue,
-            "sync" => (MsFlags::MS_SYNCHRONOUS, MsFlags::empty()),
-            "async" => (MsFlags::empty(), MsFlags::MS_SYNCHRONOUS),
-            "dirsync" => (MsFlags::MS_DIRSYNC, MsFlags::empty()),
-            "noatime" => (MsFlags::MS_NOATIME, MsFlags::empty()),
-            "atime" => (MsFlags::empty(), MsFlags::MS_NOATIME),
-            "nodiratime" => (MsFlags::MS_NODIRATIME, MsFlags::empty()),
-            "diratime" => (MsFlags::empty(), MsFlags::MS_NODIRATIME),
-            "relatime" => (MsFlags::MS_RELATIME, MsFlags::empty()),
-            "norelatime" => (MsFlags::empty(), MsFlags::MS_RELATIME),
-            "strictatime" => (MsFlags::MS_STRICTATIME, MsFlags::empty()),
-            "nostrictatime" => (MsFlags::empty(), MsFlags::MS_STRICTATIME),
+            MountOption::Flags { set, clear } => {
+                flags = remora_host::mount::apply(flags, set, clear);
+            }
             // A loop device, a remount of something else, a propagation change or mandatory
             // locks: not what a snapshot mount on a fresh mount point may do here.
-            "loop" | "remount" | "mand" | "nomand" | "private" | "rprivate" | "shared"
-            | "rshared" | "slave" | "rslave" | "unbindable" | "runbindable" => {
+            MountOption::Special { .. } | MountOption::Propagation(_) | MountOption::Loop => {
                 return Err(unsupported(o))
             }
-            _ => {
-                data.push(o.as_str());
-                continue;
-            }
-        };
-        flags = (flags | set) - clear;
+            MountOption::Data(d) => data.push(d),
+        }
     }
     flags |= HOST_MOUNT_FLAGS;
     let idmap = match (uidmap, gidmap) {

@@ -1,10 +1,12 @@
 //! Host code that remora's daemon and its shim both use, with no dependency on either: user
-//! namespaces and idmapped mounts ([`userns`]), exponential [`backoff`].
+//! namespaces and idmapped mounts ([`userns`]), containerd's mount options read as `mount(2)`
+//! flags ([`mount`]), mountinfo's escapes ([`mountinfo`]), exponential [`backoff`].
 //!
 //! The shim links this crate, so it stays small: libc, nix and thiserror only.
 
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod mount;
 pub mod mountinfo;
 pub mod userns;

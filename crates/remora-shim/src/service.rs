@@ -46,6 +46,7 @@ use containerd_shim_protos::shim_async::{create_task, Task};
 use containerd_shim_protos::topics;
 use containerd_shim_protos::ttrpc::{self, r#async::TtrpcContext};
 use containerd_shim_protos::types::task::{ProcessInfo, Status};
+use remora_host::mount::MountOption;
 use slog::{debug, info, o, warn, Logger};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
@@ -1431,45 +1432,26 @@ fn has_own_pid_namespace(config_json: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
-/// Mount flags and data of containerd's mount options.
+/// Mount flags and data of containerd's mount options ([`MountOption`], read as containerd
+/// reads them). A propagation change or `loop` is passed on as data, which the kernel refuses:
+/// a rootfs mount has no use for either.
 fn mount_options(options: &[String]) -> (nix::mount::MsFlags, String) {
     use nix::mount::MsFlags as F;
     let mut flags = F::empty();
     let mut data = Vec::new();
     for o in options {
-        let (set, f) = match o.as_str() {
-            "ro" => (true, F::MS_RDONLY),
-            "rw" => (false, F::MS_RDONLY),
-            "bind" => (true, F::MS_BIND),
-            "rbind" => (true, F::MS_BIND | F::MS_REC),
-            "nosuid" => (true, F::MS_NOSUID),
-            "suid" => (false, F::MS_NOSUID),
-            "nodev" => (true, F::MS_NODEV),
-            "dev" => (false, F::MS_NODEV),
-            "noexec" => (true, F::MS_NOEXEC),
-            "exec" => (false, F::MS_NOEXEC),
-            "sync" => (true, F::MS_SYNCHRONOUS),
-            "async" => (false, F::MS_SYNCHRONOUS),
-            "dirsync" => (true, F::MS_DIRSYNC),
-            "remount" => (true, F::MS_REMOUNT),
-            "mand" => (true, F::MS_MANDLOCK),
-            "nomand" => (false, F::MS_MANDLOCK),
-            "noatime" => (true, F::MS_NOATIME),
-            "atime" => (false, F::MS_NOATIME),
-            "nodiratime" => (true, F::MS_NODIRATIME),
-            "diratime" => (false, F::MS_NODIRATIME),
-            "relatime" => (true, F::MS_RELATIME),
-            "norelatime" => (false, F::MS_RELATIME),
-            "strictatime" => (true, F::MS_STRICTATIME),
-            _ => {
-                data.push(o.as_str());
-                continue;
+        match MountOption::parse(o) {
+            MountOption::Flags { set, clear } | MountOption::Special { set, clear } => {
+                flags = remora_host::mount::apply(flags, set, clear);
             }
-        };
-        if set {
-            flags |= f;
-        } else {
-            flags &= !f;
+            MountOption::Bind { recursive } => {
+                flags |= F::MS_BIND;
+                if recursive {
+                    flags |= F::MS_REC;
+                }
+            }
+            MountOption::Propagation(_) | MountOption::Loop => data.push(o.as_str()),
+            MountOption::Data(d) => data.push(d),
         }
     }
     (flags, data.join(","))
@@ -1758,14 +1740,17 @@ mod tests {
             "rbind",
             "nosuid",
             "lowerdir=/a:/b",
+            "defaults",
             "upperdir=/u",
             "rw",
+            "remount",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         let (flags, data) = mount_options(&opts);
-        assert_eq!(flags, F::MS_BIND | F::MS_REC | F::MS_NOSUID);
+        assert_eq!(flags, F::MS_BIND | F::MS_REC | F::MS_NOSUID | F::MS_REMOUNT);
+        // `defaults` is no data (containerd's reading): the kernel would refuse it.
         assert_eq!(data, "lowerdir=/a:/b,upperdir=/u");
     }
 

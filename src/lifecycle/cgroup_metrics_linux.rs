@@ -368,7 +368,7 @@ mod tests {
             "blkio.throttle.io_serviced_recursive",
             "8:0 Read 1\n8:0 Write 2\nTotal 3\n",
         );
-        let fs = CgroupFs::at(r.to_path_buf(), 100);
+        let fs = CgroupFs::at(r.to_path_buf(), 100, remora_host::cgroup::Hierarchy::V1);
         let path = CgroupPath::V1(
             ["cpu", "cpuacct", "memory", "pids", "blkio"]
                 .iter()
@@ -434,7 +434,11 @@ mod tests {
             "io.stat",
             "259:0 rbytes=1 wbytes=2 rios=3 wios=4 dbytes=0 dios=0\nbogus\n",
         );
-        let fs = CgroupFs::at(r.to_path_buf(), 100);
+        let fs = CgroupFs::at(
+            r.to_path_buf(),
+            100,
+            remora_host::cgroup::Hierarchy::Unified,
+        );
         let e = fs.read_extras(&CgroupPath::V2("/pod/c1".into()));
         assert_eq!(
             e.throttling,
@@ -474,7 +478,11 @@ mod tests {
     #[test]
     fn a_missing_cgroup_has_no_extras() {
         let root = tempfile::tempdir().unwrap();
-        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        let fs = CgroupFs::at(
+            root.path().to_path_buf(),
+            100,
+            remora_host::cgroup::Hierarchy::V1,
+        );
         let e = fs.read_extras(&CgroupPath::V1(
             [("memory".to_string(), "/gone".to_string())].into(),
         ));

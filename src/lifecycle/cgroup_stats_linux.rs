@@ -19,6 +19,8 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use remora_host::cgroup::{Hierarchy, ProcCgroupLine};
+
 /// Where cgroupfs is mounted on Linux hosts.
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -170,6 +172,9 @@ pub enum CgroupPath {
 #[derive(Debug, Clone)]
 pub struct CgroupFs {
     root: PathBuf,
+    /// Which hierarchy holds the controllers: v1 (pure or hybrid) has a directory per
+    /// controller under `root`, v2 is `root` itself.
+    hierarchy: Hierarchy,
     /// Clock ticks per second, the unit of v1's `cpuacct.stat`.
     ticks_per_second: u64,
 }
@@ -182,42 +187,41 @@ impl CgroupFs {
         Self::at(
             PathBuf::from(CGROUP_ROOT),
             if ticks > 0 { ticks as u64 } else { 100 },
+            // The rule the shim follows too: v2 only when no v1 controller is mounted, so a
+            // hybrid host (v1 controllers, v2 only for systemd) is v1.
+            Hierarchy::of_host(),
         )
     }
 
-    /// cgroupfs mounted at `root`, v1's `cpuacct.stat` counting `ticks_per_second`.
-    pub fn at(root: PathBuf, ticks_per_second: u64) -> Self {
+    /// cgroupfs mounted at `root` with the controllers in `hierarchy`, v1's `cpuacct.stat`
+    /// counting `ticks_per_second`.
+    pub fn at(root: PathBuf, ticks_per_second: u64, hierarchy: Hierarchy) -> Self {
         Self {
             root,
+            hierarchy,
             ticks_per_second,
         }
     }
 
-    /// Whether the host runs the unified hierarchy alone (v2): then its root has
-    /// `cgroup.controllers`. A hybrid host (v1 controllers, v2 only for systemd) is v1 here.
+    /// Whether the controllers are in the unified hierarchy (v2).
     pub fn is_v2(&self) -> bool {
-        self.root.join("cgroup.controllers").exists()
+        self.hierarchy == Hierarchy::Unified
     }
 
     /// The cgroup of process `pid`, from the text of its `/proc/<pid>/cgroup`.
     pub fn path_of_process(&self, proc_cgroup: &str) -> CgroupPath {
         let v2 = self.is_v2();
         let mut v1 = HashMap::new();
-        for line in proc_cgroup.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (Some(_), Some(controllers), Some(path)) =
-                (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            if controllers.is_empty() {
-                if v2 {
-                    return CgroupPath::V2(path.to_string());
+        // A line without the kernel's format is skipped: the text is the kernel's.
+        for line in proc_cgroup.lines().filter_map(ProcCgroupLine::parse) {
+            match line {
+                ProcCgroupLine::Unified(path) if v2 => return CgroupPath::V2(path.to_string()),
+                ProcCgroupLine::Unified(_) => {}
+                ProcCgroupLine::V1 { names, path } => {
+                    for c in names {
+                        v1.insert(c.to_string(), path.to_string());
+                    }
                 }
-                continue;
-            }
-            for c in controllers.split(',') {
-                v1.insert(c.to_string(), path.to_string());
             }
         }
         if v2 {
@@ -574,8 +578,7 @@ mod tests {
     #[test]
     fn v1_figures_of_a_pod_cgroup() {
         let root = v1_fixture();
-        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
-        assert!(!fs.is_v2());
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100, Hierarchy::V1);
         let path = fs.path_of_dir("/kubepods/pod1");
         assert!(fs.exists(&path));
         let s = fs.read(&path);
@@ -600,7 +603,7 @@ mod tests {
     #[test]
     fn v1_process_cgroup_per_controller() {
         let root = v1_fixture();
-        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100, Hierarchy::V1);
         let text = "12:pids:/kubepods/pod1\n4:memory:/kubepods/pod1\n\
                     3:cpu,cpuacct:/kubepods/pod1\n1:name=systemd:/x\n0::/\n";
         let path = fs.path_of_process(text);
@@ -616,7 +619,7 @@ mod tests {
     #[test]
     fn a_missing_cgroup_reads_as_nothing() {
         let root = v1_fixture();
-        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100, Hierarchy::V1);
         let path = fs.path_of_dir("/kubepods/gone");
         assert!(!fs.exists(&path));
         assert_eq!(fs.read(&path), CgroupStats::default());
@@ -642,8 +645,7 @@ mod tests {
         );
         write(&d, "memory.max", "max\n");
         write(&d, "pids.current", "2\n");
-        let fs = CgroupFs::at(r.to_path_buf(), 100);
-        assert!(fs.is_v2());
+        let fs = CgroupFs::at(r.to_path_buf(), 100, Hierarchy::Unified);
         let path = fs.path_of_process("0::/kubepods.slice/pod1.slice/ctr.scope\n");
         assert_eq!(
             path,
@@ -697,7 +699,7 @@ mod tests {
     #[test]
     fn v2_pressure_of_cpu_memory_and_io() {
         let (root, _) = v2_pressure_fixture();
-        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100, Hierarchy::Unified);
         let s = fs.read(&fs.path_of_dir("/kubepods.slice/pod1.slice"));
         assert_eq!(
             s.pressure,
@@ -717,7 +719,7 @@ mod tests {
     #[test]
     fn v2_pressure_missing_unreadable_or_oversized_is_absent() {
         let (root, d) = v2_pressure_fixture();
-        let fs = CgroupFs::at(root.path().to_path_buf(), 100);
+        let fs = CgroupFs::at(root.path().to_path_buf(), 100, Hierarchy::Unified);
         let path = fs.path_of_dir("/kubepods.slice/pod1.slice");
         // cpu.pressure of a kernel before 5.13: `some` alone.
         write(&d, "cpu.pressure", CPU_PRESSURE_OLD);
@@ -763,7 +765,7 @@ mod tests {
             "cpu.pressure",
             CPU_PRESSURE,
         );
-        let fs = CgroupFs::at(r.to_path_buf(), 100);
+        let fs = CgroupFs::at(r.to_path_buf(), 100, Hierarchy::V1);
         let s = fs.read(&fs.path_of_dir("/kubepods/pod1"));
         assert!(s.cpu.is_some());
         assert_eq!(s.pressure, Pressure::default());

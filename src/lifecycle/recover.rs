@@ -63,10 +63,11 @@ pub(crate) fn oom_killed_in_cgroup_at(probe: &OomProbe<'_>) -> bool {
     oom_killed_under(root, unified, probe)
 }
 
-/// The memory controller's hierarchy on this host, and whether it is the unified one (v2:
-/// the root has `cgroup.controllers`; a hybrid host's memory controller is v1's).
+/// The memory controller's hierarchy on this host, and whether it is the unified one (v2;
+/// a hybrid host's memory controller is v1's: `remora_host::cgroup::Hierarchy`'s rule).
 fn memory_hierarchy() -> (&'static std::path::Path, bool) {
-    let unified = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let unified =
+        remora_host::cgroup::Hierarchy::of_host() == remora_host::cgroup::Hierarchy::Unified;
     let root = if unified {
         "/sys/fs/cgroup"
     } else {

@@ -297,7 +297,7 @@ Inter-|   Receive                                                |  Transmit
             "4096\n",
         );
         write(&r.join("cpuacct/kubepods/pod9"), "cpuacct.usage", "77\n");
-        let fs = CgroupFs::at(r.to_path_buf(), 100);
+        let fs = CgroupFs::at(r.to_path_buf(), 100, remora_host::cgroup::Hierarchy::V1);
         let parts = || CgroupStats {
             pids: Some(5),
             ..Default::default()
@@ -330,7 +330,7 @@ Inter-|   Receive                                                |  Transmit
             "memory.usage_in_bytes",
             "8192\n",
         );
-        let fs = CgroupFs::at(r.to_path_buf(), 100);
+        let fs = CgroupFs::at(r.to_path_buf(), 100, remora_host::cgroup::Hierarchy::V1);
         let parts = CgroupStats::default;
         let s = pod_cgroup(
             &fs,

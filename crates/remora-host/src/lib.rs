@@ -1,5 +1,6 @@
 //! Host code that remora's daemon and its shim both use, with no dependency on either: user
-//! namespaces and idmapped mounts ([`userns`]), containerd's mount options read as `mount(2)`
+//! namespaces and idmapped mounts ([`userns`]), where a process's cgroup is on v1, v2 or a hybrid
+//! host ([`cgroup`]), containerd's mount options read as `mount(2)`
 //! flags ([`mount`]), mountinfo's escapes ([`mountinfo`]), exponential [`backoff`].
 //!
 //! The shim links this crate, so it stays small: libc, nix and thiserror only.
@@ -7,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod backoff;
+pub mod cgroup;
 pub mod mount;
 pub mod mountinfo;
 pub mod userns;

@@ -1,16 +1,9 @@
-//! A process's cgroup (v1 or v2), its metrics in containerd's metrics types, and its OOM-kill
-//! counter.
+//! A container's cgroup (v1 or v2) read for the shim: its metrics in containerd's metrics
+//! types ([`CgroupReadings::metrics`]) and its OOM-kill counter.
 //!
 //! # Design
-//! - **Where.** `/proc/<pid>/cgroup` names each hierarchy and the process's path in it;
-//!   `/proc/self/mountinfo` says where each hierarchy is mounted here and which part of it the
-//!   mount shows (its root, not always "/", e.g. inside a container or with bind mounts). The
-//!   directory is the mount point joined with the path relative to that root. [`Cgroup::from_proc`]
-//!   is a pure function of the two texts, so every layout is tested without a host that has it.
-//! - **Hybrid hosts are v1.** A hybrid host (v1 controllers plus a controller-less cgroup2 at
-//!   `/sys/fs/cgroup/unified`) keeps its limits and counters in the v1 controllers, so v2 is chosen
-//!   only when no v1 controller is mounted. Named v1 hierarchies (`name=systemd`) have no
-//!   controller and are left out of the map.
+//! - **Where.** [`Cgroup`], the location of a process's cgroup on v1, v2 or a hybrid host, is
+//!   the host crate's (`remora_host::cgroup`), shared with the daemon; this module reads it.
 //! - **No cached fds.** Metrics read the files on each call: `Stats` is rare (kubelet asks every
 //!   few seconds at most), and fds held per container cost memory in a shim that lives per pod.
 //! - **Optional vs gone.** A missing optional file (a controller not mounted, swap accounting off,
@@ -30,7 +23,7 @@ use containerd_shim_protos::cgroups::metrics as v1;
 use containerd_shim_protos::cgroups_v2::metrics as v2;
 use protobuf::well_known_types::any::Any;
 use protobuf::{MessageField, MessageFull};
-use remora_host::mountinfo::unescape;
+pub use remora_host::cgroup::{Cgroup, LocateError};
 
 #[cfg(test)]
 mod tests;
@@ -38,7 +31,10 @@ mod tests;
 /// What can go wrong finding a cgroup or reading it.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
-    /// A cgroup or proc file could not be read (for a reason other than being absent).
+    /// The process's cgroup could not be found.
+    #[error(transparent)]
+    Locate(#[from] LocateError),
+    /// A cgroup file could not be read (for a reason other than being absent).
     #[error("read {path}: {source}")]
     Read {
         /// The file.
@@ -47,14 +43,6 @@ pub enum CgroupError {
         #[source]
         source: io::Error,
     },
-    /// A line of `/proc/<pid>/cgroup` or `/proc/self/mountinfo` does not have the kernel's format.
-    #[error("malformed line {line:?} in {file}")]
-    Malformed {
-        /// Which text: "/proc/<pid>/cgroup" or "/proc/self/mountinfo".
-        file: &'static str,
-        /// The line.
-        line: String,
-    },
     /// A cgroup file holds something other than the number it should.
     #[error("{path}: {value:?} is not a number")]
     BadNumber {
@@ -62,24 +50,6 @@ pub enum CgroupError {
         path: PathBuf,
         /// What it held (or the offending field).
         value: String,
-    },
-    /// None of the process's hierarchies is mounted here.
-    #[error(
-        "no cgroup mount in /proc/self/mountinfo serves the hierarchies in /proc/<pid>/cgroup"
-    )]
-    NoMount,
-    /// The process's cgroup lies outside what the hierarchy's mount shows (another cgroup
-    /// namespace, or a mount of a subtree).
-    #[error("cgroup {path} of hierarchy {hierarchy:?} is outside the mount at {mount_point} (mount root {root})")]
-    NotUnderMount {
-        /// The hierarchy's controllers as `/proc/<pid>/cgroup` lists them ("" for v2).
-        hierarchy: String,
-        /// The process's cgroup path in that hierarchy.
-        path: String,
-        /// The mount's root within the hierarchy.
-        root: String,
-        /// Where it is mounted.
-        mount_point: PathBuf,
     },
     /// A v1 cgroup with no controller directory at all.
     #[error("the v1 cgroup has no controller directory")]
@@ -113,110 +83,35 @@ pub enum CgroupError {
     },
 }
 
-/// Where a process's cgroup lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cgroup {
-    /// cgroup v1: one directory per controller that is mounted (memory, cpu, cpuacct, pids,
-    /// blkio, hugetlb, ...).
-    V1(BTreeMap<String, PathBuf>),
-    /// cgroup v2 (unified): the cgroup's directory.
-    V2(PathBuf),
-}
-
-const PROC_CGROUP: &str = "/proc/<pid>/cgroup";
-const MOUNTINFO: &str = "/proc/self/mountinfo";
-
-impl Cgroup {
-    /// The cgroup of `pid`, from /proc/<pid>/cgroup and the cgroup mounts in
-    /// /proc/self/mountinfo.
-    pub fn of_pid(pid: u32) -> Result<Cgroup, CgroupError> {
-        let cgroup_path = PathBuf::from(format!("/proc/{pid}/cgroup"));
-        let proc_cgroup =
-            std::fs::read_to_string(&cgroup_path).map_err(|source| CgroupError::Read {
-                path: cgroup_path,
-                source,
-            })?;
-        let mountinfo = std::fs::read_to_string(MOUNTINFO).map_err(|source| CgroupError::Read {
-            path: PathBuf::from(MOUNTINFO),
-            source,
-        })?;
-        Cgroup::from_proc(&proc_cgroup, &mountinfo)
-    }
-
-    /// Testable core of [`Cgroup::of_pid`]: the texts of /proc/<pid>/cgroup and
-    /// /proc/self/mountinfo (handles v1, v2 and hybrid; v1 mounts with several controllers such
-    /// as cpu,cpuacct; mount roots other than "/").
-    pub fn from_proc(proc_cgroup: &str, mountinfo: &str) -> Result<Cgroup, CgroupError> {
-        let mounts = parse_mountinfo(mountinfo)?;
-        let mut controllers = BTreeMap::new();
-        let mut unified: Option<&str> = None;
-        for line in proc_cgroup.lines().filter(|l| !l.trim().is_empty()) {
-            let malformed = || CgroupError::Malformed {
-                file: PROC_CGROUP,
-                line: line.to_string(),
-            };
-            let mut fields = line.splitn(3, ':');
-            let (Some(id), Some(names), Some(path)) = (fields.next(), fields.next(), fields.next())
-            else {
-                return Err(malformed());
-            };
-            let id: u32 = id.parse().map_err(|_| malformed())?;
-            if !path.starts_with('/') {
-                return Err(malformed());
-            }
-            if id == 0 && names.is_empty() {
-                unified = Some(path);
-                continue;
-            }
-            let names: Vec<&str> = names.split(',').filter(|n| !n.is_empty()).collect();
-            if names.is_empty() {
-                return Err(malformed());
-            }
-            if names.iter().all(|n| n.starts_with("name=")) {
-                // A named hierarchy (name=systemd) has no controller: nothing to read there.
-                continue;
-            }
-            // The mount of this hierarchy has every one of its names in its super options.
-            let candidates = mounts.iter().filter(|m| {
-                m.fstype == "cgroup" && names.iter().all(|n| m.super_options.contains(n))
-            });
-            let Some(dir) = dir_in_mounts(candidates, &names.join(","), path)? else {
-                // Not mounted here (e.g. a container that mounts only some controllers).
-                continue;
-            };
-            for name in names.iter().filter(|n| !n.starts_with("name=")) {
-                controllers.insert(name.to_string(), dir.clone());
-            }
-        }
-        if !controllers.is_empty() {
-            return Ok(Cgroup::V1(controllers));
-        }
-        if let Some(path) = unified {
-            let candidates = mounts.iter().filter(|m| m.fstype == "cgroup2");
-            if let Some(dir) = dir_in_mounts(candidates, "", path)? {
-                return Ok(Cgroup::V2(dir));
-            }
-        }
-        Err(CgroupError::NoMount)
-    }
-
+/// What the shim reads from a container's cgroup.
+pub trait CgroupReadings {
     /// The cgroup's metrics packed as containerd packs them: v1 →
     /// `containerd_shim_protos::cgroups::metrics::Metrics` with type URL
     /// "io.containerd.cgroups.v1.Metrics"; v2 → `containerd_shim_protos::cgroups_v2::metrics::Metrics`
     /// with "io.containerd.cgroups.v2.Metrics".
-    pub fn metrics(&self) -> Result<Any, CgroupError> {
-        match self {
-            Cgroup::V1(dirs) => pack(&metrics_v1(dirs)?),
-            Cgroup::V2(dir) => pack(&metrics_v2(dir)?),
-        }
-    }
+    fn metrics(&self) -> Result<Any, CgroupError>;
 
     /// How many processes the kernel OOM-killed in this cgroup: v1 `memory.oom_control` field
     /// `oom_kill` (kernels ≥ 4.13), v2 `memory.events` `oom_kill`.
     ///
     /// A removed cgroup is [`CgroupError::Gone`]; a v1 kernel without the counter is
     /// [`CgroupError::NoOomKillCounter`].
-    pub fn oom_kills(&self) -> Result<u64, CgroupError> {
+    fn oom_kills(&self) -> Result<u64, CgroupError>;
+
+    /// The file whose change the OOM watch waits on: v1 `memory.oom_control` (registered with
+    /// `cgroup.event_control`), v2 `memory.events`.
+    fn oom_file(&self) -> Result<PathBuf, CgroupError>;
+}
+
+impl CgroupReadings for Cgroup {
+    fn metrics(&self) -> Result<Any, CgroupError> {
+        match self {
+            Cgroup::V1(dirs) => pack(&metrics_v1(dirs)?),
+            Cgroup::V2(dir) => pack(&metrics_v2(dir)?),
+        }
+    }
+
+    fn oom_kills(&self) -> Result<u64, CgroupError> {
         let path = self.oom_file()?;
         let text = read_optional(&path)?.ok_or_else(|| CgroupError::Gone { path: path.clone() })?;
         let value = keyed(&text)
@@ -230,9 +125,7 @@ impl Cgroup {
         }
     }
 
-    /// The file whose change the OOM watch waits on: v1 `memory.oom_control` (registered with
-    /// `cgroup.event_control`), v2 `memory.events`.
-    pub(crate) fn oom_file(&self) -> Result<PathBuf, CgroupError> {
+    fn oom_file(&self) -> Result<PathBuf, CgroupError> {
         match self {
             Cgroup::V1(dirs) => Ok(dirs
                 .get("memory")
@@ -243,85 +136,6 @@ impl Cgroup {
             Cgroup::V2(dir) => Ok(dir.join("memory.events")),
         }
     }
-}
-
-/// One cgroup mount from mountinfo.
-struct Mount<'a> {
-    root: String,
-    mount_point: PathBuf,
-    fstype: &'a str,
-    super_options: Vec<&'a str>,
-}
-
-/// The cgroup and cgroup2 mounts in a mountinfo text.
-fn parse_mountinfo(text: &str) -> Result<Vec<Mount<'_>>, CgroupError> {
-    let mut mounts = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let malformed = || CgroupError::Malformed {
-            file: MOUNTINFO,
-            line: line.to_string(),
-        };
-        // "ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS"
-        let (before, after) = line.split_once(" - ").ok_or_else(malformed)?;
-        let before: Vec<&str> = before.split(' ').collect();
-        let after: Vec<&str> = after.split(' ').collect();
-        if before.len() < 6 || after.len() < 2 {
-            return Err(malformed());
-        }
-        let fstype = after[0];
-        if fstype != "cgroup" && fstype != "cgroup2" {
-            continue;
-        }
-        mounts.push(Mount {
-            root: unescape(before[3]),
-            mount_point: PathBuf::from(unescape(before[4])),
-            fstype,
-            super_options: after
-                .get(2)
-                .map(|o| o.split(',').collect())
-                .unwrap_or_default(),
-        });
-    }
-    Ok(mounts)
-}
-
-/// The directory of cgroup `path` in the first candidate mount whose root contains it: `Ok(None)`
-/// when there is no candidate, an error when every candidate shows another part of the hierarchy.
-fn dir_in_mounts<'a, 'm: 'a>(
-    candidates: impl Iterator<Item = &'a Mount<'m>>,
-    hierarchy: &str,
-    path: &str,
-) -> Result<Option<PathBuf>, CgroupError> {
-    let mut outside = None;
-    for mount in candidates {
-        let root = mount.root.trim_end_matches('/');
-        let relative = if root.is_empty() {
-            Some(path)
-        } else if path == root {
-            Some("")
-        } else {
-            path.strip_prefix(root).filter(|rest| rest.starts_with('/'))
-        };
-        match relative {
-            Some(rest) => {
-                let rest = rest.trim_start_matches('/');
-                return Ok(Some(if rest.is_empty() {
-                    mount.mount_point.clone()
-                } else {
-                    mount.mount_point.join(rest)
-                }));
-            }
-            None => {
-                outside.get_or_insert(CgroupError::NotUnderMount {
-                    hierarchy: hierarchy.to_string(),
-                    path: path.to_string(),
-                    root: mount.root.clone(),
-                    mount_point: mount.mount_point.clone(),
-                });
-            }
-        }
-    }
-    outside.map_or(Ok(None), Err)
 }
 
 /// Packs `message` as containerd's typeurl does: the full name as type URL, no prefix.

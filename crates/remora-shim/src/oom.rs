@@ -39,7 +39,7 @@ use tokio::io::Interest;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 
-use crate::cgroup::{Cgroup, CgroupError};
+use crate::cgroup::{Cgroup, CgroupError, CgroupReadings};
 
 #[cfg(test)]
 mod tests;

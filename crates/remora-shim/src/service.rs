@@ -51,7 +51,7 @@ use slog::{debug, info, o, warn, Logger};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 use super::bootstrap::{self, BootstrapError, Flags};
-use super::cgroup::Cgroup;
+use super::cgroup::{Cgroup, CgroupReadings};
 use super::error::ShimError;
 use super::io::{IoSpec, ProcessIo};
 use super::oom::OomWatch;

@@ -35,7 +35,6 @@ use futures_util::StreamExt;
 use slog::{debug, Logger};
 use thiserror::Error;
 use tokio::sync::Semaphore;
-use tonic::Code;
 
 use super::backend::{
     Blob, Content, ContentWriter, Differ, ImageRecord, Images, Leases, Snapshots, Transfer,
@@ -91,10 +90,7 @@ async fn open_writer(
     let mut delay = Duration::from_millis(10);
     loop {
         match content.writer(lease, write_ref, blob).await {
-            Err(ContainerdError::Call {
-                code: Code::Unavailable,
-                ..
-            }) if tokio::time::Instant::now() + delay < deadline => {
+            Err(e) if e.is_unavailable() && tokio::time::Instant::now() + delay < deadline => {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_millis(500));
             }
@@ -1085,19 +1081,16 @@ impl BlobJob {
         writer
             .commit(self.labels.clone())
             .await
-            .map_err(|e| match e {
-                ContainerdError::Call {
-                    op: "Content.Write",
-                    code: Code::FailedPrecondition,
-                    message,
-                    ..
-                } => PullError::Registry(RegistryError::Verify {
-                    reference: self.reference.to_string(),
-                    host,
-                    what: format!("blob {}", self.desc.digest),
-                    source: VerifyError::RefusedByStore(message),
-                }),
-                e => cerr(e),
+            .map_err(|e| match e.message() {
+                Some(message) if e.is_content_commit_refused() => {
+                    PullError::Registry(RegistryError::Verify {
+                        reference: self.reference.to_string(),
+                        host,
+                        what: format!("blob {}", self.desc.digest),
+                        source: VerifyError::RefusedByStore(message.to_string()),
+                    })
+                }
+                _ => cerr(e),
             })?;
         Ok(())
     }
@@ -1128,10 +1121,7 @@ fn is_bad_data(e: &PullError) -> bool {
     match e {
         PullError::Registry(RegistryError::Verify { .. }) => true,
         // containerd refuses a commit whose digest or size does not match.
-        PullError::Containerd {
-            source: ContainerdError::Call { code, op, .. },
-            ..
-        } => *op == "Content.Write" && *code == tonic::Code::FailedPrecondition,
+        PullError::Containerd { source, .. } => source.is_content_commit_refused(),
         _ => false,
     }
 }

@@ -15,6 +15,7 @@ use hyper::body::Frame;
 use hyper::Response;
 use tonic::Code;
 
+use super::download::is_bad_data;
 use super::*;
 use crate::images::backend::{ContentInfo, ContentWriter};
 use crate::images::manifest::{

@@ -49,8 +49,8 @@ use super::backend::{
 use super::coalesce::Coalescer;
 use super::config_stream::ConfigParser;
 use super::manifest::{
-    is_index_media_type, select_platform, Descriptor, ImageConfig, Manifest, ManifestError,
-    MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
+    is_index_media_type, select_platform, Descriptor, ImageConfig, ImageManifest, Manifest,
+    ManifestError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
 };
 use super::reference::{Reference, ReferenceError};
 use super::registry::auth::Credentials;
@@ -541,6 +541,8 @@ impl Inner {
                 .unwrap_or(false)
     }
 
+    /// The pull proper, under `lease`: the manifest, the config, the layers by the configured
+    /// strategy (containerd's Transfer service, or remora's own downloads), GC links, records.
     async fn fetch_and_unpack(
         &self,
         reference: &Reference,
@@ -548,43 +550,8 @@ impl Inner {
         creds: &Credentials,
         lease: &str,
     ) -> Result<ImageInfo, PullError> {
-        // Manifest (through an index if the reference names one).
-        let (manifest_desc, manifest_bytes, index) = if is_index_media_type(&target.media_type) {
-            let index_bytes = self
-                .small_blob(reference, target, creds, lease, Small::Index)
-                .await?;
-            let parsed = Manifest::parse(&target.media_type, &index_bytes)
-                .map_err(|e| self.manifest_err(reference, e))?;
-            let Manifest::Index(idx) = parsed else {
-                return Err(self.manifest_err(
-                    reference,
-                    ManifestError::UnsupportedMediaType(target.media_type.clone()),
-                ));
-            };
-            let chosen = select_platform(&idx, &self.config.os, &self.config.architecture, None)
-                .map_err(|e| self.manifest_err(reference, e))?
-                .clone();
-            let bytes = self
-                .small_blob(reference, &chosen, creds, lease, Small::Manifest)
-                .await?;
-            (chosen, bytes, Some((target.clone(), index_bytes)))
-        } else {
-            let bytes = self
-                .small_blob(reference, target, creds, lease, Small::Manifest)
-                .await?;
-            (target.clone(), bytes, None)
-        };
-        let manifest = match Manifest::parse(&manifest_desc.media_type, &manifest_bytes)
-            .map_err(|e| self.manifest_err(reference, e))?
-        {
-            Manifest::Image(m) => *m,
-            Manifest::Index(_) => {
-                return Err(self.manifest_err(
-                    reference,
-                    ManifestError::UnsupportedMediaType(manifest_desc.media_type.clone()),
-                ))
-            }
-        };
+        let (manifest_desc, manifest, index) =
+            self.fetch_manifest(reference, target, creds, lease).await?;
 
         // Config, parsed as it streams by.
         let config = self
@@ -617,14 +584,92 @@ impl Inner {
             }
         };
 
-        // GC labels bottom-up, then the image records.
+        self.link_for_gc(reference, &manifest_desc, &manifest, index.as_ref(), &top)
+            .await?;
+
+        let size = manifest_desc.size
+            + manifest.config.size
+            + manifest.layers.iter().map(|l| l.size).sum::<u64>();
+        let info = ImageInfo {
+            id: manifest.config.digest.to_string(),
+            repo_tags: Default::default(),
+            repo_digests: Default::default(),
+            size,
+            user: config.config.user.clone().unwrap_or_default(),
+            chain_id: top,
+            pinned: false,
+            config: Arc::new(config),
+        };
+        self.record(reference, target, &info).await?;
+        Ok(info)
+    }
+
+    /// The image manifest `target` names: through the index if it is one (picking this
+    /// platform's manifest), each read from the content store or fetched into it. Returns the
+    /// manifest's descriptor, the manifest, and the index's descriptor if there was one.
+    async fn fetch_manifest(
+        &self,
+        reference: &Reference,
+        target: &Descriptor,
+        creds: &Credentials,
+        lease: &str,
+    ) -> Result<(Descriptor, ImageManifest, Option<Descriptor>), PullError> {
+        let (manifest_desc, manifest_bytes, index) = if is_index_media_type(&target.media_type) {
+            let index_bytes = self
+                .small_blob(reference, target, creds, lease, Small::Index)
+                .await?;
+            let parsed = Manifest::parse(&target.media_type, &index_bytes)
+                .map_err(|e| self.manifest_err(reference, e))?;
+            let Manifest::Index(idx) = parsed else {
+                return Err(self.manifest_err(
+                    reference,
+                    ManifestError::UnsupportedMediaType(target.media_type.clone()),
+                ));
+            };
+            let chosen = select_platform(&idx, &self.config.os, &self.config.architecture, None)
+                .map_err(|e| self.manifest_err(reference, e))?
+                .clone();
+            let bytes = self
+                .small_blob(reference, &chosen, creds, lease, Small::Manifest)
+                .await?;
+            (chosen, bytes, Some(target.clone()))
+        } else {
+            let bytes = self
+                .small_blob(reference, target, creds, lease, Small::Manifest)
+                .await?;
+            (target.clone(), bytes, None)
+        };
+        let manifest = match Manifest::parse(&manifest_desc.media_type, &manifest_bytes)
+            .map_err(|e| self.manifest_err(reference, e))?
+        {
+            Manifest::Image(m) => *m,
+            Manifest::Index(_) => {
+                return Err(self.manifest_err(
+                    reference,
+                    ManifestError::UnsupportedMediaType(manifest_desc.media_type.clone()),
+                ))
+            }
+        };
+        Ok((manifest_desc, manifest, index))
+    }
+
+    /// GC labels bottom-up: config → top snapshot, manifest → config and layers, index →
+    /// manifest, so containerd keeps what the image needs once its records reference it.
+    async fn link_for_gc(
+        &self,
+        reference: &Reference,
+        manifest_desc: &Descriptor,
+        manifest: &ImageManifest,
+        index: Option<&Descriptor>,
+        top: &str,
+    ) -> Result<(), PullError> {
         let label = |k: String, v: String| (k, v);
         self.set_labels(
             reference,
             &manifest.config.digest.to_string(),
             HashMap::from([label(
                 format!("containerd.io/gc.ref.snapshot.{}", self.config.snapshotter),
-                top.clone(),
+                top.to_string(),
             )]),
         )
         .await?;
@@ -644,7 +689,7 @@ impl Inner {
             manifest_labels,
         )
         .await?;
-        if let Some((index_desc, _)) = &index {
+        if let Some(index_desc) = index {
             self.set_labels(
                 reference,
                 &index_desc.digest.to_string(),
@@ -655,22 +700,7 @@ impl Inner {
             )
             .await?;
         }
-
-        let size = manifest_desc.size
-            + manifest.config.size
-            + manifest.layers.iter().map(|l| l.size).sum::<u64>();
-        let info = ImageInfo {
-            id: manifest.config.digest.to_string(),
-            repo_tags: Default::default(),
-            repo_digests: Default::default(),
-            size,
-            user: config.config.user.clone().unwrap_or_default(),
-            chain_id: top,
-            pinned: false,
-            config: Arc::new(config),
-        };
-        self.record(reference, target, &info).await?;
-        Ok(info)
+        Ok(())
     }
 
     /// Creates/updates the image records for `reference` (its tag, if any, and its digest

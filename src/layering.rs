@@ -1,6 +1,6 @@
 //! The layering rules, checked on the source tree: only the CRI adapter and what wires it up
-//! (`server.rs`, `main.rs`, `lib.rs`) may use `crate::cri`, and the containerd error module is
-//! a leaf that uses nothing of remora's.
+//! (`server.rs`, `main.rs`, `lib.rs`) may use `crate::cri`, the containerd error module is
+//! a leaf that uses nothing of remora's, and `images/` matches no gRPC code.
 
 use std::path::{Path, PathBuf};
 
@@ -99,6 +99,39 @@ fn the_containerd_error_module_is_a_leaf() {
     assert!(
         uses.is_empty(),
         "containerd/error.rs uses remora modules: {uses:?}"
+    );
+}
+
+/// Image code decides on containerd's answers through `ContainerdError`'s predicates
+/// (`is_not_found`, `is_unavailable`, …): gRPC codes are matched only in `containerd/` and
+/// `cri/`. Test code (a `tests.rs`, or what follows a file's first `#[cfg(test)]`) may still
+/// build a fake containerd answer with a code.
+#[test]
+fn images_match_no_grpc_code() {
+    let dir = src().join("images");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let mut offenders = Vec::new();
+    for f in files.iter().filter(|f| !f.ends_with("tests.rs")) {
+        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let production = text.split("#[cfg(test)]").next().unwrap_or(&text);
+        for line in production
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+        {
+            let grouped = line
+                .split("tonic::{")
+                .nth(1)
+                .is_some_and(|g| g.split('}').next().unwrap_or(g).contains("Code"));
+            if line.contains("tonic::Code") || grouped {
+                offenders.push(format!("{}: {}", f.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "gRPC codes matched in images/:\n{}",
+        offenders.join("\n")
     );
 }
 

@@ -39,6 +39,38 @@ impl ContainerdError {
         self.code() == Some(Code::NotFound)
     }
 
+    /// Whether containerd answered that the object already exists (an unpack that lost the
+    /// race to commit a snapshot chain another pull committed first).
+    pub fn is_already_exists(&self) -> bool {
+        self.code() == Some(Code::AlreadyExists)
+    }
+
+    /// Whether containerd (or the transport to it) answered that it is unavailable for now:
+    /// a content ref locked by another writer, or containerd not reachable.
+    pub fn is_unavailable(&self) -> bool {
+        self.code() == Some(Code::Unavailable)
+    }
+
+    /// Whether containerd refused to commit written content because its digest or size did
+    /// not match the descriptor (`Content.Write` answering `FailedPrecondition`): the bytes
+    /// written were wrong, not merely incomplete.
+    pub fn is_content_commit_refused(&self) -> bool {
+        match self {
+            ContainerdError::Call { op, code, .. } => {
+                *op == "Content.Write" && *code == Code::FailedPrecondition
+            }
+            ContainerdError::Timeout { .. } => false,
+        }
+    }
+
+    /// containerd's message for a failed call; `None` for a timeout.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            ContainerdError::Timeout { .. } => None,
+            ContainerdError::Call { message, .. } => Some(message),
+        }
+    }
+
     /// Whether containerd answered that its connection to the task's shim is closed: the
     /// shim died while containerd kept running. containerd passes its ttrpc client's
     /// `ErrClosed` on unmapped (code Unknown, "ttrpc: closed"); the transport failing between
@@ -104,5 +136,37 @@ mod tests {
         };
         assert!(!timeout.is_not_found());
         assert_eq!(timeout.code(), None);
+    }
+
+    #[test]
+    fn already_exists_and_unavailable_are_told_apart() {
+        assert!(call(Code::AlreadyExists).is_already_exists());
+        assert!(!call(Code::NotFound).is_already_exists());
+        assert!(call(Code::Unavailable).is_unavailable());
+        assert!(!call(Code::Unknown).is_unavailable());
+        let timeout = ContainerdError::Timeout {
+            address: "/run/c.sock".into(),
+            after: Duration::from_secs(1),
+        };
+        assert!(!timeout.is_already_exists());
+        assert!(!timeout.is_unavailable());
+        assert_eq!(timeout.message(), None);
+    }
+
+    #[test]
+    fn only_a_refused_content_commit_is_one() {
+        let refused = |op, code| ContainerdError::Call {
+            address: "/run/c.sock".into(),
+            op,
+            code,
+            message: "unexpected commit digest".into(),
+        };
+        assert!(refused("Content.Write", Code::FailedPrecondition).is_content_commit_refused());
+        assert!(!refused("Content.Write", Code::NotFound).is_content_commit_refused());
+        assert!(!refused("Leases.Delete", Code::FailedPrecondition).is_content_commit_refused());
+        assert_eq!(
+            refused("Content.Write", Code::NotFound).message(),
+            Some("unexpected commit digest")
+        );
     }
 }

@@ -10,10 +10,18 @@
 //! - [`backend`] is what image management needs from containerd (narrow traits);
 //!   [`unpack`] applies layers into the snapshotter; [`store`] is the in-memory image index;
 //!   [`config_stream`] parses an image config as it streams by, never holding it whole.
+//! - The image service's operations, one file per RPC group as in `lifecycle/`
+//!   ([`image_pull`], [`image_remove`], [`image_status`]: ImageStatus and ListImages,
+//!   [`image_fs_info`]), over [`ImageRuntime`] and domain types; the CRI layer unpacks the
+//!   requests, calls them, and packs their results.
 
 pub mod backend;
 pub mod coalesce;
 pub mod config_stream;
+pub mod image_fs_info;
+pub mod image_pull;
+pub mod image_remove;
+pub mod image_status;
 pub mod manifest;
 pub mod pull;
 pub mod reference;
@@ -24,3 +32,18 @@ pub mod unpack;
 
 #[cfg(test)]
 mod props;
+
+use std::sync::Arc;
+
+use pull::{Backend, Puller};
+use store::ImageIndex;
+
+/// The image side of the runtime: what the image operations reach.
+pub struct ImageRuntime {
+    /// The in-memory image index.
+    pub index: Arc<ImageIndex>,
+    /// Pulls images.
+    pub puller: Puller,
+    /// containerd's content, images, leases, snapshots and diff services.
+    pub backend: Backend,
+}

@@ -23,6 +23,13 @@
 //!   time for the lock rather than failing the next pull of that blob.
 //! - **GC labels** link index → manifest → config/layers → top snapshot, so containerd keeps
 //!   what an image needs and frees what no image references once its records go.
+//!
+//! # Layout
+//! This file is the shared entry: the coalesced pull, resolve, the index/manifest/config
+//! fetch, GC labels and the image records. The layers take one of two strategies, chosen by
+//! [`PullConfig::transfer`]: remora's own registry client (`download`: blob downloads
+//! de-duplicated across pulls, resumed, applied through `Diff`), or containerd's Transfer
+//! service (`transfer`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,12 +37,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::{join_all, FutureExt};
 use futures_util::StreamExt;
 use slog::{debug, Logger};
 use thiserror::Error;
 use tokio::sync::Semaphore;
-use tonic::Code;
 
 use super::backend::{
     Blob, Content, ContentWriter, Differ, ImageRecord, Images, Leases, Snapshots, Transfer,
@@ -45,28 +50,21 @@ use super::coalesce::Coalescer;
 use super::config_stream::ConfigParser;
 use super::manifest::{
     is_index_media_type, select_platform, Descriptor, ImageConfig, ImageManifest, Manifest,
-    ManifestError, VerifyError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
+    ManifestError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
 };
 use super::reference::{Reference, ReferenceError};
 use super::registry::auth::Credentials;
 use super::registry::{RegistryClient, RegistryError};
 use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
 use super::store::{ImageIndex, ImageInfo};
-use super::unpack::{chain_ids, UnpackError, Unpacker};
+use super::unpack::{chain_ids, UnpackError};
 use crate::containerd::error::ContainerdError;
 use crate::metrics::Metrics;
-use remora_host::backoff::Backoff;
 
 /// Label containerd's CRI puts on images it manages; kept for tool compatibility.
 pub const LABEL_MANAGED: &str = "io.cri-containerd.image";
 /// Label marking an image kubelet must not garbage-collect.
 pub const LABEL_PINNED: &str = "io.cri-containerd.pinned";
-/// Times a broken blob transfer is resumed before the pull fails.
-const MAX_RESUMES: u32 = 3;
-/// First delay before resuming a broken transfer.
-const RESUME_BACKOFF_MIN: Duration = Duration::from_millis(200);
-/// Cap of that delay.
-const RESUME_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// How long containerd keeps a pull lease if remora dies mid-pull.
 const LEASE_EXPIRY_SECS: u64 = 3600;
 /// How long opening a content writer waits for a ref another writer holds. An abandoned
@@ -91,10 +89,7 @@ async fn open_writer(
     let mut delay = Duration::from_millis(10);
     loop {
         match content.writer(lease, write_ref, blob).await {
-            Err(ContainerdError::Call {
-                code: Code::Unavailable,
-                ..
-            }) if tokio::time::Instant::now() + delay < deadline => {
+            Err(e) if e.is_unavailable() && tokio::time::Instant::now() + delay < deadline => {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_millis(500));
             }
@@ -546,6 +541,8 @@ impl Inner {
                 .unwrap_or(false)
     }
 
+    /// The pull proper, under `lease`: the manifest, the config, the layers by the configured
+    /// strategy (containerd's Transfer service, or remora's own downloads), GC links, records.
     async fn fetch_and_unpack(
         &self,
         reference: &Reference,
@@ -553,43 +550,8 @@ impl Inner {
         creds: &Credentials,
         lease: &str,
     ) -> Result<ImageInfo, PullError> {
-        // Manifest (through an index if the reference names one).
-        let (manifest_desc, manifest_bytes, index) = if is_index_media_type(&target.media_type) {
-            let index_bytes = self
-                .small_blob(reference, target, creds, lease, Small::Index)
-                .await?;
-            let parsed = Manifest::parse(&target.media_type, &index_bytes)
-                .map_err(|e| self.manifest_err(reference, e))?;
-            let Manifest::Index(idx) = parsed else {
-                return Err(self.manifest_err(
-                    reference,
-                    ManifestError::UnsupportedMediaType(target.media_type.clone()),
-                ));
-            };
-            let chosen = select_platform(&idx, &self.config.os, &self.config.architecture, None)
-                .map_err(|e| self.manifest_err(reference, e))?
-                .clone();
-            let bytes = self
-                .small_blob(reference, &chosen, creds, lease, Small::Manifest)
-                .await?;
-            (chosen, bytes, Some((target.clone(), index_bytes)))
-        } else {
-            let bytes = self
-                .small_blob(reference, target, creds, lease, Small::Manifest)
-                .await?;
-            (target.clone(), bytes, None)
-        };
-        let manifest = match Manifest::parse(&manifest_desc.media_type, &manifest_bytes)
-            .map_err(|e| self.manifest_err(reference, e))?
-        {
-            Manifest::Image(m) => *m,
-            Manifest::Index(_) => {
-                return Err(self.manifest_err(
-                    reference,
-                    ManifestError::UnsupportedMediaType(manifest_desc.media_type.clone()),
-                ))
-            }
-        };
+        let (manifest_desc, manifest, index) =
+            self.fetch_manifest(reference, target, creds, lease).await?;
 
         // Config, parsed as it streams by.
         let config = self
@@ -622,14 +584,92 @@ impl Inner {
             }
         };
 
-        // GC labels bottom-up, then the image records.
+        self.link_for_gc(reference, &manifest_desc, &manifest, index.as_ref(), &top)
+            .await?;
+
+        let size = manifest_desc.size
+            + manifest.config.size
+            + manifest.layers.iter().map(|l| l.size).sum::<u64>();
+        let info = ImageInfo {
+            id: manifest.config.digest.to_string(),
+            repo_tags: Default::default(),
+            repo_digests: Default::default(),
+            size,
+            user: config.config.user.clone().unwrap_or_default(),
+            chain_id: top,
+            pinned: false,
+            config: Arc::new(config),
+        };
+        self.record(reference, target, &info).await?;
+        Ok(info)
+    }
+
+    /// The image manifest `target` names: through the index if it is one (picking this
+    /// platform's manifest), each read from the content store or fetched into it. Returns the
+    /// manifest's descriptor, the manifest, and the index's descriptor if there was one.
+    async fn fetch_manifest(
+        &self,
+        reference: &Reference,
+        target: &Descriptor,
+        creds: &Credentials,
+        lease: &str,
+    ) -> Result<(Descriptor, ImageManifest, Option<Descriptor>), PullError> {
+        let (manifest_desc, manifest_bytes, index) = if is_index_media_type(&target.media_type) {
+            let index_bytes = self
+                .small_blob(reference, target, creds, lease, Small::Index)
+                .await?;
+            let parsed = Manifest::parse(&target.media_type, &index_bytes)
+                .map_err(|e| self.manifest_err(reference, e))?;
+            let Manifest::Index(idx) = parsed else {
+                return Err(self.manifest_err(
+                    reference,
+                    ManifestError::UnsupportedMediaType(target.media_type.clone()),
+                ));
+            };
+            let chosen = select_platform(&idx, &self.config.os, &self.config.architecture, None)
+                .map_err(|e| self.manifest_err(reference, e))?
+                .clone();
+            let bytes = self
+                .small_blob(reference, &chosen, creds, lease, Small::Manifest)
+                .await?;
+            (chosen, bytes, Some(target.clone()))
+        } else {
+            let bytes = self
+                .small_blob(reference, target, creds, lease, Small::Manifest)
+                .await?;
+            (target.clone(), bytes, None)
+        };
+        let manifest = match Manifest::parse(&manifest_desc.media_type, &manifest_bytes)
+            .map_err(|e| self.manifest_err(reference, e))?
+        {
+            Manifest::Image(m) => *m,
+            Manifest::Index(_) => {
+                return Err(self.manifest_err(
+                    reference,
+                    ManifestError::UnsupportedMediaType(manifest_desc.media_type.clone()),
+                ))
+            }
+        };
+        Ok((manifest_desc, manifest, index))
+    }
+
+    /// GC labels bottom-up: config → top snapshot, manifest → config and layers, index →
+    /// manifest, so containerd keeps what the image needs once its records reference it.
+    async fn link_for_gc(
+        &self,
+        reference: &Reference,
+        manifest_desc: &Descriptor,
+        manifest: &ImageManifest,
+        index: Option<&Descriptor>,
+        top: &str,
+    ) -> Result<(), PullError> {
         let label = |k: String, v: String| (k, v);
         self.set_labels(
             reference,
             &manifest.config.digest.to_string(),
             HashMap::from([label(
                 format!("containerd.io/gc.ref.snapshot.{}", self.config.snapshotter),
-                top.clone(),
+                top.to_string(),
             )]),
         )
         .await?;
@@ -649,7 +689,7 @@ impl Inner {
             manifest_labels,
         )
         .await?;
-        if let Some((index_desc, _)) = &index {
+        if let Some(index_desc) = index {
             self.set_labels(
                 reference,
                 &index_desc.digest.to_string(),
@@ -660,88 +700,7 @@ impl Inner {
             )
             .await?;
         }
-
-        let size = manifest_desc.size
-            + manifest.config.size
-            + manifest.layers.iter().map(|l| l.size).sum::<u64>();
-        let info = ImageInfo {
-            id: manifest.config.digest.to_string(),
-            repo_tags: Default::default(),
-            repo_digests: Default::default(),
-            size,
-            user: config.config.user.clone().unwrap_or_default(),
-            chain_id: top,
-            pinned: false,
-            config: Arc::new(config),
-        };
-        self.record(reference, target, &info).await?;
-        Ok(info)
-    }
-
-    /// Downloads the layers through remora's registry client into containerd's content
-    /// store and applies them in order; returns the top snapshot's chain id.
-    async fn download_and_unpack(
-        &self,
-        reference: &Reference,
-        manifest: &ImageManifest,
-        diff_ids: &[String],
-        creds: &Credentials,
-        lease: &str,
-    ) -> Result<String, PullError> {
-        // Layers download concurrently, de-duplicated by digest across pulls and bounded by
-        // the download semaphore; each is applied as soon as it and every layer below it are
-        // stored, while the layers above still download: a big pull costs about its slowest
-        // stage (download, or containerd's decompress-and-write in Diff.Apply), not their sum.
-        let source_label = format!("containerd.io/distribution.source.{}", reference.registry);
-        let source_repo = reference.repository.clone();
-        // Shared: the download of layer i is awaited both by the join below and, in order,
-        // by the unpacking; it runs once, polled by either.
-        let fetches: Vec<_> = manifest
-            .layers
-            .iter()
-            .zip(diff_ids)
-            .map(|(layer, diff_id)| {
-                let labels = HashMap::from([
-                    ("containerd.io/uncompressed".to_string(), diff_id.clone()),
-                    (source_label.clone(), source_repo.clone()),
-                ]);
-                self.layer(reference, layer, creds, lease, labels)
-                    .boxed()
-                    .shared()
-            })
-            .collect();
-        let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();
-        let unpacking = async {
-            let mut unpacker = Unpacker::new(
-                self.backend.snapshots.as_ref(),
-                self.backend.differ.as_ref(),
-                lease,
-                &self.config.snapshotter,
-                diff_ids,
-            );
-            for (blob, fetched) in layer_blobs.iter().zip(&fetches) {
-                // A failed download stops the unpacking; the join reports it.
-                fetched.clone().await?;
-                unpacker
-                    .apply_next(blob)
-                    .await
-                    .map_err(|e| PullError::Unpack {
-                        reference: reference.to_string(),
-                        source: Arc::new(e),
-                    })?;
-            }
-            Ok::<String, PullError>(unpacker.into_top())
-        };
-        // Wait for every download even after a failure (no fail-fast), the unpacking's
-        // included: each download deletes its own lease when it ends, so once all have
-        // ended, deleting this pull's lease with sync GC leaves nothing of a failed pull
-        // behind (the snapshots applied so far were made in it too). A download's failure
-        // comes first: it is why the unpacking stopped.
-        let (downloaded, unpacked) = tokio::join!(join_all(fetches.iter().cloned()), unpacking);
-        for result in downloaded {
-            result?;
-        }
-        unpacked
+        Ok(())
     }
 
     /// Creates/updates the image records for `reference` (its tag, if any, and its digest
@@ -930,177 +889,6 @@ impl Inner {
             .await
             .map_err(|e| self.manifest_err(reference, e))
     }
-
-    /// Makes sure one layer blob is in the content store, downloading it at most once across
-    /// all concurrent pulls.
-    async fn layer(
-        &self,
-        reference: &Reference,
-        desc: &Descriptor,
-        creds: &Credentials,
-        lease: &str,
-        labels: HashMap<String, String>,
-    ) -> Result<(), PullError> {
-        let digest = desc.digest.to_string();
-        if self.protect(reference, lease, &digest).await? {
-            self.metrics.blob_dedup_hit("stored");
-            return Ok(());
-        }
-        let job = BlobJob {
-            metrics: self.metrics.clone(),
-            backend: self.backend.clone(),
-            registry: self.registry.clone(),
-            downloads: self.downloads.clone(),
-            reference: reference.clone(),
-            desc: desc.clone(),
-            creds: creds.clone(),
-            labels,
-        };
-        let led = AtomicBool::new(false);
-        let result = self
-            .blobs
-            .run(digest, |_cancel| {
-                led.store(true, Ordering::Relaxed);
-                job.run()
-            })
-            .await;
-        if !led.load(Ordering::Relaxed) {
-            self.metrics.blob_dedup_hit("in_flight");
-        }
-        result
-    }
-}
-
-/// One blob download into the content store, owned by a spawned task so it outlives any
-/// single waiter. It writes under a lease of its own: the waiting pulls protect the blob with
-/// their leases, and any of them may fail and delete its lease while the download goes on.
-struct BlobJob {
-    metrics: Metrics,
-    backend: Backend,
-    registry: Arc<RegistryClient>,
-    downloads: Arc<Semaphore>,
-    reference: Reference,
-    desc: Descriptor,
-    creds: Credentials,
-    labels: HashMap<String, String>,
-}
-
-impl BlobJob {
-    async fn run(self) -> Result<(), PullError> {
-        let _permit = self
-            .downloads
-            .acquire()
-            .await
-            .map_err(|_| PullError::ShuttingDown {
-                reference: self.reference.to_string(),
-            })?;
-        let lease = lease_id("blob");
-        self.backend
-            .leases
-            .create(&lease, LEASE_EXPIRY_SECS)
-            .await
-            .map_err(|e| self.containerd_err(e))?;
-        let write_ref = format!("remora-{}", self.desc.digest);
-        let result = self.download(&lease, &write_ref).await;
-        if result.is_ok() {
-            // Test hook (only `kill` is meaningful here): die with a blob stored under a lease.
-            let _ = crate::failpoint::hit("pull.after_blob", &self.reference.to_string()).await;
-        }
-        if let Err(e) = &result {
-            if is_bad_data(e) {
-                // The ingest holds bytes that do not hash to the digest: resuming from it
-                // would fail the same way forever. Best effort: the pull error is what matters.
-                let _ = self.backend.content.abort(&write_ref).await;
-            }
-        }
-        // Not synchronous: once committed, the blob is held by the waiting pulls' leases;
-        // after a failure GC removes the partial ingest whenever it runs. If the job is
-        // dropped before this point, containerd expires the lease.
-        let cleanup = self.backend.leases.delete(&lease, false).await;
-        result?;
-        cleanup.map_err(|e| self.containerd_err(e))
-    }
-
-    fn containerd_err(&self, source: ContainerdError) -> PullError {
-        PullError::Containerd {
-            reference: self.reference.to_string(),
-            source,
-        }
-    }
-
-    async fn download(&self, lease: &str, write_ref: &str) -> Result<(), PullError> {
-        let cerr = |source| self.containerd_err(source);
-        let blob = to_blob(&self.desc);
-        let Some(mut writer) = open_writer(self.backend.content.as_ref(), lease, write_ref, &blob)
-            .await
-            .map_err(cerr)?
-        else {
-            return Ok(()); // stored meanwhile
-        };
-        // The offset is what containerd already holds: an interrupted earlier write to resume,
-        // or the whole blob when another namespace stored it (containerd shares blob data
-        // across namespaces and only needs the commit to link it into ours).
-        // A transfer that breaks mid-blob (connection reset, registry restart) resumes from
-        // what containerd already holds, a few times, with backoff; other errors fail at once.
-        let mut backoff = Backoff::new(RESUME_BACKOFF_MIN, RESUME_BACKOFF_MAX);
-        let mut resumes = 0;
-        // The host the bytes came from, for a digest mismatch found at the commit.
-        let mut host = self.reference.registry.clone();
-        while writer.offset() < self.desc.size {
-            let result = async {
-                // Only containerd reads these bytes, and it hashes them as it writes them and
-                // refuses a commit whose digest or size is wrong: hashing them here too
-                // cost a second pass over every byte (a fifth of remora's CPU time in a big
-                // pull). A wrong blob is still caught before anything uses it.
-                let mut stream = self
-                    .registry
-                    .fetch_blob(&self.reference, &self.desc, writer.offset(), &self.creds)
-                    .await?
-                    .digest_checked_by_store();
-                host = stream.host().to_string();
-
-                while let Some(chunk) = stream.next().await {
-                    let chunk = chunk?;
-                    self.metrics.pull_bytes(chunk.len() as u64);
-                    writer.write(chunk).await.map_err(cerr)?;
-                }
-                Ok::<(), PullError>(())
-            }
-            .await;
-            if let Err(PullError::Registry(RegistryError::Stalled { .. })) = &result {
-                self.metrics.pull_stalled();
-            }
-            match result {
-                Ok(()) => break,
-                Err(PullError::Registry(e)) if e.is_retriable() && resumes < MAX_RESUMES => {
-                    resumes += 1;
-                    tokio::time::sleep(backoff.next_delay()).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        // containerd verifies the digest and size at commit, including the resumed prefix. A
-        // refusal means the registry sent the wrong bytes: reported as the registry's
-        // (DATA_LOSS), as when remora hashed layers itself.
-        writer
-            .commit(self.labels.clone())
-            .await
-            .map_err(|e| match e {
-                ContainerdError::Call {
-                    op: "Content.Write",
-                    code: Code::FailedPrecondition,
-                    message,
-                    ..
-                } => PullError::Registry(RegistryError::Verify {
-                    reference: self.reference.to_string(),
-                    host,
-                    what: format!("blob {}", self.desc.digest),
-                    source: VerifyError::RefusedByStore(message),
-                }),
-                e => cerr(e),
-            })?;
-        Ok(())
-    }
 }
 
 /// The kinds of blob read into memory whole, each with its size limit.
@@ -1120,19 +908,6 @@ impl Small {
             Small::Config => ("image config", MAX_CONFIG_SIZE),
         };
         ManifestError::check_size(what, digest, size, limit)
-    }
-}
-
-/// Errors that mean the downloaded bytes are wrong (not merely incomplete).
-fn is_bad_data(e: &PullError) -> bool {
-    match e {
-        PullError::Registry(RegistryError::Verify { .. }) => true,
-        // containerd refuses a commit whose digest or size does not match.
-        PullError::Containerd {
-            source: ContainerdError::Call { code, op, .. },
-            ..
-        } => *op == "Content.Write" && *code == tonic::Code::FailedPrecondition,
-        _ => false,
     }
 }
 
@@ -1235,6 +1010,7 @@ pub enum LoadError {
 /// How long the warm path's cached digest lasts by default.
 pub const DEFAULT_DIGEST_TTL: Duration = Duration::from_secs(10);
 
+mod download;
 mod transfer;
 pub use transfer::TransferFailure;
 

@@ -19,7 +19,6 @@ use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 use thiserror::Error;
-use tonic::Code;
 
 use super::backend::{Blob, Differ, Snapshots};
 use crate::containerd::error::ContainerdError;
@@ -191,10 +190,7 @@ impl<'a> Unpacker<'a> {
                 {
                     Ok(()) => Ok(()),
                     // A concurrent unpack committed this chain first; ours is redundant.
-                    Err(ContainerdError::Call {
-                        code: Code::AlreadyExists,
-                        ..
-                    }) => {
+                    Err(e) if e.is_already_exists() => {
                         snapshots.remove(snapshotter, &key).await?;
                         Ok(())
                     }
@@ -234,6 +230,7 @@ pub(crate) mod tests {
     use crate::images::backend::{Mount, Usage};
     use std::collections::BTreeMap;
     use std::sync::Mutex;
+    use tonic::Code;
 
     /// In-memory snapshotter: name -> (parent, committed).
     #[derive(Default)]
@@ -281,7 +278,7 @@ pub(crate) mod tests {
             Err(ContainerdError::Call {
                 address: "/fake".into(),
                 op: "Snapshots.View",
-                code: tonic::Code::Unimplemented,
+                code: Code::Unimplemented,
                 message: "the unpack fake makes no views".into(),
             })
         }

@@ -40,15 +40,15 @@ pub enum TransferFailure {
 impl TransferFailure {
     /// Classifies containerd's answer to `Transfer.Transfer`.
     pub fn of(e: &ContainerdError) -> Self {
-        let ContainerdError::Call { code, message, .. } = e else {
+        let Some(message) = e.message() else {
             return TransferFailure::Unreachable;
         };
         let m = message.to_ascii_lowercase();
         if m.contains("unexpected commit digest") || m.contains("unexpected commit size") {
             TransferFailure::Verify
-        } else if *code == tonic::Code::NotFound || m.contains("not found") {
+        } else if e.is_not_found() || m.contains("not found") {
             TransferFailure::NotFound
-        } else if *code == tonic::Code::Unavailable
+        } else if e.is_unavailable()
             || [
                 "unexpected eof",
                 "connection refused",

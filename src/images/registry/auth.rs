@@ -613,7 +613,7 @@ async fn fetch_token(
         .timeout(timeout)
         .send()
         .await
-        .map_err(|e| unavailable(super::error::error_chain(&e)))?;
+        .map_err(|e| unavailable(super::chain::error_chain(&e)))?;
     let status = resp.status();
     if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
         return Err(AuthError::Refused {
@@ -637,7 +637,7 @@ async fn fetch_token(
     while let Some(chunk) = resp
         .chunk()
         .await
-        .map_err(|e| unavailable(super::error::error_chain(&e)))?
+        .map_err(|e| unavailable(super::chain::error_chain(&e)))?
     {
         if (body.len() + chunk.len()) as u64 > MAX_TOKEN_BODY {
             return Err(too_large());

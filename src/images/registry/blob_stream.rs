@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use tokio::time::{Instant, Sleep};
 
-use super::client::RegistryConfig;
+use super::config::RegistryConfig;
 use super::error::{Ctx, RegistryError};
 use crate::images::manifest::{Digest, DigestVerifier, VerifyError};
 

@@ -22,21 +22,17 @@
 //! [`super::blob_stream`] is the verifying, stall-detecting blob body; [`super::error`] is
 //! the error type.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::Duration;
-
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
 
-use super::auth::{Authorizer, Credentials};
+use super::auth::Credentials;
 use super::blob_stream::{BlobStream, StallDetector};
-use super::error::{error_chain, Ctx};
+use super::config::RegistryConfig;
+use super::error::Ctx;
 // Re-exported: `registry::client::RegistryError` is the error's historical path.
 pub use super::error::RegistryError;
-use super::transport::{http_builder, Capability, Req, TlsKey};
+use super::transport::{Capability, Req, Transport};
 use crate::images::manifest::{
     is_image_manifest_media_type, is_index_media_type, Descriptor, Digest, DigestVerifier,
     VerifyError, MANIFEST_MEDIA_TYPES,
@@ -46,43 +42,6 @@ use crate::images::reference::Reference;
 // Largest manifest accepted: a manifest is read into memory (see the constant's docs).
 pub use crate::images::manifest::MAX_MANIFEST_SIZE;
 const DOCKER_CONTENT_DIGEST: &str = "docker-content-digest";
-
-/// Settings of a [`RegistryClient`].
-#[derive(Debug, Clone)]
-pub struct RegistryConfig {
-    /// containerd-style hosts directory (`/etc/containerd/certs.d`); `None`: no mirrors.
-    pub config_path: Option<PathBuf>,
-    /// Granularity of the stall detector's byte counting.
-    pub stall_window: Duration,
-    /// Fewer bytes than this within `stall_timeout` is a stall. 0 disables detection.
-    pub stall_min_bytes: u64,
-    /// The period over which `stall_min_bytes` must arrive.
-    pub stall_timeout: Duration,
-    /// First retry delay.
-    pub retry_min: Duration,
-    /// Largest retry delay.
-    pub retry_max: Duration,
-    /// Attempts per request on the last host, including the first (at least 1).
-    pub max_attempts: u32,
-    /// Bound on connecting plus waiting for headers, and on reading a manifest.
-    pub request_timeout: Duration,
-}
-
-impl Default for RegistryConfig {
-    fn default() -> Self {
-        Self {
-            config_path: None,
-            stall_window: Duration::from_secs(5),
-            // 64 KiB per minute: slower than that, a layer will not finish in useful time.
-            stall_min_bytes: 64 << 10,
-            stall_timeout: Duration::from_secs(60),
-            retry_min: Duration::from_millis(500),
-            retry_max: Duration::from_secs(30),
-            max_attempts: 5,
-            request_timeout: Duration::from_secs(30),
-        }
-    }
-}
 
 /// A resolved reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,32 +56,21 @@ pub struct Resolved {
 /// per-TLS-setting HTTP clients.
 #[derive(Debug)]
 pub struct RegistryClient {
-    pub(super) config: RegistryConfig,
-    pub(super) http: reqwest::Client,
-    pub(super) tls_clients: Mutex<HashMap<TlsKey, reqwest::Client>>,
-    pub(super) auth: Authorizer,
+    transport: Transport,
 }
 
 impl RegistryClient {
     /// A client with `config`. Fails only if the TLS backend cannot start.
     pub fn new(config: RegistryConfig) -> Result<Self, RegistryError> {
-        let http = http_builder(&config)
-            .build()
-            .map_err(|e| RegistryError::ClientInit {
-                reason: error_chain(&e),
-            })?;
         Ok(Self {
-            config,
-            http,
-            tls_clients: Mutex::new(HashMap::new()),
-            auth: Authorizer::new(),
+            transport: Transport::new(config)?,
         })
     }
 
     /// Whether `host` (`host[:port]`) has named a token realm that may not be sent the
     /// registry's credentials; see [`super::auth::realm_may_get_secrets`].
     pub fn realm_is_foreign(&self, host: &str) -> bool {
-        self.auth.realm_is_foreign(host)
+        self.transport.auth.realm_is_foreign(host)
     }
 
     /// The manifest (or index) `reference` names: its media type, digest and size.
@@ -160,7 +108,7 @@ impl RegistryClient {
             accept: Some(MANIFEST_MEDIA_TYPES.join(", ")),
             range_from: 0,
         };
-        let (resp, host) = self.execute(reference, creds, &req).await?;
+        let (resp, host) = self.transport.execute(reference, creds, &req).await?;
         let ctx = Ctx {
             reference: reference.to_string(),
             host: &host,
@@ -201,7 +149,7 @@ impl RegistryClient {
 
         // HEAD did not tell enough: fetch the manifest and hash it.
         req.method = Method::GET;
-        let (resp, host) = self.execute(reference, creds, &req).await?;
+        let (resp, host) = self.transport.execute(reference, creds, &req).await?;
         let ctx = Ctx {
             reference: reference.to_string(),
             host: &host,
@@ -210,7 +158,10 @@ impl RegistryClient {
         let header_digest = content_digest(resp.headers(), &ctx)?;
         let media_type = content_type(resp.headers());
         // One byte over the limit tells a manifest cut off at the limit from one of its size.
-        let body = self.read_body(resp, MAX_MANIFEST_SIZE + 1, &ctx).await?;
+        let body = self
+            .transport
+            .read_body(resp, MAX_MANIFEST_SIZE + 1, &ctx)
+            .await?;
         if body.len() as u64 > MAX_MANIFEST_SIZE {
             return Err(ctx.too_large(body.len() as u64, MAX_MANIFEST_SIZE));
         }
@@ -254,14 +205,14 @@ impl RegistryClient {
             }
             .too_large(desc.size, MAX_MANIFEST_SIZE));
         }
-        let (resp, host) = self.execute(reference, creds, &req).await?;
+        let (resp, host) = self.transport.execute(reference, creds, &req).await?;
         let ctx = Ctx {
             reference: reference.to_string(),
             host: &host,
             what: &what,
         };
         // One byte over the expected size is enough to report a size mismatch.
-        let body = self.read_body(resp, desc.size + 1, &ctx).await?;
+        let body = self.transport.read_body(resp, desc.size + 1, &ctx).await?;
         let mut v = DigestVerifier::new(desc.digest.clone(), Some(desc.size));
         v.update(&body).map_err(|e| ctx.verify(e))?;
         v.finish().map_err(|e| ctx.verify(e))?;
@@ -298,7 +249,7 @@ impl RegistryClient {
             accept: None,
             range_from: offset,
         };
-        let (resp, host) = self.execute(reference, creds, &req).await?;
+        let (resp, host) = self.transport.execute(reference, creds, &req).await?;
         let ctx = Ctx {
             reference: reference.to_string(),
             host: &host,
@@ -333,7 +284,7 @@ impl RegistryClient {
             position: start,
             received: 0,
             verifier,
-            stall: StallDetector::new(&self.config),
+            stall: StallDetector::new(&self.transport.config),
             done: false,
         })
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::auth::AuthError;
+use super::chain::error_chain;
 use super::hosts::HostsError;
 use crate::images::manifest::{Digest, VerifyError};
 
@@ -242,18 +243,6 @@ impl RegistryError {
             _ => None,
         }
     }
-}
-
-/// `e` and its causes, `: `-joined; reqwest's own message omits the interesting part.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Context for errors.

@@ -254,6 +254,52 @@ pub fn parse_hosts_toml(
     Ok(hosts)
 }
 
+/// One host entry's table in a hosts.toml: its fields read with errors that name the file and
+/// the field (`server` fields by their own name, a mirror's as `<key>.<field>`).
+struct Entry<'a> {
+    file: &'a Path,
+    key: &'a str,
+    cfg: &'a Table,
+}
+
+impl Entry<'_> {
+    fn invalid(&self, field: &str, reason: String) -> HostsError {
+        HostsError::Invalid {
+            path: self.file.to_owned(),
+            key: if self.key == "server" {
+                field.to_owned()
+            } else {
+                format!("{}.{field}", self.key)
+            },
+            reason,
+        }
+    }
+
+    fn boolean(&self, field: &str) -> Result<bool, HostsError> {
+        match self.cfg.get(field) {
+            None => Ok(false),
+            Some(Value::Boolean(b)) => Ok(*b),
+            Some(_) => Err(self.invalid(field, "must be true or false".into())),
+        }
+    }
+
+    fn strings(&self, field: &str) -> Result<Vec<String>, HostsError> {
+        match self.cfg.get(field) {
+            None => Ok(Vec::new()),
+            Some(Value::String(s)) => Ok(vec![s.clone()]),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_str().map(str::to_owned).ok_or_else(|| {
+                        self.invalid(field, "must be a string or a list of strings".into())
+                    })
+                })
+                .collect(),
+            Some(_) => Err(self.invalid(field, "must be a string or a list of strings".into())),
+        }
+    }
+}
+
 fn parse_host(
     file: &Path,
     dir: &Path,
@@ -261,42 +307,11 @@ fn parse_host(
     url: Option<&str>,
     cfg: &Table,
 ) -> Result<RegistryHost, HostsError> {
-    let invalid = |field: &str, reason: String| HostsError::Invalid {
-        path: file.to_owned(),
-        key: if key == "server" {
-            field.to_owned()
-        } else {
-            format!("{key}.{field}")
-        },
-        reason,
-    };
-    let boolean = |field: &str| match cfg.get(field) {
-        None => Ok(false),
-        Some(Value::Boolean(b)) => Ok(*b),
-        Some(_) => Err(invalid(field, "must be true or false".into())),
-    };
-    let strings = |field: &str| -> Result<Vec<String>, HostsError> {
-        match cfg.get(field) {
-            None => Ok(Vec::new()),
-            Some(Value::String(s)) => Ok(vec![s.clone()]),
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_str().map(str::to_owned).ok_or_else(|| {
-                        invalid(field, "must be a string or a list of strings".into())
-                    })
-                })
-                .collect(),
-            Some(_) => Err(invalid(
-                field,
-                "must be a string or a list of strings".into(),
-            )),
-        }
-    };
-    let override_path = boolean("override_path")?;
-    let skip_verify = boolean("skip_verify")?;
+    let entry = Entry { file, key, cfg };
+    let override_path = entry.boolean("override_path")?;
+    let skip_verify = entry.boolean("skip_verify")?;
     if cfg.contains_key("client") {
-        return Err(invalid(
+        return Err(entry.invalid(
             "client",
             "(TLS client certificates) is not supported by remora".into(),
         ));
@@ -305,60 +320,11 @@ fn parse_host(
     let mut host = RegistryHost::default_for("");
     host.skip_verify = skip_verify;
     if let Some(raw) = url {
-        // containerd: a URL without a scheme is https.
-        let with_scheme = if raw.starts_with("http") {
-            raw.to_owned()
-        } else {
-            format!("https://{raw}")
-        };
-        let u =
-            url::Url::parse(&with_scheme).map_err(|e| invalid("url", format!("{raw:?}: {e}")))?;
-        host.scheme = match u.scheme() {
-            "http" => Scheme::Http,
-            "https" => Scheme::Https,
-            other => {
-                return Err(invalid(
-                    "url",
-                    format!("{raw:?}: unsupported scheme {other}"),
-                ))
-            }
-        };
-        let h = u
-            .host_str()
-            .ok_or_else(|| invalid("url", format!("{raw:?} has no host")))?;
-        host.host = match u.port() {
-            Some(p) => format!("{h}:{p}"),
-            None => h.to_owned(),
-        };
-        let path = u.path().trim_end_matches('/');
-        host.path = if override_path || path.ends_with(API_ROOT) {
-            path.to_owned()
-        } else {
-            format!("{path}{API_ROOT}")
-        };
+        set_endpoint(&entry, &mut host, raw, override_path)?;
     }
-
-    let caps = strings("capabilities")?;
-    host.capabilities = if caps.is_empty() {
-        Capabilities::ALL
-    } else {
-        let mut c = Capabilities::default();
-        for cap in caps {
-            match cap.to_ascii_lowercase().as_str() {
-                "pull" => c.pull = true,
-                "resolve" => c.resolve = true,
-                "push" => c.push = true,
-                other => {
-                    return Err(invalid(
-                        "capabilities",
-                        format!("has unknown capability {other:?} (want pull, resolve, push)"),
-                    ))
-                }
-            }
-        }
-        c
-    };
-    host.ca = strings("ca")?
+    host.capabilities = capabilities(&entry, entry.strings("capabilities")?)?;
+    host.ca = entry
+        .strings("ca")?
         .into_iter()
         .map(|p| {
             let p = PathBuf::from(p);
@@ -370,50 +336,108 @@ fn parse_host(
         })
         .collect();
     if let Some(h) = cfg.get("header") {
-        let h = h
-            .as_table()
-            .ok_or_else(|| invalid("header", "must be a table".into()))?;
-        for (name, v) in h {
-            let values = match v {
-                Value::String(s) => vec![s.clone()],
-                Value::Array(a) => a
-                    .iter()
-                    .map(|x| x.as_str().map(str::to_owned))
-                    .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| {
-                        invalid(
-                            "header",
-                            format!("{name:?} must be a string or list of strings"),
-                        )
-                    })?,
-                _ => {
-                    return Err(invalid(
-                        "header",
-                        format!("{name:?} must be a string or list of strings"),
-                    ))
-                }
-            };
-            // Checked here so a bad header is a config error, not a silently dropped one.
-            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(invalid(
-                    "header",
-                    format!("{name:?} is not a valid header name"),
-                ));
-            }
-            if let Some(bad) = values
-                .iter()
-                .find(|v| reqwest::header::HeaderValue::from_str(v).is_err())
-            {
-                return Err(invalid(
-                    "header",
-                    format!("{name:?} has an invalid value {bad:?}"),
-                ));
-            }
-            host.header
-                .extend(values.into_iter().map(|v| (name.clone(), v)));
-        }
+        host.header.extend(headers(&entry, h)?);
     }
     Ok(host)
+}
+
+/// Sets `host`'s scheme, `host[:port]` and API path from the entry's URL `raw`.
+fn set_endpoint(
+    entry: &Entry<'_>,
+    host: &mut RegistryHost,
+    raw: &str,
+    override_path: bool,
+) -> Result<(), HostsError> {
+    // containerd: a URL without a scheme is https.
+    let with_scheme = if raw.starts_with("http") {
+        raw.to_owned()
+    } else {
+        format!("https://{raw}")
+    };
+    let u =
+        url::Url::parse(&with_scheme).map_err(|e| entry.invalid("url", format!("{raw:?}: {e}")))?;
+    host.scheme = match u.scheme() {
+        "http" => Scheme::Http,
+        "https" => Scheme::Https,
+        other => return Err(entry.invalid("url", format!("{raw:?}: unsupported scheme {other}"))),
+    };
+    let h = u
+        .host_str()
+        .ok_or_else(|| entry.invalid("url", format!("{raw:?} has no host")))?;
+    host.host = match u.port() {
+        Some(p) => format!("{h}:{p}"),
+        None => h.to_owned(),
+    };
+    let path = u.path().trim_end_matches('/');
+    host.path = if override_path || path.ends_with(API_ROOT) {
+        path.to_owned()
+    } else {
+        format!("{path}{API_ROOT}")
+    };
+    Ok(())
+}
+
+/// The entry's `capabilities`; none listed is all of them.
+fn capabilities(entry: &Entry<'_>, caps: Vec<String>) -> Result<Capabilities, HostsError> {
+    if caps.is_empty() {
+        return Ok(Capabilities::ALL);
+    }
+    let mut c = Capabilities::default();
+    for cap in caps {
+        match cap.to_ascii_lowercase().as_str() {
+            "pull" => c.pull = true,
+            "resolve" => c.resolve = true,
+            "push" => c.push = true,
+            other => {
+                return Err(entry.invalid(
+                    "capabilities",
+                    format!("has unknown capability {other:?} (want pull, resolve, push)"),
+                ))
+            }
+        }
+    }
+    Ok(c)
+}
+
+/// The entry's `header` table as (name, value) pairs, each name and value checked here so a
+/// bad header is a config error, not a silently dropped one.
+fn headers(entry: &Entry<'_>, table: &Value) -> Result<Vec<(String, String)>, HostsError> {
+    let table = table
+        .as_table()
+        .ok_or_else(|| entry.invalid("header", "must be a table".into()))?;
+    let mut out = Vec::new();
+    for (name, v) in table {
+        let values = match v {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(a) => a
+                .iter()
+                .map(|x| x.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| {
+                    entry.invalid(
+                        "header",
+                        format!("{name:?} must be a string or list of strings"),
+                    )
+                })?,
+            _ => {
+                return Err(entry.invalid(
+                    "header",
+                    format!("{name:?} must be a string or list of strings"),
+                ))
+            }
+        };
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(entry.invalid("header", format!("{name:?} is not a valid header name")));
+        }
+        if let Some(bad) = values
+            .iter()
+            .find(|v| reqwest::header::HeaderValue::from_str(v).is_err())
+        {
+            return Err(entry.invalid("header", format!("{name:?} has an invalid value {bad:?}")));
+        }
+        out.extend(values.into_iter().map(|v| (name.clone(), v)));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -2,17 +2,23 @@
 //! ([`auth`]), the operations ([`client`]), one request across mirrors with retries
 //! (`transport`), the verifying, stall-detecting blob body ([`blob_stream`]) and the error
 //! every message of which names the reference and host ([`error`]).
+//!
+//! Imports run one way: `client` → `transport` → `auth`/`hosts`, each → `error` → `chain`;
+//! the settings (`config`) are a leaf all of them read.
 
 pub mod auth;
 pub mod blob_stream;
+mod chain;
 pub mod client;
+mod config;
 pub mod error;
 pub mod hosts;
 mod transport;
 
 pub use auth::Credentials;
 pub use blob_stream::BlobStream;
-pub use client::{RegistryClient, RegistryConfig, Resolved};
+pub use client::{RegistryClient, Resolved};
+pub use config::RegistryConfig;
 pub use error::RegistryError;
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -12,9 +12,10 @@ use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, RANGE, WWW_AUTHENTICATE};
 use reqwest::{Method, StatusCode};
 
-use super::auth::{AuthError, Challenge, Credentials};
-use super::client::{RegistryClient, RegistryConfig};
-use super::error::{error_chain, Ctx, RegistryError};
+use super::auth::{AuthError, Authorizer, Challenge, Credentials};
+use super::chain::error_chain;
+use super::config::RegistryConfig;
+use super::error::{Ctx, RegistryError};
 use super::hosts::{load_hosts, RegistryHost};
 use crate::images::reference::Reference;
 use remora_host::backoff::Backoff;
@@ -56,7 +57,7 @@ const MAX_REDIRECTS: usize = 10;
 /// another host is followed, but reqwest drops `Authorization` (and cookies) when the
 /// redirect leaves the origin (scheme, host or port), so credentials and tokens are never
 /// sent there; a redirect from https down to plain http is refused.
-pub(super) fn http_builder(config: &RegistryConfig) -> reqwest::ClientBuilder {
+fn http_builder(config: &RegistryConfig) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .user_agent(concat!("remora/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(config.request_timeout)
@@ -73,7 +74,32 @@ pub(super) fn http_builder(config: &RegistryConfig) -> reqwest::ClientBuilder {
         }))
 }
 
-impl RegistryClient {
+/// What a `RegistryClient` sends requests with: its settings, the
+/// HTTP clients (one per TLS setting) and the token cache.
+#[derive(Debug)]
+pub(super) struct Transport {
+    pub(super) config: RegistryConfig,
+    http: reqwest::Client,
+    tls_clients: Mutex<HashMap<TlsKey, reqwest::Client>>,
+    pub(super) auth: Authorizer,
+}
+
+impl Transport {
+    /// A transport with `config`. Fails only if the TLS backend cannot start.
+    pub(super) fn new(config: RegistryConfig) -> Result<Self, RegistryError> {
+        let http = http_builder(&config)
+            .build()
+            .map_err(|e| RegistryError::ClientInit {
+                reason: error_chain(&e),
+            })?;
+        Ok(Self {
+            config,
+            http,
+            tls_clients: Mutex::new(HashMap::new()),
+            auth: Authorizer::new(),
+        })
+    }
+
     /// Runs `req` against the registry's hosts in order; returns the successful response and
     /// the host that gave it.
     pub(super) async fn execute(

@@ -1,0 +1,278 @@
+//! Layers pulled by remora's own registry client ([`super::PullConfig::transfer`] unset):
+//! each layer blob downloaded at most once across concurrent pulls, bounded by the download
+//! semaphore, streamed into containerd's content store (resuming a broken transfer from
+//! containerd's ingest offset) and applied through `Diff` in order while the layers above
+//! still download. Beside it, [`super::transfer`] is containerd's Transfer-service path.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{join_all, FutureExt};
+use futures_util::StreamExt;
+use tokio::sync::Semaphore;
+
+use super::{lease_id, open_writer, to_blob, Backend, Inner, PullError, LEASE_EXPIRY_SECS};
+use crate::containerd::error::ContainerdError;
+use crate::images::backend::Blob;
+use crate::images::manifest::{Descriptor, ImageManifest, VerifyError};
+use crate::images::reference::Reference;
+use crate::images::registry::auth::Credentials;
+use crate::images::registry::{RegistryClient, RegistryError};
+use crate::images::unpack::Unpacker;
+use crate::metrics::Metrics;
+use remora_host::backoff::Backoff;
+
+/// Times a broken blob transfer is resumed before the pull fails.
+const MAX_RESUMES: u32 = 3;
+/// First delay before resuming a broken transfer.
+const RESUME_BACKOFF_MIN: Duration = Duration::from_millis(200);
+/// Cap of that delay.
+const RESUME_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+impl Inner {
+    /// Downloads the layers through remora's registry client into containerd's content
+    /// store and applies them in order; returns the top snapshot's chain id.
+    pub(super) async fn download_and_unpack(
+        &self,
+        reference: &Reference,
+        manifest: &ImageManifest,
+        diff_ids: &[String],
+        creds: &Credentials,
+        lease: &str,
+    ) -> Result<String, PullError> {
+        // Layers download concurrently, de-duplicated by digest across pulls and bounded by
+        // the download semaphore; each is applied as soon as it and every layer below it are
+        // stored, while the layers above still download: a big pull costs about its slowest
+        // stage (download, or containerd's decompress-and-write in Diff.Apply), not their sum.
+        let source_label = format!("containerd.io/distribution.source.{}", reference.registry);
+        let source_repo = reference.repository.clone();
+        // Shared: the download of layer i is awaited both by the join below and, in order,
+        // by the unpacking; it runs once, polled by either.
+        let fetches: Vec<_> = manifest
+            .layers
+            .iter()
+            .zip(diff_ids)
+            .map(|(layer, diff_id)| {
+                let labels = HashMap::from([
+                    ("containerd.io/uncompressed".to_string(), diff_id.clone()),
+                    (source_label.clone(), source_repo.clone()),
+                ]);
+                self.layer(reference, layer, creds, lease, labels)
+                    .boxed()
+                    .shared()
+            })
+            .collect();
+        let layer_blobs: Vec<Blob> = manifest.layers.iter().map(to_blob).collect();
+        let unpacking = async {
+            let mut unpacker = Unpacker::new(
+                self.backend.snapshots.as_ref(),
+                self.backend.differ.as_ref(),
+                lease,
+                &self.config.snapshotter,
+                diff_ids,
+            );
+            for (blob, fetched) in layer_blobs.iter().zip(&fetches) {
+                // A failed download stops the unpacking; the join reports it.
+                fetched.clone().await?;
+                unpacker
+                    .apply_next(blob)
+                    .await
+                    .map_err(|e| PullError::Unpack {
+                        reference: reference.to_string(),
+                        source: Arc::new(e),
+                    })?;
+            }
+            Ok::<String, PullError>(unpacker.into_top())
+        };
+        // Wait for every download even after a failure (no fail-fast), the unpacking's
+        // included: each download deletes its own lease when it ends, so once all have
+        // ended, deleting this pull's lease with sync GC leaves nothing of a failed pull
+        // behind (the snapshots applied so far were made in it too). A download's failure
+        // comes first: it is why the unpacking stopped.
+        let (downloaded, unpacked) = tokio::join!(join_all(fetches.iter().cloned()), unpacking);
+        for result in downloaded {
+            result?;
+        }
+        unpacked
+    }
+
+    /// Makes sure one layer blob is in the content store, downloading it at most once across
+    /// all concurrent pulls.
+    async fn layer(
+        &self,
+        reference: &Reference,
+        desc: &Descriptor,
+        creds: &Credentials,
+        lease: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<(), PullError> {
+        let digest = desc.digest.to_string();
+        if self.protect(reference, lease, &digest).await? {
+            self.metrics.blob_dedup_hit("stored");
+            return Ok(());
+        }
+        let job = BlobJob {
+            metrics: self.metrics.clone(),
+            backend: self.backend.clone(),
+            registry: self.registry.clone(),
+            downloads: self.downloads.clone(),
+            reference: reference.clone(),
+            desc: desc.clone(),
+            creds: creds.clone(),
+            labels,
+        };
+        let led = AtomicBool::new(false);
+        let result = self
+            .blobs
+            .run(digest, |_cancel| {
+                led.store(true, Ordering::Relaxed);
+                job.run()
+            })
+            .await;
+        if !led.load(Ordering::Relaxed) {
+            self.metrics.blob_dedup_hit("in_flight");
+        }
+        result
+    }
+}
+
+/// One blob download into the content store, owned by a spawned task so it outlives any
+/// single waiter. It writes under a lease of its own: the waiting pulls protect the blob with
+/// their leases, and any of them may fail and delete its lease while the download goes on.
+struct BlobJob {
+    metrics: Metrics,
+    backend: Backend,
+    registry: Arc<RegistryClient>,
+    downloads: Arc<Semaphore>,
+    reference: Reference,
+    desc: Descriptor,
+    creds: Credentials,
+    labels: HashMap<String, String>,
+}
+
+impl BlobJob {
+    async fn run(self) -> Result<(), PullError> {
+        let _permit = self
+            .downloads
+            .acquire()
+            .await
+            .map_err(|_| PullError::ShuttingDown {
+                reference: self.reference.to_string(),
+            })?;
+        let lease = lease_id("blob");
+        self.backend
+            .leases
+            .create(&lease, LEASE_EXPIRY_SECS)
+            .await
+            .map_err(|e| self.containerd_err(e))?;
+        let write_ref = format!("remora-{}", self.desc.digest);
+        let result = self.download(&lease, &write_ref).await;
+        if result.is_ok() {
+            // Test hook (only `kill` is meaningful here): die with a blob stored under a lease.
+            let _ = crate::failpoint::hit("pull.after_blob", &self.reference.to_string()).await;
+        }
+        if let Err(e) = &result {
+            if is_bad_data(e) {
+                // The ingest holds bytes that do not hash to the digest: resuming from it
+                // would fail the same way forever. Best effort: the pull error is what matters.
+                let _ = self.backend.content.abort(&write_ref).await;
+            }
+        }
+        // Not synchronous: once committed, the blob is held by the waiting pulls' leases;
+        // after a failure GC removes the partial ingest whenever it runs. If the job is
+        // dropped before this point, containerd expires the lease.
+        let cleanup = self.backend.leases.delete(&lease, false).await;
+        result?;
+        cleanup.map_err(|e| self.containerd_err(e))
+    }
+
+    fn containerd_err(&self, source: ContainerdError) -> PullError {
+        PullError::Containerd {
+            reference: self.reference.to_string(),
+            source,
+        }
+    }
+
+    async fn download(&self, lease: &str, write_ref: &str) -> Result<(), PullError> {
+        let cerr = |source| self.containerd_err(source);
+        let blob = to_blob(&self.desc);
+        let Some(mut writer) = open_writer(self.backend.content.as_ref(), lease, write_ref, &blob)
+            .await
+            .map_err(cerr)?
+        else {
+            return Ok(()); // stored meanwhile
+        };
+        // The offset is what containerd already holds: an interrupted earlier write to resume,
+        // or the whole blob when another namespace stored it (containerd shares blob data
+        // across namespaces and only needs the commit to link it into ours).
+        // A transfer that breaks mid-blob (connection reset, registry restart) resumes from
+        // what containerd already holds, a few times, with backoff; other errors fail at once.
+        let mut backoff = Backoff::new(RESUME_BACKOFF_MIN, RESUME_BACKOFF_MAX);
+        let mut resumes = 0;
+        // The host the bytes came from, for a digest mismatch found at the commit.
+        let mut host = self.reference.registry.clone();
+        while writer.offset() < self.desc.size {
+            let result = async {
+                // Only containerd reads these bytes, and it hashes them as it writes them and
+                // refuses a commit whose digest or size is wrong: hashing them here too
+                // cost a second pass over every byte (a fifth of remora's CPU time in a big
+                // pull). A wrong blob is still caught before anything uses it.
+                let mut stream = self
+                    .registry
+                    .fetch_blob(&self.reference, &self.desc, writer.offset(), &self.creds)
+                    .await?
+                    .digest_checked_by_store();
+                host = stream.host().to_string();
+
+                while let Some(chunk) = stream.next().await {
+                    let chunk = chunk?;
+                    self.metrics.pull_bytes(chunk.len() as u64);
+                    writer.write(chunk).await.map_err(cerr)?;
+                }
+                Ok::<(), PullError>(())
+            }
+            .await;
+            if let Err(PullError::Registry(RegistryError::Stalled { .. })) = &result {
+                self.metrics.pull_stalled();
+            }
+            match result {
+                Ok(()) => break,
+                Err(PullError::Registry(e)) if e.is_retriable() && resumes < MAX_RESUMES => {
+                    resumes += 1;
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // containerd verifies the digest and size at commit, including the resumed prefix. A
+        // refusal means the registry sent the wrong bytes: reported as the registry's
+        // (DATA_LOSS), as when remora hashed layers itself.
+        writer
+            .commit(self.labels.clone())
+            .await
+            .map_err(|e| match e.message() {
+                Some(message) if e.is_content_commit_refused() => {
+                    PullError::Registry(RegistryError::Verify {
+                        reference: self.reference.to_string(),
+                        host,
+                        what: format!("blob {}", self.desc.digest),
+                        source: VerifyError::RefusedByStore(message.to_string()),
+                    })
+                }
+                _ => cerr(e),
+            })?;
+        Ok(())
+    }
+}
+
+/// Errors that mean the downloaded bytes are wrong (not merely incomplete).
+pub(super) fn is_bad_data(e: &PullError) -> bool {
+    match e {
+        PullError::Registry(RegistryError::Verify { .. }) => true,
+        // containerd refuses a commit whose digest or size does not match.
+        PullError::Containerd { source, .. } => source.is_content_commit_refused(),
+        _ => false,
+    }
+}

@@ -16,7 +16,10 @@
 //!   runtime, unmount its rootfs, and answer a protobuf `DeleteResponse` with the container's
 //!   real exit status from the bundle (recorded by the shim when it saw the exit) — Go shims
 //!   answer 137 whatever happened.
-//! - no action: the server ([`super::service::serve`]).
+//! - no action: the server ([`serve`]), the task service ([`crate::service`]) on the socket
+//!   `start` bound.
+//!
+//! This module is the process edge: it calls into the service, which never names it.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -28,6 +31,10 @@ use std::path::{Path, PathBuf};
 use containerd_shim_protos::bootstrap_api::{BootstrapParams, BootstrapResult};
 use containerd_shim_protos::protobuf::{Message, MessageDyn};
 use sha2::{Digest, Sha256};
+
+mod delete;
+mod info;
+mod serve;
 
 /// The runtime name containerd knows this shim by.
 pub const RUNTIME_NAME: &str = "io.containerd.remora.v2";
@@ -41,6 +48,10 @@ pub const GROUP_ANNOTATIONS: [&str; 2] = [
 /// Where containerd's shims put their sockets unless told otherwise (Go `defaults.DefaultStateDir`
 /// + "/s"), whatever containerd's own state dir is.
 pub const DEFAULT_SOCKET_DIR: &str = "/run/containerd/s";
+
+/// One event delivery's bound (the server's publisher, and `delete` draining a dead shim's
+/// spool).
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A bootstrap step that failed.
 #[derive(Debug, thiserror::Error)]
@@ -272,12 +283,12 @@ pub fn main() -> i32 {
         );
         Ok(())
     } else if flags.info {
-        super::service::info()
+        info::info()
     } else {
         match flags.action.as_str() {
             "start" => start(&flags),
-            "delete" => super::service::delete_command(&flags),
-            "" => super::service::serve(&flags),
+            "delete" => delete::delete_command(&flags),
+            "" => serve::serve(&flags),
             other => Err(BootstrapError::Usage(format!("unknown action {other:?}"))),
         }
     };

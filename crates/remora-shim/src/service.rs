@@ -42,7 +42,7 @@ use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim_protos::protobuf::{Message, MessageField};
 use containerd_shim_protos::shim::oci::{Options as RuncOptions, ProcessDetails};
-use containerd_shim_protos::shim_async::{create_task, Task};
+use containerd_shim_protos::shim_async::Task;
 use containerd_shim_protos::topics;
 use containerd_shim_protos::ttrpc::{self, r#async::TtrpcContext};
 use containerd_shim_protos::types::task::{ProcessInfo, Status};
@@ -50,57 +50,26 @@ use remora_host::mount::MountOption;
 use slog::{debug, info, o, warn, Logger};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 
-use super::bootstrap::{self, BootstrapError, Flags};
 use super::cgroup::Cgroup;
 use super::error::ShimError;
 use super::io::{IoSpec, ProcessIo};
 use super::oom::OomWatch;
-use super::publisher::{drain_spool, BackoffLimits, Forwarder, Publisher, TtrpcForwarder};
+use super::publisher::Publisher;
 use super::reaper::{Exit, Reaper};
-use super::runc::{CreateOpts, ExecOpts, Runc, RuncError, SHORT_CALL_TIMEOUT};
+use super::runc::{CreateOpts, ExecOpts, Runc, RuncError};
 
 /// How long an exit waits for its process's output to drain before TaskExit goes out anyway
 /// (a grandchild may hold the pipe open for ever).
 const IO_DRAIN: Duration = Duration::from_secs(2);
-/// How long Shutdown waits for containerd to take the last events.
-const SHUTDOWN_FLUSH: Duration = Duration::from_secs(10);
-/// One event delivery's bound.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 /// The OCI runtime's state root when the runtime options name none (Go shims' default).
 const DEFAULT_RUNC_ROOT: &str = "/run/containerd/runc";
 /// Console sockets: a short directory, as a unix socket path must stay under 108 bytes and a
 /// bundle path alone is about 100.
-const CONSOLE_DIR: &str = "/run/remora-shim";
+pub(crate) const CONSOLE_DIR: &str = "/run/remora-shim";
 /// The shim's record of a container's runtime options, for `delete` after the shim died.
-const OPTIONS_FILE: &str = "remora-shim-options.json";
+pub(crate) const OPTIONS_FILE: &str = "remora-shim-options.json";
 /// The init process's exit, for `delete` after the shim died.
-const EXIT_FILE: &str = "remora-shim-exit.json";
-
-/// A server that could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// `-socket` is missing (the server runs only as `start` spawns it).
-    #[error("missing -socket: the server is started by `start`")]
-    NoSocket,
-    /// The tokio runtime could not be built.
-    #[error("tokio runtime: {0}")]
-    Runtime(std::io::Error),
-    /// The reaper could not start.
-    #[error(transparent)]
-    Reaper(#[from] super::reaper::ReapError),
-    /// The publisher's spool could not be opened.
-    #[error(transparent)]
-    Publisher(#[from] super::publisher::PublishError),
-    /// The ttrpc server failed.
-    #[error("ttrpc server: {0}")]
-    Ttrpc(#[from] ttrpc::Error),
-}
-
-impl From<ServeError> for BootstrapError {
-    fn from(e: ServeError) -> Self {
-        BootstrapError::Serve(e.to_string())
-    }
-}
+pub(crate) const EXIT_FILE: &str = "remora-shim-exit.json";
 
 /// The OCI runtime and how to run it, from the task's runtime options.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -388,6 +357,52 @@ pub struct Service {
 }
 
 impl Service {
+    /// The service of one shim: its containers' events go through `publisher`, their exits come
+    /// from `reaper`; `shutdown` is notified when containerd's Shutdown ends the shim. Starts
+    /// the task that reports OOM kills (so it must run inside the shim's tokio runtime).
+    pub(crate) fn new(
+        namespace: String,
+        publisher: Publisher,
+        reaper: Reaper,
+        shutdown: Arc<Notify>,
+        log: Logger,
+    ) -> Service {
+        let (oom_tx, oom_rx) = mpsc::unbounded_channel();
+        let svc = Service {
+            inner: Arc::new(Inner {
+                namespace,
+                publisher,
+                reaper,
+                containers: Mutex::new(HashMap::new()),
+                oom_tx,
+                shutdown,
+                log,
+            }),
+        };
+        svc.clone().spawn_oom_reports(oom_rx);
+        svc
+    }
+
+    /// Reports the OOM kills the containers' watches wake up for.
+    fn spawn_oom_reports(self, mut oom_rx: mpsc::UnboundedReceiver<String>) {
+        tokio::spawn(async move {
+            while let Some(id) = oom_rx.recv().await {
+                let c = self.containers().get(&id).cloned();
+                if let Some(c) = c {
+                    let reported = *c.ooms_reported.lock().unwrap_or_else(|e| e.into_inner());
+                    // Without a counter (kernels before 4.13) each wake-up is one kill.
+                    let kills = c
+                        .cgroup
+                        .as_ref()
+                        .and_then(|cg| cg.oom_kills().ok())
+                        .filter(|k| *k > 0)
+                        .unwrap_or(reported + 1);
+                    self.report_ooms(&c, kills);
+                }
+            }
+        });
+    }
+
     fn container(&self, id: &str) -> Result<Arc<Container>, ShimError> {
         self.containers()
             .get(id)
@@ -1153,266 +1168,6 @@ impl Service {
     }
 }
 
-/// The server: runs until Shutdown, then delivers the last events (bounded) and exits.
-pub fn serve(flags: &Flags) -> Result<(), BootstrapError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        // Only spool and pid-file reads could use it; keep the thread count (and memory) low.
-        .max_blocking_threads(2)
-        .build()
-        .map_err(ServeError::Runtime)?;
-    rt.block_on(serve_async(flags))
-        .map_err(BootstrapError::from)
-}
-
-fn shim_logger(debug: bool) -> Logger {
-    use slog::Drain;
-    // containerd made a `log` FIFO in the bundle (our working directory) and copies it into its
-    // own log. Opened non-blocking so a missing reader cannot hang the start; writes are sync.
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags_nonblock()
-        .open("log")
-        .ok();
-    let level = if debug {
-        slog::Level::Debug
-    } else {
-        slog::Level::Info
-    };
-    match file {
-        Some(f) => {
-            let decorator = slog_term::PlainSyncDecorator::new(f);
-            let drain = slog_term::FullFormat::new(decorator).build().ignore_res();
-            let drain = slog::LevelFilter::new(drain, level).ignore_res();
-            Logger::root(drain, o!("runtime" => bootstrap::RUNTIME_NAME))
-        }
-        None => Logger::root(slog::Discard, o!()),
-    }
-}
-
-trait NonBlock {
-    fn custom_flags_nonblock(&mut self) -> &mut Self;
-}
-
-impl NonBlock for std::fs::OpenOptions {
-    fn custom_flags_nonblock(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_NONBLOCK)
-    }
-}
-
-async fn serve_async(flags: &Flags) -> Result<(), ServeError> {
-    if flags.socket.is_empty() {
-        return Err(ServeError::NoSocket);
-    }
-    let log = shim_logger(flags.debug).new(o!("namespace" => flags.namespace.clone()));
-    let socket = PathBuf::from(&flags.socket);
-    let ttrpc_address =
-        std::env::var("TTRPC_ADDRESS").unwrap_or_else(|_| format!("{}.ttrpc", flags.address));
-    if let Err(e) = crate::io::make_private_dir(Path::new(CONSOLE_DIR)) {
-        warn!(log, "no console socket dir: terminals will fail"; "dir" => CONSOLE_DIR, "error" => %e);
-    }
-    // Before any child is spawned: the reaper must see every exit.
-    let reaper = Reaper::start(log.clone())?;
-    let forwarder: Arc<dyn Forwarder> =
-        Arc::new(TtrpcForwarder::new(ttrpc_address, FORWARD_TIMEOUT));
-    let publisher = Publisher::start(
-        bootstrap::spool_path(&socket),
-        flags.namespace.clone(),
-        forwarder,
-        BackoffLimits::default(),
-        log.clone(),
-    )?;
-    let (oom_tx, mut oom_rx) = mpsc::unbounded_channel();
-    let shutdown = Arc::new(Notify::new());
-    let svc = Service {
-        inner: Arc::new(Inner {
-            namespace: flags.namespace.clone(),
-            publisher: publisher.clone(),
-            reaper,
-            containers: Mutex::new(HashMap::new()),
-            oom_tx,
-            shutdown: shutdown.clone(),
-            log: log.clone(),
-        }),
-    };
-    let ooms = svc.clone();
-    tokio::spawn(async move {
-        while let Some(id) = oom_rx.recv().await {
-            let c = ooms.containers().get(&id).cloned();
-            if let Some(c) = c {
-                let reported = *c.ooms_reported.lock().unwrap_or_else(|e| e.into_inner());
-                // Without a counter (kernels before 4.13) each wake-up is one kill.
-                let kills = c
-                    .cgroup
-                    .as_ref()
-                    .and_then(|cg| cg.oom_kills().ok())
-                    .filter(|k| *k > 0)
-                    .unwrap_or(reported + 1);
-                ooms.report_ooms(&c, kills);
-            }
-        }
-    });
-
-    // SAFETY: fd 3 is the listening socket `start` bound and passed to this process (and only
-    // this use of it exists); the server takes it over.
-    let server = unsafe { ttrpc::r#async::Server::new().add_unix_listener(3) }?;
-    let mut server = server.register_service(create_task(Arc::new(svc.clone())));
-    server.start().await?;
-    info!(log, "shim serving"; "socket" => %socket.display(), "pid" => std::process::id());
-
-    shutdown.notified().await;
-    let delivered = publisher.flush(SHUTDOWN_FLUSH).await;
-    if !delivered {
-        warn!(log, "shutting down with undelivered events; they stay in the spool";
-            "pending" => publisher.pending());
-    }
-    let _ = std::fs::remove_file(&socket);
-    if let Err(e) = server.shutdown().await {
-        debug!(log, "ttrpc shutdown"; "error" => %e);
-    }
-    info!(log, "shim exiting");
-    Ok(())
-}
-
-/// `delete`: containerd's cleanup after the shim died (or never answered).
-pub fn delete_command(flags: &Flags) -> Result<(), BootstrapError> {
-    let bundle = if flags.bundle.is_empty() {
-        std::env::current_dir().map_err(|source| BootstrapError::Stdio {
-            what: "read the working directory",
-            source,
-        })?
-    } else {
-        PathBuf::from(&flags.bundle)
-    };
-    let opts: RuntimeOptions = std::fs::read(bundle.join(OPTIONS_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    if !flags.id.is_empty() {
-        // Best effort, as Go shims do: the answer matters more than a runtime that is gone.
-        let args: [std::ffi::OsString; 5] = [
-            "--root".into(),
-            opts.root_for(&flags.namespace).into_os_string(),
-            "delete".into(),
-            "--force".into(),
-            flags.id.clone().into(),
-        ];
-        // Bounded: a hung runtime must not hold containerd's cleanup (nor outlive it).
-        match super::runc::run_blocking(
-            &opts.binary(),
-            &args,
-            "delete",
-            &flags.id,
-            SHORT_CALL_TIMEOUT,
-        ) {
-            Ok(o) if !o.status.success() => eprintln!(
-                "runc delete {}: {}",
-                flags.id,
-                String::from_utf8_lossy(&o.stderr).trim()
-            ),
-            Ok(_) => {}
-            Err(e) => eprintln!("{e}"),
-        }
-    }
-    let rootfs = bundle.join("rootfs");
-    if let Err(e) = nix::mount::umount2(&rootfs, nix::mount::MntFlags::MNT_DETACH) {
-        if !matches!(e, nix::Error::EINVAL | nix::Error::ENOENT) {
-            eprintln!("unmount {}: {e}", rootfs.display());
-        }
-    }
-    deliver_dead_shims_events(flags, &bundle);
-
-    let record: Option<ExitRecord> = std::fs::read(bundle.join(EXIT_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    let mut resp = DeleteResponse::new();
-    match record {
-        Some(r) => {
-            resp.pid = r.pid;
-            resp.exit_status = r.status;
-            resp.exited_at = MessageField::some(timestamp_ns(r.exited_at_ns));
-        }
-        None => {
-            // Never seen exiting (the shim died first): what every shim answers, SIGKILL.
-            resp.pid = super::runc::read_pid_file(&bundle.join("init.pid")).unwrap_or(0);
-            resp.exit_status = 128 + libc::SIGKILL as u32;
-            resp.exited_at = MessageField::some(timestamp(SystemTime::now()));
-        }
-    }
-    bootstrap::write_message("DeleteResponse", &resp)
-}
-
-/// A dead shim's spool still holds events (a TaskOOM, say): deliver them now, bounded.
-fn deliver_dead_shims_events(flags: &Flags, bundle: &Path) {
-    let Ok(config) = std::fs::read(bundle.join("config.json")) else {
-        return;
-    };
-    let Ok(group) = bootstrap::group_of(&config, &flags.id) else {
-        return;
-    };
-    let socket = bootstrap::socket_path(
-        Path::new(bootstrap::DEFAULT_SOCKET_DIR),
-        &flags.address,
-        &flags.namespace,
-        &group,
-    );
-    let spool = bootstrap::spool_path(&socket);
-    if !spool.exists() || std::os::unix::net::UnixStream::connect(&socket).is_ok() {
-        // No spool, or its shim is alive and delivers it itself.
-        return;
-    }
-    let Ok(ttrpc_address) = std::env::var("TTRPC_ADDRESS") else {
-        return;
-    };
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return;
-    };
-    let log = Logger::root(slog::Discard, o!());
-    let forwarder: Arc<dyn Forwarder> =
-        Arc::new(TtrpcForwarder::new(ttrpc_address, FORWARD_TIMEOUT));
-    if let Err(e) = rt.block_on(drain_spool(&spool, forwarder, Duration::from_secs(5), &log)) {
-        eprintln!("deliver {}: {e}", spool.display());
-    }
-}
-
-/// `-info`: the runtime's description, with the OCI runtime's features (containerd asks before
-/// running specs that need them, e.g. idmapped mounts).
-pub fn info() -> Result<(), BootstrapError> {
-    use containerd_shim_protos::types::introspection::{RuntimeInfo, RuntimeVersion};
-    use std::io::Read;
-    let mut stdin = Vec::new();
-    let _ = std::io::stdin().read_to_end(&mut stdin);
-    let opts = Any::parse_from_bytes(&stdin)
-        .ok()
-        .and_then(|a| RuntimeOptions::from_any(Some(&a)).ok())
-        .unwrap_or_default();
-    let mut info = RuntimeInfo::new();
-    info.name = bootstrap::RUNTIME_NAME.to_string();
-    let mut v = RuntimeVersion::new();
-    v.version = env!("CARGO_PKG_VERSION").to_string();
-    info.version = MessageField::some(v);
-    if let Ok(out) = super::runc::run_blocking(
-        &opts.binary(),
-        &["features".into()],
-        "features",
-        "",
-        SHORT_CALL_TIMEOUT,
-    ) {
-        if out.status.success() {
-            let mut any = Any::new();
-            any.type_url =
-                "types.containerd.io/opencontainers/runtime-spec/1/features/Features".into();
-            any.value = out.stdout;
-            info.features = MessageField::some(any);
-        }
-    }
-    bootstrap::write_message("RuntimeInfo", &info)
-}
-
 /// Whether the spec gives the container a pid namespace of its own (no `path`: a new one).
 fn has_own_pid_namespace(config_json: &[u8]) -> bool {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(config_json) else {
@@ -1659,11 +1414,11 @@ fn to_ns(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
-fn timestamp(t: SystemTime) -> Timestamp {
+pub(crate) fn timestamp(t: SystemTime) -> Timestamp {
     timestamp_ns(to_ns(t))
 }
 
-fn timestamp_ns(ns: i64) -> Timestamp {
+pub(crate) fn timestamp_ns(ns: i64) -> Timestamp {
     let mut ts = Timestamp::new();
     ts.seconds = ns.div_euclid(1_000_000_000);
     ts.nanos = ns.rem_euclid(1_000_000_000) as i32;

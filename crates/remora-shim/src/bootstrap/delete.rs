@@ -11,11 +11,11 @@ use containerd_shim_protos::protobuf::MessageField;
 use slog::{o, Logger};
 
 use super::{BootstrapError, Flags, FORWARD_TIMEOUT};
+use crate::bundle::{ExitRecord, EXIT_FILE, OPTIONS_FILE};
+use crate::options::RuntimeOptions;
+use crate::process::{timestamp, timestamp_ns};
 use crate::publisher::{drain_spool, Forwarder, TtrpcForwarder};
 use crate::runc::SHORT_CALL_TIMEOUT;
-use crate::service::{
-    timestamp, timestamp_ns, ExitRecord, RuntimeOptions, EXIT_FILE, OPTIONS_FILE,
-};
 
 /// `delete`: containerd's cleanup after the shim died (or never answered).
 pub(super) fn delete_command(flags: &Flags) -> Result<(), BootstrapError> {

@@ -4,8 +4,8 @@ use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::{Message, MessageField};
 
 use super::BootstrapError;
+use crate::options::RuntimeOptions;
 use crate::runc::SHORT_CALL_TIMEOUT;
-use crate::service::RuntimeOptions;
 
 /// `-info`: the runtime's description, with the OCI runtime's features (containerd asks before
 /// running specs that need them, e.g. idmapped mounts).

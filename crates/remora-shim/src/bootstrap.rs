@@ -16,7 +16,7 @@
 //!   runtime, unmount its rootfs, and answer a protobuf `DeleteResponse` with the container's
 //!   real exit status from the bundle (recorded by the shim when it saw the exit) — Go shims
 //!   answer 137 whatever happened.
-//! - no action: the server ([`serve`]), the task service ([`crate::service`]) on the socket
+//! - no action: the server (`serve`): the task service ([`crate::service`]) on the socket
 //!   `start` bound.
 //!
 //! This module is the process edge: it calls into the service, which never names it.

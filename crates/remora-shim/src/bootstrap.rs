@@ -36,6 +36,8 @@ mod delete;
 mod info;
 mod serve;
 
+pub use serve::ServeError;
+
 /// The runtime name containerd knows this shim by.
 pub const RUNTIME_NAME: &str = "io.containerd.remora.v2";
 
@@ -79,12 +81,20 @@ pub enum BootstrapError {
         source: containerd_shim_protos::protobuf::Error,
     },
     /// The bundle's config.json could not be read.
-    #[error("{path}: {reason}")]
-    Bundle {
+    #[error("{path}: {source}")]
+    BundleRead {
         /// The file.
         path: String,
-        /// What went wrong.
-        reason: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The bundle's config.json is not a JSON object with string annotations.
+    #[error("{path}: {source}")]
+    BundleConfig {
+        /// The file.
+        path: String,
+        /// The error.
+        source: serde_json::Error,
     },
     /// The group's socket could not be made.
     #[error("socket {path}: {source}")]
@@ -98,8 +108,8 @@ pub enum BootstrapError {
     #[error("start the shim server: {0}")]
     Spawn(std::io::Error),
     /// The server failed.
-    #[error("{0}")]
-    Serve(String),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
 }
 
 /// The command line, as containerd writes it.
@@ -241,13 +251,13 @@ pub fn start_params(flags: &Flags, stdin: &[u8], env: &HashMap<String, String>) 
 
 /// The group a container's shim serves: its pod's sandbox id from the bundle's annotations, or
 /// its own id.
-pub fn group_of(config_json: &[u8], id: &str) -> Result<String, String> {
+pub fn group_of(config_json: &[u8], id: &str) -> Result<String, serde_json::Error> {
     #[derive(serde::Deserialize)]
     struct Spec {
         #[serde(default)]
         annotations: HashMap<String, String>,
     }
-    let spec: Spec = serde_json::from_slice(config_json).map_err(|e| e.to_string())?;
+    let spec: Spec = serde_json::from_slice(config_json)?;
     Ok(GROUP_ANNOTATIONS
         .iter()
         .find_map(|k| spec.annotations.get(*k).filter(|v| !v.is_empty()).cloned())
@@ -319,13 +329,13 @@ fn start(flags: &Flags) -> Result<(), BootstrapError> {
         return Err(BootstrapError::MissingFlag("namespace"));
     }
     let config_path = Path::new("config.json");
-    let config = std::fs::read(config_path).map_err(|e| BootstrapError::Bundle {
+    let config = std::fs::read(config_path).map_err(|source| BootstrapError::BundleRead {
         path: cwd_join(config_path),
-        reason: e.to_string(),
+        source,
     })?;
-    let group = group_of(&config, &params.id).map_err(|reason| BootstrapError::Bundle {
+    let group = group_of(&config, &params.id).map_err(|source| BootstrapError::BundleConfig {
         path: cwd_join(config_path),
-        reason,
+        source,
     })?;
     let socket = socket_path(
         &params.socket_dir,

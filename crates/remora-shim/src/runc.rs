@@ -172,6 +172,20 @@ pub enum RuncError {
     },
 }
 
+impl RuncError {
+    /// Whether the runtime refused because the container's process is no longer running (runc
+    /// and crun: "container not running", "process already finished"): for a signal, the
+    /// process has finished. Read from the runtime's own message, as [`RuncError::NotFound`] is.
+    pub fn is_not_running(&self) -> bool {
+        match self {
+            RuncError::Failed { message, .. } => {
+                message.contains("not running") || message.contains("process already finished")
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The bound of `create`, `start` and `exec`: they run the OCI hooks (`prestart`,
 /// `createRuntime`, `poststart`…) and set up mounts, cgroups and namespaces, which a loaded
 /// node can make slow. Two minutes, as `runtime_request_timeout` is kubelet's.

@@ -616,7 +616,7 @@ impl Service {
                 Ok(()) => Ok(()),
                 // The init process died between our check and runc's: it is finished.
                 Err(RuncError::NotFound { .. }) => Err(finished()),
-                Err(e) if is_not_running(&e) => Err(finished()),
+                Err(e) if e.is_not_running() => Err(finished()),
                 Err(e) => Err(e.into()),
             };
         }
@@ -730,11 +730,6 @@ impl Service {
         }
         Ok(resp)
     }
-}
-
-fn is_not_running(e: &RuncError) -> bool {
-    let m = e.to_string();
-    m.contains("not running") || m.contains("process already finished")
 }
 
 #[async_trait::async_trait]

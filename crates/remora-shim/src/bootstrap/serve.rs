@@ -38,12 +38,6 @@ pub enum ServeError {
     Ttrpc(#[from] ttrpc::Error),
 }
 
-impl From<ServeError> for BootstrapError {
-    fn from(e: ServeError) -> Self {
-        BootstrapError::Serve(e.to_string())
-    }
-}
-
 /// The server: runs until Shutdown, then delivers the last events (bounded) and exits.
 pub(super) fn serve(flags: &Flags) -> Result<(), BootstrapError> {
     let rt = tokio::runtime::Builder::new_current_thread()

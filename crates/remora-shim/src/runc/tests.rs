@@ -259,6 +259,24 @@ fn not_found_is_told_by_the_message() {
 }
 
 #[test]
+fn not_running_is_told_by_the_runtimes_message() {
+    let failed = |message: &str| RuncError::Failed {
+        command: "runc kill".into(),
+        id: "c1".into(),
+        status: 1,
+        message: message.into(),
+    };
+    assert!(failed("container not running").is_not_running());
+    assert!(failed("process already finished").is_not_running());
+    assert!(!failed("permission denied").is_not_running());
+    let not_found = RuncError::NotFound {
+        command: "runc kill".into(),
+        id: "c1".into(),
+    };
+    assert!(!not_found.is_not_running());
+}
+
+#[test]
 fn pid_files_hold_a_positive_pid() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("init.pid");

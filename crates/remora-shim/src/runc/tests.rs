@@ -1,6 +1,7 @@
 use super::*;
 
-use std::io::Write;
+use std::ffi::OsString;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use crate::reaper::tests::{in_child, run_in_child};

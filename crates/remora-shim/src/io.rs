@@ -11,7 +11,7 @@
 //! | `terminal = true` | a console socket for runc; the pty master runc sends back is copied to stdout and from stdin |
 //!
 //! [`ProcessIo`] (here) puts together the module's parts: `target` (what a stream string names,
-//! and opening it), `copy` (the copy loops and the non-blocking fds they run on), `console`
+//! and opening it), `copy` (the copy loops), `fd` (the non-blocking fds they run on), `console`
 //! (terminals through the console socket) and `logger` (`binary://` logging binaries).
 //!
 //! # Design rationale
@@ -67,12 +67,14 @@ use crate::Stdio;
 
 mod console;
 mod copy;
+mod fd;
 mod logger;
 mod target;
 
 pub use console::make_private_dir;
 use console::{bind_console_socket, ConsoleSocket, SUN_PATH_LEN};
-use copy::{copy_in, copy_out, pipe, register, set_nonblocking, OutputDone};
+use copy::{copy_in, copy_out, OutputDone};
+use fd::{pipe, register, set_nonblocking};
 use logger::{start_binary, LoggerProcess};
 use target::{open_sink, open_stdin, parse_target, Sink, SinkKind, Target};
 

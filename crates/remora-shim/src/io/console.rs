@@ -15,7 +15,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::net::UnixListener;
 
-use super::copy::{register, set_nonblocking};
+use super::fd::{register, set_nonblocking};
 use super::{lock, IoError, ProcessIo};
 
 /// How long `start_copying` waits for runc's pty master; runc sends it before `create` / `exec`

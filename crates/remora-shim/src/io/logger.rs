@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::Duration;
 
-use super::copy::{blocking_pipe, pipe, read_some, register};
+use super::fd::{blocking_pipe, pipe, read_some, register};
 use super::IoError;
 
 /// How long `prepare` waits for a logging binary to say it is ready.

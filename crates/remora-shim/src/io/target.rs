@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::io::unix::AsyncFd;
 
-use super::copy::{register, write_all};
+use super::fd::{register, write_all};
 use super::IoError;
 
 /// An output target parsed from a stream string.

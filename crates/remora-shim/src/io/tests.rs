@@ -2,7 +2,7 @@
 //! temp dirs. The test acts as the client (FIFO readers/writers), as the container (the
 //! child's ends) and, for terminals, as runc (sending a pty master over the console socket).
 
-use super::copy::{read_some, write_all};
+use super::fd::{read_some, write_all};
 use super::*;
 
 use std::ffi::CStr;

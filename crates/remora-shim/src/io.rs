@@ -356,33 +356,11 @@ impl ProcessIo {
         work_dir: &Path,
         log: slog::Logger,
     ) -> Result<ProcessIo, IoError> {
-        let stdin_path = match parse_target("stdin", &spec.stdin)? {
-            None => None,
-            Some(Target::Path(path)) => Some(path),
-            Some(_) => {
-                return Err(IoError::UnsupportedScheme {
-                    stream: "stdin",
-                    scheme: spec.stdin.split("://").next().unwrap_or("").to_string(),
-                    uri: spec.stdin.clone(),
-                })
-            }
-        };
-        let stdout = parse_target("stdout", &spec.stdout)?;
-        // As containerd's shim: a file:// or binary:// stdout takes both streams.
-        let stderr = match &stdout {
-            Some(Target::File(_) | Target::Binary { .. }) => stdout.clone(),
-            _ if spec.terminal => None,
-            _ => match parse_target("stderr", &spec.stderr)? {
-                Some(Target::Binary { .. }) => {
-                    return Err(IoError::UnsupportedScheme {
-                        stream: "stderr",
-                        scheme: spec.stderr.split("://").next().unwrap_or("").to_string(),
-                        uri: spec.stderr.clone(),
-                    })
-                }
-                other => other,
-            },
-        };
+        let Streams {
+            stdin: stdin_path,
+            stdout,
+            stderr,
+        } = Streams::parse(spec)?;
 
         let (stdin, stdin_keep) = match &stdin_path {
             Some(path) => {
@@ -475,18 +453,8 @@ impl ProcessIo {
                 stdin,
             }
         };
-        if let Some((uid, gid)) = spec.owner {
-            for fd in [&child.stdin, &child.stdout, &child.stderr]
-                .into_iter()
-                .flatten()
-            {
-                nix::unistd::fchown(
-                    fd,
-                    Some(nix::unistd::Uid::from_raw(uid)),
-                    Some(nix::unistd::Gid::from_raw(gid)),
-                )
-                .map_err(|source| IoError::Chown { uid, gid, source })?;
-            }
+        if let Some(owner) = spec.owner {
+            chown_child_ends(&child, owner)?;
         }
 
         Ok(ProcessIo {
@@ -608,6 +576,69 @@ impl ProcessIo {
     pub fn logger_pid(&self) -> Option<i32> {
         self.logger.as_ref().map(|l| l.pid)
     }
+}
+
+/// What a process's three stream strings name, as containerd's shim reads them.
+struct Streams {
+    /// The stdin FIFO (stdin takes a path or `fifo://` only).
+    stdin: Option<PathBuf>,
+    stdout: Option<Target>,
+    /// stdout's target when stdout is `file://` or `binary://` (both streams go there); none
+    /// with a terminal.
+    stderr: Option<Target>,
+}
+
+impl Streams {
+    fn parse(spec: &IoSpec) -> Result<Streams, IoError> {
+        let stdin = match parse_target("stdin", &spec.stdin)? {
+            None => None,
+            Some(Target::Path(path)) => Some(path),
+            Some(_) => {
+                return Err(IoError::UnsupportedScheme {
+                    stream: "stdin",
+                    scheme: spec.stdin.split("://").next().unwrap_or("").to_string(),
+                    uri: spec.stdin.clone(),
+                })
+            }
+        };
+        let stdout = parse_target("stdout", &spec.stdout)?;
+        // As containerd's shim: a file:// or binary:// stdout takes both streams.
+        let stderr = match &stdout {
+            Some(Target::File(_) | Target::Binary { .. }) => stdout.clone(),
+            _ if spec.terminal => None,
+            _ => match parse_target("stderr", &spec.stderr)? {
+                Some(Target::Binary { .. }) => {
+                    return Err(IoError::UnsupportedScheme {
+                        stream: "stderr",
+                        scheme: spec.stderr.split("://").next().unwrap_or("").to_string(),
+                        uri: spec.stderr.clone(),
+                    })
+                }
+                other => other,
+            },
+        };
+        Ok(Streams {
+            stdin,
+            stdout,
+            stderr,
+        })
+    }
+}
+
+/// Gives the child's pipe ends to the process's owner (`IoSpec::owner`).
+fn chown_child_ends(child: &Stdio, (uid, gid): (u32, u32)) -> Result<(), IoError> {
+    for fd in [&child.stdin, &child.stdout, &child.stderr]
+        .into_iter()
+        .flatten()
+    {
+        nix::unistd::fchown(
+            fd,
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(gid)),
+        )
+        .map_err(|source| IoError::Chown { uid, gid, source })?;
+    }
+    Ok(())
 }
 
 /// Makes the stdin pipe: the child's read end goes into `child`, the copy gets

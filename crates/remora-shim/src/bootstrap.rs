@@ -16,7 +16,10 @@
 //!   runtime, unmount its rootfs, and answer a protobuf `DeleteResponse` with the container's
 //!   real exit status from the bundle (recorded by the shim when it saw the exit) — Go shims
 //!   answer 137 whatever happened.
-//! - no action: the server ([`super::service::serve`]).
+//! - no action: the server (`serve`): the task service ([`crate::service`]) on the socket
+//!   `start` bound.
+//!
+//! This module is the process edge: it calls into the service, which never names it.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -28,6 +31,12 @@ use std::path::{Path, PathBuf};
 use containerd_shim_protos::bootstrap_api::{BootstrapParams, BootstrapResult};
 use containerd_shim_protos::protobuf::{Message, MessageDyn};
 use sha2::{Digest, Sha256};
+
+mod delete;
+mod info;
+mod serve;
+
+pub use serve::ServeError;
 
 /// The runtime name containerd knows this shim by.
 pub const RUNTIME_NAME: &str = "io.containerd.remora.v2";
@@ -41,6 +50,10 @@ pub const GROUP_ANNOTATIONS: [&str; 2] = [
 /// Where containerd's shims put their sockets unless told otherwise (Go `defaults.DefaultStateDir`
 /// + "/s"), whatever containerd's own state dir is.
 pub const DEFAULT_SOCKET_DIR: &str = "/run/containerd/s";
+
+/// One event delivery's bound (the server's publisher, and `delete` draining a dead shim's
+/// spool).
+const FORWARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A bootstrap step that failed.
 #[derive(Debug, thiserror::Error)]
@@ -68,12 +81,20 @@ pub enum BootstrapError {
         source: containerd_shim_protos::protobuf::Error,
     },
     /// The bundle's config.json could not be read.
-    #[error("{path}: {reason}")]
-    Bundle {
+    #[error("{path}: {source}")]
+    BundleRead {
         /// The file.
         path: String,
-        /// What went wrong.
-        reason: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The bundle's config.json is not a JSON object with string annotations.
+    #[error("{path}: {source}")]
+    BundleConfig {
+        /// The file.
+        path: String,
+        /// The error.
+        source: serde_json::Error,
     },
     /// The group's socket could not be made.
     #[error("socket {path}: {source}")]
@@ -87,8 +108,8 @@ pub enum BootstrapError {
     #[error("start the shim server: {0}")]
     Spawn(std::io::Error),
     /// The server failed.
-    #[error("{0}")]
-    Serve(String),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
 }
 
 /// The command line, as containerd writes it.
@@ -230,13 +251,13 @@ pub fn start_params(flags: &Flags, stdin: &[u8], env: &HashMap<String, String>) 
 
 /// The group a container's shim serves: its pod's sandbox id from the bundle's annotations, or
 /// its own id.
-pub fn group_of(config_json: &[u8], id: &str) -> Result<String, String> {
+pub fn group_of(config_json: &[u8], id: &str) -> Result<String, serde_json::Error> {
     #[derive(serde::Deserialize)]
     struct Spec {
         #[serde(default)]
         annotations: HashMap<String, String>,
     }
-    let spec: Spec = serde_json::from_slice(config_json).map_err(|e| e.to_string())?;
+    let spec: Spec = serde_json::from_slice(config_json)?;
     Ok(GROUP_ANNOTATIONS
         .iter()
         .find_map(|k| spec.annotations.get(*k).filter(|v| !v.is_empty()).cloned())
@@ -272,12 +293,12 @@ pub fn main() -> i32 {
         );
         Ok(())
     } else if flags.info {
-        super::service::info()
+        info::info()
     } else {
         match flags.action.as_str() {
             "start" => start(&flags),
-            "delete" => super::service::delete_command(&flags),
-            "" => super::service::serve(&flags),
+            "delete" => delete::delete_command(&flags),
+            "" => serve::serve(&flags),
             other => Err(BootstrapError::Usage(format!("unknown action {other:?}"))),
         }
     };
@@ -308,13 +329,13 @@ fn start(flags: &Flags) -> Result<(), BootstrapError> {
         return Err(BootstrapError::MissingFlag("namespace"));
     }
     let config_path = Path::new("config.json");
-    let config = std::fs::read(config_path).map_err(|e| BootstrapError::Bundle {
+    let config = std::fs::read(config_path).map_err(|source| BootstrapError::BundleRead {
         path: cwd_join(config_path),
-        reason: e.to_string(),
+        source,
     })?;
-    let group = group_of(&config, &params.id).map_err(|reason| BootstrapError::Bundle {
+    let group = group_of(&config, &params.id).map_err(|source| BootstrapError::BundleConfig {
         path: cwd_join(config_path),
-        reason,
+        source,
     })?;
     let socket = socket_path(
         &params.socket_dir,

@@ -17,9 +17,11 @@
 //! - [`publisher`]: events to containerd, in order, spooled to disk, retried for as long as
 //!   containerd is away; it never drops one.
 //! - [`bootstrap`]: the command line and the `start` / `delete` / `-info` protocol (containerd
-//!   2.3's protobuf bootstrap and the legacy flags and JSON reply).
-//! - [`service`]: the task service itself, and [`error`]: its typed errors, mapped to ttrpc
-//!   statuses in one place.
+//!   2.3's protobuf bootstrap and the legacy flags and JSON reply), and the server mode.
+//! - [`service`]: the task service itself (the `Task` impl), over its records of containers
+//!   and processes (`process`), the task's runtime options (`options`), the container's rootfs
+//!   mounts (`rootfs`) and the shim's files in the bundle (`bundle`); [`error`]: its typed
+//!   errors, mapped to ttrpc statuses in one place.
 //!
 //! The shim links none of remora's daemon dependencies (tonic, hyper, reqwest, rustls) and runs
 //! on a current-thread tokio runtime: it is started once per pod, so its memory counts. Host
@@ -29,12 +31,16 @@
 #![warn(missing_docs)]
 
 pub mod bootstrap;
+mod bundle;
 pub mod cgroup;
 pub mod error;
 pub mod io;
 pub mod oom;
+mod options;
+mod process;
 pub mod publisher;
 pub mod reaper;
+mod rootfs;
 pub mod runc;
 pub mod service;
 

@@ -1,6 +1,10 @@
 //! The OCI runtime's command line: `runc` (or `crun`, which takes the same subset) driven as a
 //! child process, every child waited through the [`Reaper`].
 //!
+//! Here: [`Runc`], its calls and their errors; `call` builds a call's command line, `message`
+//! reads the runtime's error message and what it says, `blocking` runs the runtime without
+//! tokio for the one-shot actions ([`run_blocking`]).
+//!
 //! # Design
 //!
 //! - **Children.** Each call spawns the runtime with `std::process::Command`, its three streams
@@ -44,8 +48,6 @@
 //!   twice.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
-use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -63,6 +65,14 @@ use tokio::sync::oneshot;
 
 use crate::reaper::{Exit, Reaper};
 use crate::Stdio;
+
+mod blocking;
+mod call;
+mod message;
+
+pub use blocking::run_blocking;
+use call::{argv, Call};
+use message::{is_not_found, last_log_error, read_log_from, stderr_message};
 
 /// Why an OCI runtime call failed.
 #[derive(Debug, thiserror::Error)]
@@ -170,6 +180,18 @@ pub enum RuncError {
         /// What it holds.
         content: String,
     },
+}
+
+impl RuncError {
+    /// Whether the runtime refused because the container's process is no longer running (runc
+    /// and crun: "container not running", "process already finished"): for a signal, the
+    /// process has finished. Read from the runtime's own message, as [`RuncError::NotFound`] is.
+    pub fn is_not_running(&self) -> bool {
+        match self {
+            RuncError::Failed { message, .. } => message::is_not_running(message),
+            _ => false,
+        }
+    }
 }
 
 /// The bound of `create`, `start` and `exec`: they run the OCI hooks (`prestart`,
@@ -611,103 +633,6 @@ impl Runc {
     }
 }
 
-/// Runs `binary args…` to its end within `limit`, stdout and stderr captured, for the shim's
-/// one-shot actions (`delete` after a dead shim, `-info`): they run no tokio runtime and no
-/// reaper, and wait for their own child. The runtime leads a process group of its own; past
-/// `limit` the group is SIGKILLed while the runtime is not yet reaped (its pid, the group id,
-/// is still its own), then reaped. The pipes are read on threads, so a full pipe cannot stall
-/// the runtime; what a leftover descendant keeps open is given up at the deadline.
-/// `verb` names the subcommand in errors (`runc delete`).
-pub fn run_blocking(
-    binary: &Path,
-    args: &[OsString],
-    verb: &str,
-    id: &str,
-    limit: Duration,
-) -> Result<std::process::Output, RuncError> {
-    use std::process::Stdio as S;
-    let command = || {
-        let name = binary.file_name().unwrap_or(binary.as_os_str());
-        format!("{} {verb}", name.to_string_lossy())
-    };
-    let mut child = Command::new(binary)
-        .args(args)
-        .stdin(S::null())
-        .stdout(S::piped())
-        .stderr(S::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|source| RuncError::Spawn {
-            binary: binary.to_owned(),
-            source,
-        })?;
-    let deadline = Instant::now() + limit;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let readers: [Option<Box<dyn Read + Send>>; 2] = [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    ];
-    for (index, reader) in readers.into_iter().enumerate() {
-        if let Some(mut reader) = reader {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                // A read error leaves what was read: the exit status tells the outcome.
-                let _ = reader.read_to_end(&mut bytes);
-                let _ = tx.send((index, bytes));
-            });
-        }
-    }
-    drop(tx);
-    let pid = child.id();
-    let status = loop {
-        let polled = child.try_wait().map_err(|source| RuncError::Spawn {
-            binary: binary.to_owned(),
-            source,
-        })?;
-        if let Some(status) = polled {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            // Not reaped yet (try_wait said so): the group id is still the runtime's.
-            if let Ok(pgid) = i32::try_from(pid) {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pgid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            // SIGKILLed: the wait ends unless it sits in the kernel.
-            let _ = child.wait();
-            return Err(RuncError::Timeout {
-                command: command(),
-                id: id.to_owned(),
-                after: limit,
-                pid,
-            });
-        }
-        // A one-shot action's child: polling keeps it free of signal handlers and runtimes.
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut streams = [Vec::new(), Vec::new()];
-    while let Ok((index, bytes)) =
-        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-    {
-        streams[index] = bytes;
-    }
-    let [stdout, stderr] = streams;
-    Ok(std::process::Output {
-        status,
-        stdout,
-        stderr,
-    })
-}
-
 /// Reads a pid file written by the runtime (`--pid-file`): the pid, trimmed.
 pub fn read_pid_file(path: &Path) -> Result<u32, RuncError> {
     let content = std::fs::read_to_string(path).map_err(|source| RuncError::PidFile {
@@ -865,277 +790,6 @@ struct RawState {
     #[serde(default)]
     pid: u32,
     status: String,
-}
-
-/// One runtime command and its own arguments.
-#[derive(Debug, Clone, Copy)]
-enum Call<'a> {
-    Create {
-        id: &'a str,
-        bundle: &'a Path,
-        pid_file: &'a Path,
-        console_socket: Option<&'a Path>,
-        no_pivot: bool,
-        no_new_keyring: bool,
-    },
-    Start {
-        id: &'a str,
-    },
-    Exec {
-        id: &'a str,
-        process_file: &'a Path,
-        pid_file: &'a Path,
-        console_socket: Option<&'a Path>,
-    },
-    Kill {
-        id: &'a str,
-        signal: u32,
-        all: bool,
-    },
-    Delete {
-        id: &'a str,
-        force: bool,
-    },
-    State {
-        id: &'a str,
-    },
-    Ps {
-        id: &'a str,
-    },
-    Pause {
-        id: &'a str,
-    },
-    Resume {
-        id: &'a str,
-    },
-    Update {
-        id: &'a str,
-    },
-    Features,
-}
-
-impl<'a> Call<'a> {
-    fn name(&self) -> &'static str {
-        match self {
-            Call::Create { .. } => "create",
-            Call::Start { .. } => "start",
-            Call::Exec { .. } => "exec",
-            Call::Kill { .. } => "kill",
-            Call::Delete { .. } => "delete",
-            Call::State { .. } => "state",
-            Call::Ps { .. } => "ps",
-            Call::Pause { .. } => "pause",
-            Call::Resume { .. } => "resume",
-            Call::Update { .. } => "update",
-            Call::Features => "features",
-        }
-    }
-
-    /// How long the call may run.
-    fn timeout(&self, timeouts: &Timeouts) -> Duration {
-        match self {
-            Call::Create { .. } | Call::Start { .. } | Call::Exec { .. } => timeouts.long,
-            _ => timeouts.short,
-        }
-    }
-
-    /// The container id ("" for `features`).
-    fn id(&self) -> &'a str {
-        match *self {
-            Call::Create { id, .. }
-            | Call::Start { id }
-            | Call::Exec { id, .. }
-            | Call::Kill { id, .. }
-            | Call::Delete { id, .. }
-            | Call::State { id }
-            | Call::Ps { id }
-            | Call::Pause { id }
-            | Call::Resume { id }
-            | Call::Update { id } => id,
-            Call::Features => "",
-        }
-    }
-
-    /// The bundle, where the call itself names it.
-    fn bundle(&self) -> Option<&'a Path> {
-        match *self {
-            Call::Create { bundle, .. } => Some(bundle),
-            _ => None,
-        }
-    }
-
-    /// Whether the call acts on an existing container, so that "does not exist" means the
-    /// container (for `create` it means a path in the bundle, e.g. the rootfs).
-    fn on_existing_container(&self) -> bool {
-        !matches!(self, Call::Create { .. } | Call::Features)
-    }
-
-    /// The subcommand and its arguments.
-    fn args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = vec![self.name().into()];
-        match *self {
-            Call::Create {
-                id,
-                bundle,
-                pid_file,
-                console_socket,
-                no_pivot,
-                no_new_keyring,
-            } => {
-                args.extend(["--bundle".into(), bundle.into()]);
-                args.extend(["--pid-file".into(), pid_file.into()]);
-                if let Some(socket) = console_socket {
-                    args.extend(["--console-socket".into(), socket.into()]);
-                }
-                if no_pivot {
-                    args.push("--no-pivot".into());
-                }
-                if no_new_keyring {
-                    args.push("--no-new-keyring".into());
-                }
-                args.push(id.into());
-            }
-            Call::Exec {
-                id,
-                process_file,
-                pid_file,
-                console_socket,
-            } => {
-                args.extend(["--process".into(), process_file.into()]);
-                args.push("--detach".into());
-                args.extend(["--pid-file".into(), pid_file.into()]);
-                if let Some(socket) = console_socket {
-                    args.extend(["--console-socket".into(), socket.into()]);
-                }
-                args.push(id.into());
-            }
-            Call::Kill { id, signal, all } => {
-                if all {
-                    args.push("--all".into());
-                }
-                args.extend([id.into(), signal.to_string().into()]);
-            }
-            Call::Delete { id, force } => {
-                if force {
-                    args.push("--force".into());
-                }
-                args.push(id.into());
-            }
-            Call::Ps { id } => {
-                args.extend(["--format".into(), "json".into(), id.into()]);
-            }
-            Call::Update { id } => {
-                args.extend(["--resources".into(), "-".into(), id.into()]);
-            }
-            Call::Start { id } | Call::State { id } | Call::Pause { id } | Call::Resume { id } => {
-                args.push(id.into());
-            }
-            Call::Features => {}
-        }
-        args
-    }
-}
-
-/// The whole argument list: global flags, then the subcommand's.
-fn argv(
-    root: &Path,
-    systemd_cgroup: bool,
-    log_file: Option<&Path>,
-    call: &Call<'_>,
-) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["--root".into(), root.into()];
-    if let Some(log_file) = log_file {
-        args.extend([
-            "--log".into(),
-            log_file.into(),
-            "--log-format".into(),
-            "json".into(),
-        ]);
-    }
-    if systemd_cgroup {
-        args.push("--systemd-cgroup".into());
-    }
-    args.extend(call.args());
-    args
-}
-
-/// The log's text from byte `start` on (from the beginning if it shrank: rotated or truncated);
-/// `None` if it cannot be read (the caller falls back to stderr).
-fn read_log_from(path: &Path, start: u64) -> Option<String> {
-    // A plain blocking read: the part one call appended is a few hundred bytes on local disk.
-    let mut file = std::fs::File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    let start = if len < start { 0 } else { start };
-    file.seek(SeekFrom::Start(start)).ok()?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).ok()?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// The `msg` of the last `"level":"error"` line of a runtime's JSON log.
-fn last_log_error(log: &str) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Line {
-        level: String,
-        msg: String,
-    }
-    // From the end: the first error line found is the last one written.
-    log.lines()
-        .rev()
-        .filter_map(|line| serde_json::from_str::<Line>(line).ok())
-        .filter(|line| line.level == "error")
-        .map(|line| line.msg.trim().to_owned())
-        .find(|msg| !msg.is_empty())
-}
-
-/// The error message of a runtime's stderr: the `msg` of its last logrus `level=error` line
-/// (runc without `--log`), else the whole text trimmed; `None` if empty.
-fn stderr_message(stderr: &str) -> Option<String> {
-    let logged = stderr
-        .lines()
-        .rev()
-        .filter(|line| line.contains("level=error"))
-        .find_map(logrus_msg);
-    let message = logged.unwrap_or_else(|| stderr.trim().to_owned());
-    (!message.is_empty()).then_some(message)
-}
-
-/// The value of `msg=` in a logrus text line: quoted (with `\"` and `\\` escapes) or bare.
-fn logrus_msg(line: &str) -> Option<String> {
-    let start = if line.starts_with("msg=") {
-        0
-    } else {
-        line.find(" msg=")? + 1
-    };
-    let rest = &line[start + "msg=".len()..];
-    let Some(quoted) = rest.strip_prefix('"') else {
-        return Some(rest.split(' ').next().unwrap_or_default().to_owned());
-    };
-    let mut msg = String::new();
-    let mut chars = quoted.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => return Some(msg),
-            '\\' => match chars.next() {
-                Some('n') => msg.push('\n'),
-                Some('t') => msg.push('\t'),
-                Some(other) => msg.push(other),
-                None => break,
-            },
-            c => msg.push(c),
-        }
-    }
-    // No closing quote: take what there is.
-    Some(msg)
-}
-
-/// Whether a runtime's message says the container does not exist (runc: "container does not
-/// exist", also inside "exec failed: ..."; crun: "container `x` does not exist" or "container not
-/// found").
-fn is_not_found(message: &str) -> bool {
-    let message = message.to_ascii_lowercase();
-    message.contains("container not found")
-        || (message.contains("container") && message.contains("does not exist"))
 }
 
 #[cfg(test)]

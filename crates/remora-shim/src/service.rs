@@ -39,337 +39,35 @@ use containerd_shim_protos::events::task::{
     TaskResumed, TaskStart,
 };
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
-use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim_protos::protobuf::{Message, MessageField};
-use containerd_shim_protos::shim::oci::{Options as RuncOptions, ProcessDetails};
-use containerd_shim_protos::shim_async::{create_task, Task};
+use containerd_shim_protos::shim::oci::ProcessDetails;
+use containerd_shim_protos::shim_async::Task;
 use containerd_shim_protos::topics;
 use containerd_shim_protos::ttrpc::{self, r#async::TtrpcContext};
-use containerd_shim_protos::types::task::{ProcessInfo, Status};
-use remora_host::mount::MountOption;
+use containerd_shim_protos::types::task::ProcessInfo;
 use slog::{debug, info, o, warn, Logger};
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 
-use super::bootstrap::{self, BootstrapError, Flags};
+use super::bundle::{
+    has_own_pid_namespace, read_file, write_json, ExitRecord, EXIT_FILE, OPTIONS_FILE,
+};
 use super::cgroup::{Cgroup, CgroupReadings};
 use super::error::ShimError;
 use super::io::{IoSpec, ProcessIo};
 use super::oom::OomWatch;
-use super::publisher::{drain_spool, BackoffLimits, Forwarder, Publisher, TtrpcForwarder};
+use super::options::RuntimeOptions;
+use super::process::{timestamp, to_ns, Container, Exited, Proc, ProcStatus};
+use super::publisher::Publisher;
 use super::reaper::{Exit, Reaper};
-use super::runc::{CreateOpts, ExecOpts, Runc, RuncError, SHORT_CALL_TIMEOUT};
+use super::rootfs::{mount_rootfs, unmount};
+use super::runc::{CreateOpts, ExecOpts, Runc, RuncError};
 
 /// How long an exit waits for its process's output to drain before TaskExit goes out anyway
 /// (a grandchild may hold the pipe open for ever).
 const IO_DRAIN: Duration = Duration::from_secs(2);
-/// How long Shutdown waits for containerd to take the last events.
-const SHUTDOWN_FLUSH: Duration = Duration::from_secs(10);
-/// One event delivery's bound.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
-/// The OCI runtime's state root when the runtime options name none (Go shims' default).
-const DEFAULT_RUNC_ROOT: &str = "/run/containerd/runc";
 /// Console sockets: a short directory, as a unix socket path must stay under 108 bytes and a
 /// bundle path alone is about 100.
-const CONSOLE_DIR: &str = "/run/remora-shim";
-/// The shim's record of a container's runtime options, for `delete` after the shim died.
-const OPTIONS_FILE: &str = "remora-shim-options.json";
-/// The init process's exit, for `delete` after the shim died.
-const EXIT_FILE: &str = "remora-shim-exit.json";
-
-/// A server that could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// `-socket` is missing (the server runs only as `start` spawns it).
-    #[error("missing -socket: the server is started by `start`")]
-    NoSocket,
-    /// The tokio runtime could not be built.
-    #[error("tokio runtime: {0}")]
-    Runtime(std::io::Error),
-    /// The reaper could not start.
-    #[error(transparent)]
-    Reaper(#[from] super::reaper::ReapError),
-    /// The publisher's spool could not be opened.
-    #[error(transparent)]
-    Publisher(#[from] super::publisher::PublishError),
-    /// The ttrpc server failed.
-    #[error("ttrpc server: {0}")]
-    Ttrpc(#[from] ttrpc::Error),
-}
-
-impl From<ServeError> for BootstrapError {
-    fn from(e: ServeError) -> Self {
-        BootstrapError::Serve(e.to_string())
-    }
-}
-
-/// The OCI runtime and how to run it, from the task's runtime options.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RuntimeOptions {
-    /// The OCI runtime binary (`runc` when empty).
-    pub binary_name: String,
-    /// Its state root, before the namespace is appended (Go shims' rule).
-    pub root: String,
-    /// `--systemd-cgroup`.
-    pub systemd_cgroup: bool,
-    /// `--no-pivot`.
-    pub no_pivot_root: bool,
-    /// `--no-new-keyring`.
-    pub no_new_keyring: bool,
-    /// Owner uid of the processes' stdio pipes (a user-namespaced container's root on the
-    /// host, so it can reopen `/dev/stdout`); with `io_gid`, 0 and 0 leave them the shim's.
-    #[serde(default)]
-    pub io_uid: u32,
-    /// Owner gid of the stdio pipes.
-    #[serde(default)]
-    pub io_gid: u32,
-}
-
-impl RuntimeOptions {
-    /// Reads the options containerd passes: `containerd.runc.v1.Options` (remora, ctr, and
-    /// containerd's CRI for runc-type runtimes) or `runtimeoptions.v1.Options` (containerd's CRI
-    /// for other runtime types: the runtime's options table as TOML).
-    pub fn from_any(any: Option<&Any>) -> Result<RuntimeOptions, ShimError> {
-        let Some(any) = any.filter(|a| !a.type_url.is_empty()) else {
-            return Ok(RuntimeOptions::default());
-        };
-        let bad = |reason: String| ShimError::InvalidArgument {
-            field: "options",
-            reason,
-        };
-        let name = any.type_url.rsplit('/').next().unwrap_or_default();
-        match name {
-            "containerd.runc.v1.Options" => {
-                let o = RuncOptions::parse_from_bytes(&any.value)
-                    .map_err(|e| bad(format!("{name}: {e}")))?;
-                Ok(RuntimeOptions {
-                    binary_name: o.binary_name,
-                    root: o.root,
-                    systemd_cgroup: o.systemd_cgroup,
-                    no_pivot_root: o.no_pivot_root,
-                    no_new_keyring: o.no_new_keyring,
-                    io_uid: o.io_uid,
-                    io_gid: o.io_gid,
-                })
-            }
-            "runtimeoptions.v1.Options" => {
-                let (path, body) =
-                    decode_runtimeoptions(&any.value).map_err(|e| bad(format!("{name}: {e}")))?;
-                let body = if body.is_empty() && !path.is_empty() {
-                    std::fs::read_to_string(&path).map_err(|e| bad(format!("{path}: {e}")))?
-                } else {
-                    body
-                };
-                Self::from_toml(&body).map_err(|e| bad(format!("{name}: {e}")))
-            }
-            other => Err(bad(format!("unsupported options type {other:?}"))),
-        }
-    }
-
-    /// The options table of containerd's CRI config (`BinaryName`, `Root`, `SystemdCgroup`, …).
-    fn from_toml(body: &str) -> Result<RuntimeOptions, String> {
-        let t: toml::Table = toml::from_str(body).map_err(|e| e.to_string())?;
-        let s = |k: &str| t.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
-        let b = |k: &str| t.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
-        let n = |k: &str| {
-            t.get(k)
-                .and_then(|v| v.as_integer())
-                .and_then(|i| u32::try_from(i).ok())
-                .unwrap_or(0)
-        };
-        Ok(RuntimeOptions {
-            binary_name: s("BinaryName"),
-            root: s("Root"),
-            systemd_cgroup: b("SystemdCgroup"),
-            no_pivot_root: b("NoPivotRoot"),
-            no_new_keyring: b("NoNewKeyring"),
-            io_uid: n("IoUid"),
-            io_gid: n("IoGid"),
-        })
-    }
-
-    /// Who owns the processes' stdio pipes, if not the shim (`IoUid`/`IoGid`).
-    pub fn io_owner(&self) -> Option<(u32, u32)> {
-        (self.io_uid != 0 || self.io_gid != 0).then_some((self.io_uid, self.io_gid))
-    }
-
-    /// The OCI runtime binary.
-    pub fn binary(&self) -> PathBuf {
-        PathBuf::from(if self.binary_name.is_empty() {
-            "runc"
-        } else {
-            &self.binary_name
-        })
-    }
-
-    /// The OCI runtime's `--root` for `namespace`.
-    pub fn root_for(&self, namespace: &str) -> PathBuf {
-        let root = if self.root.is_empty() {
-            DEFAULT_RUNC_ROOT
-        } else {
-            &self.root
-        };
-        Path::new(root).join(namespace)
-    }
-}
-
-/// `runtimeoptions.v1.Options` fields 2 (config_path) and 3 (config_body); no generated type
-/// exists for it in containerd-shim-protos.
-fn decode_runtimeoptions(bytes: &[u8]) -> Result<(String, String), String> {
-    use containerd_shim_protos::protobuf::rt::WireType;
-    use containerd_shim_protos::protobuf::CodedInputStream;
-    let mut is = CodedInputStream::from_bytes(bytes);
-    let (mut path, mut body) = (String::new(), String::new());
-    while let Some(tag) = is.read_raw_tag_or_eof().map_err(|e| e.to_string())? {
-        let wire = WireType::new(tag & 7).ok_or_else(|| format!("bad wire type in tag {tag}"))?;
-        match (tag >> 3, wire) {
-            (2, WireType::LengthDelimited) => path = is.read_string().map_err(|e| e.to_string())?,
-            (3, WireType::LengthDelimited) => body = is.read_string().map_err(|e| e.to_string())?,
-            _ => is.skip_field(wire).map_err(|e| e.to_string())?,
-        }
-    }
-    Ok((path, body))
-}
-
-/// An init process's exit as recorded in its bundle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ExitRecord {
-    /// The pid.
-    pub pid: u32,
-    /// Exit code, or 128 + signal.
-    pub status: u32,
-    /// When, in nanoseconds since the epoch.
-    pub exited_at_ns: i64,
-    /// Whether the kernel OOM-killed a process of the container.
-    pub oom_killed: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ProcStatus {
-    Created,
-    Running,
-    Paused,
-    Stopped,
-}
-
-impl ProcStatus {
-    fn name(self) -> &'static str {
-        match self {
-            ProcStatus::Created => "created",
-            ProcStatus::Running => "running",
-            ProcStatus::Paused => "paused",
-            ProcStatus::Stopped => "stopped",
-        }
-    }
-    fn pb(self) -> Status {
-        match self {
-            ProcStatus::Created => Status::CREATED,
-            ProcStatus::Running => Status::RUNNING,
-            ProcStatus::Paused => Status::PAUSED,
-            ProcStatus::Stopped => Status::STOPPED,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Exited {
-    status: u32,
-    at: SystemTime,
-}
-
-struct ProcState {
-    status: ProcStatus,
-    pid: u32,
-    exit: Option<Exited>,
-}
-
-/// The init process or an exec process.
-struct Proc {
-    /// Empty for the init process.
-    exec_id: String,
-    io_spec: IoSpec,
-    /// The exec's OCI process JSON (empty for init).
-    spec_json: Vec<u8>,
-    state: Mutex<ProcState>,
-    io: Mutex<Option<Arc<ProcessIo>>>,
-    exited: watch::Sender<Option<Exited>>,
-}
-
-impl Proc {
-    fn new(exec_id: String, io_spec: IoSpec, spec_json: Vec<u8>) -> Proc {
-        Proc {
-            exec_id,
-            io_spec,
-            spec_json,
-            state: Mutex::new(ProcState {
-                status: ProcStatus::Created,
-                pid: 0,
-                exit: None,
-            }),
-            io: Mutex::new(None),
-            exited: watch::channel(None).0,
-        }
-    }
-
-    fn state(&self) -> MutexGuard<'_, ProcState> {
-        // A poisoned lock means a panic, which aborts the shim (panic = "abort"): the
-        // guard is always usable here.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn io(&self) -> Option<Arc<ProcessIo>> {
-        self.io.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    async fn wait(&self) -> Exited {
-        let mut rx = self.exited.subscribe();
-        loop {
-            if let Some(e) = *rx.borrow_and_update() {
-                return e;
-            }
-            if rx.changed().await.is_err() {
-                // The sender lives in the Proc we borrow: it cannot be gone.
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-}
-
-struct Container {
-    id: String,
-    bundle: PathBuf,
-    runc: Runc,
-    rootfs_mounted: bool,
-    /// The container shares the host's (or another) pid namespace: its processes do not die
-    /// with its init, so they are killed when it exits (as Go shims do).
-    kill_all_on_exit: bool,
-    /// Serializes Create/Start/Exec publishing with exit publishing (module docs).
-    lifecycle: tokio::sync::Mutex<()>,
-    init: Arc<Proc>,
-    execs: Mutex<HashMap<String, Arc<Proc>>>,
-    cgroup: Option<Cgroup>,
-    oom_watch: Mutex<Option<OomWatch>>,
-    /// OOM kills reported so far (the cgroup's counter when the last TaskOOM went out).
-    ooms_reported: Mutex<u64>,
-    /// Owner of its processes' stdio pipes (the task options' `io_uid`/`io_gid`), execs too.
-    io_owner: Option<(u32, u32)>,
-}
-
-impl Container {
-    fn proc(&self, exec_id: &str) -> Result<Arc<Proc>, ShimError> {
-        if exec_id.is_empty() {
-            return Ok(self.init.clone());
-        }
-        self.execs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(exec_id)
-            .cloned()
-            .ok_or_else(|| ShimError::ExecNotFound {
-                id: self.id.clone(),
-                exec_id: exec_id.to_string(),
-            })
-    }
-}
+pub(crate) const CONSOLE_DIR: &str = "/run/remora-shim";
 
 struct Inner {
     namespace: String,
@@ -388,6 +86,52 @@ pub struct Service {
 }
 
 impl Service {
+    /// The service of one shim: its containers' events go through `publisher`, their exits come
+    /// from `reaper`; `shutdown` is notified when containerd's Shutdown ends the shim. Starts
+    /// the task that reports OOM kills (so it must run inside the shim's tokio runtime).
+    pub(crate) fn new(
+        namespace: String,
+        publisher: Publisher,
+        reaper: Reaper,
+        shutdown: Arc<Notify>,
+        log: Logger,
+    ) -> Service {
+        let (oom_tx, oom_rx) = mpsc::unbounded_channel();
+        let svc = Service {
+            inner: Arc::new(Inner {
+                namespace,
+                publisher,
+                reaper,
+                containers: Mutex::new(HashMap::new()),
+                oom_tx,
+                shutdown,
+                log,
+            }),
+        };
+        svc.clone().spawn_oom_reports(oom_rx);
+        svc
+    }
+
+    /// Reports the OOM kills the containers' watches wake up for.
+    fn spawn_oom_reports(self, mut oom_rx: mpsc::UnboundedReceiver<String>) {
+        tokio::spawn(async move {
+            while let Some(id) = oom_rx.recv().await {
+                let c = self.containers().get(&id).cloned();
+                if let Some(c) = c {
+                    let reported = *c.ooms_reported.lock().unwrap_or_else(|e| e.into_inner());
+                    // Without a counter (kernels before 4.13) each wake-up is one kill.
+                    let kills = c
+                        .cgroup
+                        .as_ref()
+                        .and_then(|cg| cg.oom_kills().ok())
+                        .filter(|k| *k > 0)
+                        .unwrap_or(reported + 1);
+                    self.report_ooms(&c, kills);
+                }
+            }
+        });
+    }
+
     fn container(&self, id: &str) -> Result<Arc<Container>, ShimError> {
         self.containers()
             .get(id)
@@ -872,7 +616,7 @@ impl Service {
                 Ok(()) => Ok(()),
                 // The init process died between our check and runc's: it is finished.
                 Err(RuncError::NotFound { .. }) => Err(finished()),
-                Err(e) if is_not_running(&e) => Err(finished()),
+                Err(e) if e.is_not_running() => Err(finished()),
                 Err(e) => Err(e.into()),
             };
         }
@@ -986,11 +730,6 @@ impl Service {
         }
         Ok(resp)
     }
-}
-
-fn is_not_running(e: &RuncError) -> bool {
-    let m = e.to_string();
-    m.contains("not running") || m.contains("process already finished")
 }
 
 #[async_trait::async_trait]
@@ -1153,497 +892,6 @@ impl Service {
     }
 }
 
-/// The server: runs until Shutdown, then delivers the last events (bounded) and exits.
-pub fn serve(flags: &Flags) -> Result<(), BootstrapError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        // Only spool and pid-file reads could use it; keep the thread count (and memory) low.
-        .max_blocking_threads(2)
-        .build()
-        .map_err(ServeError::Runtime)?;
-    rt.block_on(serve_async(flags))
-        .map_err(BootstrapError::from)
-}
-
-fn shim_logger(debug: bool) -> Logger {
-    use slog::Drain;
-    // containerd made a `log` FIFO in the bundle (our working directory) and copies it into its
-    // own log. Opened non-blocking so a missing reader cannot hang the start; writes are sync.
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags_nonblock()
-        .open("log")
-        .ok();
-    let level = if debug {
-        slog::Level::Debug
-    } else {
-        slog::Level::Info
-    };
-    match file {
-        Some(f) => {
-            let decorator = slog_term::PlainSyncDecorator::new(f);
-            let drain = slog_term::FullFormat::new(decorator).build().ignore_res();
-            let drain = slog::LevelFilter::new(drain, level).ignore_res();
-            Logger::root(drain, o!("runtime" => bootstrap::RUNTIME_NAME))
-        }
-        None => Logger::root(slog::Discard, o!()),
-    }
-}
-
-trait NonBlock {
-    fn custom_flags_nonblock(&mut self) -> &mut Self;
-}
-
-impl NonBlock for std::fs::OpenOptions {
-    fn custom_flags_nonblock(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_NONBLOCK)
-    }
-}
-
-async fn serve_async(flags: &Flags) -> Result<(), ServeError> {
-    if flags.socket.is_empty() {
-        return Err(ServeError::NoSocket);
-    }
-    let log = shim_logger(flags.debug).new(o!("namespace" => flags.namespace.clone()));
-    let socket = PathBuf::from(&flags.socket);
-    let ttrpc_address =
-        std::env::var("TTRPC_ADDRESS").unwrap_or_else(|_| format!("{}.ttrpc", flags.address));
-    if let Err(e) = crate::io::make_private_dir(Path::new(CONSOLE_DIR)) {
-        warn!(log, "no console socket dir: terminals will fail"; "dir" => CONSOLE_DIR, "error" => %e);
-    }
-    // Before any child is spawned: the reaper must see every exit.
-    let reaper = Reaper::start(log.clone())?;
-    let forwarder: Arc<dyn Forwarder> =
-        Arc::new(TtrpcForwarder::new(ttrpc_address, FORWARD_TIMEOUT));
-    let publisher = Publisher::start(
-        bootstrap::spool_path(&socket),
-        flags.namespace.clone(),
-        forwarder,
-        BackoffLimits::default(),
-        log.clone(),
-    )?;
-    let (oom_tx, mut oom_rx) = mpsc::unbounded_channel();
-    let shutdown = Arc::new(Notify::new());
-    let svc = Service {
-        inner: Arc::new(Inner {
-            namespace: flags.namespace.clone(),
-            publisher: publisher.clone(),
-            reaper,
-            containers: Mutex::new(HashMap::new()),
-            oom_tx,
-            shutdown: shutdown.clone(),
-            log: log.clone(),
-        }),
-    };
-    let ooms = svc.clone();
-    tokio::spawn(async move {
-        while let Some(id) = oom_rx.recv().await {
-            let c = ooms.containers().get(&id).cloned();
-            if let Some(c) = c {
-                let reported = *c.ooms_reported.lock().unwrap_or_else(|e| e.into_inner());
-                // Without a counter (kernels before 4.13) each wake-up is one kill.
-                let kills = c
-                    .cgroup
-                    .as_ref()
-                    .and_then(|cg| cg.oom_kills().ok())
-                    .filter(|k| *k > 0)
-                    .unwrap_or(reported + 1);
-                ooms.report_ooms(&c, kills);
-            }
-        }
-    });
-
-    // SAFETY: fd 3 is the listening socket `start` bound and passed to this process (and only
-    // this use of it exists); the server takes it over.
-    let server = unsafe { ttrpc::r#async::Server::new().add_unix_listener(3) }?;
-    let mut server = server.register_service(create_task(Arc::new(svc.clone())));
-    server.start().await?;
-    info!(log, "shim serving"; "socket" => %socket.display(), "pid" => std::process::id());
-
-    shutdown.notified().await;
-    let delivered = publisher.flush(SHUTDOWN_FLUSH).await;
-    if !delivered {
-        warn!(log, "shutting down with undelivered events; they stay in the spool";
-            "pending" => publisher.pending());
-    }
-    let _ = std::fs::remove_file(&socket);
-    if let Err(e) = server.shutdown().await {
-        debug!(log, "ttrpc shutdown"; "error" => %e);
-    }
-    info!(log, "shim exiting");
-    Ok(())
-}
-
-/// `delete`: containerd's cleanup after the shim died (or never answered).
-pub fn delete_command(flags: &Flags) -> Result<(), BootstrapError> {
-    let bundle = if flags.bundle.is_empty() {
-        std::env::current_dir().map_err(|source| BootstrapError::Stdio {
-            what: "read the working directory",
-            source,
-        })?
-    } else {
-        PathBuf::from(&flags.bundle)
-    };
-    let opts: RuntimeOptions = std::fs::read(bundle.join(OPTIONS_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    if !flags.id.is_empty() {
-        // Best effort, as Go shims do: the answer matters more than a runtime that is gone.
-        let args: [std::ffi::OsString; 5] = [
-            "--root".into(),
-            opts.root_for(&flags.namespace).into_os_string(),
-            "delete".into(),
-            "--force".into(),
-            flags.id.clone().into(),
-        ];
-        // Bounded: a hung runtime must not hold containerd's cleanup (nor outlive it).
-        match super::runc::run_blocking(
-            &opts.binary(),
-            &args,
-            "delete",
-            &flags.id,
-            SHORT_CALL_TIMEOUT,
-        ) {
-            Ok(o) if !o.status.success() => eprintln!(
-                "runc delete {}: {}",
-                flags.id,
-                String::from_utf8_lossy(&o.stderr).trim()
-            ),
-            Ok(_) => {}
-            Err(e) => eprintln!("{e}"),
-        }
-    }
-    let rootfs = bundle.join("rootfs");
-    if let Err(e) = nix::mount::umount2(&rootfs, nix::mount::MntFlags::MNT_DETACH) {
-        if !matches!(e, nix::Error::EINVAL | nix::Error::ENOENT) {
-            eprintln!("unmount {}: {e}", rootfs.display());
-        }
-    }
-    deliver_dead_shims_events(flags, &bundle);
-
-    let record: Option<ExitRecord> = std::fs::read(bundle.join(EXIT_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    let mut resp = DeleteResponse::new();
-    match record {
-        Some(r) => {
-            resp.pid = r.pid;
-            resp.exit_status = r.status;
-            resp.exited_at = MessageField::some(timestamp_ns(r.exited_at_ns));
-        }
-        None => {
-            // Never seen exiting (the shim died first): what every shim answers, SIGKILL.
-            resp.pid = super::runc::read_pid_file(&bundle.join("init.pid")).unwrap_or(0);
-            resp.exit_status = 128 + libc::SIGKILL as u32;
-            resp.exited_at = MessageField::some(timestamp(SystemTime::now()));
-        }
-    }
-    bootstrap::write_message("DeleteResponse", &resp)
-}
-
-/// A dead shim's spool still holds events (a TaskOOM, say): deliver them now, bounded.
-fn deliver_dead_shims_events(flags: &Flags, bundle: &Path) {
-    let Ok(config) = std::fs::read(bundle.join("config.json")) else {
-        return;
-    };
-    let Ok(group) = bootstrap::group_of(&config, &flags.id) else {
-        return;
-    };
-    let socket = bootstrap::socket_path(
-        Path::new(bootstrap::DEFAULT_SOCKET_DIR),
-        &flags.address,
-        &flags.namespace,
-        &group,
-    );
-    let spool = bootstrap::spool_path(&socket);
-    if !spool.exists() || std::os::unix::net::UnixStream::connect(&socket).is_ok() {
-        // No spool, or its shim is alive and delivers it itself.
-        return;
-    }
-    let Ok(ttrpc_address) = std::env::var("TTRPC_ADDRESS") else {
-        return;
-    };
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return;
-    };
-    let log = Logger::root(slog::Discard, o!());
-    let forwarder: Arc<dyn Forwarder> =
-        Arc::new(TtrpcForwarder::new(ttrpc_address, FORWARD_TIMEOUT));
-    if let Err(e) = rt.block_on(drain_spool(&spool, forwarder, Duration::from_secs(5), &log)) {
-        eprintln!("deliver {}: {e}", spool.display());
-    }
-}
-
-/// `-info`: the runtime's description, with the OCI runtime's features (containerd asks before
-/// running specs that need them, e.g. idmapped mounts).
-pub fn info() -> Result<(), BootstrapError> {
-    use containerd_shim_protos::types::introspection::{RuntimeInfo, RuntimeVersion};
-    use std::io::Read;
-    let mut stdin = Vec::new();
-    let _ = std::io::stdin().read_to_end(&mut stdin);
-    let opts = Any::parse_from_bytes(&stdin)
-        .ok()
-        .and_then(|a| RuntimeOptions::from_any(Some(&a)).ok())
-        .unwrap_or_default();
-    let mut info = RuntimeInfo::new();
-    info.name = bootstrap::RUNTIME_NAME.to_string();
-    let mut v = RuntimeVersion::new();
-    v.version = env!("CARGO_PKG_VERSION").to_string();
-    info.version = MessageField::some(v);
-    if let Ok(out) = super::runc::run_blocking(
-        &opts.binary(),
-        &["features".into()],
-        "features",
-        "",
-        SHORT_CALL_TIMEOUT,
-    ) {
-        if out.status.success() {
-            let mut any = Any::new();
-            any.type_url =
-                "types.containerd.io/opencontainers/runtime-spec/1/features/Features".into();
-            any.value = out.stdout;
-            info.features = MessageField::some(any);
-        }
-    }
-    bootstrap::write_message("RuntimeInfo", &info)
-}
-
-/// Whether the spec gives the container a pid namespace of its own (no `path`: a new one).
-fn has_own_pid_namespace(config_json: &[u8]) -> bool {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(config_json) else {
-        return true;
-    };
-    v.pointer("/linux/namespaces")
-        .and_then(|n| n.as_array())
-        .map(|ns| {
-            ns.iter().any(|n| {
-                n.get("type").and_then(|t| t.as_str()) == Some("pid")
-                    && n.get("path")
-                        .and_then(|p| p.as_str())
-                        .unwrap_or("")
-                        .is_empty()
-            })
-        })
-        .unwrap_or(false)
-}
-
-/// Mount flags and data of containerd's mount options ([`MountOption`], read as containerd
-/// reads them). A propagation change or `loop` is passed on as data, which the kernel refuses:
-/// a rootfs mount has no use for either.
-fn mount_options(options: &[String]) -> (nix::mount::MsFlags, String) {
-    use nix::mount::MsFlags as F;
-    let mut flags = F::empty();
-    let mut data = Vec::new();
-    for o in options {
-        match MountOption::parse(o) {
-            MountOption::Flags { set, clear } | MountOption::Special { set, clear } => {
-                flags = remora_host::mount::apply(flags, set, clear);
-            }
-            MountOption::Bind { recursive } => {
-                flags |= F::MS_BIND;
-                if recursive {
-                    flags |= F::MS_REC;
-                }
-            }
-            MountOption::Propagation(_) | MountOption::Loop => data.push(o.as_str()),
-            MountOption::Data(d) => data.push(d),
-        }
-    }
-    (flags, data.join(","))
-}
-
-/// The maps of a user-namespaced pod's rootfs mount (containerd's overlayfs snapshotter adds
-/// `uidmap=0:<host>:<len>` and `gidmap=…` options when asked for an idmapped snapshot), and the
-/// other options.
-fn split_idmap_options(
-    options: &[String],
-) -> (
-    Option<(remora_host::userns::IdMap, remora_host::userns::IdMap)>,
-    Vec<String>,
-) {
-    let (mut uid, mut gid, mut rest) = (None, None, Vec::new());
-    for o in options {
-        if let Some(v) = o.strip_prefix("uidmap=") {
-            uid = Some(v);
-        } else if let Some(v) = o.strip_prefix("gidmap=") {
-            gid = Some(v);
-        } else {
-            rest.push(o.clone());
-        }
-    }
-    let maps = match (uid, gid) {
-        (Some(u), Some(g)) => {
-            remora_host::userns::IdMap::parse(u).zip(remora_host::userns::IdMap::parse(g))
-        }
-        _ => None,
-    };
-    (maps, rest)
-}
-
-/// An idmapped rootfs mount, as containerd's mount code makes it for its Go shim: for overlay,
-/// each lower layer is bound read-only and idmapped through a user namespace with the maps
-/// (Linux 5.19 lets overlayfs stack on idmapped layers) under `scratch`, the overlay is mounted
-/// over those, and the idmapped binds are detached (the overlay holds what it needs); a bind
-/// mount is itself made idmapped. The upper layer is not idmapped: the pod's root writes as
-/// its host ID (the snapshotter chowned the upper root to it).
-fn mount_idmapped(
-    id: &str,
-    m: &containerd_shim_protos::types::mount::Mount,
-    options: &[String],
-    maps: (remora_host::userns::IdMap, remora_host::userns::IdMap),
-    target: &Path,
-    scratch: &Path,
-) -> Result<(), ShimError> {
-    use nix::mount::mount;
-    let idmap_err = |source| ShimError::Idmap {
-        id: id.to_string(),
-        source,
-    };
-    let helper =
-        remora_host::userns::UsernsHelper::spawn(maps.0, maps.1, false).map_err(idmap_err)?;
-    let userns = helper.userns_fd().map_err(idmap_err)?;
-    let (flags, _) = mount_options(options);
-    if m.type_ != "overlay" {
-        return remora_host::userns::idmapped_bind(
-            Path::new(&m.source),
-            target,
-            &userns,
-            flags.contains(nix::mount::MsFlags::MS_RDONLY),
-        )
-        .map_err(idmap_err);
-    }
-    // Held until the overlay is mounted over them (or it failed); dropped, they detach.
-    let mut layers = Vec::new();
-    let result = (|| {
-        let mut rewritten = Vec::with_capacity(options.len());
-        for o in options {
-            let Some(lower) = o.strip_prefix("lowerdir=") else {
-                rewritten.push(o.clone());
-                continue;
-            };
-            let (bound, lowerdir) = remora_host::userns::IdmappedLayers::bind(
-                lower,
-                &userns,
-                &scratch.join(layers.len().to_string()),
-            )
-            .map_err(idmap_err)?;
-            layers.push(bound);
-            rewritten.push(format!("lowerdir={lowerdir}"));
-        }
-        let (flags, data) = mount_options(&rewritten);
-        mount(
-            Some(m.source.as_str()),
-            target,
-            Some("overlay"),
-            flags,
-            Some(data.as_str()),
-        )
-        .map_err(|source| ShimError::Rootfs {
-            id: id.to_string(),
-            op: "mount",
-            target: target.display().to_string(),
-            source,
-        })
-    })();
-    drop(layers);
-    let _ = std::fs::remove_dir(scratch);
-    result
-}
-
-/// Mounts the rootfs containerd prepared (overlay or bind mounts, in order) on `target`.
-fn mount_rootfs(
-    id: &str,
-    mounts: &[containerd_shim_protos::types::mount::Mount],
-    target: &Path,
-) -> Result<(), ShimError> {
-    use nix::mount::{mount, MsFlags};
-    let fail = |source| ShimError::Rootfs {
-        id: id.to_string(),
-        op: "mount",
-        target: target.display().to_string(),
-        source,
-    };
-    if let Err(e) = std::fs::create_dir(target) {
-        if e.kind() != std::io::ErrorKind::AlreadyExists {
-            return Err(ShimError::BundleFile {
-                path: target.display().to_string(),
-                source: e,
-            });
-        }
-    }
-    for (done, m) in mounts.iter().enumerate() {
-        if let (Some(maps), options) = split_idmap_options(&m.options) {
-            let scratch = target.with_file_name(format!("idmapped-layers-{done}"));
-            if let Err(e) = mount_idmapped(id, m, &options, maps, target, &scratch) {
-                for _ in 0..done {
-                    let _ = nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH);
-                }
-                return Err(e);
-            }
-            continue;
-        }
-        let (flags, data) = mount_options(&m.options);
-        let data = (!data.is_empty()).then_some(data.as_str());
-        let kind = (!m.type_.is_empty()).then_some(m.type_.as_str());
-        let r = mount(Some(m.source.as_str()), target, kind, flags, data).and_then(|()| {
-            // A read-only bind mount takes a remount to become read-only.
-            if flags.contains(MsFlags::MS_BIND) && flags.contains(MsFlags::MS_RDONLY) {
-                mount(
-                    None::<&str>,
-                    target,
-                    None::<&str>,
-                    flags | MsFlags::MS_REMOUNT,
-                    None::<&str>,
-                )
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(e) = r {
-            for _ in 0..done {
-                let _ = nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH);
-            }
-            return Err(fail(e));
-        }
-    }
-    Ok(())
-}
-
-fn unmount(id: &str, target: &Path) -> Result<(), ShimError> {
-    match nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH) {
-        Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => Ok(()),
-        Err(source) => Err(ShimError::Rootfs {
-            id: id.to_string(),
-            op: "unmount",
-            target: target.display().to_string(),
-            source,
-        }),
-    }
-}
-
-fn read_file(path: &Path) -> Result<Vec<u8>, ShimError> {
-    std::fs::read(path).map_err(|source| ShimError::BundleFile {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), ShimError> {
-    let bytes = serde_json::to_vec(value).map_err(|e| ShimError::BundleFile {
-        path: path.display().to_string(),
-        source: std::io::Error::other(e),
-    })?;
-    std::fs::write(path, bytes).map_err(|source| ShimError::BundleFile {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
 /// Exec ids are up to 64 bytes: pid files stay short.
 fn short(exec_id: &str) -> String {
     exec_id
@@ -1653,126 +901,12 @@ fn short(exec_id: &str) -> String {
         .collect()
 }
 
-fn to_ns(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
-fn timestamp(t: SystemTime) -> Timestamp {
-    timestamp_ns(to_ns(t))
-}
-
-fn timestamp_ns(ns: i64) -> Timestamp {
-    let mut ts = Timestamp::new();
-    ts.seconds = ns.div_euclid(1_000_000_000);
-    ts.nanos = ns.rem_euclid(1_000_000_000) as i32;
-    ts
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn any(type_url: &str, value: Vec<u8>) -> Any {
-        let mut a = Any::new();
-        a.type_url = type_url.into();
-        a.value = value;
-        a
-    }
-
     #[test]
-    fn runc_options_name_the_binary_root_and_cgroup_driver() {
-        let mut o = RuncOptions::new();
-        o.binary_name = "crun".into();
-        o.root = "/run/tb/runc".into();
-        o.systemd_cgroup = true;
-        let a = any("containerd.runc.v1.Options", o.write_to_bytes().unwrap());
-        let r = RuntimeOptions::from_any(Some(&a)).unwrap();
-        assert_eq!(r.binary(), PathBuf::from("crun"));
-        assert_eq!(r.root_for("k8s.io"), PathBuf::from("/run/tb/runc/k8s.io"));
-        assert!(r.systemd_cgroup);
-
-        let none = RuntimeOptions::from_any(None).unwrap();
-        assert_eq!(none.binary(), PathBuf::from("runc"));
-        assert_eq!(
-            none.root_for("ns"),
-            PathBuf::from("/run/containerd/runc/ns")
-        );
-    }
-
-    #[test]
-    fn containerd_cri_runtimeoptions_carry_the_options_table_as_toml() {
-        // runtimeoptions.v1.Options { type_url = 1; config_path = 2; config_body = 3; }
-        let body = "BinaryName = \"crun\"\nRoot = \"/r\"\nSystemdCgroup = false\n";
-        let mut bytes = vec![0x0a, 3, b'a', b'b', b'c', 0x1a, body.len() as u8];
-        bytes.extend_from_slice(body.as_bytes());
-        let a = any("runtimeoptions.v1.Options", bytes);
-        let r = RuntimeOptions::from_any(Some(&a)).unwrap();
-        assert_eq!(r.binary_name, "crun");
-        assert_eq!(r.root, "/r");
-        assert!(!r.systemd_cgroup);
-
-        let bad = any("example.com/Other", vec![]);
-        assert!(matches!(
-            RuntimeOptions::from_any(Some(&bad)),
-            Err(ShimError::InvalidArgument { .. })
-        ));
-        let garbage = any("containerd.runc.v1.Options", vec![0xff, 0xff, 0xff]);
-        assert!(RuntimeOptions::from_any(Some(&garbage)).is_err());
-    }
-
-    #[test]
-    fn kill_all_on_exit_only_without_an_own_pid_namespace() {
-        let own = br#"{"linux":{"namespaces":[{"type":"pid"},{"type":"mount"}]}}"#;
-        let shared = br#"{"linux":{"namespaces":[{"type":"pid","path":"/proc/1/ns/pid"}]}}"#;
-        let host = br#"{"linux":{"namespaces":[{"type":"mount"}]}}"#;
-        assert!(has_own_pid_namespace(own));
-        assert!(!has_own_pid_namespace(shared));
-        assert!(!has_own_pid_namespace(host));
-    }
-
-    #[test]
-    fn mount_options_split_into_flags_and_data() {
-        use nix::mount::MsFlags as F;
-        let opts: Vec<String> = [
-            "ro",
-            "rbind",
-            "nosuid",
-            "lowerdir=/a:/b",
-            "defaults",
-            "upperdir=/u",
-            "rw",
-            "remount",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let (flags, data) = mount_options(&opts);
-        assert_eq!(flags, F::MS_BIND | F::MS_REC | F::MS_NOSUID | F::MS_REMOUNT);
-        // `defaults` is no data (containerd's reading): the kernel would refuse it.
-        assert_eq!(data, "lowerdir=/a:/b,upperdir=/u");
-    }
-
-    #[test]
-    fn timestamps_split_nanoseconds() {
-        let t = timestamp_ns(1_500_000_000_123);
-        assert_eq!((t.seconds, t.nanos), (1500, 123));
+    fn exec_pid_files_keep_a_short_safe_name() {
         assert_eq!(short("abc/../def-01_x"), "abcdef-01_x");
-    }
-
-    #[test]
-    fn exit_records_round_trip_through_the_bundle() {
-        let dir = tempfile::tempdir().unwrap();
-        let r = ExitRecord {
-            pid: 42,
-            status: 137,
-            exited_at_ns: 7,
-            oom_killed: true,
-        };
-        write_json(&dir.path().join(EXIT_FILE), &r).unwrap();
-        let back: ExitRecord =
-            serde_json::from_slice(&std::fs::read(dir.path().join(EXIT_FILE)).unwrap()).unwrap();
-        assert_eq!(back, r);
     }
 }

@@ -2,13 +2,17 @@
 //! temp dirs. The test acts as the client (FIFO readers/writers), as the container (the
 //! child's ends) and, for terminals, as runc (sending a pty master over the console socket).
 
+use super::fd::{read_some, write_all};
 use super::*;
 
 use std::ffi::CStr;
+use std::fs::OpenOptions;
 use std::io::IoSlice;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream as StdUnixStream;
 
-use nix::sys::socket::{sendmsg, ControlMessage};
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use nix::sys::stat::Mode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
@@ -81,53 +85,6 @@ async fn wait_exit(pid: i32) -> nix::sys::wait::WaitStatus {
     let exited = tokio::time::timeout(DEADLINE, pidfd.readable()).await;
     assert!(exited.is_ok(), "pid {pid} did not exit");
     nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None).unwrap()
-}
-
-#[test]
-fn stream_strings_parse_like_containerd() {
-    assert_eq!(parse_target("stdout", "").unwrap(), None);
-    assert_eq!(
-        parse_target("stdout", "/run/x/stdout").unwrap(),
-        Some(Target::Path("/run/x/stdout".into()))
-    );
-    assert_eq!(
-        parse_target("stdout", "fifo:///run/x/a%20b").unwrap(),
-        Some(Target::Path("/run/x/a b".into()))
-    );
-    assert_eq!(
-        parse_target("stdout", "file:///var/log/c.log").unwrap(),
-        Some(Target::File("/var/log/c.log".into()))
-    );
-    assert_eq!(
-        parse_target("stdout", "binary:///usr/bin/logger?id=a%2Fb&flag&msg=x+y").unwrap(),
-        Some(Target::Binary {
-            path: "/usr/bin/logger".into(),
-            args: vec![
-                "id".into(),
-                "a/b".into(),
-                "flag".into(),
-                "msg".into(),
-                "x y".into()
-            ],
-            strict_ready: false,
-        })
-    );
-    assert!(matches!(
-        parse_target("stdout", "binary-v2://host/bin/l").unwrap(),
-        Some(Target::Binary { path, strict_ready: true, .. }) if path == Path::new("/bin/l")
-    ));
-    assert!(matches!(
-        parse_target("stderr", "npipe:///x"),
-        Err(IoError::UnsupportedScheme { stream: "stderr", scheme, .. }) if scheme == "npipe"
-    ));
-    assert!(matches!(
-        parse_target("stdout", "file:///x%zz"),
-        Err(IoError::BadUri { .. })
-    ));
-    assert!(matches!(
-        parse_target("stdout", "file://nopath"),
-        Err(IoError::BadUri { .. })
-    ));
 }
 
 #[tokio::test]
@@ -821,17 +778,4 @@ async fn dropping_the_io_stops_the_copies_and_terms_the_logger() {
     );
     // Lets the logger's cats see EOF and exit.
     drop(stdio);
-}
-
-#[test]
-fn the_console_dir_is_made_private_and_a_wider_mode_is_fixed() {
-    use std::os::unix::fs::PermissionsExt;
-    let tmp = tempfile::tempdir().unwrap();
-    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
-    let fresh = tmp.path().join("a/console");
-    make_private_dir(&fresh).unwrap();
-    assert_eq!(mode(&fresh), 0o700);
-    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o755)).unwrap();
-    make_private_dir(&fresh).unwrap();
-    assert_eq!(mode(&fresh), 0o700);
 }

@@ -1,6 +1,7 @@
 use super::*;
 
-use std::io::Write;
+use std::ffi::OsString;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use crate::reaper::tests::{in_child, run_in_child};
@@ -256,6 +257,24 @@ fn not_found_is_told_by_the_message() {
     ] {
         assert!(!is_not_found(message), "{message}");
     }
+}
+
+#[test]
+fn not_running_is_told_by_the_runtimes_message() {
+    let failed = |message: &str| RuncError::Failed {
+        command: "runc kill".into(),
+        id: "c1".into(),
+        status: 1,
+        message: message.into(),
+    };
+    assert!(failed("container not running").is_not_running());
+    assert!(failed("process already finished").is_not_running());
+    assert!(!failed("permission denied").is_not_running());
+    let not_found = RuncError::NotFound {
+        command: "runc kill".into(),
+        id: "c1".into(),
+    };
+    assert!(!not_found.is_not_running());
 }
 
 #[test]

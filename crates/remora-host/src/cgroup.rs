@@ -35,7 +35,7 @@ pub enum LocateError {
     /// A line of `/proc/<pid>/cgroup` or `/proc/self/mountinfo` does not have the kernel's format.
     #[error("malformed line {line:?} in {file}")]
     Malformed {
-        /// Which text: "/proc/<pid>/cgroup" or "/proc/self/mountinfo".
+        /// Which text: `/proc/<pid>/cgroup` or `/proc/self/mountinfo`.
         file: &'static str,
         /// The line.
         line: String,
@@ -142,7 +142,7 @@ impl Hierarchy {
 }
 
 impl Cgroup {
-    /// The cgroup of `pid`, from /proc/<pid>/cgroup and the cgroup mounts in
+    /// The cgroup of `pid`, from `/proc/<pid>/cgroup` and the cgroup mounts in
     /// /proc/self/mountinfo.
     pub fn of_pid(pid: u32) -> Result<Cgroup, LocateError> {
         Cgroup::of_pid_path(&format!("/proc/{pid}/cgroup"))
@@ -162,7 +162,7 @@ impl Cgroup {
         Cgroup::from_proc(&proc_cgroup, &mountinfo)
     }
 
-    /// Testable core of [`Cgroup::of_pid`]: the texts of /proc/<pid>/cgroup and
+    /// Testable core of [`Cgroup::of_pid`]: the texts of `/proc/<pid>/cgroup` and
     /// /proc/self/mountinfo (handles v1, v2 and hybrid; v1 mounts with several controllers such
     /// as cpu,cpuacct; mount roots other than "/").
     pub fn from_proc(proc_cgroup: &str, mountinfo: &str) -> Result<Cgroup, LocateError> {

@@ -16,7 +16,6 @@
 
 pub mod cri_log;
 #[cfg(target_os = "linux")]
-#[path = "fifo_linux.rs"]
 pub mod fifo;
 pub mod session;
 

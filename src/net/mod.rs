@@ -3,7 +3,6 @@
 
 pub mod cni;
 #[cfg(target_os = "linux")]
-#[path = "netns_linux.rs"]
 pub mod netns;
 pub mod pod_network;
 

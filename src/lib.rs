@@ -43,6 +43,8 @@ pub mod net;
 #[cfg(feature = "daemon")]
 pub mod notify;
 #[cfg(feature = "daemon")]
+pub mod oci;
+#[cfg(feature = "daemon")]
 pub mod server;
 pub mod shim;
 #[cfg(feature = "daemon")]

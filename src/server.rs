@@ -37,12 +37,12 @@ use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
 use crate::lifecycle::backend::{RuncOptions, Runtime as HandlerShim};
 use crate::lifecycle::host::host_facts;
-use crate::lifecycle::host_network::HostNetwork;
-use crate::lifecycle::oci_features::{self, HandlerFeatures};
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::metrics::{GaugeFamily, Metrics};
+use crate::net::host_network::HostNetwork;
 use crate::net::{PodNetwork, PodNetworkConfig};
 use crate::notify::Notifier;
+use crate::oci::features::{self as oci_features, HandlerFeatures};
 use crate::stream::server::{StreamConfig, StreamServer, TlsFiles};
 
 /// Failures setting up or running the CRI socket server.
@@ -459,9 +459,7 @@ fn pods(
             leases: images.backend.leases.clone(),
             images: images.clone(),
             network: Arc::new(HostNetwork::new(cni, netns_dir)),
-            oci: Arc::new(crate::lifecycle::oci_cli::OciCli::new(
-                &config.containerd.namespace,
-            )),
+            oci: Arc::new(crate::oci::cli::OciCli::new(&config.containerd.namespace)),
             apparmor: Arc::new(crate::lifecycle::apparmor::AppArmor::host(
                 &config.server.state_dir,
                 log.new(slog::o!("component" => "apparmor")),

@@ -26,7 +26,7 @@ pub enum SandboxError {
     #[error("runtime handler {0:?} is not configured")]
     UnknownRuntimeHandler(String),
     /// The pod asks for a user namespace of its own and its handler cannot make one (its OCI
-    /// runtime has no idmapped mounts, see `oci_features`).
+    /// runtime has no idmapped mounts, see `crate::oci::features`).
     #[error("runtime handler {0:?} does not support user namespaces")]
     UserNamespacesUnsupported(String),
     /// The snapshotter gave a user-namespaced pod's rootfs no idmap (`uidmap=`/`gidmap=`): it

@@ -21,7 +21,8 @@
 //! | (restart: sweep and recovery) | `recover.rs` |
 //!
 //! - [`backend`]: what lifecycle needs from below, as narrow traits (containerd's records and
-//!   tasks, the local images, the pod network); [`host_network`] implements the pod network.
+//!   tasks, the local images, the pod network); [`crate::net::host_network`] implements the
+//!   pod network, [`crate::oci`] the OCI runtime's command line.
 //! - [`tx`]: a mutating operation's intent ([`journal`]) and undo list; [`error`]: why an
 //!   operation failed, with a failed rollback reported beside the failure.
 //! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares;
@@ -60,8 +61,6 @@ pub mod handlers;
 #[cfg(target_os = "linux")]
 pub mod host;
 #[cfg(target_os = "linux")]
-pub mod host_network;
-#[cfg(target_os = "linux")]
 mod image_volume;
 #[cfg(target_os = "linux")]
 pub mod journal;
@@ -69,8 +68,6 @@ pub mod journal;
 pub mod mount;
 #[cfg(target_os = "linux")]
 pub mod mountinfo;
-pub mod oci_cli;
-pub mod oci_features;
 #[cfg(target_os = "linux")]
 pub mod recover;
 #[cfg(target_os = "linux")]

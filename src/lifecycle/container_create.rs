@@ -54,21 +54,14 @@ impl Pods {
         self: &Arc<Self>,
         req: CreateRequest,
     ) -> Result<String, ContainerError> {
-        let me = self.clone();
-        // Own task: a cancelled RPC must not cut the operation (and its rollback) short.
-        tokio::spawn(async move {
-            let id = generate_id()?;
-            let log = me.log.new(slog::o!("container_id" => id.clone()));
-            let intent = Intent::Container { id: id.clone() };
-            let mut tx = me.begin(intent).map_err(|source| ContainerError::Journal {
-                path: me.journal.dir().to_path_buf(),
-                source,
-            })?;
-            let result = me.create_inner(req, &mut tx).await;
-            me.finish(tx, result, &log).await.map(|()| id)
+        let id = generate_id()?;
+        let log = self.log.new(slog::o!("container_id" => id.clone()));
+        let intent = Intent::Container { id: id.clone() };
+        self.transaction(intent, log, move |me, tx, _| {
+            Box::pin(async move { me.create_inner(req, tx).await })
         })
         .await
-        .map_err(ContainerError::Aborted)?
+        .map(|()| id)
     }
 
     /// The signal a container whose config names none is stopped with: its image's

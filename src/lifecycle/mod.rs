@@ -1,7 +1,7 @@
 //! Pod sandbox and container lifecycle: [`Pods`], and its operations in files named for the
 //! CRI RPC they serve.
 //!
-//! The crate is Linux-only, so Linux files are not suffixed `_linux` (nor loaded by `#[path]`).
+//! The crate is Linux-only, so Linux files carry no `_linux` suffix (and no path attribute).
 //!
 //! | RPC | file |
 //! |---|---|

@@ -25,6 +25,7 @@ pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod notify;
+pub mod oci;
 pub mod server;
 pub mod signal;
 pub mod spec;

@@ -19,7 +19,7 @@ use crate::cri::v1::runtime_service_server::RuntimeServiceServer;
 use nix::fcntl::{Flock, FlockArg};
 use slog::{info, warn, Logger};
 use thiserror::Error;
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
@@ -37,12 +37,12 @@ use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
 use crate::lifecycle::backend::{RuncOptions, Runtime as HandlerShim};
 use crate::lifecycle::host::host_facts;
-use crate::lifecycle::host_network::HostNetwork;
-use crate::lifecycle::oci_features::{self, HandlerFeatures};
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::metrics::{GaugeFamily, Metrics};
+use crate::net::host_network::HostNetwork;
 use crate::net::{PodNetwork, PodNetworkConfig};
 use crate::notify::Notifier;
+use crate::oci::features::{self as oci_features, HandlerFeatures};
 use crate::stream::server::{StreamConfig, StreamServer, TlsFiles};
 
 /// Failures setting up or running the CRI socket server.
@@ -459,9 +459,7 @@ fn pods(
             leases: images.backend.leases.clone(),
             images: images.clone(),
             network: Arc::new(HostNetwork::new(cni, netns_dir)),
-            oci: Arc::new(crate::lifecycle::oci_cli::OciCli::new(
-                &config.containerd.namespace,
-            )),
+            oci: Arc::new(crate::oci::cli::OciCli::new(&config.containerd.namespace)),
             apparmor: Arc::new(crate::lifecycle::apparmor::AppArmor::host(
                 &config.server.state_dir,
                 log.new(slog::o!("component" => "apparmor")),
@@ -633,14 +631,7 @@ fn notify_service_manager(notifier: Option<&Notifier>, state: &str, log: &Logger
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|source| ServerError::Signal {
-        signal: "SIGTERM",
-        source,
-    })?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|source| ServerError::Signal {
-        signal: "SIGINT",
-        source,
-    })?;
+    let (mut sigterm, mut sigint) = shutdown_signals()?;
 
     // systemd (Type=notify) learns when remora serves; without $NOTIFY_SOCKET this is None.
     let notifier = Notifier::from_env().unwrap_or_else(|e| {
@@ -650,23 +641,11 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
 
     // Before the socket (which lives in state_dir by default) and before anything is made in
     // them.
-    for dir in [&config.server.state_dir, &config.server.root_dir] {
-        if let Some(was) = make_private_dir(dir)? {
-            warn!(log, "state directory was reachable by other users; set its mode to 0700"; "path" => %dir.display(), "was" => format!("{was:o}"));
-        }
-    }
+    make_state_dirs_private(&config, &log)?;
     let (guard, listener) = bind_socket(&config.server.socket)?;
     let cd = &config.containerd;
     let client = Client::new(&cd.address, &cd.namespace, cd.probe_timeout);
-    let health = Arc::new(HealthMonitor::new(
-        Arc::new(client.clone()),
-        ProbeSchedule {
-            timeout: cd.probe_timeout,
-            interval: cd.probe_interval,
-            down_interval: cd.down_probe_interval,
-        },
-        log.new(slog::o!("component" => "containerd-health")),
-    ));
+    let health = health_monitor(&config, &client, &log);
     let (stop_tx, stop_rx) = watch::channel(false);
     let monitor = tokio::spawn(health.clone().run(stop_rx.clone()));
 
@@ -692,29 +671,15 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         let pods = pods.clone();
         async move { pods.load_default_apparmor().await }
     });
-    let image_events = Arc::new(ImageEvents {
-        images: images.backend.images.clone(),
-        content: images.backend.content.clone(),
-        index: images.index.clone(),
-        os: std::env::consts::OS.to_string(),
-        architecture: std::env::consts::ARCH.to_string(),
-    });
+    let image_events = image_events(&images);
     // The image index first, before any event is dispatched (kubelet creates containers from
     // images it believes present); a containerd that is not up yet is resynced later.
     if let Err(e) = image_events.load_all().await {
         warn!(log, "cannot load the image index yet; it is resynced when containerd answers"; "error" => %e);
     }
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let subscription = Subscription {
-        topics: vec!["/images/", "/tasks/oom", "/tasks/exit"],
-        namespace: cd.namespace.clone(),
-        backoff_min: cd.reconnect_backoff_min,
-        backoff_max: cd.reconnect_backoff_max,
-        reachability: pods.reachability(),
-        metrics: metrics.clone(),
-    };
     let events = spawn_event_monitor(
-        subscription,
+        subscription(&config, &pods, &metrics),
         &client,
         &pods,
         stop_rx.clone(),
@@ -722,33 +687,10 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         ready_tx,
         image_events,
     );
-    // Answer nothing before the index is rebuilt from containerd (callers wait in the socket's
-    // backlog): a kubelet asking right after a restart must not hear NotFound for pods that
-    // exist. Bounded, in case recovery hangs on a containerd that stopped answering.
-    if tokio::time::timeout(INITIAL_RECOVERY_WAIT, ready_rx)
-        .await
-        .is_err()
-    {
-        warn!(log, "initial recovery is taking long; serving meanwhile"; "waited_s" => INITIAL_RECOVERY_WAIT.as_secs());
-    }
+    await_initial_recovery(ready_rx, &log).await;
 
-    let streaming_config = StreamConfig {
-        address: config
-            .streaming
-            .socket_addr()
-            .map_err(ServerError::Streaming)?,
-        token_ttl: config.streaming.token_ttl,
-        stream_creation_timeout: config.streaming.stream_creation_timeout,
-        header_read_timeout: config.streaming.header_read_timeout,
-        max_connections: config.streaming.max_connections,
-        idle_timeout: config.streaming.idle_timeout,
-        tls: (!config.streaming.tls_cert_file.is_empty()).then(|| TlsFiles {
-            cert: config.streaming.tls_cert_file.clone().into(),
-            key: config.streaming.tls_key_file.clone().into(),
-        }),
-    };
     let (streaming, stream_listener) = StreamServer::bind(
-        streaming_config,
+        streaming_config(&config)?,
         Arc::new(PodStreams(pods.clone())),
         metrics.clone(),
         log.new(slog::o!("component" => "streaming")),
@@ -778,25 +720,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         log.new(slog::o!("component" => "cri")),
         rt.metrics.clone(),
     );
-    let service = CriService::new(rt);
-    let mut server_stop = stop_rx;
-    let mut server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .layer(deadlines)
-            .add_service(
-                RuntimeServiceServer::new(service.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .add_service(
-                ImageServiceServer::new(service)
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
-                let _ = server_stop.wait_for(|stop| *stop).await;
-            }),
-    );
+    let mut server = spawn_cri_server(CriService::new(rt), deadlines, listener, stop_rx);
     info!(log, "serving CRI v1";
         "remora_version" => env!("CARGO_PKG_VERSION"),
         "socket" => %config.server.socket.display(),
@@ -842,15 +766,139 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     if let Some(server) = metrics_server {
         let _ = server.await;
     }
+    release_netns_dir(&config, &log);
+    drop(guard);
+    info!(log, "stopped");
+    Ok(())
+}
+
+/// The image index's handler of containerd's image events, for this host's platform.
+fn image_events(images: &ImageRuntime) -> Arc<ImageEvents> {
+    Arc::new(ImageEvents {
+        images: images.backend.images.clone(),
+        content: images.backend.content.clone(),
+        index: images.index.clone(),
+        os: std::env::consts::OS.to_string(),
+        architecture: std::env::consts::ARCH.to_string(),
+    })
+}
+
+/// The event topics remora follows (image changes, OOMs and exits), in its namespace.
+fn subscription(config: &Config, pods: &Pods, metrics: &Metrics) -> Subscription {
+    let cd = &config.containerd;
+    Subscription {
+        topics: vec!["/images/", "/tasks/oom", "/tasks/exit"],
+        namespace: cd.namespace.clone(),
+        backoff_min: cd.reconnect_backoff_min,
+        backoff_max: cd.reconnect_backoff_max,
+        reachability: pods.reachability(),
+        metrics: metrics.clone(),
+    }
+}
+
+/// SIGTERM and SIGINT, either of which stops the daemon.
+fn shutdown_signals() -> Result<(Signal, Signal), ServerError> {
+    let sigterm = signal(SignalKind::terminate()).map_err(|source| ServerError::Signal {
+        signal: "SIGTERM",
+        source,
+    })?;
+    let sigint = signal(SignalKind::interrupt()).map_err(|source| ServerError::Signal {
+        signal: "SIGINT",
+        source,
+    })?;
+    Ok((sigterm, sigint))
+}
+
+/// Makes the state and root dirs (mode 0700), fixing a wider mode with a warning.
+fn make_state_dirs_private(config: &Config, log: &Logger) -> Result<(), ServerError> {
+    for dir in [&config.server.state_dir, &config.server.root_dir] {
+        if let Some(was) = make_private_dir(dir)? {
+            warn!(log, "state directory was reachable by other users; set its mode to 0700"; "path" => %dir.display(), "was" => format!("{was:o}"));
+        }
+    }
+    Ok(())
+}
+
+/// The monitor of containerd's reachability, probing on the configured schedule.
+fn health_monitor(config: &Config, client: &Client, log: &Logger) -> Arc<HealthMonitor> {
+    let cd = &config.containerd;
+    Arc::new(HealthMonitor::new(
+        Arc::new(client.clone()),
+        ProbeSchedule {
+            timeout: cd.probe_timeout,
+            interval: cd.probe_interval,
+            down_interval: cd.down_probe_interval,
+        },
+        log.new(slog::o!("component" => "containerd-health")),
+    ))
+}
+
+/// Answer nothing before the index is rebuilt from containerd (callers wait in the socket's
+/// backlog): a kubelet asking right after a restart must not hear NotFound for pods that
+/// exist. Bounded, in case recovery hangs on a containerd that stopped answering.
+async fn await_initial_recovery(ready: tokio::sync::oneshot::Receiver<()>, log: &Logger) {
+    if tokio::time::timeout(INITIAL_RECOVERY_WAIT, ready)
+        .await
+        .is_err()
+    {
+        warn!(log, "initial recovery is taking long; serving meanwhile"; "waited_s" => INITIAL_RECOVERY_WAIT.as_secs());
+    }
+}
+
+/// The streaming server's settings from the configuration.
+fn streaming_config(config: &Config) -> Result<StreamConfig, ServerError> {
+    Ok(StreamConfig {
+        address: config
+            .streaming
+            .socket_addr()
+            .map_err(ServerError::Streaming)?,
+        token_ttl: config.streaming.token_ttl,
+        stream_creation_timeout: config.streaming.stream_creation_timeout,
+        header_read_timeout: config.streaming.header_read_timeout,
+        max_connections: config.streaming.max_connections,
+        idle_timeout: config.streaming.idle_timeout,
+        tls: (!config.streaming.tls_cert_file.is_empty()).then(|| TlsFiles {
+            cert: config.streaming.tls_cert_file.clone().into(),
+            key: config.streaming.tls_key_file.clone().into(),
+        }),
+    })
+}
+
+/// Serves CRI's runtime and image services on `listener` until `stop` turns true.
+fn spawn_cri_server(
+    service: CriService,
+    deadlines: crate::cri::deadline::DeadlineLayer,
+    listener: tokio::net::UnixListener,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .layer(deadlines)
+            .add_service(
+                RuntimeServiceServer::new(service.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                ImageServiceServer::new(service)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            }),
+    )
+}
+
+/// Unmounts the network namespace directory's self-bind mount at a clean shutdown, unless
+/// pods kept running hold namespaces in it ([`crate::net::netns::release_dir`]).
+fn release_netns_dir(config: &Config, log: &Logger) {
     let netns_dir = config.server.state_dir.join("netns");
     match crate::net::netns::release_dir(&netns_dir) {
         Ok(true) => info!(log, "netns directory unmounted"; "path" => %netns_dir.display()),
         Ok(false) => {}
         Err(e) => warn!(log, "cannot unmount the netns directory"; "error" => %e),
     }
-    drop(guard);
-    info!(log, "stopped");
-    Ok(())
 }
 
 #[cfg(test)]

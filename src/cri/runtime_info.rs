@@ -163,7 +163,7 @@ pub async fn status(
 }
 
 /// The handlers `Status` reports: one per configured handler with what its OCI runtime
-/// supports (probed at start-up, [`crate::lifecycle::oci_features`]), and the default one
+/// supports (probed at start-up, [`crate::oci::features`]), and the default one
 /// again under the name `""`.
 pub fn runtime_handlers(handlers: &RuntimeHandlers) -> Vec<HandlerInfo> {
     let mut out = Vec::new();
@@ -225,7 +225,7 @@ mod tests {
     use crate::containerd::error::ContainerdError;
     use crate::containerd::health::ProbeSchedule;
     use crate::containerd::{ContainerdVersion, VersionApi};
-    use crate::lifecycle::oci_features::HandlerFeatures;
+    use crate::oci::features::HandlerFeatures;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::Duration;

@@ -15,8 +15,6 @@
 //! shim opens the other ends. Nothing here talks to containerd.
 
 pub mod cri_log;
-#[cfg(target_os = "linux")]
-#[path = "fifo_linux.rs"]
 pub mod fifo;
 pub mod session;
 
@@ -24,6 +22,5 @@ pub use cri_log::{
     copy_stream, format_record, CopySummary, LineSplitter, LogError, LogTag, LogWriter, StreamKind,
     DEFAULT_MAX_LINE_SIZE,
 };
-#[cfg(target_os = "linux")]
 pub use fifo::{FifoError, FifoSet, FifoSpec, TaskStdio};
 pub use session::{ClientRead, ClientWrite, SessionIo, TermSize};

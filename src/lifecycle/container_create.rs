@@ -12,18 +12,21 @@ use slog::{info, warn};
 
 use super::backend::ContainerRecord;
 use super::events::EventKind;
+use super::handlers::HandlerRuntime;
 use super::journal::Intent;
 use super::mount::{snapshot_root, with_temp_mount};
 use super::timing::Steps;
 use super::tx::Tx;
 use super::{blocking, image_config, now_ns, ContainerError, Pods};
+use crate::images::backend::Mount;
 use crate::images::store::ImageInfo;
 use crate::signal::Signal;
 use crate::spec::{self, ContainerConfig, HostDevice, SandboxFiles, SandboxInfo};
 use crate::store::persist::CONTAINER_EXTENSION;
 use crate::store::{
     container_name_key, encode_extension, generate_id, to_labels, Container, ContainerMetadata,
-    ContainerStatus, ContainerUser, SandboxMetadata, SandboxState, StoreError,
+    ContainerStatus, ContainerUser, Sandbox, SandboxMetadata, SandboxSnapshot, SandboxState,
+    StoreError,
 };
 
 /// A CreateContainer request in domain terms.
@@ -51,21 +54,14 @@ impl Pods {
         self: &Arc<Self>,
         req: CreateRequest,
     ) -> Result<String, ContainerError> {
-        let me = self.clone();
-        // Own task: a cancelled RPC must not cut the operation (and its rollback) short.
-        tokio::spawn(async move {
-            let id = generate_id()?;
-            let log = me.log.new(slog::o!("container_id" => id.clone()));
-            let intent = Intent::Container { id: id.clone() };
-            let mut tx = me.begin(intent).map_err(|source| ContainerError::Journal {
-                path: me.journal.dir().to_path_buf(),
-                source,
-            })?;
-            let result = me.create_inner(req, &mut tx).await;
-            me.finish(tx, result, &log).await.map(|()| id)
+        let id = generate_id()?;
+        let log = self.log.new(slog::o!("container_id" => id.clone()));
+        let intent = Intent::Container { id: id.clone() };
+        self.transaction(intent, log, move |me, tx, _| {
+            Box::pin(async move { me.create_inner(req, tx).await })
         })
         .await
-        .map_err(ContainerError::Aborted)?
+        .map(|()| id)
     }
 
     /// The signal a container whose config names none is stopped with: its image's
@@ -130,6 +126,7 @@ impl Pods {
         .map_err(ContainerError::Aborted)?
     }
 
+    /// CreateContainer's steps in order, each undone by `tx` if a later one fails.
     async fn create_inner(
         self: &Arc<Self>,
         req: CreateRequest,
@@ -137,44 +134,11 @@ impl Pods {
     ) -> Result<(), ContainerError> {
         let id = &tx.id().to_string();
         let mut steps = Steps::start();
-        let sandbox = match self.sandboxes.get(&req.sandbox_id) {
-            Ok(s) => s,
-            Err(StoreError::NotFound { .. }) => {
-                return Err(ContainerError::SandboxNotFound(req.sandbox_id.clone()))
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let sb = sandbox.snapshot();
-        if sb.status.state != SandboxState::Ready {
-            return Err(ContainerError::SandboxNotReady(sandbox.id().to_string()));
-        }
+        let (sandbox, sb) = self.ready_sandbox(&req.sandbox_id)?;
         // Every container runs with its pod's handler (shim and options), as in containerd.
         let handler = self.pod_runtime(sandbox.id(), &sb.metadata.runtime_handler)?;
-        if !handler.features.recursive_read_only_mounts {
-            if let Some(m) = req.config.mounts.iter().find(|m| m.recursive_read_only) {
-                return Err(ContainerError::RecursiveReadOnlyUnsupported {
-                    handler: sb.metadata.runtime_handler.clone(),
-                    mount: m.container_path.clone(),
-                });
-            }
-        }
-        // A container lives in its pod's user namespace, and asks for that one (containerd:
-        // `sameUsernsConfig`); the pod's is what its record says.
+        check_fits_pod(&req.config, &sb, handler)?;
         let pod_user = sb.metadata.namespace_options.user;
-        if req.config.security.namespaces.user != pod_user {
-            let describe = |u: Option<spec::UserNamespace>| match u {
-                None => "the host's".to_string(),
-                Some(u) => format!(
-                    "uids {}, gids {}",
-                    super::userns::idmap(u.uids).label(),
-                    super::userns::idmap(u.gids).label()
-                ),
-            };
-            return Err(ContainerError::UserNamespaceMismatch {
-                container: describe(req.config.security.namespaces.user),
-                pod: describe(pod_user),
-            });
-        }
         self.check_mount_propagation(&req.config.mounts).await?;
         self.check_apparmor(&req.config.security, true).await?;
         // CDI devices resolved before anything is made: an unknown one leaves nothing behind.
@@ -191,25 +155,7 @@ impl Pods {
             .ok_or_else(|| ContainerError::ImageNotFound(req.image.clone()))?;
         let image_cfg = image_config(&image);
 
-        let mut metadata = req.metadata.clone();
-        metadata.id = id.to_string();
-        metadata.sandbox_id = sandbox.id().to_string();
-        metadata.cdi_devices = req
-            .config
-            .cdi_devices
-            .iter()
-            .map(|d| d.name.clone())
-            .collect();
-        metadata.image.id = image.id.clone();
-        metadata.image.reference = image.reference();
-        if metadata.image.requested.is_empty() {
-            metadata.image.requested = req.image.clone();
-        }
-        if metadata.stop_signal.is_empty() {
-            metadata.stop_signal = self
-                .image_stop_signal(id, &image_cfg.stop_signal)
-                .to_string();
-        }
+        let mut metadata = self.new_metadata(id, &req, sandbox.id(), &image, &image_cfg);
         let name_key = container_name_key(
             &metadata.name,
             &sb.metadata.name,
@@ -223,29 +169,9 @@ impl Pods {
         let lease = self.creation_lease(tx).await?;
         steps.mark("lease");
         let mounts = self
-            .snapshots
-            .prepare(
-                &lease,
-                &self.snapshotter,
-                id,
-                &image.chain_id,
-                &super::userns::snapshot_labels(pod_user.as_ref()),
-            )
+            .prepare_rootfs(id, &lease, &image, pod_user.as_ref(), tx)
             .await?;
         steps.mark("prepare");
-        let (snaps, sn, key) = (
-            self.snapshots.clone(),
-            self.snapshotter.clone(),
-            id.to_string(),
-        );
-        tx.on_undo("remove rootfs snapshot", async move {
-            snaps.remove(&sn, &key).await
-        });
-        if pod_user.is_some() && !super::userns::idmapped(&mounts) {
-            return Err(ContainerError::SnapshotterCannotIdmap(
-                self.snapshotter.clone(),
-            ));
-        }
         crate::failpoint::hit("container.after_snapshot", &metadata.name).await?;
         let mut config = req.config.clone();
         let volume_labels = self
@@ -264,28 +190,7 @@ impl Pods {
             Some(t) => Some(self.containers_store.get(t)?.snapshot().status.pid),
             None => None,
         };
-        let sandbox_dir = self.sandbox_dir(sandbox.id());
-        let host_ipc = sb.metadata.namespace_options.ipc == spec::NamespaceMode::Node;
-        let info = SandboxInfo {
-            id: sandbox.id().to_string(),
-            pid: sb.status.pid,
-            netns_path: (!sb.metadata.netns_path.is_empty())
-                .then(|| PathBuf::from(&sb.metadata.netns_path)),
-            config: req
-                .sandbox_config
-                .clone()
-                .unwrap_or_else(|| fallback_sandbox_config(&sb.metadata)),
-            files: SandboxFiles {
-                hosts: Some(sandbox_dir.join("hosts")),
-                resolv_conf: Some(sandbox_dir.join("resolv.conf")),
-                hostname: Some(sandbox_dir.join("hostname")),
-                shm: Some(if host_ipc {
-                    PathBuf::from("/dev/shm")
-                } else {
-                    sandbox_dir.join("shm")
-                }),
-            },
-        };
+        let info = self.sandbox_info(&req, sandbox.id(), &sb);
         let host = self.host.clone();
         let tmp = self.state_dir.join("tmpmounts").join(id);
         let id_owned = id.to_string();
@@ -317,23 +222,10 @@ impl Pods {
         .await
         .map_err(ContainerError::Aborted)??;
         steps.mark("spec");
-        for dir in &generated.host_dirs_to_create {
-            super::host::ensure_bind_source(dir).map_err(|source| ContainerError::Host {
-                action: "prepare bind mount source",
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        ensure_bind_sources(&generated.host_dirs_to_create)?;
         let spec_json = serde_json::to_vec(&generated.spec).map_err(ContainerError::Encode)?;
         steps.mark("bind_sources+encode");
-        metadata.user = generated.spec.process().as_ref().map(|p| {
-            let u = p.user();
-            ContainerUser {
-                uid: u.uid(),
-                gid: u.gid(),
-                supplemental_groups: u.additional_gids().clone().unwrap_or_default(),
-            }
-        });
+        metadata.user = process_user(&generated.spec);
 
         let container = Container::new(metadata.clone(), ContainerStatus::created(now_ns()));
         let snapshot = container.snapshot();
@@ -380,6 +272,184 @@ impl Pods {
         );
         Ok(())
     }
+
+    /// Pod `sandbox_id` (or a unique prefix of it) and its state, if it is ready.
+    fn ready_sandbox(
+        &self,
+        sandbox_id: &str,
+    ) -> Result<(Sandbox, SandboxSnapshot), ContainerError> {
+        let sandbox = match self.sandboxes.get(sandbox_id) {
+            Ok(s) => s,
+            Err(StoreError::NotFound { .. }) => {
+                return Err(ContainerError::SandboxNotFound(sandbox_id.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let sb = sandbox.snapshot();
+        if sb.status.state != SandboxState::Ready {
+            return Err(ContainerError::SandboxNotReady(sandbox.id().to_string()));
+        }
+        Ok((sandbox, sb))
+    }
+
+    /// The new container's store metadata: the adapter's, with its id, pod, CDI devices and
+    /// image filled in, and the image's stop signal when none is configured.
+    fn new_metadata(
+        &self,
+        id: &str,
+        req: &CreateRequest,
+        sandbox_id: &str,
+        image: &ImageInfo,
+        image_cfg: &spec::ImageConfig,
+    ) -> ContainerMetadata {
+        let mut metadata = req.metadata.clone();
+        metadata.id = id.to_string();
+        metadata.sandbox_id = sandbox_id.to_string();
+        metadata.cdi_devices = req
+            .config
+            .cdi_devices
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
+        metadata.image.id = image.id.clone();
+        metadata.image.reference = image.reference();
+        if metadata.image.requested.is_empty() {
+            metadata.image.requested = req.image.clone();
+        }
+        if metadata.stop_signal.is_empty() {
+            metadata.stop_signal = self
+                .image_stop_signal(id, &image_cfg.stop_signal)
+                .to_string();
+        }
+        metadata
+    }
+
+    /// The container's rootfs snapshot over `image`, within `lease` (removed on undo); in a
+    /// user-namespaced pod it must be idmapped.
+    async fn prepare_rootfs(
+        &self,
+        id: &str,
+        lease: &str,
+        image: &ImageInfo,
+        pod_user: Option<&spec::UserNamespace>,
+        tx: &mut Tx,
+    ) -> Result<Vec<Mount>, ContainerError> {
+        let mounts = self
+            .snapshots
+            .prepare(
+                lease,
+                &self.snapshotter,
+                id,
+                &image.chain_id,
+                &super::userns::snapshot_labels(pod_user),
+            )
+            .await?;
+        let (snaps, sn, key) = (
+            self.snapshots.clone(),
+            self.snapshotter.clone(),
+            id.to_string(),
+        );
+        tx.on_undo("remove rootfs snapshot", async move {
+            snaps.remove(&sn, &key).await
+        });
+        if pod_user.is_some() && !super::userns::idmapped(&mounts) {
+            return Err(ContainerError::SnapshotterCannotIdmap(
+                self.snapshotter.clone(),
+            ));
+        }
+        Ok(mounts)
+    }
+
+    /// The pod as the container's spec sees it: its process, network namespace, config (the
+    /// request's, else the record's) and the files it shares.
+    fn sandbox_info(
+        &self,
+        req: &CreateRequest,
+        sandbox_id: &str,
+        sb: &SandboxSnapshot,
+    ) -> SandboxInfo {
+        let sandbox_dir = self.sandbox_dir(sandbox_id);
+        let host_ipc = sb.metadata.namespace_options.ipc == spec::NamespaceMode::Node;
+        SandboxInfo {
+            id: sandbox_id.to_string(),
+            pid: sb.status.pid,
+            netns_path: (!sb.metadata.netns_path.is_empty())
+                .then(|| PathBuf::from(&sb.metadata.netns_path)),
+            config: req
+                .sandbox_config
+                .clone()
+                .unwrap_or_else(|| fallback_sandbox_config(&sb.metadata)),
+            files: SandboxFiles {
+                hosts: Some(sandbox_dir.join("hosts")),
+                resolv_conf: Some(sandbox_dir.join("resolv.conf")),
+                hostname: Some(sandbox_dir.join("hostname")),
+                shm: Some(if host_ipc {
+                    PathBuf::from("/dev/shm")
+                } else {
+                    sandbox_dir.join("shm")
+                }),
+            },
+        }
+    }
+}
+
+/// Refuses, before anything is made, a container its pod cannot run: a recursive read-only
+/// mount the pod's handler cannot make, or a user namespace other than the pod's.
+fn check_fits_pod(
+    config: &ContainerConfig,
+    sb: &SandboxSnapshot,
+    handler: &HandlerRuntime,
+) -> Result<(), ContainerError> {
+    if !handler.features.recursive_read_only_mounts {
+        if let Some(m) = config.mounts.iter().find(|m| m.recursive_read_only) {
+            return Err(ContainerError::RecursiveReadOnlyUnsupported {
+                handler: sb.metadata.runtime_handler.clone(),
+                mount: m.container_path.clone(),
+            });
+        }
+    }
+    // A container lives in its pod's user namespace, and asks for that one (containerd:
+    // `sameUsernsConfig`); the pod's is what its record says.
+    let pod_user = sb.metadata.namespace_options.user;
+    if config.security.namespaces.user != pod_user {
+        let describe = |u: Option<spec::UserNamespace>| match u {
+            None => "the host's".to_string(),
+            Some(u) => format!(
+                "uids {}, gids {}",
+                super::userns::idmap(u.uids).label(),
+                super::userns::idmap(u.gids).label()
+            ),
+        };
+        return Err(ContainerError::UserNamespaceMismatch {
+            container: describe(config.security.namespaces.user),
+            pod: describe(pod_user),
+        });
+    }
+    Ok(())
+}
+
+/// Creates the bind sources the spec wants as directories where they do not exist.
+fn ensure_bind_sources(dirs: &[PathBuf]) -> Result<(), ContainerError> {
+    for dir in dirs {
+        super::host::ensure_bind_source(dir).map_err(|source| ContainerError::Host {
+            action: "prepare bind mount source",
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// The user the spec's process runs as, for the container's status.
+fn process_user(spec: &oci_spec::runtime::Spec) -> Option<ContainerUser> {
+    spec.process().as_ref().map(|p| {
+        let u = p.user();
+        ContainerUser {
+            uid: u.uid(),
+            gid: u.gid(),
+            supplemental_groups: u.additional_gids().clone().unwrap_or_default(),
+        }
+    })
 }
 
 /// The pod's config from what its record keeps, for a request that carries none.

@@ -26,7 +26,7 @@ pub enum SandboxError {
     #[error("runtime handler {0:?} is not configured")]
     UnknownRuntimeHandler(String),
     /// The pod asks for a user namespace of its own and its handler cannot make one (its OCI
-    /// runtime has no idmapped mounts, see `oci_features`).
+    /// runtime has no idmapped mounts, see `crate::oci::features`).
     #[error("runtime handler {0:?} does not support user namespaces")]
     UserNamespacesUnsupported(String),
     /// The snapshotter gave a user-namespaced pod's rootfs no idmap (`uidmap=`/`gidmap=`): it
@@ -373,10 +373,16 @@ impl RollbackError {
     }
 }
 
-/// An error that can carry a rollback's failures beside itself.
+/// An error a transaction ([`super::tx`]) can end in: its own, or one that carries a
+/// rollback's failures beside itself, or the transaction's intent not written, or its task
+/// aborted.
 pub(crate) trait WithRollback: Sized {
     /// `self`, with `rollback` reported beside it.
     fn with_rollback(self, rollback: RollbackError) -> Self;
+    /// The intent could not be written to the journal dir `path`: nothing was made.
+    fn journal(path: PathBuf, source: std::io::Error) -> Self;
+    /// The operation's task panicked or was cancelled.
+    fn aborted(source: tokio::task::JoinError) -> Self;
 }
 
 impl WithRollback for SandboxError {
@@ -386,6 +392,14 @@ impl WithRollback for SandboxError {
             rollback,
         }
     }
+
+    fn journal(path: PathBuf, source: std::io::Error) -> Self {
+        SandboxError::Journal { path, source }
+    }
+
+    fn aborted(source: tokio::task::JoinError) -> Self {
+        SandboxError::Aborted(source)
+    }
 }
 
 impl WithRollback for ContainerError {
@@ -394,6 +408,14 @@ impl WithRollback for ContainerError {
             source: Box::new(self),
             rollback,
         }
+    }
+
+    fn journal(path: PathBuf, source: std::io::Error) -> Self {
+        ContainerError::Journal { path, source }
+    }
+
+    fn aborted(source: tokio::task::JoinError) -> Self {
+        ContainerError::Aborted(source)
     }
 }
 

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::backend::Runtime;
-use super::oci_features::HandlerFeatures;
+use crate::oci::features::HandlerFeatures;
 
 /// One handler: what its pods' container records and tasks are created with.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,7 +20,7 @@ pub struct HandlerRuntime {
     pub runtime: Runtime,
     /// Absolute path of the shim binary ("" = containerd resolves the runtime type).
     pub runtime_path: String,
-    /// What its OCI runtime supports ([`super::oci_features`]).
+    /// What its OCI runtime supports ([`crate::oci::features`]).
     pub features: HandlerFeatures,
     /// The pod and container annotations its pods' specs carry ([`crate::spec::passthrough`]).
     pub pass_through: crate::spec::PassThrough,

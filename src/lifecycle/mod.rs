@@ -1,6 +1,8 @@
 //! Pod sandbox and container lifecycle: [`Pods`], and its operations in files named for the
 //! CRI RPC they serve.
 //!
+//! The crate is Linux-only, so Linux files carry no `_linux` suffix (and no path attribute).
+//!
 //! | RPC | file |
 //! |---|---|
 //! | RunPodSandbox | `sandbox_run.rs` |
@@ -13,13 +15,14 @@
 //! | UpdateContainerResources, ReopenContainerLog | `container_update.rs` |
 //! | (a container's exit) | `container_exit.rs` |
 //! | ExecSync | `container_exec.rs` |
-//! | ContainerStats, ListContainerStats | `container_stats_linux.rs` |
-//! | PodSandboxStats, ListPodSandboxStats | `sandbox_stats_linux.rs` |
+//! | ContainerStats, ListContainerStats | `container_stats.rs` |
+//! | PodSandboxStats, ListPodSandboxStats | `sandbox_stats.rs` |
 //! | ListMetricDescriptors, ListPodSandboxMetrics | `sandbox_metrics.rs` |
 //! | (restart: sweep and recovery) | `recover.rs` |
 //!
 //! - [`backend`]: what lifecycle needs from below, as narrow traits (containerd's records and
-//!   tasks, the local images, the pod network); [`host_network`] implements the pod network.
+//!   tasks, the local images, the pod network); [`crate::net::host_network`] implements the
+//!   pod network, [`crate::oci`] the OCI runtime's command line.
 //! - [`tx`]: a mutating operation's intent ([`journal`]) and undo list; [`error`]: why an
 //!   operation failed, with a failed rollback reported beside the failure.
 //! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares;
@@ -33,62 +36,32 @@
 //! the RPC) cannot interrupt it half way and skip the rollback: the caller's cancellation is
 //! never the cleanup's.
 
-#[cfg(target_os = "linux")]
-#[path = "apparmor_linux.rs"]
 pub mod apparmor;
 pub mod backend;
-#[cfg(target_os = "linux")]
-#[path = "cgroup_metrics_linux.rs"]
 pub mod cgroup_metrics;
-#[cfg(target_os = "linux")]
-#[path = "cgroup_stats_linux.rs"]
 pub mod cgroup_stats;
 mod container_create;
-#[cfg(target_os = "linux")]
 pub mod container_exec;
 mod container_exit;
 mod container_remove;
 mod container_start;
-#[cfg(target_os = "linux")]
-#[path = "container_stats_linux.rs"]
 pub mod container_stats;
 mod container_stop;
-#[cfg(target_os = "linux")]
 mod container_stream;
 mod container_update;
 pub mod error;
 pub mod events;
 pub mod handlers;
-#[cfg(target_os = "linux")]
-#[path = "host_linux.rs"]
 pub mod host;
-#[cfg(target_os = "linux")]
-#[path = "host_network_linux.rs"]
-pub mod host_network;
-#[cfg(target_os = "linux")]
-#[path = "image_volume_linux.rs"]
 mod image_volume;
-#[cfg(target_os = "linux")]
 pub mod journal;
-#[cfg(target_os = "linux")]
-#[path = "mount_linux.rs"]
 pub mod mount;
-#[cfg(target_os = "linux")]
-#[path = "mountinfo_linux.rs"]
 pub mod mountinfo;
-pub mod oci_cli;
-pub mod oci_features;
-#[cfg(target_os = "linux")]
 pub mod recover;
-#[cfg(target_os = "linux")]
-#[path = "sandbox_files_linux.rs"]
 pub mod sandbox_files;
-#[cfg(target_os = "linux")]
 pub mod sandbox_metrics;
 mod sandbox_remove;
 mod sandbox_run;
-#[cfg(target_os = "linux")]
-#[path = "sandbox_stats_linux.rs"]
 pub mod sandbox_stats;
 mod sandbox_stop;
 mod sandbox_update;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use slog::{info, warn};
 
-use super::backend::TaskStatus;
+use super::backend::{ContainerRecord, TaskState, TaskStatus};
 use super::events::EventKind;
 use super::journal::Intent;
 use super::{creation_lease_id, exit_ns, kill_and_delete, now_ns, ContainerError, Pods, UndoError};
@@ -299,203 +299,265 @@ impl Pods {
     pub async fn recover(self: &Arc<Self>) -> Result<Recovered, ContainerdError> {
         let mut done = Recovered::default();
         let records = self.containers.list().await?;
-        let log = self.log.clone();
         for r in records
             .iter()
             .filter(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_SANDBOX))
         {
-            if self.sandboxes.get(&r.id).is_ok() || self.journal.is_stale(&r.id) {
-                continue;
-            }
-            let Some(meta) = r
-                .extensions
-                .get(SANDBOX_EXTENSION)
-                .and_then(|b| decode_extension::<SandboxMetadata>(b).ok())
-            else {
-                // Indexed as UNKNOWN from its labels, so kubelet can still stop and remove it.
-                done.skipped += 1;
-                warn!(log, "sandbox record without readable metadata; indexed as UNKNOWN"; "pod_id" => &r.id);
-                let label = |k: &str| r.labels.get(k).cloned().unwrap_or_default();
-                let netns = self.netns_path_of(&r.id);
-                let sandbox = Sandbox::new(
-                    SandboxMetadata {
-                        id: r.id.clone(),
-                        name: label(LABEL_POD_NAME),
-                        namespace: label(LABEL_POD_NAMESPACE),
-                        uid: label(LABEL_POD_UID),
-                        netns_path: netns,
-                        ..Default::default()
-                    },
-                    SandboxStatus::default(),
-                );
-                sandbox.mark_unknown();
-                if self.sandboxes.add(sandbox).is_ok() {
-                    done.sandboxes += 1;
-                }
-                continue;
-            };
-            let state = self.tasks.state(&r.id).await?;
-            let (status, running) = match state {
-                Some(s) if s.status == TaskStatus::Running => (SandboxStatus::ready(s.pid), true),
-                _ => (SandboxStatus::default(), false),
-            };
-            let _ = self.names.reserve(&meta.name_key(), &r.id);
-            let sandbox = Sandbox::new(meta, status);
-            if !running {
-                sandbox.set_not_ready();
-            }
-            if let Err(e) = self.sandboxes.add(sandbox.clone()) {
-                warn!(log, "cannot index a recovered sandbox"; "pod_id" => &r.id, "error" => %e);
-                continue;
-            }
-            if running {
-                self.monitor_exit(sandbox);
-            }
-            done.sandboxes += 1;
+            self.recover_sandbox(r, &mut done).await?;
         }
         for r in records
             .iter()
             .filter(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_CONTAINER))
         {
-            // A crash's half-made container is the sweep's; a removed one's cleanup is in
-            // flight: neither comes back.
-            if self.journal.is_stale(&r.id) || self.is_being_removed(&r.id) {
-                continue;
-            }
-            let state = self.tasks.state(&r.id).await?;
-            if let Ok(existing) = self.containers_store.get(&r.id) {
-                // Known: only an exit missed while the stream was down needs recording.
-                if let Some(s) = state.filter(|s| {
-                    s.status == TaskStatus::Stopped && existing.state() == ContainerState::Running
-                }) {
-                    // `handle_exit` looks for an OOM kill in the cgroup, as for every exit.
-                    match self.handle_exit(&r.id, s.exit_status, s.exited_at).await {
-                        Ok(()) => done.exits += 1,
-                        Err(e) => {
-                            warn!(log, "cannot record an exit; the exit monitor retries"; "container_id" => &r.id, "error" => %e)
-                        }
-                    }
-                } else if state.is_none() {
-                    // Deleted by containerd while we were not looking (see the exit monitor).
-                    self.mark_vanished(&existing).await;
-                }
-                continue;
-            }
-            let Some(snap) = r
-                .extensions
-                .get(CONTAINER_EXTENSION)
-                .and_then(|b| decode_extension::<ContainerSnapshot>(b).ok())
-            else {
-                // Indexed as UNKNOWN from its labels, so kubelet can still stop and remove it.
-                done.skipped += 1;
-                warn!(log, "container record without readable metadata; indexed as UNKNOWN"; "container_id" => &r.id);
-                let label = |k: &str| r.labels.get(k).cloned().unwrap_or_default();
-                let mut meta = crate::store::ContainerMetadata {
-                    id: r.id.clone(),
-                    sandbox_id: label(LABEL_SANDBOX_ID),
-                    name: label(LABEL_CONTAINER_NAME),
-                    ..Default::default()
-                };
-                meta.image.requested = r.image.clone();
-                let container = Container::new(meta, Default::default());
-                let _ = container.mark_unknown();
-                if self.containers_store.add(container).is_ok() {
-                    done.containers += 1;
-                }
-                continue;
-            };
-            let meta = (*snap.metadata).clone();
-            let container = Container::new(meta.clone(), snap.status.clone());
-            if let Ok(sb) = self.sandboxes.get(&meta.sandbox_id) {
-                let sb = sb.snapshot();
-                let _ = self.names.reserve(
-                    &container_name_key(
-                        &meta.name,
-                        &sb.metadata.name,
-                        &sb.metadata.namespace,
-                        &sb.metadata.uid,
-                        meta.attempt,
-                    ),
-                    &r.id,
-                );
-            }
-            let mut recovered_stop = false;
-            match state {
-                Some(s) if s.status == TaskStatus::Running => {
-                    if container.state() != ContainerState::Running {
-                        // Killed between Tasks.Start and recording it (the record says CREATED).
-                        let _ = container.begin_start();
-                        let started = process_start_ns(s.pid).unwrap_or_else(now_ns);
-                        let _ = container.record_started(s.pid, started);
-                    }
-                    let copiers = self.resume_io(&container).await;
-                    // Recovery persists what it recovered itself, below.
-                    self.monitor_container_exit(container.clone(), copiers);
-                }
-                Some(s) if s.status == TaskStatus::Stopped => {
-                    // The OOM event, if any, was published while nobody listened: the same
-                    // check as `handle_exit`'s (its sandbox is indexed above).
-                    if self.oom_killed_in_cgroup_of(&container, s.exit_status) {
-                        container.mark_oom();
-                    }
-                    if container.state() == ContainerState::Created {
-                        // Killed between Tasks.Start and recording it: it ran, then exited.
-                        let _ = container.begin_start();
-                        let _ = container.record_started(s.pid, exit_ns(s.exited_at));
-                    }
-                    if container.record_exit(s.exit_status as i32, exit_ns(s.exited_at))
-                        == ExitOutcome::Recorded
-                    {
-                        done.exits += 1;
-                        recovered_stop = true;
-                    }
-                    let _ = self.tasks.delete(&r.id).await;
-                }
-                Some(_) => {
-                    // Created (or paused) but never recorded as started: StartContainer died
-                    // half way. Drop the task and its FIFOs; the container stays CREATED and
-                    // can be started again (or removed).
-                    let _ = kill_and_delete(self.tasks.as_ref(), &r.id).await;
-                    let _ = std::fs::remove_dir_all(self.io_dir(&r.id));
-                    container.abort_start();
-                }
-                // containerd answers a sandboxed task whose shim died as not found (its
-                // `State` maps the closed connection to NotFound) and keeps it: reap it as
-                // the exit monitor would have (`reap_after_dead_shim`).
-                None if container.state() == ContainerState::Running
-                    && !r.sandbox.is_empty()
-                    && self.reap_task_of_dead_shim(&r.runtime, &r.id).await =>
-                {
-                    if container.record_exit(128 + libc::SIGKILL, now_ns()) == ExitOutcome::Recorded
-                    {
-                        done.exits += 1;
-                    }
-                    recovered_stop = true;
-                }
-                None if container.state() == ContainerState::Running => {
-                    // The task is gone and its exit with it: say so rather than invent one.
-                    let _ = container.mark_unknown();
-                    recovered_stop = true;
-                }
-                None => container.abort_start(),
-            }
-            if let Err(e) = self.containers_store.add(container.clone()) {
-                warn!(log, "cannot index a recovered container"; "container_id" => &r.id, "error" => %e);
-                continue;
-            }
-            self.persist(&container).await;
-            // Stamped when published (see `handle_exit`); the exit time is in the status.
-            if recovered_stop {
-                let at = now_ns();
-                self.events
-                    .emit_recovered(&r.id, &meta.sandbox_id, EventKind::Stopped, at);
-            }
-            done.containers += 1;
+            self.recover_container(r, &mut done).await?;
         }
         if done != Recovered::default() {
-            info!(log, "recovered from containerd"; "sandboxes" => done.sandboxes, "containers" => done.containers, "exits_recorded" => done.exits, "skipped" => done.skipped);
+            info!(self.log, "recovered from containerd"; "sandboxes" => done.sandboxes, "containers" => done.containers, "exits_recorded" => done.exits, "skipped" => done.skipped);
         }
         Ok(done)
+    }
+
+    /// Indexes sandbox record `r` if it is not yet (a stale intent's is the sweep's): READY
+    /// with its exit monitor if its task runs, NOTREADY otherwise.
+    async fn recover_sandbox(
+        self: &Arc<Self>,
+        r: &ContainerRecord,
+        done: &mut Recovered,
+    ) -> Result<(), ContainerdError> {
+        if self.sandboxes.get(&r.id).is_ok() || self.journal.is_stale(&r.id) {
+            return Ok(());
+        }
+        let Some(meta) = r
+            .extensions
+            .get(SANDBOX_EXTENSION)
+            .and_then(|b| decode_extension::<SandboxMetadata>(b).ok())
+        else {
+            self.index_unreadable_sandbox(r, done);
+            return Ok(());
+        };
+        let state = self.tasks.state(&r.id).await?;
+        let (status, running) = match state {
+            Some(s) if s.status == TaskStatus::Running => (SandboxStatus::ready(s.pid), true),
+            _ => (SandboxStatus::default(), false),
+        };
+        let _ = self.names.reserve(&meta.name_key(), &r.id);
+        let sandbox = Sandbox::new(meta, status);
+        if !running {
+            sandbox.set_not_ready();
+        }
+        if let Err(e) = self.sandboxes.add(sandbox.clone()) {
+            warn!(self.log, "cannot index a recovered sandbox"; "pod_id" => &r.id, "error" => %e);
+            return Ok(());
+        }
+        if running {
+            self.monitor_exit(sandbox);
+        }
+        done.sandboxes += 1;
+        Ok(())
+    }
+
+    /// A sandbox record without readable metadata: indexed as UNKNOWN from its labels, so
+    /// kubelet can still stop and remove it.
+    fn index_unreadable_sandbox(&self, r: &ContainerRecord, done: &mut Recovered) {
+        done.skipped += 1;
+        warn!(self.log, "sandbox record without readable metadata; indexed as UNKNOWN"; "pod_id" => &r.id);
+        let label = |k: &str| r.labels.get(k).cloned().unwrap_or_default();
+        let netns = self.netns_path_of(&r.id);
+        let sandbox = Sandbox::new(
+            SandboxMetadata {
+                id: r.id.clone(),
+                name: label(LABEL_POD_NAME),
+                namespace: label(LABEL_POD_NAMESPACE),
+                uid: label(LABEL_POD_UID),
+                netns_path: netns,
+                ..Default::default()
+            },
+            SandboxStatus::default(),
+        );
+        sandbox.mark_unknown();
+        if self.sandboxes.add(sandbox).is_ok() {
+            done.sandboxes += 1;
+        }
+    }
+
+    /// Indexes container record `r` with the state its task shows, or, for a container
+    /// indexed already, records what happened to it while the event stream was down.
+    async fn recover_container(
+        self: &Arc<Self>,
+        r: &ContainerRecord,
+        done: &mut Recovered,
+    ) -> Result<(), ContainerdError> {
+        // A crash's half-made container is the sweep's; a removed one's cleanup is in
+        // flight: neither comes back.
+        if self.journal.is_stale(&r.id) || self.is_being_removed(&r.id) {
+            return Ok(());
+        }
+        let state = self.tasks.state(&r.id).await?;
+        if let Ok(existing) = self.containers_store.get(&r.id) {
+            self.reconcile_known_container(&r.id, &existing, state, done)
+                .await;
+            return Ok(());
+        }
+        let Some(snap) = r
+            .extensions
+            .get(CONTAINER_EXTENSION)
+            .and_then(|b| decode_extension::<ContainerSnapshot>(b).ok())
+        else {
+            self.index_unreadable_container(r, done);
+            return Ok(());
+        };
+        let meta = (*snap.metadata).clone();
+        let container = Container::new(meta.clone(), snap.status.clone());
+        self.reserve_recovered_name(&meta, &r.id);
+        let recovered_stop = self.settle_recovered_task(r, &container, state, done).await;
+        if let Err(e) = self.containers_store.add(container.clone()) {
+            warn!(self.log, "cannot index a recovered container"; "container_id" => &r.id, "error" => %e);
+            return Ok(());
+        }
+        self.persist(&container).await;
+        // Stamped when published (see `handle_exit`); the exit time is in the status.
+        if recovered_stop {
+            let at = now_ns();
+            self.events
+                .emit_recovered(&r.id, &meta.sandbox_id, EventKind::Stopped, at);
+        }
+        done.containers += 1;
+        Ok(())
+    }
+
+    /// A container indexed already: only an exit missed while the stream was down needs
+    /// recording, or its task's disappearance.
+    async fn reconcile_known_container(
+        self: &Arc<Self>,
+        id: &str,
+        existing: &Container,
+        state: Option<TaskState>,
+        done: &mut Recovered,
+    ) {
+        if let Some(s) = state.filter(|s| {
+            s.status == TaskStatus::Stopped && existing.state() == ContainerState::Running
+        }) {
+            // `handle_exit` looks for an OOM kill in the cgroup, as for every exit.
+            match self.handle_exit(id, s.exit_status, s.exited_at).await {
+                Ok(()) => done.exits += 1,
+                Err(e) => {
+                    warn!(self.log, "cannot record an exit; the exit monitor retries"; "container_id" => id, "error" => %e)
+                }
+            }
+        } else if state.is_none() {
+            // Deleted by containerd while we were not looking (see the exit monitor).
+            self.mark_vanished(existing).await;
+        }
+    }
+
+    /// A container record without readable metadata: indexed as UNKNOWN from its labels, so
+    /// kubelet can still stop and remove it.
+    fn index_unreadable_container(&self, r: &ContainerRecord, done: &mut Recovered) {
+        done.skipped += 1;
+        warn!(self.log, "container record without readable metadata; indexed as UNKNOWN"; "container_id" => &r.id);
+        let label = |k: &str| r.labels.get(k).cloned().unwrap_or_default();
+        let mut meta = crate::store::ContainerMetadata {
+            id: r.id.clone(),
+            sandbox_id: label(LABEL_SANDBOX_ID),
+            name: label(LABEL_CONTAINER_NAME),
+            ..Default::default()
+        };
+        meta.image.requested = r.image.clone();
+        let container = Container::new(meta, Default::default());
+        let _ = container.mark_unknown();
+        if self.containers_store.add(container).is_ok() {
+            done.containers += 1;
+        }
+    }
+
+    /// Reserves a recovered container's name, if its sandbox is indexed.
+    fn reserve_recovered_name(&self, meta: &crate::store::ContainerMetadata, id: &str) {
+        if let Ok(sb) = self.sandboxes.get(&meta.sandbox_id) {
+            let sb = sb.snapshot();
+            let _ = self.names.reserve(
+                &container_name_key(
+                    &meta.name,
+                    &sb.metadata.name,
+                    &sb.metadata.namespace,
+                    &sb.metadata.uid,
+                    meta.attempt,
+                ),
+                id,
+            );
+        }
+    }
+
+    /// Brings a recovered container's status in line with its task (`state`): running, its IO
+    /// and exit monitor resumed; exited, its exit recorded and the task deleted; half started,
+    /// back to CREATED; gone, reaped or UNKNOWN. Returns whether it stopped while remora was
+    /// away (a Stopped event is owed).
+    async fn settle_recovered_task(
+        self: &Arc<Self>,
+        r: &ContainerRecord,
+        container: &Container,
+        state: Option<TaskState>,
+        done: &mut Recovered,
+    ) -> bool {
+        let mut recovered_stop = false;
+        match state {
+            Some(s) if s.status == TaskStatus::Running => {
+                if container.state() != ContainerState::Running {
+                    // Killed between Tasks.Start and recording it (the record says CREATED).
+                    let _ = container.begin_start();
+                    let started = process_start_ns(s.pid).unwrap_or_else(now_ns);
+                    let _ = container.record_started(s.pid, started);
+                }
+                let copiers = self.resume_io(container).await;
+                // Recovery persists what it recovered itself, below.
+                self.monitor_container_exit(container.clone(), copiers);
+            }
+            Some(s) if s.status == TaskStatus::Stopped => {
+                // The OOM event, if any, was published while nobody listened: the same
+                // check as `handle_exit`'s (its sandbox is indexed above).
+                if self.oom_killed_in_cgroup_of(container, s.exit_status) {
+                    container.mark_oom();
+                }
+                if container.state() == ContainerState::Created {
+                    // Killed between Tasks.Start and recording it: it ran, then exited.
+                    let _ = container.begin_start();
+                    let _ = container.record_started(s.pid, exit_ns(s.exited_at));
+                }
+                if container.record_exit(s.exit_status as i32, exit_ns(s.exited_at))
+                    == ExitOutcome::Recorded
+                {
+                    done.exits += 1;
+                    recovered_stop = true;
+                }
+                let _ = self.tasks.delete(&r.id).await;
+            }
+            Some(_) => {
+                // Created (or paused) but never recorded as started: StartContainer died
+                // half way. Drop the task and its FIFOs; the container stays CREATED and
+                // can be started again (or removed).
+                let _ = kill_and_delete(self.tasks.as_ref(), &r.id).await;
+                let _ = std::fs::remove_dir_all(self.io_dir(&r.id));
+                container.abort_start();
+            }
+            // containerd answers a sandboxed task whose shim died as not found (its
+            // `State` maps the closed connection to NotFound) and keeps it: reap it as
+            // the exit monitor would have (`reap_after_dead_shim`).
+            None if container.state() == ContainerState::Running
+                && !r.sandbox.is_empty()
+                && self.reap_task_of_dead_shim(&r.runtime, &r.id).await =>
+            {
+                if container.record_exit(128 + libc::SIGKILL, now_ns()) == ExitOutcome::Recorded {
+                    done.exits += 1;
+                }
+                recovered_stop = true;
+            }
+            None if container.state() == ContainerState::Running => {
+                // The task is gone and its exit with it: say so rather than invent one.
+                let _ = container.mark_unknown();
+                recovered_stop = true;
+            }
+            None => container.abort_start(),
+        }
+        recovered_stop
     }
 
     /// A `/tasks/exit` event for `id`: the exit monitor, if attached, queues the exit itself

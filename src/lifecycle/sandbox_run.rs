@@ -98,29 +98,22 @@ struct PauseInputs<'a> {
 impl Pods {
     /// RunPodSandbox. Returns the sandbox id.
     pub async fn run_sandbox(self: &Arc<Self>, req: RunSandbox) -> Result<String, SandboxError> {
-        let me = self.clone();
-        // Own task: a cancelled RPC must not cut the operation (and its rollback) short.
-        tokio::spawn(async move {
-            let id = generate_id()?;
-            let log = me.log.new(slog::o!("pod_id" => id.clone()));
-            let cfg = &req.config;
-            let host_network = cfg.security.namespaces.network == NamespaceMode::Node;
-            let intent = Intent::Sandbox {
-                id: id.clone(),
-                name: cfg.name.clone(),
-                namespace: cfg.namespace.clone(),
-                uid: cfg.uid.clone(),
-                netns_path: (!host_network).then(|| me.netns_dir.join(&id)),
-            };
-            let mut tx = me.begin(intent).map_err(|source| SandboxError::Journal {
-                path: me.journal.dir().to_path_buf(),
-                source,
-            })?;
-            let result = me.run_inner(&req, &mut tx, &log).await;
-            me.finish(tx, result, &log).await.map(|()| id)
+        let id = generate_id()?;
+        let log = self.log.new(slog::o!("pod_id" => id.clone()));
+        let cfg = &req.config;
+        let host_network = cfg.security.namespaces.network == NamespaceMode::Node;
+        let intent = Intent::Sandbox {
+            id: id.clone(),
+            name: cfg.name.clone(),
+            namespace: cfg.namespace.clone(),
+            uid: cfg.uid.clone(),
+            netns_path: (!host_network).then(|| self.netns_dir.join(&id)),
+        };
+        self.transaction(intent, log, move |me, tx, log| {
+            Box::pin(async move { me.run_inner(&req, tx, log).await })
         })
         .await
-        .map_err(SandboxError::Aborted)?
+        .map(|()| id)
     }
 
     async fn run_inner(

@@ -1,17 +1,22 @@
 //! The transaction of a mutating operation (RunPodSandbox, CreateContainer): its intent in the
 //! journal, and the undo list its steps register as they make things.
 //!
+//! Every such operation runs through [`Pods::transaction`]:
+//!
 //! ```text
-//! let mut tx = pods.begin(intent)?;             // intent on disk before the first effect
-//! … make X …;  tx.on_undo("remove X", async move { … });
-//! tx.commit();                                  // success: nothing to undo
-//! pods.finish(tx, result, &log).await           // failure: undo in reverse, then drop the
+//! pods.transaction(intent, log, |pods, tx, log| Box::pin(async move {
+//!     // (the intent is on disk before this runs)
+//!     … make X …;  tx.on_undo("remove X", async move { … });
+//!     tx.commit();                              // success: nothing to undo
+//!     Ok(())
+//! })).await                                     // failure: undo in reverse, then drop the
 //!                                               // intent, or keep it for the sweep if an
 //!                                               // undo step failed (reported in the error)
 //! ```
 //!
-//! Each undo step runs with its own timeout, in the operation's own task (never the caller's
-//! possibly cancelled one).
+//! The whole operation runs in a task of its own, so a cancelled RPC cannot cut it (or its
+//! rollback) short; each undo step runs with its own timeout there (never in the caller's
+//! possibly cancelled task).
 //!
 //! Steps that run concurrently (RunPodSandbox's CNI ADD beside its rootfs and pause task)
 //! register their undos on a [`Branch`] each, which the transaction takes back with
@@ -28,8 +33,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use slog::{warn, Logger};
 
 use super::error::{FailedUndo, RollbackError, UndoError, WithRollback};
@@ -164,8 +171,35 @@ impl Tx {
 }
 
 impl Pods {
+    /// Runs `op` as a transaction for `intent`, in a task of its own: the intent is recorded
+    /// before `op` makes anything ([`WithRollback::journal`] if it cannot be), and if `op`
+    /// fails, the undo steps it registered run (`finish`).
+    pub(crate) async fn transaction<E>(
+        self: &Arc<Self>,
+        intent: Intent,
+        log: Logger,
+        op: impl for<'a> FnOnce(&'a Arc<Pods>, &'a mut Tx, &'a Logger) -> BoxFuture<'a, Result<(), E>>
+            + Send
+            + 'static,
+    ) -> Result<(), E>
+    where
+        E: WithRollback + Send + 'static,
+    {
+        let me = self.clone();
+        // Own task: a cancelled RPC must not cut the operation (and its rollback) short.
+        tokio::spawn(async move {
+            let mut tx = me
+                .begin(intent)
+                .map_err(|source| E::journal(me.journal.dir().to_path_buf(), source))?;
+            let result = op(&me, &mut tx, &log).await;
+            me.finish(tx, result, &log).await
+        })
+        .await
+        .map_err(E::aborted)?
+    }
+
     /// Starts an operation: its intent is recorded before anything is made.
-    pub(crate) fn begin(&self, intent: Intent) -> std::io::Result<Tx> {
+    fn begin(&self, intent: Intent) -> std::io::Result<Tx> {
         self.journal.begin(&intent)?;
         Ok(Tx {
             intent,
@@ -176,7 +210,7 @@ impl Pods {
     /// Ends an operation: on failure its undo steps run; the intent is dropped unless an undo
     /// step failed, in which case it stays for the sweep and the failed steps are reported
     /// beside the operation's own error.
-    pub(crate) async fn finish<T, E: WithRollback>(
+    async fn finish<T, E: WithRollback>(
         &self,
         mut tx: Tx,
         result: Result<T, E>,

@@ -21,7 +21,6 @@ use thiserror::Error;
 use super::cni::{
     self, Attachment, CniError, CniExec, CniExecError, CniResult, Interface, Network,
 };
-#[cfg(target_os = "linux")]
 use super::netns::{self, NetnsError};
 
 /// The interface name inside the pod, as kubelet and containerd use.
@@ -177,7 +176,6 @@ pub enum NetError {
         source: CniExecError,
     },
     /// The namespace could not be inspected.
-    #[cfg(target_os = "linux")]
     #[error(transparent)]
     Netns(#[from] NetnsError),
     /// CNI plugins a crashed remora left running for the pod did not go, even killed.
@@ -291,19 +289,12 @@ impl PodNetwork {
     /// The pod's namespace path if it is still a live namespace. A removed one (or a plain
     /// file left where it was) is `None`, which plugins read as "already gone".
     async fn live_netns(&self, pod: &PodNetInfo) -> Result<Option<PathBuf>, NetError> {
-        #[cfg(target_os = "linux")]
-        {
-            let path = pod.netns_path.clone();
-            let p = path.clone();
-            let live = tokio::task::spawn_blocking(move || netns::is_netns(&p))
-                .await
-                .map_err(|e| NetError::Aborted(e.to_string()))??;
-            Ok(live.then_some(path))
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            Ok(pod.netns_path.exists().then(|| pod.netns_path.clone()))
-        }
+        let path = pod.netns_path.clone();
+        let p = path.clone();
+        let live = tokio::task::spawn_blocking(move || netns::is_netns(&p))
+            .await
+            .map_err(|e| NetError::Aborted(e.to_string()))??;
+        Ok(live.then_some(path))
     }
 
     async fn load(&self) -> Result<Network, NetError> {
@@ -540,7 +531,6 @@ mod tests {
     }
 
     /// Tests against Debian's real plugins, as root.
-    #[cfg(target_os = "linux")]
     mod real_plugins {
         use super::*;
         use crate::net::netns::tests::{mounts_under, require_root, DirMount};

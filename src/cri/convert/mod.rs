@@ -40,7 +40,6 @@ mod props;
 mod sandbox;
 mod security;
 mod signal;
-#[cfg(target_os = "linux")]
 mod stats;
 mod status;
 #[cfg(test)]
@@ -52,12 +51,10 @@ pub use container::{
     container_config, container_log_path, container_metadata, container_security,
     container_target_id, device_request, envs, mount_request, recorded_resources, resources,
 };
-#[cfg(target_os = "linux")]
 pub use sandbox::sandbox_dns;
 pub use sandbox::{sandbox_cni_dns, sandbox_config, sandbox_metadata, sandbox_port_mappings};
 pub use security::{namespace_options, sandbox_security};
 pub use signal::{signal_to_cri, stop_signal};
-#[cfg(target_os = "linux")]
 pub use stats::{
     container_stats, metric_descriptor, pod_sandbox_metrics, pod_sandbox_stats,
     sandbox_stats_filter,

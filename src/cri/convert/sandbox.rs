@@ -119,7 +119,6 @@ pub fn sandbox_metadata(
 /// `None` — copy the host's resolv.conf — when `dns_config` is absent *or* has no servers,
 /// searches and options, as containerd does (an empty `parseDNSOptions` result falls back to
 /// the host file).
-#[cfg(target_os = "linux")]
 pub fn sandbox_dns(config: &v1::PodSandboxConfig) -> Option<crate::lifecycle::sandbox_files::Dns> {
     let d = config.dns_config.as_ref()?;
     if d.servers.is_empty() && d.searches.is_empty() && d.options.is_empty() {

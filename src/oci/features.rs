@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use thiserror::Error;
 
-use super::oci_cli::{output_within, Bounded};
+use super::cli::{output_within, Bounded};
 
 /// The optional features of one handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

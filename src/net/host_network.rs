@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use super::backend::PodNetwork;
+use crate::lifecycle::backend::PodNetwork;
 use crate::net::cni::orphans::Orphans;
 use crate::net::netns::{self, NetnsDir, NetnsError};
 use crate::net::{NetError, PodNetInfo};
@@ -43,8 +43,8 @@ impl PodNetwork for HostNetwork {
             Some(u) => {
                 dir.create_in_userns(
                     id,
-                    super::userns::idmap(u.uids),
-                    super::userns::idmap(u.gids),
+                    crate::lifecycle::userns::idmap(u.uids),
+                    crate::lifecycle::userns::idmap(u.gids),
                 )
                 .await
             }

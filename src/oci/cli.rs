@@ -11,7 +11,7 @@ use std::time::Duration;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use super::backend::{ForceDeleted, OciCliError, OciRuntime, Runtime};
+use crate::lifecycle::backend::{ForceDeleted, OciCliError, OciRuntime, Runtime};
 
 /// The shims' default runtime binary and state root (both containerd's Go runc shim and
 /// remora's shim); the root gets the containerd namespace appended.

@@ -27,7 +27,7 @@ use crate::config::{CgroupDriver, Config, PullLayers, RuntimeConfig};
 use crate::containerd::health::{HealthMonitor, ProbeSchedule};
 use crate::containerd::Client;
 use crate::cri::service::CriService;
-use crate::cri::{ImageRuntime, Runtime};
+use crate::cri::{ImageRuntime, Subsystems};
 use crate::events;
 use crate::events::monitor::{ImageEvents, Resync, RuntimeEvents, Subscription};
 use crate::events::queue::{OrderedQueue, QueueConfig};
@@ -35,7 +35,7 @@ use crate::images::pull::{Backend, PullConfig, Puller, TransferConfig};
 use crate::images::registry::{RegistryClient, RegistryConfig};
 use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
-use crate::lifecycle::backend::{RuncOptions, Runtime as HandlerShim};
+use crate::lifecycle::backend::{RuncOptions, ShimRuntime};
 use crate::lifecycle::host::host_facts;
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::metrics::{GaugeFamily, Metrics};
@@ -402,7 +402,7 @@ pub fn runtime_handlers(
                     ..RuncOptions::default()
                 });
             let runtime = HandlerRuntime {
-                runtime: HandlerShim {
+                runtime: ShimRuntime {
                     name: h.runtime_type.clone(),
                     options,
                 },
@@ -501,7 +501,7 @@ fn spawn_event_monitor(
                 warn!(hook_log, "event handling failed; retrying"; "subject" => id, "attempt" => attempt, "error" => err, "retry_in_ms" => delay.as_millis() as u64);
             },
         ))
-        .with_handled_hook(Arc::new(move |event: &crate::containerd::events::Event| {
+        .with_handled_hook(Arc::new(move |event: &crate::containerd::event_stream::Event| {
             handled.event_handled(event.topic());
         }));
     let weak = queue.downgrade();
@@ -584,7 +584,7 @@ fn spawn_event_monitor(
 struct PodStreams(Arc<Pods>);
 
 #[async_trait::async_trait]
-impl crate::stream::server::Runtime for PodStreams {
+impl crate::stream::server::StreamBackend for PodStreams {
     async fn exec(
         &self,
         container_id: &str,
@@ -707,7 +707,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         ))
     });
 
-    let rt = Runtime {
+    let rt = Subsystems {
         config: Arc::new(config.clone()),
         health,
         images,

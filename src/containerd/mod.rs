@@ -5,7 +5,7 @@
 //! is unit-tested with fakes; integration tests use a real containerd.
 
 pub mod error;
-pub mod events;
+pub mod event_stream;
 pub mod health;
 pub mod images;
 pub mod runtime;

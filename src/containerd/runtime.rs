@@ -21,7 +21,7 @@ use tonic::Code;
 use super::Client;
 use crate::containerd::error::ContainerdError;
 use crate::lifecycle::backend::{
-    ContainerRecord, Containers, ExecStdio, Exit, RuncOptions, Runtime, TaskSpec, TaskState,
+    ContainerRecord, Containers, ExecStdio, Exit, RuncOptions, ShimRuntime, TaskSpec, TaskState,
     TaskStatus, Tasks,
 };
 
@@ -159,7 +159,7 @@ fn record_from_pb(c: Container) -> ContainerRecord {
         spec: c.spec.map(|s| s.value).unwrap_or_default(),
         runtime: c
             .runtime
-            .map(|r| Runtime {
+            .map(|r| ShimRuntime {
                 options: r.options.as_ref().and_then(runc_options_from_any),
                 name: r.name,
             })
@@ -640,7 +640,7 @@ mod tests {
     fn record(options: Option<RuncOptions>) -> ContainerRecord {
         ContainerRecord {
             id: "c1".into(),
-            runtime: Runtime {
+            runtime: ShimRuntime {
                 name: "io.containerd.remora.v2".into(),
                 options,
             },

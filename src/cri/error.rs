@@ -68,7 +68,7 @@ pub enum CriError {
     /// A `GetContainerEvents` subscriber fell behind and missed events: its stream ends so
     /// that the client relists.
     #[error(transparent)]
-    EventsLost(#[from] crate::lifecycle::events::EventsLost),
+    EventsLost(#[from] crate::lifecycle::container_events::EventsLost),
     /// Blocking work on remora's behalf panicked or was cancelled.
     #[error("{what} was aborted")]
     Aborted {
@@ -366,7 +366,7 @@ mod tests {
     #[test]
     fn lost_events_are_aborted_and_say_to_relist() {
         let s: tonic::Status =
-            CriError::from(crate::lifecycle::events::EventsLost { missed: 3 }).into();
+            CriError::from(crate::lifecycle::container_events::EventsLost { missed: 3 }).into();
         assert_eq!(s.code(), Code::Aborted);
         assert!(
             s.message().contains("3 container events were lost"),

@@ -34,7 +34,7 @@ pub use crate::images::ImageRuntime;
 
 /// What every CRI operation can reach. Cheap to clone.
 #[derive(Clone)]
-pub struct Runtime {
+pub struct Subsystems {
     /// The effective configuration.
     pub config: Arc<Config>,
     /// containerd's health.

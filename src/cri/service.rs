@@ -16,7 +16,7 @@ use crate::config::CgroupDriver;
 use crate::cri::convert;
 use crate::cri::error::CriError;
 use crate::cri::instrument::{self, Ids};
-use crate::cri::{runtime_info, Runtime};
+use crate::cri::{runtime_info, Subsystems};
 use crate::lifecycle::sandbox_metrics;
 use crate::lifecycle::CreateRequest;
 use crate::lifecycle::RunSandbox;
@@ -27,15 +27,15 @@ mod image;
 
 const RUNTIME: &str = "RuntimeService";
 
-/// Serves both CRI services over one [`Runtime`].
+/// Serves both CRI services over one [`Subsystems`].
 #[derive(Clone)]
 pub struct CriService {
-    rt: Runtime,
+    rt: Subsystems,
 }
 
 impl CriService {
     /// Wraps the runtime.
-    pub fn new(rt: Runtime) -> Self {
+    pub fn new(rt: Subsystems) -> Self {
         Self { rt }
     }
 
@@ -675,7 +675,7 @@ impl RuntimeService for CriService {
                 // A subscriber that fell behind gets an error and the end of its stream (the
                 // live stream ends after its first error): kubelet then relists.
                 let stream = tokio_stream::iter(replay.into_iter().map(Ok))
-                    .chain(crate::lifecycle::events::live(rx))
+                    .chain(crate::lifecycle::container_events::live(rx))
                     .map(move |event| match event {
                         Ok(event) => Ok(container_event(&rt, event)),
                         Err(lost) => {
@@ -1111,7 +1111,7 @@ fn pod_ids(id: &str) -> Ids {
 }
 
 /// The statuses of every container of a pod sandbox, as they are now.
-fn container_statuses(rt: &Runtime, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
+fn container_statuses(rt: &Subsystems, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
     let mut statuses: Vec<v1::ContainerStatus> = rt
         .pods
         .containers_store()
@@ -1133,10 +1133,10 @@ fn container_statuses(rt: &Runtime, sandbox_id: &str) -> Vec<v1::ContainerStatus
 
 /// A CRI container event with the pod's status and its containers' statuses as they are now.
 fn container_event(
-    rt: &Runtime,
-    e: crate::lifecycle::events::LifecycleEvent,
+    rt: &Subsystems,
+    e: crate::lifecycle::container_events::LifecycleEvent,
 ) -> v1::ContainerEventResponse {
-    use crate::lifecycle::events::EventKind;
+    use crate::lifecycle::container_events::EventKind;
     let kind = match e.kind {
         EventKind::Created => v1::ContainerEventType::ContainerCreatedEvent,
         EventKind::Started => v1::ContainerEventType::ContainerStartedEvent,

@@ -19,7 +19,7 @@ use tokio_stream::StreamExt;
 
 use super::queue::{HandleError, Handler, OrderedQueue};
 use crate::containerd::error::ContainerdError;
-use crate::containerd::events::{Event, EventStream};
+use crate::containerd::event_stream::{Event, EventStream};
 use crate::containerd::health::Reachability;
 use crate::images::backend::{Content, Images};
 use crate::images::pull::load_image;
@@ -320,7 +320,7 @@ impl Handler<Event> for RuntimeEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::containerd::events::Envelope;
+    use crate::containerd::event_stream::Envelope;
     use crate::events::queue::QueueConfig;
     use std::collections::VecDeque;
     use std::sync::atomic::{AtomicUsize, Ordering};

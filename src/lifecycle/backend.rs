@@ -29,7 +29,7 @@ pub struct ContainerRecord {
     /// The OCI runtime spec as JSON.
     pub spec: Vec<u8>,
     /// containerd runtime (shim) and its options.
-    pub runtime: Runtime,
+    pub runtime: ShimRuntime,
     /// Snapshotter of the rootfs.
     pub snapshotter: String,
     /// Snapshot key of the rootfs.
@@ -48,7 +48,7 @@ pub struct ContainerRecord {
 
 /// The containerd runtime (shim) a container record names, with its options.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Runtime {
+pub struct ShimRuntime {
     /// Runtime type, e.g. `io.containerd.runc.v2`.
     pub name: String,
     /// Options for the shim; `None` sends none (the shim's defaults).
@@ -178,7 +178,11 @@ pub trait OciRuntime: Send + Sync + 'static {
     /// `<runtime> --root <root>/<namespace> delete --force <id>` with the binary and root the
     /// shim used (`runtime`'s options, else the shims' defaults): SIGKILLs the container's
     /// processes, removes its cgroup and state. Says what the runtime knew of it first.
-    async fn force_delete(&self, runtime: &Runtime, id: &str) -> Result<ForceDeleted, OciCliError>;
+    async fn force_delete(
+        &self,
+        runtime: &ShimRuntime,
+        id: &str,
+    ) -> Result<ForceDeleted, OciCliError>;
 }
 
 /// A failed command of the OCI runtime.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use slog::{info, warn};
 
 use super::backend::ContainerRecord;
-use super::events::EventKind;
+use super::container_events::EventKind;
 use super::handlers::HandlerRuntime;
 use super::journal::Intent;
 use super::mount::{snapshot_root, with_temp_mount};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use slog::{info, warn};
 
-use super::backend::{Exit, ForceDeleted, Runtime};
-use super::events::EventKind;
+use super::backend::{Exit, ForceDeleted, ShimRuntime};
+use super::container_events::EventKind;
 use super::{exit_ns, now_ns, wait_through_outages, ContainerError, ContainerIo, Pods};
 use crate::io::{FifoSet, LogWriter};
 use crate::store::persist::CONTAINER_EXTENSION;
@@ -197,7 +197,7 @@ impl Pods {
     /// The reaping of [`Pods::reap_after_dead_shim`] for container `id` run by `runtime`:
     /// the OCI runtime force-deletes it, then containerd drops the task. Whether processes of
     /// it were still running (and were killed here).
-    pub(crate) async fn reap_task_of_dead_shim(&self, runtime: &Runtime, id: &str) -> bool {
+    pub(crate) async fn reap_task_of_dead_shim(&self, runtime: &ShimRuntime, id: &str) -> bool {
         warn!(self.log, "the container's shim died; its processes are killed and its task deleted"; "container_id" => id);
         let killed = match self.oci.force_delete(runtime, id).await {
             Ok(ForceDeleted::WasRunning) => true,
@@ -304,7 +304,7 @@ impl Pods {
                     match me.exit_queue.get() {
                         Some(q) => q.push(
                             &id,
-                            crate::containerd::events::Event::ContainerExited {
+                            crate::containerd::event_stream::Event::ContainerExited {
                                 container_id: id.clone(),
                                 exit_status: exit.status,
                                 exited_at: exit.at,

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use slog::{info, warn};
 
-use super::events::EventKind;
+use super::container_events::EventKind;
 use super::journal::Intent;
 use super::{now_ns, ContainerError, Pods, SandboxError, KILL_WAIT};
 use crate::store::{container_name_key, Container, ContainerState, MountSummary, StoreError};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use slog::info;
 
 use super::backend::{RuncOptions, TaskSpec};
-use super::events::EventKind;
+use super::container_events::EventKind;
 use super::timing::Steps;
 use super::{now_ns, ContainerError, ContainerIo, Pods};
 use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};

@@ -30,8 +30,8 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use super::backend::ExecStdio;
+use super::container_events::EventKind;
 use super::container_exec::exec_id;
-use super::events::EventKind;
 use super::{ContainerError, ContainerIo, Pods, SandboxError};
 use crate::io::{ClientRead, ClientWrite, FifoSet, FifoSpec, SessionIo, StreamKind, TermSize};
 use crate::store::{ContainerState, SandboxState};

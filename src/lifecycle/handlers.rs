@@ -10,14 +10,14 @@
 
 use std::collections::BTreeMap;
 
-use super::backend::Runtime;
+use super::backend::ShimRuntime;
 use crate::oci::features::HandlerFeatures;
 
 /// One handler: what its pods' container records and tasks are created with.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HandlerRuntime {
     /// The container records' runtime (type and options).
-    pub runtime: Runtime,
+    pub runtime: ShimRuntime,
     /// Absolute path of the shim binary ("" = containerd resolves the runtime type).
     pub runtime_path: String,
     /// What its OCI runtime supports ([`crate::oci::features`]).
@@ -47,7 +47,7 @@ impl RuntimeHandlers {
     /// Only `runc` (the default) with `runtime_type` and no options: for tests.
     pub fn single_runc(runtime_type: &str) -> Self {
         let runc = HandlerRuntime {
-            runtime: Runtime {
+            runtime: ShimRuntime {
                 name: runtime_type.to_string(),
                 options: None,
             },
@@ -95,7 +95,7 @@ mod tests {
 
     fn handlers() -> RuntimeHandlers {
         let remora = HandlerRuntime {
-            runtime: Runtime {
+            runtime: ShimRuntime {
                 name: "io.containerd.remora.v2".into(),
                 options: Some(RuncOptions {
                     binary_name: "crun".into(),

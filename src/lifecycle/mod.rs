@@ -41,6 +41,7 @@ pub mod backend;
 pub mod cgroup_metrics;
 pub mod cgroup_stats;
 mod container_create;
+pub mod container_events;
 pub mod container_exec;
 mod container_exit;
 mod container_remove;
@@ -50,7 +51,6 @@ mod container_stop;
 mod container_stream;
 mod container_update;
 pub mod error;
-pub mod events;
 pub mod handlers;
 pub mod host;
 mod image_volume;
@@ -108,7 +108,7 @@ pub struct Pods {
     /// IO of started containers.
     io: IoTable,
     /// Lifecycle events for GetContainerEvents.
-    pub events: events::EventBus,
+    pub events: container_events::EventBus,
     /// Pod and container name reservations.
     pub names: Arc<NameIndex>,
     containers: Arc<dyn Containers>,
@@ -124,7 +124,8 @@ pub struct Pods {
     /// Where pods' network namespaces are (the network makes them there).
     netns_dir: PathBuf,
     /// Where exit monitors queue the exits they see (set once the event monitor runs).
-    exit_queue: OnceLock<crate::events::queue::OrderedQueue<crate::containerd::events::Event>>,
+    exit_queue:
+        OnceLock<crate::events::queue::OrderedQueue<crate::containerd::event_stream::Event>>,
     /// containerd's reachability, for exit monitors waiting out an outage.
     reachability: OnceLock<crate::containerd::health::Reachability>,
     /// Containers whose exit monitor is attached (their exits reach the queue from it).
@@ -245,7 +246,7 @@ impl Pods {
             sandboxes: SandboxStore::new(),
             containers_store: ContainerStore::new(),
             io: IoTable::default(),
-            events: events::EventBus::default(),
+            events: container_events::EventBus::default(),
             names: Arc::new(NameIndex::new()),
             containers: backends.containers,
             tasks: backends.tasks,
@@ -297,7 +298,7 @@ impl Pods {
     /// Routes exit monitors' exits through the event queue (ordered per container, retried).
     pub fn set_exit_queue(
         &self,
-        queue: crate::events::queue::OrderedQueue<crate::containerd::events::Event>,
+        queue: crate::events::queue::OrderedQueue<crate::containerd::event_stream::Event>,
     ) {
         let _ = self.exit_queue.set(queue);
     }

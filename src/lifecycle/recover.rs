@@ -13,7 +13,7 @@ use std::sync::Arc;
 use slog::{info, warn};
 
 use super::backend::{ContainerRecord, TaskState, TaskStatus};
-use super::events::EventKind;
+use super::container_events::EventKind;
 use super::journal::Intent;
 use super::{creation_lease_id, exit_ns, kill_and_delete, now_ns, ContainerError, Pods, UndoError};
 use crate::containerd::error::ContainerdError;

@@ -43,7 +43,7 @@ use std::sync::Arc;
 use slog::{info, warn, Logger};
 
 use super::backend::{ContainerRecord, TaskSpec};
-use super::events::EventKind;
+use super::container_events::EventKind;
 use super::journal::Intent;
 use super::sandbox_files::{self, Dns, FilesRequest};
 use super::timing::Steps;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use slog::{info, warn};
 
 use super::backend::TaskStatus;
-use super::events::EventKind;
+use super::container_events::EventKind;
 use super::sandbox_files;
 use super::{blocking, exit_ns, now_ns, Pods, SandboxError, KILL_WAIT};
 use crate::net::PodNetInfo;

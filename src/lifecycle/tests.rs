@@ -22,7 +22,7 @@ use super::{
 use crate::images::store::ImageInfo;
 use crate::lifecycle::apparmor::fake::FakeLoader;
 use crate::lifecycle::apparmor::{AppArmor, AppArmorError, AppArmorPaths, Includes, LoadError};
-use crate::lifecycle::backend::{RuncOptions, Runtime};
+use crate::lifecycle::backend::{RuncOptions, ShimRuntime};
 use crate::spec::{
     AppArmorProfile, CgroupDriver, ContainerConfig, HostFacts, NamespaceMode, SandboxConfig,
     SpecError,
@@ -1102,7 +1102,7 @@ async fn the_sweep_runs_no_del_while_a_crashed_adds_plugins_may_run_and_keeps_th
 /// with `default` the default.
 fn two_handlers(default: &str) -> RuntimeHandlers {
     let runc = HandlerRuntime {
-        runtime: Runtime {
+        runtime: ShimRuntime {
             name: "io.containerd.runc.v2".into(),
             options: None,
         },
@@ -1121,7 +1121,7 @@ fn two_handlers(default: &str) -> RuntimeHandlers {
 
 fn remora_handler() -> HandlerRuntime {
     HandlerRuntime {
-        runtime: Runtime {
+        runtime: ShimRuntime {
             name: "io.containerd.remora.v2".into(),
             options: Some(RuncOptions {
                 binary_name: "crun".into(),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use crate::lifecycle::backend::{ForceDeleted, OciCliError, OciRuntime, Runtime};
+use crate::lifecycle::backend::{ForceDeleted, OciCliError, OciRuntime, ShimRuntime};
 
 /// The shims' default runtime binary and state root (both containerd's Go runc shim and
 /// remora's shim); the root gets the containerd namespace appended.
@@ -35,7 +35,7 @@ impl OciCli {
     }
 
     /// The binary and the global flags (`--root`, `--systemd-cgroup`) a shim would use.
-    fn command_line(&self, runtime: &Runtime) -> (String, Vec<String>) {
+    fn command_line(&self, runtime: &ShimRuntime) -> (String, Vec<String>) {
         let options = runtime.options.clone().unwrap_or_default();
         let binary = if options.binary_name.is_empty() {
             DEFAULT_BINARY.to_string()
@@ -188,7 +188,11 @@ fn parse_state(stdout: &[u8]) -> ForceDeleted {
 
 #[tonic::async_trait]
 impl OciRuntime for OciCli {
-    async fn force_delete(&self, runtime: &Runtime, id: &str) -> Result<ForceDeleted, OciCliError> {
+    async fn force_delete(
+        &self,
+        runtime: &ShimRuntime,
+        id: &str,
+    ) -> Result<ForceDeleted, OciCliError> {
         let (binary, flags) = self.command_line(runtime);
         let before = match run(&binary, &flags, "state", &[id]).await? {
             Ok(out) => parse_state(&out),
@@ -211,10 +215,10 @@ mod tests {
     #[test]
     fn the_shims_defaults_are_used_unless_the_record_names_binary_and_root() {
         let cli = OciCli::new("k8s.io");
-        let (binary, flags) = cli.command_line(&Runtime::default());
+        let (binary, flags) = cli.command_line(&ShimRuntime::default());
         assert_eq!(binary, "runc");
         assert_eq!(flags, ["--root", "/run/containerd/runc/k8s.io"]);
-        let (binary, flags) = cli.command_line(&Runtime {
+        let (binary, flags) = cli.command_line(&ShimRuntime {
             name: "io.containerd.runc.v2".into(),
             options: Some(RuncOptions {
                 binary_name: "/usr/bin/crun".into(),
@@ -247,7 +251,7 @@ mod tests {
         let cli = OciCli::new("ns");
         let err = cli
             .force_delete(
-                &Runtime {
+                &ShimRuntime {
                     name: String::new(),
                     options: Some(RuncOptions {
                         binary_name: "/nonexistent/runc".into(),
@@ -346,7 +350,7 @@ mod tests {
         // The real runc (scripts/setup.sh installs it) with an empty root of our own.
         let dir = tempfile::tempdir().expect("a temp dir");
         let cli = OciCli::new("ns");
-        let runtime = Runtime {
+        let runtime = ShimRuntime {
             name: String::new(),
             options: Some(RuncOptions {
                 root: dir.path().display().to_string(),

@@ -42,7 +42,7 @@ type Upgraded = IdleTimeout<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// What the streaming server needs of the runtime. Errors are shown to the client as text.
 #[async_trait::async_trait]
-pub trait Runtime: Send + Sync + 'static {
+pub trait StreamBackend: Send + Sync + 'static {
     /// Runs `cmd` in the container with the client's streams; returns the exit code.
     async fn exec(
         &self,
@@ -197,7 +197,7 @@ pub struct StreamServer {
     tls: Option<tokio_rustls::TlsAcceptor>,
     base_url: String,
     config: StreamConfig,
-    runtime: Arc<dyn Runtime>,
+    runtime: Arc<dyn StreamBackend>,
     log: Logger,
 }
 
@@ -205,7 +205,7 @@ impl StreamServer {
     /// Binds the listening socket; [`serve`](Self::serve) then serves it.
     pub async fn bind(
         config: StreamConfig,
-        runtime: Arc<dyn Runtime>,
+        runtime: Arc<dyn StreamBackend>,
         metrics: Metrics,
         log: Logger,
     ) -> Result<(Arc<StreamServer>, TcpListener), StartError> {

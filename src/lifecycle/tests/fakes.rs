@@ -16,7 +16,7 @@ use crate::images::pull::PullError;
 use crate::images::store::ImageInfo;
 use crate::lifecycle::backend::{
     ContainerRecord, Containers, ExecStdio, Exit, ForceDeleted, LocalImages, OciCliError,
-    OciRuntime, PodNetwork, Runtime, TaskSpec, TaskState, TaskStatus, Tasks,
+    OciRuntime, PodNetwork, ShimRuntime, TaskSpec, TaskState, TaskStatus, Tasks,
 };
 use crate::net::cni::orphans::Orphans;
 use crate::net::netns::NetnsError;
@@ -743,7 +743,11 @@ impl FakeOci {
 
 #[tonic::async_trait]
 impl OciRuntime for FakeOci {
-    async fn force_delete(&self, runtime: &Runtime, id: &str) -> Result<ForceDeleted, OciCliError> {
+    async fn force_delete(
+        &self,
+        runtime: &ShimRuntime,
+        id: &str,
+    ) -> Result<ForceDeleted, OciCliError> {
         let binary = runtime
             .options
             .as_ref()

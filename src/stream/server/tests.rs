@@ -16,7 +16,7 @@ struct FakeRuntime {
 }
 
 #[async_trait::async_trait]
-impl Runtime for FakeRuntime {
+impl StreamBackend for FakeRuntime {
     async fn exec(
         &self,
         container_id: &str,

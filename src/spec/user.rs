@@ -173,7 +173,7 @@ impl UserDb {
             let Some(path) = resolved else {
                 return Ok((None, rootfs.display_path(Path::new(rel))));
             };
-            match super::read_regular_file(&path, MAX_USER_DB_LEN) {
+            match remora_host::fs::read_regular_file(&path, MAX_USER_DB_LEN) {
                 Ok(text) => Ok((Some(text), path)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((None, path)),
                 Err(source) => Err(SpecError::ReadUserDb { path, source }),

@@ -14,6 +14,7 @@
 
 pub mod cgroups;
 pub mod devices;
+mod in_root;
 pub mod mounts;
 pub mod namespaces;
 pub mod passthrough;

@@ -9,7 +9,7 @@
 //! with the `trusted.overlay.opaque` (or, in `userxattr` mode, `user.overlay.opaque`) xattr
 //! set to `y` hides the lower layers' contents; a directory merges only with directories
 //! below it, down to the first lower entry of that name that is not one. Symbolic links are
-//! resolved in the merged view, with the root as `/` ([`super::in_root::resolve_in_root`]'s rule),
+//! resolved in the merged view, with the root as `/` (`in_root::resolve_in_root`'s rule),
 //! so an image cannot make remora read a host file.
 
 use std::fs::{self, FileType};

@@ -1064,7 +1064,7 @@ async fn image_volumes_mount_an_image_read_only() {
     let dir = bed.state_dir().join("image-volumes").join(&id);
     assert!(!dir.exists(), "{} is left", dir.display());
     assert!(
-        !crate::harness::mount_points()
+        !crate::testbed::mount_points()
             .iter()
             .any(|m| m.contains(&id)),
         "no mount names the container"
@@ -1095,7 +1095,7 @@ async fn image_volume_sub_paths_show_one_directory_and_hostile_ones_leave_nothin
             .count()
     };
     let volume_dir = bed.state_dir().join("image-volumes");
-    let volume_mounts = || crate::harness::mount_points_under(&volume_dir);
+    let volume_mounts = || crate::testbed::mount_points_under(&volume_dir);
 
     // The state dir exists on the host, not in the image: `..` must not reach it.
     let host_dir = format!("../../../..{}", bed.state_dir().display());

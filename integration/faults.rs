@@ -9,8 +9,9 @@ use tokio_stream::StreamExt;
 
 use crate::cri;
 use crate::harness::{
-    certs_dir, push_image, scratch, wait_until, BedRemora, HoldingProxy, PushedImage, TESTBED_CERTS,
+    certs_dir, push_image, scratch, wait_until, BedRemora, HoldingProxy, PushedImage,
 };
+use crate::testbed::TESTBED_CERTS;
 
 /// The test bed network's host-local IPAM dir (see scripts/testbed.sh).
 const IPAM_DIR: &str = "/run/remora-testbed/cni/networks/remora-testbed";
@@ -197,7 +198,7 @@ async fn remora_killed_while_cni_add_waits_for_ipam_leaves_no_address_after_rest
     std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let conf = scratch();
     let bed_list = std::fs::read_to_string(
-        Path::new(crate::harness::TESTBED_CNI).join("10-remora-testbed.conflist"),
+        Path::new(crate::testbed::TESTBED_CNI).join("10-remora-testbed.conflist"),
     )
     .expect("the test bed's network config");
     let list = bed_list.replacen(
@@ -705,7 +706,7 @@ async fn a_rollback_cut_short_by_a_containerd_outage_is_finished_when_it_is_back
     // is back removes task, record and snapshot.
     let mut bed = crate::harness::Bed::start(&format!(
         "[images]\nconfig_path = \"{}\"\n",
-        crate::harness::TESTBED_CERTS
+        crate::testbed::TESTBED_CERTS
     ));
     let logs = scratch();
     // The pause image first, so the failing call does not pull.
@@ -790,7 +791,7 @@ async fn a_rollback_cut_short_by_a_containerd_outage_is_finished_when_it_is_back
 async fn exits_across_a_containerd_outage(handler: &str) -> Vec<(&'static str, Duration)> {
     let mut bed = crate::harness::Bed::start(&format!(
         "[images]\nconfig_path = \"{}\"\n[runtime]\ndefault_handler = \"{handler}\"\n",
-        crate::harness::TESTBED_CERTS
+        crate::testbed::TESTBED_CERTS
     ));
     let logs = scratch();
     let gate = scratch();

@@ -17,8 +17,8 @@ use tonic::Code;
 use crate::cri;
 use crate::harness::{
     certs_dir, push_image, push_image_with, serve_on_thread_at, BedRemora, RequestHead,
-    TESTBED_REGISTRY,
 };
+use crate::testbed::TESTBED_REGISTRY;
 
 /// The resolve deadline remora runs with here (`[images] resolve_timeout`).
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -21,6 +21,8 @@ mod deviceplugin;
 mod harness;
 #[allow(dead_code)]
 mod sweep;
+#[allow(dead_code)]
+mod testbed;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -30,7 +32,8 @@ use std::time::{Duration, Instant};
 use remora::cri::v1;
 use serde_json::{json, Value};
 
-use harness::{mount_points_under, scratch, tool, wait_until, BedRemora, TESTBED_REGISTRY};
+use harness::{scratch, tool, wait_until, BedRemora};
+use testbed::{mount_points_under, TESTBED_REGISTRY};
 
 /// kubelet's HTTPS port (loopback only; anonymous, read-only use by the test).
 const KUBELET_PORT: u16 = 10350;
@@ -421,7 +424,7 @@ impl Drop for Kubelet {
     fn drop(&mut self) {
         self.stop();
         // Its root dir's self-bind (and whatever a failed run left below it).
-        harness::unmount_below(&self.dir);
+        testbed::unmount_below(&self.dir);
         if std::thread::panicking() {
             eprintln!(
                 "--- last 80 lines of kubelet's log ({}) ---\n{}",
@@ -1029,7 +1032,7 @@ impl Drop for Cleanup<'_> {
 
 async fn run_suite(gates: &[&str]) {
     assert!(
-        Path::new(harness::TESTBED_CONTAINERD).exists(),
+        Path::new(testbed::TESTBED_CONTAINERD).exists(),
         "the test bed is not up: run scripts/testbed.sh up (registry {TESTBED_REGISTRY})"
     );
     let host = HostState::record();
@@ -1612,7 +1615,7 @@ where
     C: AsyncFnOnce(&KubeletApi, &BedRemora, &Path, &G),
 {
     assert!(
-        Path::new(harness::TESTBED_CONTAINERD).exists(),
+        Path::new(testbed::TESTBED_CONTAINERD).exists(),
         "the test bed is not up: run scripts/testbed.sh up (registry {TESTBED_REGISTRY})"
     );
     let host = HostState::record();

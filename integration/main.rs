@@ -6,6 +6,7 @@
 mod cri;
 mod harness;
 mod sweep;
+mod testbed;
 
 mod bad_input;
 mod churn;

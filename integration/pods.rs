@@ -4,7 +4,8 @@ use remora::cri::v1;
 use tonic::Code;
 
 use crate::cri;
-use crate::harness::{scratch, BedRemora, TESTBED_CERTS};
+use crate::harness::{scratch, BedRemora};
+use crate::testbed::TESTBED_CERTS;
 
 /// [`cri::pod_config`] with uid `uid`, a hostname, a label, an annotation, DNS and no log
 /// directory.
@@ -385,14 +386,14 @@ async fn a_clean_shutdown_leaves_no_netns_mount() {
         .await
         .expect("RunPodSandbox");
     assert!(
-        !crate::harness::mount_points_under(&state.join("netns")).is_empty(),
+        !crate::testbed::mount_points_under(&state.join("netns")).is_empty(),
         "the pod's netns and its directory are mounted"
     );
     cri::remove_pod(&bed.remora, &id).await;
     let status = bed.remora.stop_with(nix::sys::signal::Signal::SIGTERM);
     assert!(status.success(), "clean exit, got {status}");
     assert_eq!(
-        crate::harness::mount_points_under(&state),
+        crate::testbed::mount_points_under(&state),
         Vec::<String>::new()
     );
 }

@@ -81,7 +81,7 @@ async fn exits_during_a_containerd_outage_are_recorded_once_with_real_codes() {
     // pods, so no CNI is needed.
     let mut bed = crate::harness::Bed::start(&format!(
         "[images]\nconfig_path = \"{}\"\n",
-        crate::harness::TESTBED_CERTS
+        crate::testbed::TESTBED_CERTS
     ));
     let logs = scratch();
     cri::pull(&bed.remora, "busybox").await.expect("pull");
@@ -306,7 +306,7 @@ async fn orphaned_exit_keepers_are_swept_at_start() {
     // and its keeper), made directly in containerd's sandbox store.
     let mut bed = BedRemora::start();
     let channel = remora::grpc::unix_channel(
-        std::path::Path::new(crate::harness::TESTBED_CONTAINERD),
+        std::path::Path::new(crate::testbed::TESTBED_CONTAINERD),
         Duration::from_secs(5),
     );
     fn in_ns<T>(ns: &str, msg: T) -> tonic::Request<T> {

@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::harness::{tools_bin, unmount_below, TESTBED_CNI, TESTBED_CONTAINERD};
+use crate::testbed::{tools_bin, unmount_below, TESTBED_CNI, TESTBED_CONTAINERD};
 
 /// How old an IPAM reservation without a pause container must be before it counts as left over.
 pub const GRACE: Duration = Duration::from_secs(120);
@@ -321,7 +321,7 @@ fn cni_del(network: &serde_json::Value, r: &Reservation) -> Result<(), String> {
 /// user-namespaced pod's pinned user namespace).
 fn unmount_scratch_mounts_of(id: &str) {
     let pin = format!("{id}.userns");
-    let points = crate::harness::mount_points()
+    let points = crate::testbed::mount_points()
         .into_iter()
         .filter(|mp| {
             mp.starts_with("/tmp/rmr")
@@ -330,7 +330,7 @@ fn unmount_scratch_mounts_of(id: &str) {
                     .any(|c| c.as_os_str() == id || c.as_os_str() == pin.as_str())
         })
         .collect();
-    crate::harness::unmount_deepest_first(points);
+    crate::testbed::unmount_deepest_first(points);
 }
 
 /// The reservations of the test bed network, with their age.

@@ -486,7 +486,7 @@ async fn an_image_volume_with_the_pods_maps_shows_the_images_root_files_as_the_p
     );
     assert!(!dir.exists(), "{} is left", dir.display());
     assert!(
-        !crate::harness::mount_points()
+        !crate::testbed::mount_points()
             .iter()
             .any(|m| m.contains(&id) || m.contains("idmapped-layers")),
         "no mount is left"

@@ -684,25 +684,24 @@ impl Config {
 
     /// Checks values that deserialize but cannot work, naming the offending key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
-            ConfigError::Invalid {
-                key: key.to_string(),
-                reason: reason.into(),
-            }
+        self.validate_server()?;
+        self.validate_containerd()?;
+        if self.images.sandbox_image.is_empty() {
+            return Err(invalid("images.sandbox_image", "must not be empty"));
         }
-        fn absolute(key: &str, p: &Path) -> Result<(), ConfigError> {
-            if p.is_absolute() {
-                Ok(())
-            } else {
-                Err(invalid(
-                    key,
-                    format!(
-                        "must be an absolute path, got {:?}",
-                        p.display().to_string()
-                    ),
-                ))
-            }
+        self.validate_handlers()?;
+        self.streaming.socket_addr()?;
+        self.metrics.socket_addr()?;
+        self.validate_streaming()?;
+        if self.cni.plugin_timeout.is_zero() {
+            return Err(invalid("cni.plugin_timeout", "must be greater than zero"));
         }
+        self.validate_images()?;
+        self.validate_host_dirs()
+    }
+
+    /// `[server]`: absolute paths, a socket path that fits in `sockaddr_un`.
+    fn validate_server(&self) -> Result<(), ConfigError> {
         absolute("server.socket", &self.server.socket)?;
         // sockaddr_un holds 108 bytes including the NUL terminator.
         let socket_len = self.server.socket.as_os_str().len();
@@ -714,6 +713,11 @@ impl Config {
         }
         absolute("server.root_dir", &self.server.root_dir)?;
         absolute("server.state_dir", &self.server.state_dir)?;
+        Ok(())
+    }
+
+    /// `[containerd]`: address, namespace, non-zero probe and backoff durations, min ≤ max.
+    fn validate_containerd(&self) -> Result<(), ConfigError> {
         absolute("containerd.address", &self.containerd.address)?;
         let ns = &self.containerd.namespace;
         // containerd's namespace rule: a DNS-label-like identifier, dots allowed.
@@ -757,13 +761,12 @@ impl Config {
                 "must not be smaller than containerd.reconnect_backoff_min",
             ));
         }
-        let img = &self.images;
-        if img.sandbox_image.is_empty() {
-            return Err(invalid("images.sandbox_image", "must not be empty"));
-        }
-        self.validate_handlers()?;
-        self.streaming.socket_addr()?;
-        self.metrics.socket_addr()?;
+        Ok(())
+    }
+
+    /// `[streaming]` beyond its address: TLS files paired, non-zero timeouts, a sane header
+    /// timeout, at least one connection.
+    fn validate_streaming(&self) -> Result<(), ConfigError> {
         if self.streaming.tls_cert_file.is_empty() != self.streaming.tls_key_file.is_empty() {
             return Err(invalid(
                 "streaming.tls_cert_file",
@@ -796,9 +799,13 @@ impl Config {
         if self.streaming.max_connections == 0 {
             return Err(invalid("streaming.max_connections", "must be at least 1"));
         }
-        if self.cni.plugin_timeout.is_zero() {
-            return Err(invalid("cni.plugin_timeout", "must be greater than zero"));
-        }
+        Ok(())
+    }
+
+    /// `[images]` beyond the sandbox image: snapshotter, config path, non-zero counts and
+    /// timeouts.
+    fn validate_images(&self) -> Result<(), ConfigError> {
+        let img = &self.images;
         if img.snapshotter.is_empty() {
             return Err(invalid("images.snapshotter", "must not be empty"));
         }
@@ -824,6 +831,11 @@ impl Config {
         if img.stall_timeout.is_zero() {
             return Err(invalid("images.stall_timeout", "must be greater than zero"));
         }
+        Ok(())
+    }
+
+    /// The CNI and CDI directories: absolute, at least one CNI plugin directory.
+    fn validate_host_dirs(&self) -> Result<(), ConfigError> {
         absolute("cni.conf_dir", &self.cni.conf_dir)?;
         if self.cni.bin_dirs.is_empty() {
             return Err(invalid("cni.bin_dirs", "must name at least one directory"));
@@ -913,6 +925,29 @@ impl Config {
         // Serializing plain structs of strings, paths, numbers and enums cannot fail; if it
         // somehow did, an error text in the verbose info is better than failing Status.
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+/// A [`ConfigError::Invalid`] naming `key`.
+fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// `key`'s path `p` must be absolute.
+fn absolute(key: &str, p: &Path) -> Result<(), ConfigError> {
+    if p.is_absolute() {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!(
+                "must be an absolute path, got {:?}",
+                p.display().to_string()
+            ),
+        ))
     }
 }
 

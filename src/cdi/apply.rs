@@ -18,7 +18,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{
-    Hook, HookBuilder, Hooks, LinuxBuilder, LinuxDevice, LinuxDeviceBuilder,
+    Hook, HookBuilder, Hooks, Linux, LinuxBuilder, LinuxDevice, LinuxDeviceBuilder,
     LinuxDeviceCgroupBuilder, LinuxDeviceType, LinuxIntelRdtBuilder, LinuxNamespaceType,
     LinuxNetDevice, Mount, Process, Spec,
 };
@@ -165,16 +165,44 @@ pub fn apply(
     if edits.is_empty() {
         return Ok(());
     }
-    let mut e = ContainerEdits::default();
-    for one in edits {
-        e.append(one);
-    }
+    let e = merge(edits);
     let (uid, gid) = spec
         .process()
         .as_ref()
         .map(|p| (p.user().uid(), p.user().gid()))
         .unwrap_or((0, 0));
 
+    apply_env(spec, &e);
+
+    if spec.linux().is_none() {
+        spec.set_linux(Some(LinuxBuilder::default().build()?));
+    }
+    let userns = has_idmapped_userns(spec);
+    {
+        // Just set above.
+        let linux = spec.linux_mut().get_or_insert_with(Default::default);
+        apply_device_nodes(linux, &e, lookup, uid, gid)?;
+        apply_net_devices(linux, &e);
+        apply_intel_rdt(linux, &e)?;
+    }
+
+    apply_mounts(spec, &e, userns);
+    apply_hooks(spec, &e)?;
+    apply_additional_gids(spec, &e);
+    Ok(())
+}
+
+/// The edits of all requested devices as one: lists concatenated, the last `intelRdt` wins.
+fn merge(edits: &[ContainerEdits]) -> ContainerEdits {
+    let mut e = ContainerEdits::default();
+    for one in edits {
+        e.append(one);
+    }
+    e
+}
+
+/// A variable of the same name is replaced in place, others appended.
+fn apply_env(spec: &mut Spec, e: &ContainerEdits) {
     if !e.env.is_empty() {
         let process = spec.process_mut().get_or_insert_with(Process::default);
         let mut env = process.env().clone().unwrap_or_default();
@@ -190,94 +218,110 @@ pub fn apply(
         }
         process.set_env(Some(env));
     }
+}
 
-    if spec.linux().is_none() {
-        spec.set_linux(Some(LinuxBuilder::default().build()?));
-    }
-    let userns = has_idmapped_userns(spec);
-    {
-        // Just set above.
-        let linux = spec.linux_mut().get_or_insert_with(Default::default);
-        let mut devices: Vec<LinuxDevice> = linux.devices().clone().unwrap_or_default();
-        let mut resources = linux.resources().clone().unwrap_or_default();
-        let mut rules = resources.devices().clone().unwrap_or_default();
-        for node in &e.device_nodes {
-            let d = fill(node, lookup)?;
-            let typ = device_type(&d.typ).ok_or_else(|| CdiError::TypeMismatch {
-                path: d.path.clone(),
-                host_path: d.host_path.clone(),
-                given: d.typ.clone(),
-                host: String::new(),
-            })?;
-            let mut b = LinuxDeviceBuilder::default()
-                .path(PathBuf::from(&d.path))
-                .typ(typ)
-                .major(d.major)
-                .minor(d.minor);
-            if let Some(m) = d.file_mode {
-                b = b.file_mode(m);
-            }
-            if let Some(u) = d.uid.or((uid > 0).then_some(uid)) {
-                b = b.uid(u);
-            }
-            if let Some(g) = d.gid.or((gid > 0).then_some(gid)) {
-                b = b.gid(g);
-            }
-            let dev = b.build()?;
-            devices.retain(|x| x.path() != dev.path());
-            devices.push(dev);
-            if matches!(typ, LinuxDeviceType::B | LinuxDeviceType::C) {
-                let access = match d.permissions.as_str() {
-                    "" => "rwm",
-                    "none" => "",
-                    p => p,
-                };
-                rules.push(
-                    LinuxDeviceCgroupBuilder::default()
-                        .allow(true)
-                        .typ(typ)
-                        .major(d.major)
-                        .minor(d.minor)
-                        .access(access)
-                        .build()?,
-                );
-            }
+/// Device nodes filled from the host and owned by the process's non-root uid/gid by default,
+/// replacing one at the same path; block and char nodes also allowed in the device cgroup.
+fn apply_device_nodes(
+    linux: &mut Linux,
+    e: &ContainerEdits,
+    lookup: &NodeLookup<'_>,
+    uid: u32,
+    gid: u32,
+) -> Result<(), CdiError> {
+    let mut devices: Vec<LinuxDevice> = linux.devices().clone().unwrap_or_default();
+    let mut resources = linux.resources().clone().unwrap_or_default();
+    let mut rules = resources.devices().clone().unwrap_or_default();
+    for node in &e.device_nodes {
+        let d = fill(node, lookup)?;
+        let typ = device_type(&d.typ).ok_or_else(|| CdiError::TypeMismatch {
+            path: d.path.clone(),
+            host_path: d.host_path.clone(),
+            given: d.typ.clone(),
+            host: String::new(),
+        })?;
+        let mut b = LinuxDeviceBuilder::default()
+            .path(PathBuf::from(&d.path))
+            .typ(typ)
+            .major(d.major)
+            .minor(d.minor);
+        if let Some(m) = d.file_mode {
+            b = b.file_mode(m);
         }
-        if !e.device_nodes.is_empty() {
-            linux.set_devices(Some(devices));
-            resources.set_devices(Some(rules));
-            linux.set_resources(Some(resources));
+        if let Some(u) = d.uid.or((uid > 0).then_some(uid)) {
+            b = b.uid(u);
         }
-        if !e.net_devices.is_empty() {
-            let mut net = linux.net_devices().clone().unwrap_or_default();
-            for n in &e.net_devices {
-                let mut dev = LinuxNetDevice::default();
-                dev.set_name(Some(n.name.clone()));
-                net.insert(n.host_interface_name.clone(), dev);
-            }
-            linux.set_net_devices(Some(net));
+        if let Some(g) = d.gid.or((gid > 0).then_some(gid)) {
+            b = b.gid(g);
         }
-        if let Some(rdt) = &e.intel_rdt {
-            let mut b = LinuxIntelRdtBuilder::default();
-            if !rdt.clos_id.is_empty() {
-                b = b.clos_id(rdt.clos_id.clone());
-            }
-            if !rdt.l3_cache_schema.is_empty() {
-                b = b.l3_cache_schema(rdt.l3_cache_schema.clone());
-            }
-            if !rdt.mem_bw_schema.is_empty() {
-                b = b.mem_bw_schema(rdt.mem_bw_schema.clone());
-            }
-            if let Some(s) = &rdt.schemata {
-                b = b.schemata(s.clone());
-            }
-            if rdt.enable_monitoring {
-                b = b.enable_monitoring(true);
-            }
-            linux.set_intel_rdt(Some(b.build()?));
+        let dev = b.build()?;
+        devices.retain(|x| x.path() != dev.path());
+        devices.push(dev);
+        if matches!(typ, LinuxDeviceType::B | LinuxDeviceType::C) {
+            let access = match d.permissions.as_str() {
+                "" => "rwm",
+                "none" => "",
+                p => p,
+            };
+            rules.push(
+                LinuxDeviceCgroupBuilder::default()
+                    .allow(true)
+                    .typ(typ)
+                    .major(d.major)
+                    .minor(d.minor)
+                    .access(access)
+                    .build()?,
+            );
         }
     }
+    if !e.device_nodes.is_empty() {
+        linux.set_devices(Some(devices));
+        resources.set_devices(Some(rules));
+        linux.set_resources(Some(resources));
+    }
+    Ok(())
+}
 
+/// `linux.netDevices[host] = {name}`.
+fn apply_net_devices(linux: &mut Linux, e: &ContainerEdits) {
+    if !e.net_devices.is_empty() {
+        let mut net = linux.net_devices().clone().unwrap_or_default();
+        for n in &e.net_devices {
+            let mut dev = LinuxNetDevice::default();
+            dev.set_name(Some(n.name.clone()));
+            net.insert(n.host_interface_name.clone(), dev);
+        }
+        linux.set_net_devices(Some(net));
+    }
+}
+
+/// `intelRdt` set from the last edit that has one.
+fn apply_intel_rdt(linux: &mut Linux, e: &ContainerEdits) -> Result<(), CdiError> {
+    if let Some(rdt) = &e.intel_rdt {
+        let mut b = LinuxIntelRdtBuilder::default();
+        if !rdt.clos_id.is_empty() {
+            b = b.clos_id(rdt.clos_id.clone());
+        }
+        if !rdt.l3_cache_schema.is_empty() {
+            b = b.l3_cache_schema(rdt.l3_cache_schema.clone());
+        }
+        if !rdt.mem_bw_schema.is_empty() {
+            b = b.mem_bw_schema(rdt.mem_bw_schema.clone());
+        }
+        if let Some(s) = &rdt.schemata {
+            b = b.schemata(s.clone());
+        }
+        if rdt.enable_monitoring {
+            b = b.enable_monitoring(true);
+        }
+        linux.set_intel_rdt(Some(b.build()?));
+    }
+    Ok(())
+}
+
+/// One mount already at the same destination replaced, bind mounts idmapped in a user
+/// namespace, then all stably sorted by destination depth.
+fn apply_mounts(spec: &mut Spec, e: &ContainerEdits, userns: bool) {
     if !e.mounts.is_empty() {
         let mut mounts: Vec<Mount> = spec.mounts().clone().unwrap_or_default();
         for m in &e.mounts {
@@ -301,7 +345,10 @@ pub fn apply(
         mounts.sort_by_key(|m| depth(m.destination()));
         spec.set_mounts(Some(mounts));
     }
+}
 
+/// Hooks appended to their phase.
+fn apply_hooks(spec: &mut Spec, e: &ContainerEdits) -> Result<(), CdiError> {
     if !e.hooks.is_empty() {
         let hooks = spec.hooks_mut().get_or_insert_with(Hooks::default);
         for h in &e.hooks {
@@ -329,7 +376,11 @@ pub fn apply(
             list.get_or_insert_with(Vec::new).push(hook);
         }
     }
+    Ok(())
+}
 
+/// Additional gids appended, 0 ignored, no duplicates.
+fn apply_additional_gids(spec: &mut Spec, e: &ContainerEdits) {
     let gids: Vec<u32> = e
         .additional_gids
         .iter()
@@ -347,5 +398,4 @@ pub fn apply(
         }
         user.set_additional_gids(Some(all));
     }
-    Ok(())
 }

@@ -351,7 +351,8 @@ impl Registry {
 
 /// Reads and checks one spec file (bounded, regular files only).
 fn read_spec(path: &Path) -> Result<spec::Spec, String> {
-    let text = crate::spec::read_regular_file(path, MAX_SPEC_BYTES).map_err(|e| e.to_string())?;
+    let text =
+        remora_host::fs::read_regular_file(path, MAX_SPEC_BYTES).map_err(|e| e.to_string())?;
     let json = path.extension().is_some_and(|e| e == "json");
     parse::parse(&text, json)
 }

@@ -19,6 +19,49 @@ use crate::lifecycle::SandboxError;
 use crate::net::cni::template::TemplateError;
 use crate::store::StoreError;
 
+/// A CRI request that cannot be mapped to domain types. Reported as `INVALID_ARGUMENT`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConvertError {
+    /// A required field is absent or empty.
+    #[error("{field} is required")]
+    Missing {
+        /// CRI path of the field, e.g. `config.metadata.name`.
+        field: String,
+    },
+    /// An enum field holds a number the CRI proto does not define.
+    #[error("{field} has unknown value {value}")]
+    UnknownEnum {
+        /// CRI path of the field.
+        field: String,
+        /// The number received.
+        value: i32,
+    },
+    /// A field's value is malformed.
+    #[error("invalid {field} {value:?}: {reason}")]
+    Invalid {
+        /// CRI path of the field.
+        field: String,
+        /// The value received.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An env value (bytes in CRI) is not UTF-8, which an OCI runtime config cannot carry.
+    #[error("{field} (env {key:?}) is not valid UTF-8: an OCI runtime config cannot carry it")]
+    EnvNotUtf8 {
+        /// CRI path of the value, e.g. `config.envs[3].value`.
+        field: String,
+        /// The env variable's name (the value is not shown: it may be a secret).
+        key: String,
+    },
+    /// The field asks for a feature remora does not implement.
+    #[error("{field} is not supported by remora")]
+    Unsupported {
+        /// CRI path of the field.
+        field: String,
+    },
+}
+
 /// The error of a CRI operation. Converted to a gRPC status only by `From<CriError>`.
 #[derive(Debug, Error)]
 pub enum CriError {
@@ -46,7 +89,7 @@ pub enum CriError {
     Pull(Box<PullError>),
     /// The request could not be converted (a missing or malformed field).
     #[error("invalid request: {0}")]
-    Convert(#[from] super::convert::ConvertError),
+    Convert(#[from] ConvertError),
     /// A pod sandbox operation failed.
     #[error(transparent)]
     Sandbox(Box<SandboxError>),

@@ -29,8 +29,7 @@ use crate::containerd::health::HealthMonitor;
 use crate::images::image_fs_info::{SnapshotTotals, SnapshotWalk};
 use crate::lifecycle::snapshot_usage::SnapshotUsage;
 
-// Re-exported: `crate::cri::ImageRuntime` is the path the server wires it up by.
-pub use crate::images::ImageRuntime;
+use crate::images::ImageRuntime;
 
 /// What every CRI operation can reach. Cheap to clone.
 #[derive(Clone)]

@@ -33,7 +33,7 @@
 use std::collections::HashMap;
 use std::path::{Component, Path};
 
-use super::convert::ConvertError;
+use super::error::ConvertError;
 
 /// Longest pod name, namespace, uid or container name (Kubernetes' object name limit).
 pub const MAX_NAME_LEN: usize = 253;

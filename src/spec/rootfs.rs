@@ -9,7 +9,7 @@
 //! with the `trusted.overlay.opaque` (or, in `userxattr` mode, `user.overlay.opaque`) xattr
 //! set to `y` hides the lower layers' contents; a directory merges only with directories
 //! below it, down to the first lower entry of that name that is not one. Symbolic links are
-//! resolved in the merged view, with the root as `/` ([`super::user::resolve_in_root`]'s rule),
+//! resolved in the merged view, with the root as `/` (`in_root::resolve_in_root`'s rule),
 //! so an image cannot make remora read a host file.
 
 use std::fs::{self, FileType};
@@ -33,7 +33,7 @@ impl RootFs<'_> {
     pub fn resolve(&self, path: &Path) -> io::Result<Option<PathBuf>> {
         match self {
             RootFs::Dir(root) => {
-                let p = super::user::resolve_in_root(root, path)?;
+                let p = super::in_root::resolve_in_root(root, path)?;
                 Ok(p.symlink_metadata().is_ok().then_some(p))
             }
             RootFs::Layers(layers) => resolve_layered(layers, path),
@@ -54,8 +54,8 @@ impl RootFs<'_> {
 
 /// [`RootFs::resolve`] over layers.
 fn resolve_layered(layers: &[PathBuf], path: &Path) -> io::Result<Option<PathBuf>> {
-    use super::user::Entry;
-    let Some(resolved) = super::user::walk_in_root(path, |rel| {
+    use super::in_root::Entry;
+    let Some(resolved) = super::in_root::walk_in_root(path, |rel| {
         Ok(match lookup(layers, rel)? {
             Some((host, kind)) if kind.is_symlink() => Entry::Symlink(host),
             Some(_) => Entry::Other,

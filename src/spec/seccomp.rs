@@ -547,7 +547,7 @@ pub const MAX_PROFILE_LEN: u64 = 1 << 20;
 /// Reads an OCI-format seccomp profile (a `LinuxSeccomp` object) from a host file: a regular
 /// file of at most [`MAX_PROFILE_LEN`] bytes (the path comes from the request).
 pub fn load_localhost(path: &Path) -> Result<LinuxSeccomp, SpecError> {
-    let text = super::read_regular_file(path, MAX_PROFILE_LEN).map_err(|source| {
+    let text = remora_host::fs::read_regular_file(path, MAX_PROFILE_LEN).map_err(|source| {
         SpecError::SeccompProfileRead {
             path: path.to_owned(),
             source,

@@ -118,7 +118,7 @@ pub struct ContainerMetadata {
     pub mounts: Vec<MountSummary>,
     /// Its resources (CRI `ContainerResources`) as JSON, opaque here; updated containers
     /// replace the whole record.
-    #[serde(with = "super::persist::base64_bytes")]
+    #[serde(with = "super::base64_bytes")]
     pub resources_json: Vec<u8>,
     /// A TTY was requested.
     pub tty: bool,

@@ -17,6 +17,7 @@
 //! status. Both are held only for in-memory work, never across an `.await`; when both are
 //! taken, the store's comes first.
 
+mod base64_bytes;
 pub mod container;
 mod index;
 pub mod name;

@@ -261,22 +261,6 @@ pub fn decode_extension<T: Persisted>(bytes: &[u8]) -> Result<T, PersistError> {
     T::decode_extension(bytes)
 }
 
-/// Opaque bytes as a base64 string: JSON arrays of numbers would triple their size.
-pub(crate) mod base64_bytes {
-    use base64::engine::general_purpose::STANDARD;
-    use base64::Engine;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(crate) fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&STANDARD.encode(v))
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        let s = String::deserialize(d)?;
-        STANDARD.decode(s).map_err(serde::de::Error::custom)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

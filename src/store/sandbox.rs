@@ -66,7 +66,7 @@ pub struct SandboxMetadata {
     pub cgroup_parent: String,
     /// The CRI `PodSandboxConfig` as JSON, opaque here: kept for verbose status and for
     /// container creation after a restart.
-    #[serde(with = "super::persist::base64_bytes")]
+    #[serde(with = "super::base64_bytes")]
     pub config_json: Vec<u8>,
     /// The pod's resources as kubelet last reported them (UpdatePodSandboxResources, after it
     /// resized the pod's cgroup); `None` until then. The one field that changes after the

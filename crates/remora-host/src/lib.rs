@@ -9,6 +9,7 @@
 
 pub mod backoff;
 pub mod cgroup;
+pub mod fs;
 pub mod mount;
 pub mod mountinfo;
 pub mod userns;

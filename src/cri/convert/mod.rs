@@ -45,7 +45,7 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-use thiserror::Error;
+use super::error::ConvertError;
 
 pub use container::{
     container_config, container_log_path, container_metadata, container_security,
@@ -62,49 +62,6 @@ pub use stats::{
 pub use status::{
     container, container_filter, container_status, pod_sandbox, pod_sandbox_status, sandbox_filter,
 };
-
-/// A CRI request that cannot be mapped to domain types. Reported as `INVALID_ARGUMENT`.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ConvertError {
-    /// A required field is absent or empty.
-    #[error("{field} is required")]
-    Missing {
-        /// CRI path of the field, e.g. `config.metadata.name`.
-        field: String,
-    },
-    /// An enum field holds a number the CRI proto does not define.
-    #[error("{field} has unknown value {value}")]
-    UnknownEnum {
-        /// CRI path of the field.
-        field: String,
-        /// The number received.
-        value: i32,
-    },
-    /// A field's value is malformed.
-    #[error("invalid {field} {value:?}: {reason}")]
-    Invalid {
-        /// CRI path of the field.
-        field: String,
-        /// The value received.
-        value: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// An env value (bytes in CRI) is not UTF-8, which an OCI runtime config cannot carry.
-    #[error("{field} (env {key:?}) is not valid UTF-8: an OCI runtime config cannot carry it")]
-    EnvNotUtf8 {
-        /// CRI path of the value, e.g. `config.envs[3].value`.
-        field: String,
-        /// The env variable's name (the value is not shown: it may be a secret).
-        key: String,
-    },
-    /// The field asks for a feature remora does not implement.
-    #[error("{field} is not supported by remora")]
-    Unsupported {
-        /// CRI path of the field.
-        field: String,
-    },
-}
 
 fn missing(field: impl Into<String>) -> ConvertError {
     ConvertError::Missing {

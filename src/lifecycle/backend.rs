@@ -294,7 +294,7 @@ pub struct ExecStdio {
 }
 
 /// The local images lifecycle reads (image configs, snapshot parents), and the pull of the
-/// pause image. Implemented by the image side (`crate::cri::ImageRuntime`).
+/// pause image. Implemented by the image side (`crate::images::ImageRuntime`).
 #[tonic::async_trait]
 pub trait LocalImages: Send + Sync + 'static {
     /// A local image by any reference form or id.

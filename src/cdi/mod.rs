@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use slog::{warn, Logger};
 use thiserror::Error;
 
-pub use apply::{apply, host_node, NodeInfo};
+pub use apply::{apply, host_node};
 pub use spec::ContainerEdits;
 
 /// Largest spec file read.

@@ -1007,9 +1007,6 @@ pub enum LoadError {
     Manifest(#[from] ManifestError),
 }
 
-/// How long the warm path's cached digest lasts by default.
-pub const DEFAULT_DIGEST_TTL: Duration = Duration::from_secs(10);
-
 mod download;
 mod transfer;
 pub use transfer::TransferFailure;

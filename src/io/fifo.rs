@@ -185,11 +185,6 @@ impl FifoSet {
         &self.stderr
     }
 
-    /// Whether the process has a terminal.
-    pub fn tty(&self) -> bool {
-        self.tty
-    }
-
     /// The paths as containerd's task API takes them.
     pub fn task_stdio(&self) -> TaskStdio {
         // Lossless: `paths` checked that the directory is UTF-8, and the ID is a `&str`.

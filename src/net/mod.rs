@@ -8,6 +8,5 @@ pub mod netns;
 pub mod pod_network;
 
 pub use pod_network::{
-    Bandwidth, DnsConfig, NetError, PodNetInfo, PodNetResult, PodNetwork, PodNetworkConfig,
-    PortMapping, Protocol,
+    DnsConfig, NetError, PodNetInfo, PodNetwork, PodNetworkConfig, PortMapping, Protocol,
 };

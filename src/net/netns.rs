@@ -108,6 +108,7 @@ impl NetnsDir {
     }
 
     /// The directory.
+    #[cfg(test)]
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -274,6 +274,7 @@ impl PodNetwork {
     }
 
     /// Verifies the pod's attachment is as ADD left it (CNI CHECK, cniVersion 0.4.0 or later).
+    #[cfg(test)]
     pub async fn check(&self, pod: &PodNetInfo) -> Result<(), NetError> {
         let net = self.load().await?;
         let rt = attachment(pod, Some(pod.netns_path.clone())).map_err(NetError::InvalidPod)?;

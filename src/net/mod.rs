@@ -7,6 +7,6 @@ pub mod host_network;
 pub mod netns;
 pub mod pod_network;
 
-pub use pod_network::{
-    DnsConfig, NetError, PodNetInfo, PodNetwork, PodNetworkConfig, PortMapping, Protocol,
-};
+#[cfg(test)]
+pub use pod_network::DnsConfig;
+pub use pod_network::{NetError, PodNetInfo, PodNetwork, PodNetworkConfig, PortMapping, Protocol};

@@ -27,7 +27,7 @@ pub enum ConfigError {
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The read's error.
         source: std::io::Error,
     },
     /// The file is not valid TOML, has an unknown key, or a value of the wrong type.

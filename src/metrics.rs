@@ -497,7 +497,7 @@ pub enum StartError {
     Bind {
         /// The configured address.
         address: SocketAddr,
-        /// Why.
+        /// The bind's error (address in use, say).
         source: std::io::Error,
     },
 }

@@ -63,7 +63,7 @@ pub enum ServerError {
         action: &'static str,
         /// The path involved.
         path: PathBuf,
-        /// Why.
+        /// The failed action's error.
         source: std::io::Error,
     },
     /// Installing a signal handler failed.
@@ -71,7 +71,7 @@ pub enum ServerError {
     Signal {
         /// The signal.
         signal: &'static str,
-        /// Why.
+        /// The handler installation's error.
         source: std::io::Error,
     },
     /// The registry client could not be set up (TLS backend).
@@ -102,7 +102,7 @@ pub enum ServerError {
         action: &'static str,
         /// The directory.
         path: PathBuf,
-        /// Why.
+        /// The failed action's error.
         source: std::io::Error,
     },
     /// A configured state directory exists and is not a directory.

@@ -82,7 +82,6 @@ pub enum CdiError {
         path: String,
         /// Host path.
         host_path: String,
-        /// Why.
         source: std::io::Error,
     },
     /// A device node whose type disagrees with the host's node.

@@ -128,7 +128,6 @@ pub enum PullError {
     Unpack {
         /// The image.
         reference: String,
-        /// Why.
         source: Arc<UnpackError>,
     },
     /// containerd's Transfer service failed to fetch or unpack the layers.

@@ -53,7 +53,6 @@ pub enum FifoError {
     CreateDir {
         /// The directory.
         dir: PathBuf,
-        /// Why.
         source: io::Error,
     },
     /// `mkfifo` failed.
@@ -61,7 +60,6 @@ pub enum FifoError {
     Mkfifo {
         /// The FIFO path.
         path: PathBuf,
-        /// Why.
         errno: Errno,
     },
     /// Something other than a FIFO is in the way.
@@ -75,7 +73,6 @@ pub enum FifoError {
     Open {
         /// The FIFO path.
         path: PathBuf,
-        /// Why.
         source: io::Error,
     },
     /// Removing a FIFO failed (other than it being gone already).
@@ -83,7 +80,6 @@ pub enum FifoError {
     Remove {
         /// The FIFO path.
         path: PathBuf,
-        /// Why.
         source: io::Error,
     },
 }

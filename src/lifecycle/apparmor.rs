@@ -188,13 +188,13 @@ pub enum LoadError {
     Write {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The write's error, as text.
         reason: String,
     },
     /// `apparmor_parser` could not be run (not installed, say).
     #[error("cannot run apparmor_parser: {reason}")]
     Spawn {
-        /// Why.
+        /// The spawn's error, as text.
         reason: String,
     },
     /// `apparmor_parser` did not finish in time (it was killed).
@@ -295,7 +295,7 @@ pub enum AppArmorError {
         path: PathBuf,
         /// The profile.
         name: String,
-        /// Why.
+        /// The read's error.
         source: std::io::Error,
     },
 }

@@ -162,7 +162,6 @@ pub enum NetError {
     Teardown {
         /// The network.
         network: String,
-        /// Why.
         #[source]
         source: CniExecError,
     },
@@ -171,7 +170,6 @@ pub enum NetError {
     Check {
         /// The network.
         network: String,
-        /// Why.
         #[source]
         source: CniExecError,
     },

@@ -130,7 +130,6 @@ pub enum CniExecError {
         plugin: String,
         /// The command.
         command: CniCommand,
-        /// Why.
         source: std::io::Error,
     },
     /// The plugin did not finish in time; it and its children were killed.
@@ -184,7 +183,6 @@ pub enum CniExecError {
         action: &'static str,
         /// The cache file.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
 }

@@ -1,10 +1,10 @@
 //! remora: a Kubernetes CRI v1 runtime that runs beside containerd.
 //!
 //! kubelet, crictl and critest speak CRI v1 gRPC to remora on a unix socket ([`server`]);
-//! remora drives containerd through containerd's own gRPC API ([`containerd`], the only code
-//! that talks to containerd). The CRI methods are thin adapters ([`cri::service`]) over plain
-//! operations, with one instrumentation layer ([`cri::instrument`]) and one mapping from typed
-//! errors to gRPC statuses ([`cri::error`]).
+//! remora drives containerd through containerd's own gRPC API (`containerd`, the only code
+//! that talks to containerd). The CRI methods are thin adapters (`cri::service`) over plain
+//! operations, with one instrumentation layer (`cri::instrument`) and one mapping from typed
+//! errors to gRPC statuses (`cri::error`).
 
 #![warn(missing_docs)]
 

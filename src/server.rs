@@ -341,7 +341,7 @@ fn image_runtime(
 }
 
 /// What each configured handler's OCI runtime supports, asked of each distinct runtime binary
-/// once (`<binary> features`, [`oci_features`]). A runtime that cannot answer supports no
+/// once (`<binary> features`, `oci_features`). A runtime that cannot answer supports no
 /// optional feature; that is logged once here, at start-up.
 pub async fn probe_handler_features(
     config: &RuntimeConfig,

@@ -155,7 +155,7 @@ fn line_names(line: &str, name: &str) -> bool {
         .is_some_and(|(n, mode)| n == name && mode.ends_with(')'))
 }
 
-/// Whether the profiles file at `path` lists `name`; reads at most [`PROFILES_LIMIT`] bytes.
+/// Whether the profiles file at `path` lists `name`; reads at most `PROFILES_LIMIT` bytes.
 pub fn is_loaded(path: &Path, name: &str) -> std::io::Result<bool> {
     let file = std::fs::File::open(path)?;
     let mut reader = std::io::BufReader::new(file.take(PROFILES_LIMIT + 1));

@@ -20,16 +20,16 @@
 //! | ListMetricDescriptors, ListPodSandboxMetrics | `sandbox_metrics.rs` |
 //! | (restart: sweep and recovery) | `recover.rs` |
 //!
-//! - [`backend`]: what lifecycle needs from below, as narrow traits (containerd's records and
-//!   tasks, the local images, the pod network); [`crate::net::host_network`] implements the
-//!   pod network, [`crate::oci`] the OCI runtime's command line.
-//! - [`tx`]: a mutating operation's intent ([`journal`]) and undo list; [`error`]: why an
+//! - `backend`: what lifecycle needs from below, as narrow traits (containerd's records and
+//!   tasks, the local images, the pod network); `crate::net::host_network` implements the
+//!   pod network, `crate::oci` the OCI runtime's command line.
+//! - `tx`: a mutating operation's intent (`journal`) and undo list; `error`: why an
 //!   operation failed, with a failed rollback reported beside the failure.
-//! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares;
-//!   [`mount`]: temporary mounts; [`host`]: facts about this host that specs depend on;
+//! - `sandbox_files`: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares;
+//!   `mount`: temporary mounts; `host`: facts about this host that specs depend on;
 //!   [`apparmor`]: the profile a container runs under is loaded (remora's default loaded
 //!   if missing).
-//! - [`cgroup_stats`]: a cgroup's CPU, memory and process figures (v1 and v2), behind every
+//! - `cgroup_stats`: a cgroup's CPU, memory and process figures (v1 and v2), behind every
 //!   stats RPC.
 //!
 //! Every mutating operation runs in a task of its own, so a kubelet that gives up (cancelling

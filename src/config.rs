@@ -27,7 +27,7 @@ pub enum ConfigError {
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The read's error.
         source: std::io::Error,
     },
     /// The file is not valid TOML, has an unknown key, or a value of the wrong type.
@@ -485,7 +485,7 @@ pub struct RuntimeHandler {
     /// Pod annotations passed to the OCI spec of the pod's pause container and of each of its
     /// containers, as patterns (`*`, `?`; containerd's `pod_annotations`). Empty: none.
     /// Everything else stays out of the spec, which the OCI runtime reads
-    /// ([`crate::spec::passthrough`]).
+    /// (`crate::spec::passthrough`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pod_annotations: Vec<String>,
     /// Container annotations passed to the container's OCI spec, as patterns (containerd's

@@ -1,33 +1,33 @@
 //! remora: a Kubernetes CRI v1 runtime that runs beside containerd.
 //!
 //! kubelet, crictl and critest speak CRI v1 gRPC to remora on a unix socket ([`server`]);
-//! remora drives containerd through containerd's own gRPC API ([`containerd`], the only code
-//! that talks to containerd). The CRI methods are thin adapters ([`cri::service`]) over plain
-//! operations, with one instrumentation layer ([`cri::instrument`]) and one mapping from typed
-//! errors to gRPC statuses ([`cri::error`]).
+//! remora drives containerd through containerd's own gRPC API (`containerd`, the only code
+//! that talks to containerd). The CRI methods are thin adapters (`cri::service`) over plain
+//! operations, with one instrumentation layer (`cri::instrument`) and one mapping from typed
+//! errors to gRPC statuses (`cri::error`).
 
 #![warn(missing_docs)]
 
-pub mod cdi;
+pub(crate) mod cdi;
 pub mod config;
-pub mod containerd;
+pub(crate) mod containerd;
 pub mod cri;
-pub mod events;
-pub mod failpoint;
+pub(crate) mod events;
+pub(crate) mod failpoint;
 pub mod grpc;
-pub mod images;
-pub mod io;
+pub(crate) mod images;
+pub(crate) mod io;
 #[cfg(test)]
 mod layering;
 pub mod lifecycle;
-pub mod listener;
+pub(crate) mod listener;
 pub mod logging;
 pub mod metrics;
-pub mod net;
-pub mod notify;
-pub mod oci;
+pub(crate) mod net;
+pub(crate) mod notify;
+pub(crate) mod oci;
 pub mod server;
-pub mod signal;
-pub mod spec;
-pub mod store;
-pub mod stream;
+pub(crate) mod signal;
+pub(crate) mod spec;
+pub(crate) mod store;
+pub(crate) mod stream;

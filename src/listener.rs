@@ -76,11 +76,6 @@ impl ConnectionCap {
     pub fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
         self.permits.clone().try_acquire_owned().ok()
     }
-
-    /// Connections that could still be admitted now.
-    pub fn available(&self) -> usize {
-        self.permits.available_permits()
-    }
 }
 
 /// An io that fails with `TimedOut` once nothing was read from or written to it for

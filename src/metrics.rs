@@ -497,7 +497,7 @@ pub enum StartError {
     Bind {
         /// The configured address.
         address: SocketAddr,
-        /// Why.
+        /// The bind's error (address in use, say).
         source: std::io::Error,
     },
 }
@@ -552,8 +552,8 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_CONNECTIONS: usize = 32;
 
 /// Serves the endpoint on `listener` until `stop` turns true, with the limits of
-/// [`crate::listener`]: one request per connection, [`HEADER_READ_TIMEOUT`] for its head,
-/// [`CONNECTION_TIMEOUT`] for all of it, and at most [`MAX_CONNECTIONS`] at once.
+/// `crate::listener`: one request per connection, `HEADER_READ_TIMEOUT` for its head,
+/// `CONNECTION_TIMEOUT` for all of it, and at most [`MAX_CONNECTIONS`] at once.
 pub async fn serve(
     metrics: Metrics,
     listener: tokio::net::TcpListener,

@@ -40,7 +40,6 @@ pub enum NotifyError {
     InvalidAddress {
         /// The variable's value.
         value: OsString,
-        /// Why.
         source: std::io::Error,
     },
     /// Creating the sending socket or sending the datagram failed.
@@ -50,7 +49,6 @@ pub enum NotifyError {
         state: String,
         /// `$NOTIFY_SOCKET`'s value.
         value: OsString,
-        /// Why.
         source: std::io::Error,
     },
 }

@@ -64,7 +64,7 @@ pub enum ServerError {
         action: &'static str,
         /// The path involved.
         path: PathBuf,
-        /// Why.
+        /// The failed action's error.
         source: std::io::Error,
     },
     /// Installing a signal handler failed.
@@ -72,7 +72,7 @@ pub enum ServerError {
     Signal {
         /// The signal.
         signal: &'static str,
-        /// Why.
+        /// The handler installation's error.
         source: std::io::Error,
     },
     /// The registry client could not be set up (TLS backend).
@@ -103,7 +103,7 @@ pub enum ServerError {
         action: &'static str,
         /// The directory.
         path: PathBuf,
-        /// Why.
+        /// The failed action's error.
         source: std::io::Error,
     },
     /// A configured state directory exists and is not a directory.
@@ -342,7 +342,7 @@ fn image_runtime(
 }
 
 /// What each configured handler's OCI runtime supports, asked of each distinct runtime binary
-/// once (`<binary> features`, [`oci_features`]). A runtime that cannot answer supports no
+/// once (`<binary> features`, `oci_features`). A runtime that cannot answer supports no
 /// optional feature; that is logged once here, at start-up.
 pub async fn probe_handler_features(
     config: &RuntimeConfig,

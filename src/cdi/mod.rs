@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use slog::{warn, Logger};
 use thiserror::Error;
 
-pub use apply::{apply, host_node, NodeInfo};
+pub use apply::{apply, host_node};
 pub use spec::ContainerEdits;
 
 /// Largest spec file read.
@@ -82,7 +82,6 @@ pub enum CdiError {
         path: String,
         /// Host path.
         host_path: String,
-        /// Why.
         source: std::io::Error,
     },
     /// A device node whose type disagrees with the host's node.

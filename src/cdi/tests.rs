@@ -5,6 +5,7 @@ use oci_spec::runtime::{
     LinuxNamespaceType, MountBuilder, ProcessBuilder, Spec, SpecBuilder, UserBuilder,
 };
 
+use super::apply::NodeInfo;
 use super::parse::{self, qualified_name};
 use super::*;
 

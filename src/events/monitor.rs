@@ -184,7 +184,6 @@ pub enum RefreshError {
     Index {
         /// The record's name.
         name: String,
-        /// Why.
         source: crate::images::pull::LoadError,
     },
 }

@@ -227,6 +227,7 @@ where
     }
 
     /// How many callers are waiting for `key`'s in-flight work (0 if none is in flight).
+    #[cfg(test)]
     pub fn waiters(&self, key: &K) -> usize {
         self.inner.lock().entries.get(key).map_or(0, |e| e.waiters)
     }

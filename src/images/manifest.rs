@@ -37,20 +37,17 @@ pub const MEDIA_TYPE_DOCKER_MANIFEST: &str = "application/vnd.docker.distributio
 pub const MEDIA_TYPE_DOCKER_SCHEMA1: &str =
     "application/vnd.docker.distribution.manifest.v1+prettyjws";
 /// OCI image config.
+#[cfg(test)]
 pub const MEDIA_TYPE_OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 /// Docker image config.
+#[cfg(test)]
 pub const MEDIA_TYPE_DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
-/// OCI uncompressed layer.
-pub const MEDIA_TYPE_OCI_LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
 /// OCI gzip layer.
+#[cfg(test)]
 pub const MEDIA_TYPE_OCI_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
-/// OCI zstd layer.
-pub const MEDIA_TYPE_OCI_LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
 /// Docker gzip layer.
+#[cfg(test)]
 pub const MEDIA_TYPE_DOCKER_LAYER_GZIP: &str = "application/vnd.docker.image.rootfs.diff.tar.gzip";
-/// Docker foreign (non-distributable) gzip layer.
-pub const MEDIA_TYPE_DOCKER_FOREIGN_LAYER_GZIP: &str =
-    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip";
 
 /// Largest manifest or index remora reads (from a registry or from the content store): they
 /// are held in memory whole to be parsed. containerd's resolver refuses manifests over this
@@ -239,13 +236,9 @@ impl DigestVerifier {
     }
 
     /// Bytes fed so far.
+    #[cfg(test)]
     pub fn bytes_seen(&self) -> u64 {
         self.seen
-    }
-
-    /// The expected digest.
-    pub fn expected(&self) -> &Digest {
-        &self.expected
     }
 
     /// Checks size, then digest, of everything fed.

@@ -128,7 +128,6 @@ pub enum PullError {
     Unpack {
         /// The image.
         reference: String,
-        /// Why.
         source: Arc<UnpackError>,
     },
     /// containerd's Transfer service failed to fetch or unpack the layers.
@@ -1006,9 +1005,6 @@ pub enum LoadError {
     #[error(transparent)]
     Manifest(#[from] ManifestError),
 }
-
-/// How long the warm path's cached digest lasts by default.
-pub const DEFAULT_DIGEST_TTL: Duration = Duration::from_secs(10);
 
 mod download;
 mod transfer;

@@ -243,6 +243,9 @@ pub struct Resolver {
     shared: Arc<Shared>,
     queue: mpsc::UnboundedSender<String>,
     shutdown: CancellationToken,
+    // Joined only by `shutdown`, which only the tests call: in the daemon, dropping the resolver
+    // cancels the workers through the token without waiting for them.
+    #[cfg_attr(not(test), allow(dead_code))]
     workers: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -356,6 +359,7 @@ impl State {
 impl Resolver {
     /// Starts `config.workers` worker tasks (so this must be called within a Tokio runtime)
     /// that resolve keys through `resolve`.
+    #[cfg(test)]
     pub fn new(config: ResolverConfig, resolve: impl Resolve) -> Result<Self, ConfigError> {
         Self::with_metrics(config, resolve, Metrics::new())
     }
@@ -478,6 +482,7 @@ impl Resolver {
 
     /// Stops the workers and waits until they have exited. Pending rounds fail with
     /// [`ResolverError::ShutDown`]; later calls get it at once.
+    #[cfg(test)]
     pub async fn shutdown(&self) {
         self.stop();
         let workers =

@@ -82,6 +82,7 @@ fn unique_key(chain_id: &str) -> String {
 
 /// Unpacks `layers` (with their config `diff_ids`) into `snapshotter` within `lease`; returns the
 /// top chain ID (the image's rootfs parent).
+#[cfg(test)]
 pub async fn unpack(
     snapshots: &dyn Snapshots,
     differ: &dyn Differ,

@@ -207,7 +207,6 @@ pub enum LogError {
     CreateDir {
         /// The directory.
         dir: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The log file could not be opened.
@@ -215,7 +214,6 @@ pub enum LogError {
     Open {
         /// The log file.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The log path is a symlink: refused, not followed (whoever can write the log directory,
@@ -238,7 +236,6 @@ pub enum LogError {
     Write {
         /// The log file.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The writer was closed.

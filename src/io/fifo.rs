@@ -53,7 +53,6 @@ pub enum FifoError {
     CreateDir {
         /// The directory.
         dir: PathBuf,
-        /// Why.
         source: io::Error,
     },
     /// `mkfifo` failed.
@@ -61,7 +60,6 @@ pub enum FifoError {
     Mkfifo {
         /// The FIFO path.
         path: PathBuf,
-        /// Why.
         errno: Errno,
     },
     /// Something other than a FIFO is in the way.
@@ -75,7 +73,6 @@ pub enum FifoError {
     Open {
         /// The FIFO path.
         path: PathBuf,
-        /// Why.
         source: io::Error,
     },
     /// Removing a FIFO failed (other than it being gone already).
@@ -83,7 +80,6 @@ pub enum FifoError {
     Remove {
         /// The FIFO path.
         path: PathBuf,
-        /// Why.
         source: io::Error,
     },
 }
@@ -183,11 +179,6 @@ impl FifoSet {
     /// The stderr FIFO (with a terminal: unused by the shim).
     pub fn stderr(&self) -> &Path {
         &self.stderr
-    }
-
-    /// Whether the process has a terminal.
-    pub fn tty(&self) -> bool {
-        self.tty
     }
 
     /// The paths as containerd's task API takes them.

@@ -19,8 +19,7 @@ pub mod fifo;
 pub mod session;
 
 pub use cri_log::{
-    copy_stream, format_record, CopySummary, LineSplitter, LogError, LogTag, LogWriter, StreamKind,
-    DEFAULT_MAX_LINE_SIZE,
+    copy_stream, CopySummary, LogError, LogWriter, StreamKind, DEFAULT_MAX_LINE_SIZE,
 };
-pub use fifo::{FifoError, FifoSet, FifoSpec, TaskStdio};
+pub use fifo::{FifoError, FifoSet, FifoSpec};
 pub use session::{ClientRead, ClientWrite, SessionIo, TermSize};

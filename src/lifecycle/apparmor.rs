@@ -155,7 +155,7 @@ fn line_names(line: &str, name: &str) -> bool {
         .is_some_and(|(n, mode)| n == name && mode.ends_with(')'))
 }
 
-/// Whether the profiles file at `path` lists `name`; reads at most [`PROFILES_LIMIT`] bytes.
+/// Whether the profiles file at `path` lists `name`; reads at most `PROFILES_LIMIT` bytes.
 pub fn is_loaded(path: &Path, name: &str) -> std::io::Result<bool> {
     let file = std::fs::File::open(path)?;
     let mut reader = std::io::BufReader::new(file.take(PROFILES_LIMIT + 1));
@@ -188,13 +188,13 @@ pub enum LoadError {
     Write {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// The write's error, as text.
         reason: String,
     },
     /// `apparmor_parser` could not be run (not installed, say).
     #[error("cannot run apparmor_parser: {reason}")]
     Spawn {
-        /// Why.
+        /// The spawn's error, as text.
         reason: String,
     },
     /// `apparmor_parser` did not finish in time (it was killed).
@@ -295,7 +295,7 @@ pub enum AppArmorError {
         path: PathBuf,
         /// The profile.
         name: String,
-        /// Why.
+        /// The read's error.
         source: std::io::Error,
     },
 }

@@ -195,7 +195,6 @@ pub enum OciCliError {
         binary: String,
         /// Its subcommand.
         command: &'static str,
-        /// Why.
         source: std::io::Error,
     },
     /// It did not finish in time.

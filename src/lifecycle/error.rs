@@ -74,7 +74,6 @@ pub enum SandboxError {
     Container {
         /// The container.
         id: String,
-        /// Why.
         source: Box<ContainerError>,
     },
     /// The intent could not be recorded (see [`super::journal`]).
@@ -82,7 +81,6 @@ pub enum SandboxError {
     Journal {
         /// The intents dir.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// A removed container of the pod still has containerd objects being cleaned up (see
@@ -102,7 +100,6 @@ pub enum SandboxError {
     Forward {
         /// The port.
         port: u16,
-        /// Why.
         source: std::io::Error,
     },
     /// A test failpoint fired.
@@ -178,7 +175,6 @@ pub enum ContainerError {
     ImageVolumeMount {
         /// The mount's container path.
         mount: String,
-        /// Why.
         #[source]
         source: super::mount::MountError,
     },
@@ -190,7 +186,6 @@ pub enum ContainerError {
         field: String,
         /// The sub path asked for (at most 4096 bytes: the CRI conversion bounds it).
         sub_path: String,
-        /// Why.
         #[source]
         source: super::mount::SubPathError,
     },
@@ -213,7 +208,6 @@ pub enum ContainerError {
         mount: String,
         /// What was read.
         path: String,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -246,7 +240,6 @@ pub enum ContainerError {
         action: &'static str,
         /// Where.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The container's FIFOs could not be made or opened.
@@ -256,7 +249,6 @@ pub enum ContainerError {
         action: &'static str,
         /// Where.
         path: PathBuf,
-        /// Why.
         source: FifoError,
     },
     /// The container's CRI log could not be opened.
@@ -266,7 +258,6 @@ pub enum ContainerError {
         action: &'static str,
         /// Where.
         path: PathBuf,
-        /// Why.
         source: LogError,
     },
     /// The spec could not be serialised.
@@ -283,7 +274,6 @@ pub enum ContainerError {
     Journal {
         /// The intents dir.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// A test failpoint fired.
@@ -335,7 +325,6 @@ pub enum UndoError {
     Io {
         /// The path.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The step's blocking task panicked.
@@ -351,7 +340,6 @@ pub enum UndoError {
 pub struct FailedUndo {
     /// The step, e.g. "remove rootfs snapshot".
     pub step: &'static str,
-    /// Why.
     pub error: UndoError,
 }
 

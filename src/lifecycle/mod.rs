@@ -20,16 +20,16 @@
 //! | ListMetricDescriptors, ListPodSandboxMetrics | `sandbox_metrics.rs` |
 //! | (restart: sweep and recovery) | `recover.rs` |
 //!
-//! - [`backend`]: what lifecycle needs from below, as narrow traits (containerd's records and
-//!   tasks, the local images, the pod network); [`crate::net::host_network`] implements the
-//!   pod network, [`crate::oci`] the OCI runtime's command line.
-//! - [`tx`]: a mutating operation's intent ([`journal`]) and undo list; [`error`]: why an
+//! - `backend`: what lifecycle needs from below, as narrow traits (containerd's records and
+//!   tasks, the local images, the pod network); `crate::net::host_network` implements the
+//!   pod network, `crate::oci` the OCI runtime's command line.
+//! - `tx`: a mutating operation's intent (`journal`) and undo list; `error`: why an
 //!   operation failed, with a failed rollback reported beside the failure.
-//! - [`sandbox_files`]: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares;
-//!   [`mount`]: temporary mounts; [`host`]: facts about this host that specs depend on;
+//! - `sandbox_files`: the hostname/hosts/resolv.conf files and `/dev/shm` a pod shares;
+//!   `mount`: temporary mounts; `host`: facts about this host that specs depend on;
 //!   [`apparmor`]: the profile a container runs under is loaded (remora's default loaded
 //!   if missing).
-//! - [`cgroup_stats`]: a cgroup's CPU, memory and process figures (v1 and v2), behind every
+//! - `cgroup_stats`: a cgroup's CPU, memory and process figures (v1 and v2), behind every
 //!   stats RPC.
 //!
 //! Every mutating operation runs in a task of its own, so a kubelet that gives up (cancelling
@@ -37,40 +37,40 @@
 //! never the cleanup's.
 
 pub mod apparmor;
-pub mod backend;
-pub mod cgroup_metrics;
-pub mod cgroup_stats;
+pub(crate) mod backend;
+pub(crate) mod cgroup_metrics;
+pub(crate) mod cgroup_stats;
 mod container_create;
-pub mod container_events;
-pub mod container_exec;
+pub(crate) mod container_events;
+pub(crate) mod container_exec;
 mod container_exit;
 mod container_remove;
 mod container_start;
-pub mod container_stats;
+pub(crate) mod container_stats;
 mod container_stop;
 mod container_stream;
 mod container_update;
-pub mod error;
-pub mod handlers;
-pub mod host;
+pub(crate) mod error;
+pub(crate) mod handlers;
+pub(crate) mod host;
 mod image_volume;
-pub mod journal;
-pub mod mount;
-pub mod mountinfo;
-pub mod recover;
-pub mod sandbox_files;
-pub mod sandbox_metrics;
+pub(crate) mod journal;
+pub(crate) mod mount;
+pub(crate) mod mountinfo;
+pub(crate) mod recover;
+pub(crate) mod sandbox_files;
+pub(crate) mod sandbox_metrics;
 mod sandbox_remove;
 mod sandbox_run;
-pub mod sandbox_stats;
+pub(crate) mod sandbox_stats;
 mod sandbox_stop;
 mod sandbox_update;
-pub mod snapshot_usage;
+pub(crate) mod snapshot_usage;
 #[cfg(test)]
 mod tests;
 mod timing;
 mod tx;
-pub mod userns;
+pub(crate) mod userns;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -86,11 +86,11 @@ use crate::spec::{HostFacts, ImageConfig};
 use crate::store::{ContainerStore, NameIndex, SandboxStore};
 
 use backend::Exit;
-pub use backend::{Containers, LocalImages, OciRuntime, PodNetwork, Tasks};
-pub use container_create::CreateRequest;
-pub use error::{ContainerError, RollbackError, SandboxError, UndoError};
-pub use handlers::{HandlerRuntime, RuntimeHandlers};
-pub use sandbox_run::RunSandbox;
+pub(crate) use backend::{Containers, LocalImages, OciRuntime, PodNetwork, Tasks};
+pub(crate) use container_create::CreateRequest;
+pub(crate) use error::{ContainerError, SandboxError, UndoError};
+pub(crate) use handlers::{HandlerRuntime, RuntimeHandlers};
+pub(crate) use sandbox_run::RunSandbox;
 
 use crate::containerd::error::ContainerdError;
 

@@ -42,7 +42,6 @@ pub enum MountError {
     Target {
         /// The mount point.
         path: std::path::PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The snapshot asks for an idmapped mount (`uidmap=`/`gidmap=`, a user-namespaced pod's
@@ -51,7 +50,6 @@ pub enum MountError {
     Idmap {
         /// The mount point.
         path: std::path::PathBuf,
-        /// Why.
         source: remora_host::userns::UsernsError,
     },
     /// mount(2) failed.
@@ -61,7 +59,6 @@ pub enum MountError {
         kind: String,
         /// The mount point.
         path: std::path::PathBuf,
-        /// Why.
         errno: Errno,
     },
 }
@@ -392,7 +389,6 @@ pub enum SubPathError {
     Target {
         /// The mount point.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The bind mount failed.
@@ -400,7 +396,6 @@ pub enum SubPathError {
     Bind {
         /// The mount point.
         path: PathBuf,
-        /// Why.
         errno: Errno,
     },
 }

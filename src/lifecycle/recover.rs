@@ -196,7 +196,7 @@ pub struct Swept {
 
 impl Pods {
     /// Undoes what RunPodSandbox/CreateContainer calls killed half way made (their stale
-    /// intents, see [`super::journal`]), and deletes remora's leases created before this
+    /// intents, see `super::journal`), and deletes remora's leases created before this
     /// process started (their pulls and creations died with the old process; containerd would
     /// keep what they hold until the lease expires). Every step is idempotent; an intent whose
     /// undo fails stays and is retried at the next resync.

@@ -52,7 +52,6 @@ pub enum FilesError {
         action: &'static str,
         /// The path.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// Mounting or unmounting the shm tmpfs failed.
@@ -62,7 +61,6 @@ pub enum FilesError {
         action: &'static str,
         /// The mount point.
         path: PathBuf,
-        /// Why.
         source: nix::Error,
     },
 }

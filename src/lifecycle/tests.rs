@@ -27,9 +27,9 @@ use crate::spec::{
     AppArmorProfile, CgroupDriver, ContainerConfig, HostFacts, NamespaceMode, SandboxConfig,
     SpecError,
 };
-use crate::store::persist::SANDBOX_EXTENSION;
+use crate::store::persist::{Persisted, SANDBOX_EXTENSION};
 use crate::store::{
-    container_name_key, sandbox_name_key, ContainerMetadata, ContainerState, Persisted, Sandbox,
+    container_name_key, sandbox_name_key, ContainerMetadata, ContainerState, Sandbox,
     SandboxMetadata, SandboxState, SandboxStatus,
 };
 

@@ -7,7 +7,6 @@ pub mod host_network;
 pub mod netns;
 pub mod pod_network;
 
-pub use pod_network::{
-    Bandwidth, DnsConfig, NetError, PodNetInfo, PodNetResult, PodNetwork, PodNetworkConfig,
-    PortMapping, Protocol,
-};
+#[cfg(test)]
+pub use pod_network::DnsConfig;
+pub use pod_network::{NetError, PodNetInfo, PodNetwork, PodNetworkConfig, PortMapping, Protocol};

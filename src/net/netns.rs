@@ -45,7 +45,6 @@ pub enum NetnsError {
         action: &'static str,
         /// The path involved.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// A mount-related system call failed.
@@ -55,7 +54,6 @@ pub enum NetnsError {
         action: &'static str,
         /// The path involved.
         path: PathBuf,
-        /// Why.
         errno: Errno,
     },
     /// `unshare(CLONE_NEWNET)` failed (missing CAP_SYS_ADMIN, or namespaces disabled).
@@ -71,7 +69,6 @@ pub enum NetnsError {
         ifname: String,
         /// "up" or "down".
         state: &'static str,
-        /// Why.
         errno: Errno,
     },
     /// The namespace could not be entered.
@@ -79,7 +76,6 @@ pub enum NetnsError {
     Enter {
         /// The namespace path.
         path: PathBuf,
-        /// Why.
         errno: Errno,
     },
     /// The OS thread doing the namespace work could not be started.
@@ -108,6 +104,7 @@ impl NetnsDir {
     }
 
     /// The directory.
+    #[cfg(test)]
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -162,7 +162,6 @@ pub enum NetError {
     Teardown {
         /// The network.
         network: String,
-        /// Why.
         #[source]
         source: CniExecError,
     },
@@ -171,7 +170,6 @@ pub enum NetError {
     Check {
         /// The network.
         network: String,
-        /// Why.
         #[source]
         source: CniExecError,
     },
@@ -274,6 +272,7 @@ impl PodNetwork {
     }
 
     /// Verifies the pod's attachment is as ADD left it (CNI CHECK, cniVersion 0.4.0 or later).
+    #[cfg(test)]
     pub async fn check(&self, pod: &PodNetInfo) -> Result<(), NetError> {
         let net = self.load().await?;
         let rt = attachment(pod, Some(pod.netns_path.clone())).map_err(NetError::InvalidPod)?;

@@ -117,7 +117,6 @@ pub enum SpecError {
     ReadUserDb {
         /// The file.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// A mount destination that is not a clean absolute path inside the container.
@@ -141,7 +140,6 @@ pub enum SpecError {
     DeviceLookup {
         /// The host path.
         host_path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// Device permissions other than a combination of `r`, `w`, `m`.
@@ -198,7 +196,6 @@ pub enum SpecError {
     SeccompProfileRead {
         /// The profile path.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// A `Localhost` seccomp profile that is not an OCI `LinuxSeccomp` JSON object.

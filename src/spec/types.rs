@@ -221,6 +221,8 @@ pub struct MountRequest {
 
 /// A CRI `Mount.mount_options` entry: the bind mount options the CRI allows (api.proto, and
 /// kubelet's `bindMountOptions` validation: `noexec`, `nodev`, `nosuid`, nothing else).
+// The variants are the options' own names (noexec, nodev, nosuid); the shared `No` is theirs.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BindOption {
     /// `noexec`: no program on the mount can be executed.

@@ -34,15 +34,13 @@ pub use container::{
     Container, ContainerFilter, ContainerMetadata, ContainerSnapshot, ContainerStore,
     ContainerUser, ImageRefs, MountSummary, PodRef,
 };
-pub use name::{container_name_key, sandbox_name_key, NameError, NameIndex, NameReservation};
-pub use persist::{decode_extension, encode_extension, to_labels, PersistError, Persisted};
+pub use name::{container_name_key, sandbox_name_key, NameError, NameIndex};
+pub use persist::{decode_extension, encode_extension, to_labels};
 pub use sandbox::{
-    HugepageLimitRecord, LinuxResources, PodResources, Sandbox, SandboxFilter, SandboxMetadata,
-    SandboxSnapshot, SandboxState, SandboxStatus, SandboxStore,
+    LinuxResources, PodResources, Sandbox, SandboxFilter, SandboxMetadata, SandboxSnapshot,
+    SandboxState, SandboxStatus, SandboxStore,
 };
-pub use status::{
-    ContainerState, ContainerStatus, ExitOutcome, OomOutcome, Target, TransitionError,
-};
+pub use status::{ContainerState, ContainerStatus, ExitOutcome, OomOutcome, TransitionError};
 
 /// A store lookup or update that failed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

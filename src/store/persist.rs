@@ -47,10 +47,6 @@ pub const LABEL_SANDBOX_ID: &str = "io.kubernetes.sandbox.id";
 pub const SANDBOX_EXTENSION: &str = "io.remora.sandbox.metadata";
 /// Extension key of a container's metadata and status.
 pub const CONTAINER_EXTENSION: &str = "io.remora.container.metadata";
-/// `Any.type_url` of the sandbox extension.
-pub const SANDBOX_TYPE_URL: &str = "remora.dev/store/SandboxMetadata";
-/// `Any.type_url` of the container extension.
-pub const CONTAINER_TYPE_URL: &str = "remora.dev/store/ContainerMetadata";
 
 /// The extension format version written now. Decoding refuses others, so an older remora
 /// never misreads a newer record (it reports the record instead of guessing).

@@ -137,7 +137,6 @@ pub enum StartError {
     Bind {
         /// The address.
         address: SocketAddr,
-        /// Why.
         source: std::io::Error,
     },
     /// A TLS file could not be read or parsed.
@@ -147,7 +146,6 @@ pub enum StartError {
         what: &'static str,
         /// The file.
         path: std::path::PathBuf,
-        /// Why.
         source: tokio_rustls::rustls::pki_types::pem::Error,
     },
     /// The certificate and key do not make a TLS configuration.

@@ -78,7 +78,7 @@ pub enum UsernsError {
     WriteMap {
         /// `/proc/<pid>/uid_map` or `gid_map`.
         path: PathBuf,
-        /// Why.
+        /// The write's error (EPERM when the mapping is not allowed for the writer).
         source: std::io::Error,
     },
     /// A namespace file could not be opened.
@@ -86,7 +86,7 @@ pub enum UsernsError {
     Open {
         /// The path.
         path: PathBuf,
-        /// Why.
+        /// The open's error.
         source: std::io::Error,
     },
     /// A mount point for an idmapped layer could not be made.
@@ -94,7 +94,7 @@ pub enum UsernsError {
     MountPoint {
         /// The directory.
         path: PathBuf,
-        /// Why.
+        /// The mkdir's error.
         source: std::io::Error,
     },
     /// An idmapped mount step failed.
@@ -104,7 +104,7 @@ pub enum UsernsError {
         action: &'static str,
         /// The path involved.
         path: PathBuf,
-        /// Why.
+        /// The system call's errno.
         errno: Errno,
     },
 }

@@ -39,7 +39,6 @@ pub enum CgroupError {
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: io::Error,
     },
@@ -77,7 +76,6 @@ pub enum CgroupError {
     Encode {
         /// The message's full name.
         message: String,
-        /// Why.
         #[source]
         source: protobuf::Error,
     },

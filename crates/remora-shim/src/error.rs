@@ -78,7 +78,6 @@ pub enum ShimError {
     Idmap {
         /// The container id.
         id: String,
-        /// Why.
         #[source]
         source: remora_host::userns::UsernsError,
     },

@@ -6,21 +6,21 @@
 //! Containers run through an OCI runtime binary (runc by default, crun when configured).
 //!
 //! The pieces, bottom up:
-//! - [`reaper`]: the shim is a child subreaper; one SIGCHLD-driven loop reaps every child and
+//! - `reaper`: the shim is a child subreaper; one SIGCHLD-driven loop reaps every child and
 //!   hands each exit to whoever watches that pid (an exit before the watch is kept for it).
-//! - [`runc`]: the OCI runtime's command line (create, start, exec, kill, delete, state, ps,
+//! - `runc`: the OCI runtime's command line (create, start, exec, kill, delete, state, ps,
 //!   pause, resume, update), its children waited through the reaper.
-//! - [`io`]: container stdio: FIFOs, `binary://` and `file://` log URIs, TTYs through a console
+//! - `io`: container stdio: FIFOs, `binary://` and `file://` log URIs, TTYs through a console
 //!   socket.
-//! - [`cgroup`]: a process's cgroup (v1 or v2), its metrics in containerd's metrics types, and
-//!   [`oom`]: OOM-kill watches on it (v1 eventfd, v2 `memory.events`).
-//! - [`publisher`]: events to containerd, in order, spooled to disk, retried for as long as
+//! - `cgroup`: a process's cgroup (v1 or v2), its metrics in containerd's metrics types, and
+//!   `oom`: OOM-kill watches on it (v1 eventfd, v2 `memory.events`).
+//! - `publisher`: events to containerd, in order, spooled to disk, retried for as long as
 //!   containerd is away; it never drops one.
-//! - [`bootstrap`]: the command line and the `start` / `delete` / `-info` protocol (containerd
+//! - `bootstrap`: the command line and the `start` / `delete` / `-info` protocol (containerd
 //!   2.3's protobuf bootstrap and the legacy flags and JSON reply), and the server mode.
-//! - [`service`]: the task service itself (the `Task` impl), over its records of containers
+//! - `service`: the task service itself (the `Task` impl), over its records of containers
 //!   and processes (`process`), the task's runtime options (`options`), the container's rootfs
-//!   mounts (`rootfs`) and the shim's files in the bundle (`bundle`); [`error`]: its typed
+//!   mounts (`rootfs`) and the shim's files in the bundle (`bundle`); `error`: its typed
 //!   errors, mapped to ttrpc statuses in one place.
 //!
 //! The shim links none of remora's daemon dependencies (tonic, hyper, reqwest, rustls) and runs
@@ -30,19 +30,19 @@
 
 #![warn(missing_docs)]
 
-pub mod bootstrap;
+mod bootstrap;
 mod bundle;
-pub mod cgroup;
-pub mod error;
-pub mod io;
-pub mod oom;
+mod cgroup;
+mod error;
+mod io;
+mod oom;
 mod options;
 mod process;
-pub mod publisher;
-pub mod reaper;
+mod publisher;
+mod reaper;
 mod rootfs;
-pub mod runc;
-pub mod service;
+mod runc;
+mod service;
 
 /// The shim's entry point: parses the command line, runs the action, returns the exit code.
 pub fn main() -> i32 {
@@ -53,11 +53,11 @@ pub fn main() -> i32 {
 /// (which passes them on to the container's process). `None` leaves that stream unconnected
 /// (/dev/null). Made by [`io`], consumed by [`runc`].
 #[derive(Debug, Default)]
-pub struct Stdio {
+pub(crate) struct Stdio {
     /// The process's stdin.
-    pub stdin: Option<std::os::fd::OwnedFd>,
+    pub(crate) stdin: Option<std::os::fd::OwnedFd>,
     /// The process's stdout.
-    pub stdout: Option<std::os::fd::OwnedFd>,
+    pub(crate) stdout: Option<std::os::fd::OwnedFd>,
     /// The process's stderr.
-    pub stderr: Option<std::os::fd::OwnedFd>,
+    pub(crate) stderr: Option<std::os::fd::OwnedFd>,
 }

@@ -58,7 +58,6 @@ pub enum OomError {
     Counter {
         /// The container.
         id: String,
-        /// Why.
         #[source]
         source: CgroupError,
     },
@@ -67,14 +66,12 @@ pub enum OomError {
     Open {
         /// The file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
     /// No eventfd could be made (v1).
     #[error("create the OOM eventfd: {source}")]
     EventFd {
-        /// Why.
         #[source]
         source: nix::Error,
     },
@@ -83,14 +80,12 @@ pub enum OomError {
     Register {
         /// `cgroup.event_control`.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
     /// No inotify instance could be made (v2).
     #[error("create an inotify instance: {source}")]
     Inotify {
-        /// Why.
         #[source]
         source: nix::Error,
     },
@@ -99,14 +94,12 @@ pub enum OomError {
     Watch {
         /// `memory.events`.
         path: PathBuf,
-        /// Why.
         #[source]
         source: nix::Error,
     },
     /// The fd could not be put on the tokio reactor.
     #[error("poll the OOM watch fd on the tokio reactor: {source}")]
     Reactor {
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -181,6 +174,8 @@ impl Reporter {
 #[derive(Debug)]
 pub struct OomWatch {
     task: JoinHandle<()>,
+    // Read only by `report_now`; see there.
+    #[cfg_attr(not(test), allow(dead_code))]
     reporter: Arc<Reporter>,
 }
 
@@ -263,6 +258,9 @@ impl OomWatch {
     /// (draining the channel first): the kill is counted by then, but the watch's own wake-up
     /// may not have been handled yet. Without a kernel counter (v1 < 4.13) it cannot tell and
     /// sends nothing.
+    // The service does not call it yet (its exit path publishes `TaskExit` without draining the
+    // OOM channel first); kept, with its tests, as the documented way to close that race.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn report_now(&self) -> bool {
         if self.reporter.last.load(Ordering::SeqCst) == NO_COUNTER {
             return false;
@@ -271,12 +269,14 @@ impl OomWatch {
     }
 
     /// Whether the watch has ended by itself (its cgroup went away, its receiver was dropped,
-    /// or polling its fd failed).
+    /// or polling its fd failed). Only the tests ask.
+    #[cfg(test)]
     pub fn is_finished(&self) -> bool {
         self.task.is_finished()
     }
 
-    /// Waits until the watch ends by itself (see [`OomWatch::is_finished`]).
+    /// Waits until the watch ends by itself (see [`OomWatch::is_finished`]). Only the tests wait.
+    #[cfg(test)]
     pub async fn finished(&mut self) {
         if self.task.is_finished() {
             return;

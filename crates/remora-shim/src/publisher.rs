@@ -82,7 +82,6 @@ pub enum PublishError {
     OpenSpool {
         /// The spool file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -91,7 +90,6 @@ pub enum PublishError {
     ReadSpool {
         /// The spool file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -100,7 +98,6 @@ pub enum PublishError {
     RemoveSpool {
         /// The spool file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -114,7 +111,6 @@ pub enum ForwardError {
     Connect {
         /// The ttrpc address, with its `unix://` scheme.
         address: String,
-        /// Why.
         #[source]
         source: ttrpc::Error,
     },
@@ -123,7 +119,6 @@ pub enum ForwardError {
     Forward {
         /// The ttrpc address, with its `unix://` scheme.
         address: String,
-        /// Why.
         #[source]
         source: ttrpc::Error,
     },

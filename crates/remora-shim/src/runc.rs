@@ -57,7 +57,6 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
-use serde::Deserialize;
 use slog::{debug, warn, Logger};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
@@ -102,7 +101,6 @@ pub enum RuncError {
     Spawn {
         /// The runtime binary.
         binary: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -115,7 +113,6 @@ pub enum RuncError {
         id: String,
         /// Which stream: stdin, stdout or stderr.
         stream: &'static str,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -150,7 +147,6 @@ pub enum RuncError {
         id: String,
         /// The output, as text.
         output: String,
-        /// Why.
         #[source]
         source: serde_json::Error,
     },
@@ -159,7 +155,6 @@ pub enum RuncError {
     ProcessFile {
         /// The file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -168,7 +163,6 @@ pub enum RuncError {
     PidFile {
         /// The file.
         path: PathBuf,
-        /// Why.
         #[source]
         source: std::io::Error,
     },
@@ -252,7 +246,8 @@ pub struct ExecOpts {
     pub stdio: Stdio,
 }
 
-/// `runc state`.
+/// `runc state`; only the tests observe a container through it.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State {
     /// The init process's pid (0 once stopped).
@@ -297,7 +292,8 @@ impl Runc {
         }
     }
 
-    /// The same runtime with other bounds on its commands.
+    /// The same runtime with other bounds on its commands (the tests' short bounds).
+    #[cfg(test)]
     pub fn with_timeouts(mut self, timeouts: Timeouts) -> Runc {
         self.timeouts = timeouts;
         self
@@ -382,7 +378,8 @@ impl Runc {
         Ok(())
     }
 
-    /// `runc state ID`.
+    /// `runc state ID` (the tests' observer; the shim keeps its own records).
+    #[cfg(test)]
     pub async fn state(&self, id: &str) -> Result<State, RuncError> {
         let call = Call::State { id };
         let out = self.run(&call, Streams::piped()).await?;
@@ -416,17 +413,18 @@ impl Runc {
             .map(drop)
     }
 
+    /// `runc features`: its JSON as is (runc ≥ 1.1). Only the tests ask.
+    #[cfg(test)]
+    pub async fn features(&self) -> Result<Vec<u8>, RuncError> {
+        self.run(&Call::Features, Streams::piped()).await
+    }
+
     /// `runc update --resources - ID`, `resources_json` (OCI LinuxResources) on its stdin.
     pub async fn update(&self, id: &str, resources_json: &[u8]) -> Result<(), RuncError> {
         let streams = Streams::Piped {
             input: Some(resources_json),
         };
         self.run(&Call::Update { id }, streams).await.map(drop)
-    }
-
-    /// `runc features`: its JSON as is (runc ≥ 1.1).
-    pub async fn features(&self) -> Result<Vec<u8>, RuncError> {
-        self.run(&Call::Features, Streams::piped()).await
     }
 
     /// Runs one runtime command to its exit, within its bound; its stdout if it succeeded (empty
@@ -785,7 +783,8 @@ impl Drop for ProcessFile {
 }
 
 /// `runc state`'s JSON, the fields used.
-#[derive(Deserialize)]
+#[cfg(test)]
+#[derive(serde::Deserialize)]
 struct RawState {
     #[serde(default)]
     pid: u32,

@@ -48,13 +48,14 @@ mod tests;
 use super::error::ConvertError;
 
 pub use container::{
-    container_config, container_log_path, container_metadata, container_security,
-    container_target_id, device_request, envs, mount_request, recorded_resources, resources,
+    container_config, container_metadata, container_target_id, recorded_resources, resources,
 };
+#[cfg(test)]
+pub use container::{container_log_path, container_security, mount_request};
 pub use sandbox::sandbox_dns;
-pub use sandbox::{sandbox_cni_dns, sandbox_config, sandbox_metadata, sandbox_port_mappings};
-pub use security::{namespace_options, sandbox_security};
-pub use signal::{signal_to_cri, stop_signal};
+#[cfg(test)]
+pub use sandbox::{sandbox_cni_dns, sandbox_metadata};
+pub use sandbox::{sandbox_config, sandbox_port_mappings};
 pub use stats::{
     container_stats, metric_descriptor, pod_sandbox_metrics, pod_sandbox_stats,
     sandbox_stats_filter,

@@ -3,12 +3,17 @@
 
 use crate::cri::v1;
 
-use super::security::{namespace_options, sandbox_security};
+use super::security::sandbox_security;
 use super::{missing, unknown_enum, ConvertError};
 use crate::cri::validate;
-use crate::net::{DnsConfig, PortMapping, Protocol};
-use crate::spec::{NamespaceMode, NamespaceOptions, SandboxConfig, SecurityContext};
-use crate::store::SandboxMetadata;
+use crate::net::{PortMapping, Protocol};
+use crate::spec::{NamespaceMode, SandboxConfig, SecurityContext};
+// Only the test-only `sandbox_metadata` and `sandbox_cni_dns` use these.
+#[cfg(test)]
+use {
+    super::security::namespace_options, crate::net::DnsConfig, crate::spec::NamespaceOptions,
+    crate::store::SandboxMetadata,
+};
 
 /// The pod's metadata, with name, namespace and uid required (CRI requires them to build a
 /// unique sandbox name; containerd rejects a request without them).
@@ -83,6 +88,7 @@ pub fn sandbox_config(config: &v1::PodSandboxConfig) -> Result<SandboxConfig, Co
 /// Fills what the request says (metadata, labels, annotations, runtime handler, hostname, log
 /// directory, namespace modes, cgroup parent); the caller fills what it creates:
 /// `created_at`, `netns_path`, `ip`, `additional_ips` and `config_json`.
+#[cfg(test)]
 pub fn sandbox_metadata(
     id: &str,
     config: &v1::PodSandboxConfig,
@@ -133,6 +139,7 @@ pub fn sandbox_dns(config: &v1::PodSandboxConfig) -> Option<crate::lifecycle::sa
 
 /// The pod's DNS settings for the CNI `dns` capability: `Some` whenever `dns_config` is
 /// present (containerd's `toCNIDNS`), even if empty.
+#[cfg(test)]
 pub fn sandbox_cni_dns(config: &v1::PodSandboxConfig) -> Option<DnsConfig> {
     config.dns_config.as_ref().map(|d| DnsConfig {
         servers: d.servers.clone(),

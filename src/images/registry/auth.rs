@@ -422,6 +422,7 @@ impl Authorizer {
     }
 
     /// Entries in the cache (expired ones included until they are swept).
+    #[cfg(test)]
     pub fn cached_len(&self) -> usize {
         self.lock().len()
     }

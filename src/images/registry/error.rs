@@ -18,7 +18,6 @@ pub enum RegistryError {
     Hosts {
         /// The image reference.
         reference: String,
-        /// Why.
         source: Arc<HostsError>,
     },
     /// No configured host may serve the operation.
@@ -33,10 +32,7 @@ pub enum RegistryError {
     },
     /// The HTTP client could not be set up at all (TLS backend, system roots).
     #[error("cannot set up the registry HTTP client: {reason}")]
-    ClientInit {
-        /// Why.
-        reason: String,
-    },
+    ClientInit { reason: String },
     /// An HTTP client with the host's TLS settings could not be built.
     #[error("{reference}: cannot set up TLS for {host}: {reason}")]
     Tls {
@@ -151,7 +147,6 @@ pub enum RegistryError {
         reference: String,
         /// The host.
         host: String,
-        /// Why.
         source: AuthError,
     },
     /// The content does not match its digest or size.

@@ -35,7 +35,6 @@ pub enum HostsError {
     Read {
         /// The path.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// Not valid TOML.

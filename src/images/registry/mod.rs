@@ -15,9 +15,7 @@ pub mod error;
 pub mod hosts;
 mod transport;
 
-pub use auth::Credentials;
-pub use blob_stream::BlobStream;
-pub use client::{RegistryClient, Resolved};
+pub use client::RegistryClient;
 pub use config::RegistryConfig;
 pub use error::RegistryError;
 

@@ -12,7 +12,9 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use hyper::Response;
 
+use super::auth::Credentials;
 use super::auth::{parse_token_response, realm_may_get_secrets, Challenge, MAX_TOKEN_LIFETIME};
+use super::blob_stream::BlobStream;
 use super::fake::*;
 use super::*;
 use crate::images::manifest::{Descriptor, Digest, VerifyError, MEDIA_TYPE_OCI_MANIFEST};

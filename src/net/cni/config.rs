@@ -48,7 +48,6 @@ pub enum CniError {
     ReadDir {
         /// The directory.
         dir: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// No config file in the dir.

@@ -37,9 +37,9 @@ use serde_json::{Map, Value};
 use thiserror::Error;
 
 use cache::{read_cache, write_cache, CacheEntry, CACHE_KIND};
-pub use config::{load_network, CniError, Network, NetworkConfigList};
-pub use invoke::{cni_args, plugin_env, plugin_stdin};
-pub use result::{CniResult, Dns, Interface, IpConfig, Route};
+pub use config::{load_network, CniError, Network};
+pub use invoke::{cni_args, plugin_stdin};
+pub use result::{CniResult, Interface};
 
 /// CNI versions whose results this code parses, and which Debian's plugins (v1.1.1) accept.
 pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0"];
@@ -130,7 +130,6 @@ pub enum CniExecError {
         plugin: String,
         /// The command.
         command: CniCommand,
-        /// Why.
         source: std::io::Error,
     },
     /// The plugin did not finish in time; it and its children were killed.
@@ -184,7 +183,6 @@ pub enum CniExecError {
         action: &'static str,
         /// The cache file.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
 }
@@ -313,6 +311,7 @@ impl CniExec {
 
     /// CNI CHECK of the whole list against the cached ADD result. A network with
     /// `disableCheck` passes without running anything.
+    #[cfg(test)]
     pub async fn check(&self, net: &Network, rt: &Attachment) -> Result<(), CniExecError> {
         let version = supported_version(net)?;
         if !at_least_040(version) {

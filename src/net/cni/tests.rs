@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use super::config::NetworkConfigList;
 use super::*;
 
 fn obj(v: Value) -> Map<String, Value> {

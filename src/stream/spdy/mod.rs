@@ -23,10 +23,6 @@ mod session;
 #[cfg(test)]
 mod tests;
 
-pub use frame::FrameError;
-pub use header::HeaderError;
-pub use session::SessionError;
-
 use header::Headers;
 use session::Shared;
 

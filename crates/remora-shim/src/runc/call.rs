@@ -36,6 +36,8 @@ pub(super) enum Call<'a> {
         id: &'a str,
         force: bool,
     },
+    // Made only by `Runc::state`, which only the tests use.
+    #[cfg_attr(not(test), allow(dead_code))]
     State {
         id: &'a str,
     },
@@ -51,6 +53,8 @@ pub(super) enum Call<'a> {
     Update {
         id: &'a str,
     },
+    // Made only by `Runc::features`, which only the tests use.
+    #[cfg_attr(not(test), allow(dead_code))]
     Features,
 }
 

@@ -19,9 +19,10 @@
 //! - **Old v1 kernels** (< 4.13) have no `oom_kill` in `memory.oom_control`: there every wake-up
 //!   while the cgroup exists counts as an OOM (which is what containerd's Go shim does on v1).
 //! - **TaskOOM before TaskExit.** The watch and the reaper race: the kernel's notification and
-//!   the SIGCHLD of the killed process arrive independently. [`OomWatch::report_now`] closes the
-//!   race: called when the container's init has exited (its kill is then counted for sure), it
-//!   sends any kill not yet reported, so the shim can drain the channel before `TaskExit`.
+//!   the SIGCHLD of the killed process arrive independently. The service closes the race: when
+//!   a container's init has exited (its kill is then counted for sure) it re-reads the counter
+//!   itself and publishes any kill not yet reported before `TaskExit`; the container's reported
+//!   count keeps the watch's own wake-up from reporting the same kill twice.
 //! - Dropping the [`OomWatch`] aborts its task, which closes its fds (and so unregisters the v1
 //!   eventfd in the kernel).
 
@@ -112,7 +113,7 @@ const V1_RECHECK_DELAYS_MS: [u64; 6] = [10, 20, 40, 80, 160, 320];
 /// Sentinel in [`Reporter::last`] for "this kernel has no oom_kill counter".
 const NO_COUNTER: u64 = u64::MAX;
 
-/// What the task and [`OomWatch::report_now`] share: the last count reported and where to send.
+/// What the watch's task reads and reports with: the last count reported and where to send.
 #[derive(Debug)]
 struct Reporter {
     cgroup: Cgroup,
@@ -138,7 +139,6 @@ impl Reporter {
     fn check(&self) -> Check {
         match self.cgroup.oom_kills() {
             Ok(kills) => {
-                // fetch_max makes the check-and-update atomic against report_now.
                 let last = self.last.fetch_max(kills, Ordering::SeqCst);
                 if kills > last {
                     self.send(kills)
@@ -174,9 +174,6 @@ impl Reporter {
 #[derive(Debug)]
 pub struct OomWatch {
     task: JoinHandle<()>,
-    // Read only by `report_now`; see there.
-    #[cfg_attr(not(test), allow(dead_code))]
-    reporter: Arc<Reporter>,
 }
 
 impl Drop for OomWatch {
@@ -250,22 +247,7 @@ impl OomWatch {
                 }
             }
         };
-        Ok(OomWatch { task, reporter })
-    }
-
-    /// Reads the counter now and sends the id if it rose since the last report; returns whether
-    /// it sent. Call it when the container's init has exited, before publishing `TaskExit`
-    /// (draining the channel first): the kill is counted by then, but the watch's own wake-up
-    /// may not have been handled yet. Without a kernel counter (v1 < 4.13) it cannot tell and
-    /// sends nothing.
-    // The service does not call it yet (its exit path publishes `TaskExit` without draining the
-    // OOM channel first); kept, with its tests, as the documented way to close that race.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub fn report_now(&self) -> bool {
-        if self.reporter.last.load(Ordering::SeqCst) == NO_COUNTER {
-            return false;
-        }
-        matches!(self.reporter.check(), Check::Reported)
+        Ok(OomWatch { task })
     }
 
     /// Whether the watch has ended by itself (its cgroup went away, its receiver was dropped,

@@ -137,6 +137,11 @@ struct HostState {
 /// instead of asking the plugin.
 const DEVICE_CHECKPOINT: &str = "kubelet_internal_checkpoint";
 
+/// Where kubelet's device manager keeps [`DEVICE_CHECKPOINT`].
+fn device_checkpoint_path() -> PathBuf {
+    Path::new(DEVICE_PLUGINS).join(DEVICE_CHECKPOINT)
+}
+
 const IPTABLES: &[&str] = &["iptables", "ip6tables"];
 const TABLES: &[&str] = &["filter", "nat", "mangle"];
 
@@ -173,7 +178,7 @@ fn chains() -> BTreeSet<(String, String, String)> {
 impl HostState {
     /// Records the state and takes away a device manager checkpoint an earlier kubelet left.
     fn record() -> Self {
-        let checkpoint = Path::new(DEVICE_PLUGINS).join(DEVICE_CHECKPOINT);
+        let checkpoint = device_checkpoint_path();
         let device_checkpoint = std::fs::read(&checkpoint).ok();
         if device_checkpoint.is_some() {
             std::fs::remove_file(&checkpoint).expect("remove kubelet's device checkpoint");
@@ -252,7 +257,7 @@ impl HostState {
         if !self.device_plugins_existed {
             let _ = std::fs::remove_dir_all(DEVICE_PLUGINS);
         } else {
-            let checkpoint = Path::new(DEVICE_PLUGINS).join(DEVICE_CHECKPOINT);
+            let checkpoint = device_checkpoint_path();
             let _ = match &self.device_checkpoint {
                 Some(bytes) => std::fs::write(&checkpoint, bytes),
                 None => std::fs::remove_file(&checkpoint),
@@ -279,7 +284,7 @@ impl HostState {
         if !self.device_plugins_existed && Path::new(DEVICE_PLUGINS).exists() {
             out.push(format!("{DEVICE_PLUGINS} left"));
         }
-        let checkpoint = std::fs::read(Path::new(DEVICE_PLUGINS).join(DEVICE_CHECKPOINT)).ok();
+        let checkpoint = std::fs::read(device_checkpoint_path()).ok();
         if self.device_plugins_existed && checkpoint != self.device_checkpoint {
             out.push(format!("{DEVICE_PLUGINS}/{DEVICE_CHECKPOINT} changed"));
         }

@@ -238,6 +238,13 @@ impl Default for BackoffLimits {
     }
 }
 
+impl BackoffLimits {
+    /// A fresh schedule within these limits.
+    fn backoff(&self) -> Backoff {
+        Backoff::new(self.initial, self.max)
+    }
+}
+
 /// Cheap to clone; all clones feed one ordered queue. Dropping the last clone stops the
 /// forwarding task; what it had not delivered stays in the spool.
 #[derive(Clone)]
@@ -368,7 +375,7 @@ impl Publisher {
 
 /// The forwarding task: forwards the head until it goes through, then drops it.
 async fn forward_loop(shared: Arc<Shared>, forwarder: Arc<dyn Forwarder>, limits: BackoffLimits) {
-    let mut backoff = Backoff::new(limits.initial, limits.max);
+    let mut backoff = limits.backoff();
     // The failure streak in progress: when it began and how many attempts failed.
     let mut streak: Option<(Instant, u64)> = None;
     loop {
@@ -453,7 +460,7 @@ pub async fn drain_spool(
     replay.log_damage(spool, log);
     let total = replay.envelopes.len();
     let limits = BackoffLimits::default();
-    let mut backoff = Backoff::new(limits.initial, limits.max);
+    let mut backoff = limits.backoff();
     let mut failures = 0u64;
     for (delivered, envelope) in replay.envelopes.iter().enumerate() {
         loop {

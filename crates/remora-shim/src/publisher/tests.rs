@@ -154,7 +154,7 @@ fn crc32_is_the_ieee_checksum() {
 #[test]
 fn backoff_doubles_up_to_its_cap() {
     let limits = BackoffLimits::default();
-    let mut backoff = Backoff::new(limits.initial, limits.max);
+    let mut backoff = limits.backoff();
     let seen: Vec<Duration> = (0..7).map(|_| backoff.next_delay()).collect();
     let ms: Vec<u128> = seen.iter().map(Duration::as_millis).collect();
     assert_eq!(ms, [50, 100, 200, 400, 800, 1000, 1000]);

@@ -79,6 +79,30 @@ cargo_target_dir() {
 	(cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 }
 
+# The shim is built static, for musl (rust-toolchain.toml lists the target, so rustup installs
+# it with the toolchain): one copy per pod shares no libc pages to count in its RSS, and musl's
+# allocator keeps a small process small (docs/benchmarks.md, "The shim's memory").
+SHIM_TARGET=x86_64-unknown-linux-musl
+
+# build_shim: builds containerd-shim-remora-v2 (cargo's output on stderr) and prints the
+# binary's path: static musl when the toolchain has that target, else (with a warning) the
+# host's glibc build, which works the same.
+build_shim() {
+	local target profile_dir
+	target=$(cargo_target_dir) || die "cannot find cargo's target directory"
+	if (cd "$REPO_ROOT" && rustup target list --installed 2>/dev/null) | grep -qx "$SHIM_TARGET"; then
+		(cd "$REPO_ROOT" && cargo build --locked --profile shim -p remora-shim \
+			--bin containerd-shim-remora-v2 --target "$SHIM_TARGET") >&2
+		profile_dir="$target/$SHIM_TARGET/shim"
+	else
+		warn "the Rust target $SHIM_TARGET is not installed: building the shim against glibc"
+		(cd "$REPO_ROOT" && cargo build --locked --profile shim -p remora-shim \
+			--bin containerd-shim-remora-v2) >&2
+		profile_dir="$target/shim"
+	fi
+	echo "$profile_dir/containerd-shim-remora-v2"
+}
+
 # up_release_remora: builds remora's release binary and makes it the test bed's remora
 # (testbed.sh restarts remora when the binary changed). Benchmarks run the optimised build.
 # REMORA_BIN set: that binary instead, nothing built (to compare two builds).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds remora's Debian package with cargo-deb (installed by setup.sh):
 #   remora                      cargo build --release
-#   containerd-shim-remora-v2   cargo build --profile shim -p remora-shim
+#   containerd-shim-remora-v2   cargo build --profile shim -p remora-shim, static (musl; common.sh
+#                               build_shim)
 #   /etc/remora/config.toml     `remora config default` of the remora just built, so the
 #                               shipped config is the code's defaults and cannot drift
 #   /etc/apparmor.d/remora-default
@@ -33,16 +34,16 @@ target=$(cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
 info "cargo build --locked --release --bin remora"
 cargo build --locked --release --bin remora
 # Its own package (crates/remora-shim, none of the daemon's dependencies), built with the small
-# shim profile (`cargo deb` would build every binary with one profile).
-info "cargo build --locked --profile shim -p remora-shim --bin containerd-shim-remora-v2"
-cargo build --locked --profile shim -p remora-shim --bin containerd-shim-remora-v2
+# shim profile (`cargo deb` would build every binary with one profile), static for musl.
+info "cargo build --locked --profile shim -p remora-shim --target $SHIM_TARGET"
+shim=$(build_shim)
 
 # cargo-deb resolves asset paths starting with target/release/ into the real target dir:
 # stage there what is not a release-profile binary.
 staging="$target/release/deb-staging"
 rm -rf "$staging"
 mkdir -p "$staging"
-cp "$target/shim/containerd-shim-remora-v2" "$staging/"
+cp "$shim" "$staging/"
 "$target/release/remora" config default >"$staging/config.toml"
 # What we ship must be what remora accepts.
 "$target/release/remora" config check --config "$staging/config.toml" >/dev/null ||

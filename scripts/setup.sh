@@ -331,6 +331,12 @@ check_rust() {
 	out=$(cd "$REPO_ROOT" && cargo --version) || die "cargo --version failed in $REPO_ROOT"
 	info "$out"
 	[[ "$out" == "cargo $RUST_VERSION "* ]] || warn "expected cargo $RUST_VERSION"
+	# rust-toolchain.toml lists the shim's static target, which rustup installs with the
+	# toolchain; said here too for a toolchain installed before it was listed. A machine that
+	# cannot fetch it still builds the shim, against glibc (common.sh build_shim).
+	(cd "$REPO_ROOT" && rustup target list --installed | grep -qx "$SHIM_TARGET") ||
+		(cd "$REPO_ROOT" && rustup target add "$SHIM_TARGET") ||
+		warn "rustup target add $SHIM_TARGET failed: the shim will be built against glibc"
 }
 
 # install_shim: builds remora's shim and installs it as
@@ -341,16 +347,16 @@ check_rust() {
 # PATH). The copy is atomic (a temp file renamed over the old one): running
 # shims keep their old binary, the next shim start gets the new one.
 install_shim() {
-	local bin=${REMORA_SHIM_BIN:-} dest="$TOOLS_BIN/containerd-shim-remora-v2" target
+	local bin=${REMORA_SHIM_BIN:-} dest="$TOOLS_BIN/containerd-shim-remora-v2"
 	if [[ -z "$bin" ]]; then
 		local log="$LOGS/shim-build.log"
-		info "cargo build --locked --profile shim -p remora-shim (log: $log)"
+		info "cargo build --locked --profile shim -p remora-shim --target $SHIM_TARGET (log: $log)"
 		# Its own package (crates/remora-shim): none of the daemon's dependencies.
-		(cd "$REPO_ROOT" && run_logged "$log" cargo build --locked --profile shim \
-			-p remora-shim --bin containerd-shim-remora-v2)
-		# The target directory honours CARGO_TARGET_DIR and .cargo/config.
-		target=$(cd "$REPO_ROOT" && cargo metadata --format-version 1 --no-deps | jq -r .target_directory)
-		bin="$target/shim/containerd-shim-remora-v2"
+		bin=$(build_shim 2>"$log") || {
+			tail -n 30 "$log" >&2
+			die "building the shim failed (log: $log)"
+		}
+		[[ $bin == */"$SHIM_TARGET"/* ]] || warn "the shim is a glibc build ($bin): see $log"
 	fi
 	[[ -x "$bin" ]] || die "shim binary $bin is missing or not executable"
 	if [[ -x "$dest" ]] && cmp -s "$bin" "$dest"; then

@@ -419,6 +419,9 @@ fn spawn_server(
         cmd.arg("-debug");
     }
     cmd.env("TTRPC_ADDRESS", &params.ttrpc_address)
+        // The shim tells systemd nothing; the OCI runtime must not see it either (see
+        // `NOTIFY_SOCKET_ENV`).
+        .env_remove(crate::runc::NOTIFY_SOCKET_ENV)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

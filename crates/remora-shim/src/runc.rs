@@ -442,9 +442,7 @@ impl Runc {
             .and_then(|path| std::fs::metadata(path).ok())
             .map_or(0, |meta| meta.len());
 
-        let mut command = Command::new(&self.binary);
-        // A group of its own, so that the guard can kill what the runtime started with it.
-        command.process_group(0);
+        let mut command = runtime_command(&self.binary);
         command.args(argv(
             &self.root,
             self.systemd_cgroup,
@@ -632,6 +630,23 @@ impl Runc {
 }
 
 /// Reads a pid file written by the runtime (`--pid-file`): the pid, trimmed.
+/// The environment variable systemd names its notification socket in. runc given one relays
+/// the container's `sd_notify` through a socket of its own under its state directory, whose
+/// path (`<root>/<64-hex id>/notify/notify.sock`) is longer than a unix socket address may be
+/// under containerd's `/run/containerd/runc/<namespace>`: every create fails with "bind:
+/// invalid argument". containerd under systemd (`Type=notify`) has it set and its shims
+/// inherit it; containerd's own shim drops it for runc too (go-runc).
+pub(crate) const NOTIFY_SOCKET_ENV: &str = "NOTIFY_SOCKET";
+
+/// A command running the OCI runtime `binary`: in a process group of its own (so that a
+/// call's guard can kill what the runtime started with it) and without systemd's
+/// [`NOTIFY_SOCKET_ENV`].
+fn runtime_command(binary: &Path) -> Command {
+    let mut command = Command::new(binary);
+    command.process_group(0).env_remove(NOTIFY_SOCKET_ENV);
+    command
+}
+
 pub fn read_pid_file(path: &Path) -> Result<u32, RuncError> {
     let content = std::fs::read_to_string(path).map_err(|source| RuncError::PidFile {
         path: path.to_owned(),

@@ -3,9 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::RuncError;
@@ -29,12 +27,11 @@ pub fn run_blocking(
         let name = binary.file_name().unwrap_or(binary.as_os_str());
         format!("{} {verb}", name.to_string_lossy())
     };
-    let mut child = Command::new(binary)
+    let mut child = super::runtime_command(binary)
         .args(args)
         .stdin(S::null())
         .stdout(S::piped())
         .stderr(S::piped())
-        .process_group(0)
         .spawn()
         .map_err(|source| RuncError::Spawn {
             binary: binary.to_owned(),

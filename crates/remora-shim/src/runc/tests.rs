@@ -899,3 +899,16 @@ fn a_blocking_call_past_its_limit_is_killed_with_its_group_and_reaped() {
         (&b"out\n"[..], &b"err\n"[..])
     );
 }
+
+/// The OCI runtime runs without systemd's `NOTIFY_SOCKET`: with it, runc binds a relay socket
+/// whose path is too long under containerd's state directory and every create fails (seen on
+/// the node VM: systemd, remora's shim as the default handler).
+#[test]
+fn the_runtime_runs_without_systemds_notify_socket() {
+    let command = runtime_command(Path::new("/usr/sbin/runc"));
+    let envs: Vec<_> = command.get_envs().collect();
+    assert!(
+        envs.contains(&(std::ffi::OsStr::new("NOTIFY_SOCKET"), None)),
+        "{envs:?}"
+    );
+}

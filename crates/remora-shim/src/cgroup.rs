@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use containerd_shim_protos::cgroups::metrics as v1;
 use containerd_shim_protos::cgroups_v2::metrics as v2;
 use protobuf::well_known_types::any::Any;
-use protobuf::{MessageField, MessageFull};
+use protobuf::{Message, MessageField};
 pub use remora_host::cgroup::{Cgroup, LocateError};
 
 #[cfg(test)]
@@ -104,8 +104,8 @@ pub trait CgroupReadings {
 impl CgroupReadings for Cgroup {
     fn metrics(&self) -> Result<Any, CgroupError> {
         match self {
-            Cgroup::V1(dirs) => pack(&metrics_v1(dirs)?),
-            Cgroup::V2(dir) => pack(&metrics_v2(dir)?),
+            Cgroup::V1(dirs) => pack(V1_METRICS, &metrics_v1(dirs)?),
+            Cgroup::V2(dir) => pack(V2_METRICS, &metrics_v2(dir)?),
         }
     }
 
@@ -136,9 +136,16 @@ impl CgroupReadings for Cgroup {
     }
 }
 
-/// Packs `message` as containerd's typeurl does: the full name as type URL, no prefix.
-fn pack<M: MessageFull>(message: &M) -> Result<Any, CgroupError> {
-    let name = M::descriptor().full_name().to_string();
+/// The full proto names of the metrics messages, the type URLs containerd's typeurl gives
+/// them. Named, not read from the messages' descriptors, which rust-protobuf makes by parsing
+/// their whole `.proto` files and keeps for good (see `publisher::TaskEvent`); a unit test
+/// checks them against the descriptors.
+const V1_METRICS: &str = "io.containerd.cgroups.v1.Metrics";
+const V2_METRICS: &str = "io.containerd.cgroups.v2.Metrics";
+
+/// Packs `message` as containerd's typeurl does: its full name (`name`) as type URL, no prefix.
+fn pack<M: Message>(name: &str, message: &M) -> Result<Any, CgroupError> {
+    let name = name.to_string();
     let value = message
         .write_to_bytes()
         .map_err(|source| CgroupError::Encode {

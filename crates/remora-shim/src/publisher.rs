@@ -54,7 +54,12 @@ use std::time::Duration;
 
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::well_known_types::timestamp::Timestamp;
-use containerd_shim_protos::protobuf::{Message, MessageDyn, MessageField};
+use containerd_shim_protos::events::task::{
+    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskOOM, TaskPaused,
+    TaskResumed, TaskStart,
+};
+use containerd_shim_protos::protobuf::{Message, MessageField};
+use containerd_shim_protos::topics;
 use containerd_shim_protos::shim::events::ForwardRequest;
 use containerd_shim_protos::shim_async::{Client, EventsClient};
 use containerd_shim_protos::ttrpc;
@@ -335,9 +340,10 @@ impl Publisher {
     ///
     /// The spool append is a plain blocking `write` of a few hundred bytes into the page cache,
     /// done under the queue lock so that the file's order is the queue's order.
-    pub fn publish(&self, topic: &str, event: &dyn MessageDyn) {
+    pub fn publish<E: TaskEvent>(&self, event: &E) {
         let shared = &self.inner.shared;
-        let envelope = match envelope(&shared.namespace, topic, event) {
+        let topic = E::TOPIC;
+        let envelope = match envelope(&shared.namespace, event) {
             Ok(envelope) => Arc::new(envelope),
             Err(e) => {
                 // Only a proto2 message with unset required fields fails to encode; containerd's
@@ -506,23 +512,57 @@ pub async fn drain_spool(
     Ok(total)
 }
 
+/// A task event the shim publishes: the topic it goes out on and the type URL containerd
+/// looks it up by (Go's typeurl: the message's full proto name, with no
+/// "type.googleapis.com/" prefix).
+///
+/// Both are named here rather than read from the message's descriptor: rust-protobuf makes a
+/// descriptor by parsing the message's whole `.proto` file and every file it imports
+/// (`descriptor.proto` with its comments among them), and keeps it for good: about 600 KiB of
+/// heap in every shim, one shim per pod (docs/benchmarks.md, "The shim's memory"). A unit
+/// test checks each name against the descriptor.
+pub trait TaskEvent: Message {
+    /// The topic, e.g. `/tasks/exit`.
+    const TOPIC: &'static str;
+    /// The full proto name, e.g. `containerd.events.TaskExit`.
+    const TYPE_URL: &'static str;
+}
+
+macro_rules! task_events {
+    ($($event:ident: $topic:ident,)*) => {
+        $(impl TaskEvent for $event {
+            const TOPIC: &'static str = topics::$topic;
+            const TYPE_URL: &'static str = concat!("containerd.events.", stringify!($event));
+        })*
+    };
+}
+
+task_events! {
+    TaskCreate: TASK_CREATE_EVENT_TOPIC,
+    TaskStart: TASK_START_EVENT_TOPIC,
+    TaskDelete: TASK_DELETE_EVENT_TOPIC,
+    TaskExit: TASK_EXIT_EVENT_TOPIC,
+    TaskOOM: TASK_OOM_EVENT_TOPIC,
+    TaskExecAdded: TASK_EXEC_ADDED_EVENT_TOPIC,
+    TaskExecStarted: TASK_EXEC_STARTED_EVENT_TOPIC,
+    TaskPaused: TASK_PAUSED_EVENT_TOPIC,
+    TaskResumed: TASK_RESUMED_EVENT_TOPIC,
+}
+
 /// Wraps `event` for `Events/Forward`.
-fn envelope(
+fn envelope<E: TaskEvent>(
     namespace: &str,
-    topic: &str,
-    event: &dyn MessageDyn,
+    event: &E,
 ) -> Result<Envelope, containerd_shim_protos::protobuf::Error> {
     let any = Any {
-        // Go's typeurl names a proto message by its full name, with no
-        // "type.googleapis.com/" prefix; containerd looks the event up by it.
-        type_url: event.descriptor_dyn().full_name().to_string(),
-        value: event.write_to_bytes_dyn()?,
+        type_url: E::TYPE_URL.to_string(),
+        value: event.write_to_bytes()?,
         ..Default::default()
     };
     Ok(Envelope {
         timestamp: MessageField::some(Timestamp::now()),
         namespace: namespace.to_string(),
-        topic: topic.to_string(),
+        topic: E::TOPIC.to_string(),
         event: MessageField::some(any),
         ..Default::default()
     })

@@ -42,7 +42,6 @@ use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::{Message, MessageField};
 use containerd_shim_protos::shim::oci::ProcessDetails;
 use containerd_shim_protos::shim_async::Task;
-use containerd_shim_protos::topics;
 use containerd_shim_protos::ttrpc::{self, r#async::TtrpcContext};
 use containerd_shim_protos::types::task::ProcessInfo;
 use slog::{debug, info, o, warn, Logger};
@@ -57,7 +56,7 @@ use super::io::{IoSpec, ProcessIo};
 use super::oom::OomWatch;
 use super::options::RuntimeOptions;
 use super::process::{timestamp, to_ns, Container, Exited, Proc, ProcStatus};
-use super::publisher::Publisher;
+use super::publisher::{Publisher, TaskEvent};
 use super::reaper::{Exit, Reaper};
 use super::rootfs::{mount_rootfs, unmount};
 use super::runc::{CreateOpts, ExecOpts, Runc, RuncError};
@@ -146,8 +145,8 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    fn publish(&self, topic: &str, event: &dyn containerd_shim_protos::protobuf::MessageDyn) {
-        self.inner.publisher.publish(topic, event);
+    fn publish<E: TaskEvent>(&self, event: &E) {
+        self.inner.publisher.publish(event);
     }
 
     /// Publishes one TaskOOM when the container's OOM-kill count grew past what was reported.
@@ -157,7 +156,7 @@ impl Service {
             *reported = kills;
             let mut e = TaskOOM::new();
             e.container_id = c.id.clone();
-            self.publish(topics::TASK_OOM_EVENT_TOPIC, &e);
+            self.publish(&e);
             info!(self.inner.log, "container OOM-killed"; "container_id" => &c.id, "oom_kills" => kills);
         }
     }
@@ -269,7 +268,7 @@ impl Service {
         e.io = MessageField::some(tio);
         e.checkpoint = req.checkpoint.clone();
         e.pid = pid;
-        self.publish(topics::TASK_CREATE_EVENT_TOPIC, &e);
+        self.publish(&e);
         // After TaskCreate: the exit task publishes only after it.
         self.watch_exit(c, init, pid, spawned_at);
         info!(log, "container created"; "pid" => pid);
@@ -407,7 +406,7 @@ impl Service {
         e.pid = exit.pid as u32;
         e.exit_status = exit.status;
         e.exited_at = MessageField::some(timestamp(exit.at));
-        self.publish(topics::TASK_EXIT_EVENT_TOPIC, &e);
+        self.publish(&e);
         p.exited.send_replace(Some(exited));
         info!(log, "process exited"; "pid" => exit.pid, "status" => exit.status);
     }
@@ -438,7 +437,7 @@ impl Service {
             let mut e = TaskStart::new();
             e.container_id = c.id.clone();
             e.pid = pid;
-            self.publish(topics::TASK_START_EVENT_TOPIC, &e);
+            self.publish(&e);
             resp.pid = pid;
         } else {
             let log = self
@@ -485,7 +484,7 @@ impl Service {
             e.container_id = c.id.clone();
             e.exec_id = req.exec_id.clone();
             e.pid = pid;
-            self.publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, &e);
+            self.publish(&e);
             resp.pid = pid;
         }
         Ok(resp)
@@ -536,7 +535,7 @@ impl Service {
         e.pid = pid;
         e.exit_status = exit.status;
         e.exited_at = MessageField::some(timestamp(exit.at));
-        self.publish(topics::TASK_DELETE_EVENT_TOPIC, &e);
+        self.publish(&e);
         info!(self.inner.log, "container deleted"; "container_id" => &c.id);
         Ok(resp)
     }
@@ -590,7 +589,7 @@ impl Service {
         let mut e = TaskExecAdded::new();
         e.container_id = c.id.clone();
         e.exec_id = req.exec_id.clone();
-        self.publish(topics::TASK_EXEC_ADDED_EVENT_TOPIC, &e);
+        self.publish(&e);
         Ok(())
     }
 
@@ -695,13 +694,13 @@ impl Service {
             c.init.state().status = ProcStatus::Paused;
             let mut e = TaskPaused::new();
             e.container_id = id.to_string();
-            self.publish(topics::TASK_PAUSED_EVENT_TOPIC, &e);
+            self.publish(&e);
         } else {
             c.runc.resume(id).await?;
             c.init.state().status = ProcStatus::Running;
             let mut e = TaskResumed::new();
             e.container_id = id.to_string();
-            self.publish(topics::TASK_RESUMED_EVENT_TOPIC, &e);
+            self.publish(&e);
         }
         Ok(())
     }

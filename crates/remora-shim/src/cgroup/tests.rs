@@ -398,3 +398,12 @@ fn v2_gone() {
     let got = cgroup.oom_kills();
     assert!(matches!(got, Err(CgroupError::Gone { .. })), "{got:?}");
 }
+
+/// The metrics' type URLs are the messages' full proto names (read here from the
+/// descriptors, which the shim itself never builds).
+#[test]
+fn the_metrics_type_urls_are_their_full_proto_names() {
+    use protobuf::MessageFull;
+    assert_eq!(V1_METRICS, v1::Metrics::descriptor().full_name());
+    assert_eq!(V2_METRICS, v2::Metrics::descriptor().full_name());
+}

@@ -171,7 +171,7 @@ async fn order_is_kept_across_interleaved_containers_and_failures() {
     let mut expected = Vec::new();
     for pid in 0..120u32 {
         let container = ["a", "b", "c"][pid as usize % 3];
-        publisher.publish(TASK_EXIT_EVENT_TOPIC, &exit(container, pid));
+        publisher.publish(&exit(container, pid));
         expected.push((container.to_string(), pid));
         if pid % 7 == 0 {
             // Let the forwarding task run between publishes.
@@ -199,7 +199,7 @@ async fn nothing_is_dropped_over_an_hour_of_refusals() {
     let publisher = start(&spool, fake.clone(), capture.logger());
 
     for pid in 0..5 {
-        publisher.publish(TASK_EXIT_EVENT_TOPIC, &exit("a", pid));
+        publisher.publish(&exit("a", pid));
     }
     assert!(publisher.flush(Duration::from_secs(7200)).await);
 
@@ -237,7 +237,7 @@ async fn the_spool_is_replayed_first_after_a_restart() {
     let refusing = Fake::refusing();
     let first = start(&spool, refusing.clone(), discard());
     for pid in 0..5 {
-        first.publish(TASK_EXIT_EVENT_TOPIC, &exit("old", pid));
+        first.publish(&exit("old", pid));
     }
     // Let the first publisher try (and fail) a few times before it goes away.
     assert!(!first.flush(Duration::from_secs(2)).await);
@@ -253,7 +253,7 @@ async fn the_spool_is_replayed_first_after_a_restart() {
         "the spooled events are queued by start"
     );
     for pid in 0..2 {
-        second.publish(TASK_EXIT_EVENT_TOPIC, &exit("new", pid));
+        second.publish(&exit("new", pid));
     }
     assert!(second.flush(Duration::from_secs(10)).await);
 
@@ -271,7 +271,7 @@ async fn a_torn_tail_is_ignored_and_cut_off() {
     let first = start(&spool, Fake::refusing(), discard());
     let mut record_ends = Vec::new();
     for pid in 0..3 {
-        first.publish(TASK_EXIT_EVENT_TOPIC, &exit("a", pid));
+        first.publish(&exit("a", pid));
         record_ends.push(spool_len(&spool));
     }
     drop(first);
@@ -294,7 +294,7 @@ async fn a_torn_tail_is_ignored_and_cut_off() {
     );
     assert_eq!(capture.count(slog::Level::Warning), 1);
     // A record appended now must replay too: it does not sit behind the damage.
-    second.publish(TASK_EXIT_EVENT_TOPIC, &exit("a", 99));
+    second.publish(&exit("a", 99));
     drop(second);
 
     let fake = Fake::accepting();
@@ -306,7 +306,7 @@ async fn a_torn_tail_is_ignored_and_cut_off() {
 
 #[test]
 fn replay_stops_at_corrupt_records() {
-    let envelope = |pid| envelope("k8s.io", TASK_EXIT_EVENT_TOPIC, &exit("a", pid)).unwrap();
+    let envelope = |pid| envelope("k8s.io", &exit("a", pid)).unwrap();
     let mut bytes = Vec::new();
     let mut ends = Vec::new();
     for pid in 0..3 {
@@ -350,7 +350,7 @@ async fn flush_waits_for_delivery_or_the_deadline() {
         publisher.flush(Duration::from_secs(1)).await,
         "nothing queued, nothing to wait for"
     );
-    publisher.publish(TASK_EXIT_EVENT_TOPIC, &exit("a", 1));
+    publisher.publish(&exit("a", 1));
     let begin = Instant::now();
     assert!(!publisher.flush(Duration::from_secs(10)).await);
     assert_eq!(begin.elapsed(), Duration::from_secs(10));
@@ -370,7 +370,7 @@ async fn drain_spool_delivers_and_removes_the_spool() {
     let spool = dir.path().join("events");
     let dead = start(&spool, Fake::refusing(), discard());
     for pid in 0..3 {
-        dead.publish(TASK_EXIT_EVENT_TOPIC, &exit("a", pid));
+        dead.publish(&exit("a", pid));
     }
     drop(dead);
 
@@ -408,7 +408,7 @@ async fn drain_spool_retries_within_its_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("events");
     let dead = start(&spool, Fake::refusing(), discard());
-    dead.publish(TASK_EXIT_EVENT_TOPIC, &exit("a", 7));
+    dead.publish(&exit("a", 7));
     drop(dead);
 
     // containerd comes back two seconds into the drain.
@@ -430,7 +430,7 @@ async fn the_envelope_carries_namespace_topic_time_and_type() {
 
     let before = SystemTime::now();
     let event = exit("c1", 42);
-    publisher.publish(TASK_EXIT_EVENT_TOPIC, &event);
+    publisher.publish(&event);
     let after = SystemTime::now();
     assert!(publisher.flush(Duration::from_secs(5)).await);
 
@@ -485,7 +485,7 @@ fn a_failed_spool_write_keeps_the_event_and_the_spool_recovers() {
     let mut queue = VecDeque::new();
     let mut push = |spool: &mut Spool, pid| {
         queue.push_back(Arc::new(
-            envelope("k8s.io", TASK_EXIT_EVENT_TOPIC, &exit("a", pid)).unwrap(),
+            envelope("k8s.io", &exit("a", pid)).unwrap(),
         ));
         spool.append(&queue, &log);
     };
@@ -557,7 +557,7 @@ async fn ttrpc_forwarder_reconnects_after_the_server_comes_back() {
     // A plain path, as containerd passes TTRPC_ADDRESS.
     let forwarder =
         TtrpcForwarder::new(socket.to_str().unwrap().to_string(), Duration::from_secs(2));
-    let envelope = |pid| envelope("k8s.io", TASK_EXIT_EVENT_TOPIC, &exit("a", pid)).unwrap();
+    let envelope = |pid| envelope("k8s.io", &exit("a", pid)).unwrap();
 
     let mut server = serve(&socket, received.clone()).await;
     let first = envelope(1);
@@ -667,7 +667,7 @@ fn huge_spool_child() {
     // One good record, then a sparse hole four times the cap (no disk space, all zeros read).
     let mut bytes = Vec::new();
     encode_record(
-        &envelope("k8s.io", TASK_EXIT_EVENT_TOPIC, &exit("a", 1)).unwrap(),
+        &envelope("k8s.io", &exit("a", 1)).unwrap(),
         &mut bytes,
     )
     .unwrap();
@@ -821,7 +821,7 @@ mod props {
             let mut bytes = Vec::new();
             let mut sent = Vec::new();
             for pid in &pids {
-                let e = envelope("k8s.io", TASK_EXIT_EVENT_TOPIC, &exit("a", *pid)).unwrap();
+                let e = envelope("k8s.io", &exit("a", *pid)).unwrap();
                 encode_record(&e, &mut bytes).unwrap();
                 sent.push(e);
             }
@@ -855,4 +855,29 @@ async fn the_spool_is_the_owners_alone_even_when_an_older_shim_left_it_wider() {
     let p = start(&old, Fake::accepting(), discard());
     assert_eq!(mode(&old), 0o600);
     drop(p);
+}
+
+/// Each event's type URL is its message's full proto name, what containerd's typeurl looks
+/// it up by (read here from the descriptor, which the shim itself never builds).
+#[test]
+fn each_task_events_type_url_is_its_full_proto_name() {
+    use containerd_shim_protos::events::task::{
+        TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskOOM, TaskPaused,
+        TaskResumed, TaskStart,
+    };
+    use containerd_shim_protos::protobuf::MessageFull;
+    fn check<E: TaskEvent + MessageFull>(topic: &str) {
+        assert_eq!(E::TYPE_URL, E::descriptor().full_name());
+        assert_eq!(E::TOPIC, topic, "{}", E::TYPE_URL);
+    }
+    use containerd_shim_protos::topics::*;
+    check::<TaskCreate>(TASK_CREATE_EVENT_TOPIC);
+    check::<TaskStart>(TASK_START_EVENT_TOPIC);
+    check::<TaskDelete>(TASK_DELETE_EVENT_TOPIC);
+    check::<TaskExit>(TASK_EXIT_EVENT_TOPIC);
+    check::<TaskOOM>(TASK_OOM_EVENT_TOPIC);
+    check::<TaskExecAdded>(TASK_EXEC_ADDED_EVENT_TOPIC);
+    check::<TaskExecStarted>(TASK_EXEC_STARTED_EVENT_TOPIC);
+    check::<TaskPaused>(TASK_PAUSED_EVENT_TOPIC);
+    check::<TaskResumed>(TASK_RESUMED_EVENT_TOPIC);
 }

@@ -167,11 +167,12 @@ impl Drop for Containerd {
 }
 
 /// The runtime handler every remora the tests start uses by default: `REMORA_IT_HANDLER`
-/// (`runc`, containerd's Go shim, when unset or empty; `remora` or `crun` for remora's shim).
+/// (`remora`, remora's shim as shipped, when unset or empty; `runc` for containerd's Go shim,
+/// `crun` for remora's shim running crun).
 pub fn it_handler() -> String {
     match std::env::var("REMORA_IT_HANDLER") {
         Ok(h) if !h.is_empty() => h,
-        _ => "runc".to_string(),
+        _ => "remora".to_string(),
     }
 }
 
@@ -215,9 +216,10 @@ pub fn with_it_shim(config: String) -> String {
 }
 
 /// This tree's build of remora's shim: `REMORA_IT_SHIM` when set, else the binary
-/// `scripts/setup.sh` built from this tree (`cargo build --profile shim -p remora-shim`, in
-/// the target directory this test binary runs from). The shim is its own package, so cargo
-/// gives the daemon's tests no `CARGO_BIN_EXE_` for it.
+/// `scripts/setup.sh` built from this tree (`cargo build --profile shim -p remora-shim`, static
+/// for musl, or for the host where the toolchain lacks that target: `scripts/common.sh`
+/// `build_shim`; in the target directory this test binary runs from). The shim is its own
+/// package, so cargo gives the daemon's tests no `CARGO_BIN_EXE_` for it.
 pub fn this_trees_shim() -> std::path::PathBuf {
     if let Ok(path) = std::env::var("REMORA_IT_SHIM") {
         if !path.is_empty() {
@@ -230,14 +232,48 @@ pub fn this_trees_shim() -> std::path::PathBuf {
         .ancestors()
         .nth(3)
         .expect("the test binary lies in <target>/<profile>/deps");
-    let shim = target.join("shim").join("containerd-shim-remora-v2");
-    assert!(
-        shim.is_file(),
-        "{} is missing: build it with `cargo build --profile shim -p remora-shim` \
-         (scripts/setup.sh does) or name a shim in REMORA_IT_SHIM",
-        shim.display()
-    );
-    shim
+    let musl = target
+        .join("x86_64-unknown-linux-musl")
+        .join("shim")
+        .join("containerd-shim-remora-v2");
+    let host = target.join("shim").join("containerd-shim-remora-v2");
+    if musl.is_file() {
+        musl
+    } else if host.is_file() {
+        host
+    } else {
+        panic!(
+            "neither {} nor {} is there: build the shim with scripts/setup.sh \
+             (`cargo build --profile shim -p remora-shim --target x86_64-unknown-linux-musl`) \
+             or name a shim in REMORA_IT_SHIM",
+            musl.display(),
+            host.display()
+        )
+    }
+}
+
+/// The pid of the shim (`binary`: remora's or containerd's Go runc shim) serving pod `pod` in
+/// containerd namespace `namespace`: the server process, not a `start` or `delete` run.
+pub fn shim_pid(binary: &str, namespace: &str, pod: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&str> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .filter_map(|a| std::str::from_utf8(a).ok())
+            .collect();
+        let flag = |name: &str| {
+            args.windows(2)
+                .find(|w| w[0] == name)
+                .map(|w| w[1].to_string())
+        };
+        (args.first()?.ends_with(binary)
+            && flag("-namespace").as_deref() == Some(namespace)
+            && flag("-id").as_deref() == Some(pod)
+            && !matches!(args.last(), Some(&"start" | &"delete")))
+        .then_some(pid)
+    })
 }
 
 /// `extra` (a TOML fragment appended to a test's config) with `[runtime] default_handler`

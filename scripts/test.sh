@@ -7,13 +7,12 @@
 #   scripts/test.sh --no-lint  skip cargo fmt / clippy / shellcheck (quicker local loop)
 #
 # The suite (with a quick subset of Kubernetes' node e2e suite, scripts/node-e2e.sh; the kubelet
-# suite beside the node VM, which shares nothing with it) runs first
-# with the runtime handler runc (containerd's Go shim), then once more
-# with remora's shim (REMORA_IT_HANDLER=remora: the integration tests but the kubelet suite,
-# and the critest ratchet), and critest against containerd's own CRI with remora's shim.
-# Then a real node: the package on a Debian 12 VM with systemd, cgroup v2 and AppArmor
-# (scripts/node-test.sh). REMORA_TEST_SHIM=0 skips the shim passes (while the shim is being
-# finished).
+# suite beside the node VM, which shares nothing with it) runs first with the handler remora
+# ships as its default, remora's shim; then a real node: the package on a Debian 12 VM with
+# systemd, cgroup v2 and AppArmor (scripts/node-test.sh). Then once more with the runtime
+# handler runc, containerd's Go shim (REMORA_IT_HANDLER=runc: the integration tests but the
+# kubelet suite, and the critest ratchet), and critest against containerd's own CRI with
+# remora's shim. REMORA_TEST_GO_SHIM=0 skips these last three passes.
 set -euo pipefail
 
 # shellcheck source-path=SCRIPTDIR source=common.sh
@@ -129,17 +128,17 @@ rm -f "$kubelet_log"
 ((vm_rc == 0)) || die "the node VM test failed (exit $vm_rc)"
 ((kubelet_rc == 0)) || die "the kubelet suite failed (exit $kubelet_rc)"
 
-if [[ "${REMORA_TEST_SHIM:-1}" == 0 ]]; then
+if [[ "${REMORA_TEST_GO_SHIM:-1}" == 0 ]]; then
 	phase_end
-	info "REMORA_TEST_SHIM=0: skipping the passes with remora's shim"
+	info "REMORA_TEST_GO_SHIM=0: skipping the passes with containerd's Go shim"
 	exit 0
 fi
 
-phase "integration tests with remora's shim (REMORA_IT_HANDLER=remora; the kubelet suite ran above)"
-REMORA_IT_HANDLER=remora cargo test --locked --test integration -- --test-threads=4 --skip kubelet::
+phase "integration tests with containerd's Go shim (REMORA_IT_HANDLER=runc; the kubelet suite ran above)"
+REMORA_IT_HANDLER=runc cargo test --locked --test integration -- --test-threads=4 --skip kubelet::
 
-phase "critest against remora with remora's shim (same ratchet)"
-"$SCRIPTS_DIR/critest.sh" --handler remora --check integration/critest-expected-pass.txt
+phase "critest against remora with containerd's Go shim (handler runc, same ratchet)"
+"$SCRIPTS_DIR/critest.sh" --handler runc --check integration/critest-expected-pass.txt
 
 # containerd's CRI with remora's shim: the shim under a CRI that is not remora's, held to the
 # same ratchet (every spec remora passes passed there too when this was written).

@@ -13,8 +13,9 @@
 #   REMORA_TOOLS_DIR    tools from setup.sh          (/var/tmp/remora-tools)
 #   REMORA_BIN          remora binary to run; unset: `cargo build` target/debug/remora
 #   REMORA_SKIP_DAEMON  1: do not build or start remora (test the rest)
-#   REMORA_IT_HANDLER   remora's default runtime handler: runc (default; the Go
-#                       shim), remora or crun (remora's shim running runc/crun)
+#   REMORA_IT_HANDLER   remora's default runtime handler: remora (default, as
+#                       shipped) or crun (remora's shim running runc/crun), runc
+#                       (containerd's Go shim)
 #   REMORA_SHIM_BIN     shim binary to install (setup.sh); unset: built by cargo
 #
 # setup.sh (run by `up`) rebuilds remora's shim and re-installs it into
@@ -286,7 +287,7 @@ write_remora_config() {
 	t=${t//@CERTS_DIR@/$CERTS_DIR}
 	t=${t//@CNI_CONF_DIR@/$CNI_CONF_DIR}
 	t=${t//@CNI_BIN_DIR@/$CNI_BIN_DIR}
-	t=${t//@HANDLER@/${REMORA_IT_HANDLER:-runc}}
+	t=${t//@HANDLER@/${REMORA_IT_HANDLER:-remora}}
 	t=${t//@RUNC@/$PINNED_RUNC}
 	[[ $t != *@[A-Z_]*@* ]] || die "a placeholder of remora-testbed.toml is not filled in: $t"
 	printf '%s\n' "$t" | write_if_changed "$REMORA_CONFIG"

@@ -132,8 +132,10 @@ resolve_timeout = "1m"
 # without one), and every handler's shim is told to use systemd cgroups (SystemdCgroup).
 cgroup_driver = "cgroupfs"
 # The runtime handler of pods whose RunPodSandbox names none (handler ""). It must be one
-# of the handlers below. Every container of a pod runs with the pod's handler.
-default_handler = "runc"
+# of the handlers below. Every container of a pod runs with the pod's handler. "remora",
+# remora's own shim, needs a fifth of the memory per pod of "runc", containerd's Go shim
+# (docs/benchmarks.md).
+default_handler = "remora"
 
 # Runtime handlers, by CRI handler name (lowercase letters, digits, '.', '_', '-'). A pod
 # naming a handler that is not listed here is refused with INVALID_ARGUMENT.
@@ -536,7 +538,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             cgroup_driver: CgroupDriver::Cgroupfs,
-            default_handler: "runc".to_string(),
+            default_handler: "remora".to_string(),
             handlers: Self::builtin_handlers(),
         }
     }
@@ -1099,7 +1101,7 @@ mod tests {
     #[test]
     fn builtin_handlers_are_runc_remora_and_crun() {
         let c = Config::default();
-        assert_eq!(c.runtime.default_handler, "runc");
+        assert_eq!(c.runtime.default_handler, "remora");
         let h = &c.runtime.handlers;
         assert_eq!(h.len(), 3);
         assert_eq!(h["runc"], RuntimeHandler::of_type("io.containerd.runc.v2"));
@@ -1123,7 +1125,7 @@ mod tests {
         );
         assert_eq!(fast.binary_name.as_deref(), Some("/usr/bin/crun"));
         assert_eq!(fast.root.as_deref(), Some(Path::new("/run/crun")));
-        // The default handler must be among the configured ones: "runc" is gone now.
+        // The default handler must be among the configured ones: "remora" is gone now.
         let err = Config::from_toml(
             "[runtime.handlers.fast]\nruntime_type = \"io.containerd.remora.v2\"\n",
             "t",
@@ -1142,7 +1144,8 @@ mod tests {
             .values()
             .all(|h| h.pod_annotations.is_empty() && h.container_annotations.is_empty()));
         let c = Config::from_toml(
-            "[runtime.handlers.runc]\nruntime_type = \"x\"\n\
+            "[runtime]\ndefault_handler = \"runc\"\n\
+             [runtime.handlers.runc]\nruntime_type = \"x\"\n\
              pod_annotations = [\"io.katacontainers.*\"]\ncontainer_annotations = [\"run.oci.foo\"]\n",
             "t",
         )

@@ -944,8 +944,9 @@ mod tests {
             },
         );
         let h = super::runtime_handlers(&config, &BTreeMap::new());
-        assert_eq!(h.default_name(), "runc");
-        let (_, runc) = h.resolve("").unwrap();
+        assert_eq!(h.default_name(), "remora");
+        assert_eq!(h.resolve("").unwrap().0, "remora");
+        let (_, runc) = h.resolve("runc").unwrap();
         assert_eq!(runc.runtime.name, "io.containerd.runc.v2");
         assert_eq!(runc.runtime.options, None);
         assert_eq!(runc.runtime_path, "");

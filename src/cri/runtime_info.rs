@@ -285,7 +285,7 @@ mod tests {
                 .map(|h| h.name)
                 .collect()
         };
-        assert_eq!(names(&config), ["crun", "remora", "runc", ""]);
+        assert_eq!(names(&config), ["crun", "remora", "", "runc"]);
         config.runtime.default_handler = "crun".into();
         assert_eq!(names(&config), ["crun", "", "remora", "runc"]);
         config.runtime.handlers.remove("remora");

@@ -1362,3 +1362,110 @@ async fn cdi_devices_reach_the_container() {
     assert!(log.contains("env CDI_TEST=2"), "{log}");
     pod.remove_pod().await;
 }
+
+/// RSS and PSS (KiB) of a process, from `/proc/<pid>/smaps_rollup`.
+fn rss_pss_kib(pid: i32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).expect("smaps_rollup");
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in smaps_rollup: {text}"))
+    };
+    (field("Rss:"), field("Pss:"))
+}
+
+/// remora's shim does not grow with what its pod has run (issue 29): after a warm-up (20
+/// ExecSyncs, 2 container restarts), 200 more ExecSyncs and 20 more restarts (StopContainer,
+/// RemoveContainer, CreateContainer, StartContainer) leave the shim's RSS within 256 KiB of
+/// where the warm-up left it. A shim that kept anything per exec or per container (a task, a
+/// pipe, a map entry, an event) would grow by more than that over 220 of them.
+#[tokio::test]
+async fn remoras_shim_does_not_grow_with_execs_and_restarts() {
+    let bed = BedRemora::start_with_network();
+    let logs = crate::harness::scratch();
+    cri::pull(&bed.remora, "busybox")
+        .await
+        .expect("pull busybox");
+    let config = cri::pod_config("shim-memory", logs.path(), false);
+    let pod = bed
+        .remora
+        .runtime()
+        .run_pod_sandbox(v1::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: "remora".into(),
+        })
+        .await
+        .expect("RunPodSandbox with handler remora")
+        .into_inner()
+        .pod_sandbox_id;
+    let mut id = cri::create_and_start(
+        &bed.remora,
+        &pod,
+        &config,
+        container("c", &["sleep", "3600"]),
+    )
+    .await;
+    let mut attempt = 0;
+    execs_and_restarts(&bed, &pod, &config, &mut id, &mut attempt, 20, 2).await;
+    let shim = crate::harness::shim_pid("containerd-shim-remora-v2", &bed.namespace, &pod)
+        .expect("the pod's shim (remora's)");
+    let before = rss_pss_kib(shim);
+    execs_and_restarts(&bed, &pod, &config, &mut id, &mut attempt, 200, 20).await;
+    let after = rss_pss_kib(shim);
+    eprintln!(
+        "remora's shim: RSS {} → {} KiB, PSS {} → {} KiB over 200 execs and 20 restarts",
+        before.0, after.0, before.1, after.1
+    );
+    assert!(
+        after.0 <= before.0 + 256,
+        "the shim grew from {} to {} KiB RSS over 200 execs and 20 restarts",
+        before.0,
+        after.0
+    );
+    cri::remove_pod(&bed.remora, &pod).await;
+}
+
+/// `execs` ExecSyncs of `true` in container `id`, then `restarts` times: the container stopped,
+/// removed, and created and started again as the next attempt (`id` follows it).
+async fn execs_and_restarts(
+    bed: &BedRemora,
+    pod: &str,
+    config: &v1::PodSandboxConfig,
+    id: &mut String,
+    attempt: &mut u32,
+    execs: usize,
+    restarts: usize,
+) {
+    let mut rt = bed.remora.runtime();
+    for _ in 0..execs {
+        let r = rt
+            .exec_sync(v1::ExecSyncRequest {
+                container_id: id.clone(),
+                cmd: vec!["true".into()],
+                timeout: 10,
+            })
+            .await
+            .expect("ExecSync")
+            .into_inner();
+        assert_eq!(r.exit_code, 0);
+    }
+    for _ in 0..restarts {
+        rt.stop_container(v1::StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 0,
+        })
+        .await
+        .expect("StopContainer");
+        rt.remove_container(v1::RemoveContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .expect("RemoveContainer");
+        *attempt += 1;
+        let mut c = container("c", &["sleep", "3600"]);
+        c.metadata.as_mut().expect("metadata").attempt = *attempt;
+        *id = cri::create_and_start(&bed.remora, pod, config, c).await;
+    }
+}

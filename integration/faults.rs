@@ -909,30 +909,6 @@ async fn exits_across_a_containerd_outage_are_exact_with_the_go_shim() {
     eprintln!("Go runc shim: exits visible after containerd's return: {seen:?}");
 }
 
-/// The pid of the shim (`binary`: remora's or containerd's Go runc shim) serving pod `pod` in
-/// containerd namespace `namespace`: the server process, not a `start` or `delete` run.
-fn shim_pid(binary: &str, namespace: &str, pod: &str) -> Option<i32> {
-    std::fs::read_dir("/proc").ok()?.find_map(|e| {
-        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let args: Vec<&str> = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .filter_map(|a| std::str::from_utf8(a).ok())
-            .collect();
-        let flag = |name: &str| {
-            args.windows(2)
-                .find(|w| w[0] == name)
-                .map(|w| w[1].to_string())
-        };
-        (args.first()?.ends_with(binary)
-            && flag("-namespace").as_deref() == Some(namespace)
-            && flag("-id").as_deref() == Some(pod)
-            && !matches!(args.last(), Some(&"start" | &"delete")))
-        .then_some(pid)
-    })
-}
-
 /// The pids of processes in a cgroup of container `id` (its id is in every cgroup path of
 /// its processes, whichever driver and parent).
 fn pids_of_container(id: &str) -> Vec<i32> {
@@ -1003,7 +979,7 @@ async fn a_killed_shim_leaves_real_codes_and_no_process(
         "the sleeper's process is found by its cgroup"
     );
 
-    let shim = shim_pid(shim_binary, &bed.namespace, &pod).expect("the pod's shim");
+    let shim = crate::harness::shim_pid(shim_binary, &bed.namespace, &pod).expect("the pod's shim");
     if remora_down {
         bed.crash();
     }

@@ -484,9 +484,7 @@ fn a_failed_spool_write_keeps_the_event_and_the_spool_recovers() {
     assert!(replayed.is_empty());
     let mut queue = VecDeque::new();
     let mut push = |spool: &mut Spool, pid| {
-        queue.push_back(Arc::new(
-            envelope("k8s.io", &exit("a", pid)).unwrap(),
-        ));
+        queue.push_back(Arc::new(envelope("k8s.io", &exit("a", pid)).unwrap()));
         spool.append(&queue, &log);
     };
 
@@ -666,11 +664,7 @@ fn huge_spool_child() {
     let spool = dir.path().join("events");
     // One good record, then a sparse hole four times the cap (no disk space, all zeros read).
     let mut bytes = Vec::new();
-    encode_record(
-        &envelope("k8s.io", &exit("a", 1)).unwrap(),
-        &mut bytes,
-    )
-    .unwrap();
+    encode_record(&envelope("k8s.io", &exit("a", 1)).unwrap(), &mut bytes).unwrap();
     std::fs::write(&spool, &bytes).unwrap();
     let huge = 4 * MAX_SPOOL_LEN;
     OpenOptions::new()
@@ -862,8 +856,8 @@ async fn the_spool_is_the_owners_alone_even_when_an_older_shim_left_it_wider() {
 #[test]
 fn each_task_events_type_url_is_its_full_proto_name() {
     use containerd_shim_protos::events::task::{
-        TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskOOM, TaskPaused,
-        TaskResumed, TaskStart,
+        TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskOOM, TaskPaused, TaskResumed,
+        TaskStart,
     };
     use containerd_shim_protos::protobuf::MessageFull;
     fn check<E: TaskEvent + MessageFull>(topic: &str) {

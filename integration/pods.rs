@@ -465,3 +465,134 @@ fn iptables_nat() -> String {
     assert!(out.status.success(), "iptables -t nat -S failed");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Namespace options with the PID mode kubelet sends for a pod without
+/// `shareProcessNamespace` (one PID namespace per container).
+fn own_pid_namespaces() -> v1::NamespaceOption {
+    v1::NamespaceOption {
+        pid: v1::NamespaceMode::Container as i32,
+        ..Default::default()
+    }
+}
+
+/// `sh -c` in container `id`: its stdout, after checking it exited 0.
+async fn exec_out(bed: &BedRemora, id: &str, script: &str) -> String {
+    let r = bed
+        .remora
+        .runtime()
+        .exec_sync(v1::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd: vec!["sh".into(), "-c".into(), script.into()],
+            timeout: 10,
+        })
+        .await
+        .expect("ExecSync")
+        .into_inner();
+    assert_eq!(r.exit_code, 0, "{}", String::from_utf8_lossy(&r.stderr));
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
+
+/// A pod whose containers do not share a PID namespace has no pause container under the
+/// shipped `pause_container = "when-needed"`: no pause task; its IPC and UTS namespaces are
+/// pinned beside its network namespace with its hostname and sysctls, and its containers all
+/// join them; it stays Ready across a restart of remora, has network stats, and its stop and
+/// removal leave nothing.
+#[tokio::test]
+async fn a_pod_without_a_pause_container_shares_its_namespaces_and_leaves_nothing() {
+    let bed = BedRemora::start_with_network();
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let logs = scratch();
+    let mut config = pod_config("nopause", "uid-nopause");
+    config.log_directory = logs.path().display().to_string();
+    let linux = config.linux.get_or_insert_with(Default::default);
+    linux.sysctls = [
+        ("net.ipv4.ip_unprivileged_port_start".to_string(), "81".to_string()),
+        ("kernel.shmmni".to_string(), "1234".to_string()),
+    ]
+    .into();
+    linux.security_context = Some(v1::LinuxSandboxSecurityContext {
+        namespace_options: Some(own_pid_namespaces()),
+        ..Default::default()
+    });
+    let id = run(&bed, config.clone(), "").await.expect("RunPodSandbox");
+    let s = status(&bed, &id).await.expect("status");
+    assert_eq!(s.state, v1::PodSandboxState::SandboxReady as i32);
+    let ip = s.network.as_ref().map(|n| n.ip.clone()).unwrap_or_default();
+    assert!(ip.starts_with("10.88."), "{ip:?}");
+    assert!(!bed.ctr(&["tasks", "ls"]).contains(&id), "no pause task");
+    for pin in ["ipc", "uts"] {
+        assert_eq!(
+            mounts_containing(&format!("netns/{id}.{pin}")),
+            1,
+            "{pin} pinned"
+        );
+    }
+
+    let container = |name: &str| {
+        let mut c = cri::container_config(name, &["sleep", "3600"]);
+        c.linux = Some(v1::LinuxContainerConfig {
+            security_context: Some(v1::LinuxContainerSecurityContext {
+                namespace_options: Some(own_pid_namespaces()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        c
+    };
+    let mut ids = Vec::new();
+    for name in ["a", "b"] {
+        let c = cri::create(&bed.remora, &id, &config, container(name))
+            .await
+            .expect("CreateContainer");
+        cri::start(&bed.remora, &c).await;
+        ids.push(c);
+    }
+    let probe = "hostname; cat /proc/sys/net/ipv4/ip_unprivileged_port_start \
+                 /proc/sys/kernel/shmmni; for n in net ipc uts pid; do readlink /proc/self/ns/$n; done";
+    let a = exec_out(&bed, &ids[0], probe).await;
+    let b = exec_out(&bed, &ids[1], probe).await;
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+    assert_eq!(a[..3], ["nopause-host", "81", "1234"], "{a:?}");
+    // One network, IPC and UTS namespace for the pod, none of them the host's; a PID
+    // namespace for each container.
+    assert_eq!(a[..6], b[..6], "{a:?} vs {b:?}");
+    assert_ne!(a[6], b[6], "PID namespaces: {a:?} vs {b:?}");
+    for (line, ns) in a[3..6].iter().zip(["net", "ipc", "uts"]) {
+        let host = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+        assert_ne!(*line, host.display().to_string(), "{ns}");
+    }
+
+    let stats = bed
+        .remora
+        .runtime()
+        .pod_sandbox_stats(v1::PodSandboxStatsRequest {
+            pod_sandbox_id: id.clone(),
+        })
+        .await
+        .expect("PodSandboxStats")
+        .into_inner()
+        .stats
+        .expect("stats");
+    let network = stats.linux.and_then(|l| l.network).expect("network stats");
+    assert_eq!(
+        network.default_interface.map(|i| i.name).as_deref(),
+        Some("eth0")
+    );
+
+    // remora crashes: its successor finds the pod Ready from its pinned namespaces.
+    let mut bed = bed;
+    bed.crash();
+    bed.restart();
+    let s = status(&bed, &id).await.expect("status after restart");
+    assert_eq!(s.state, v1::PodSandboxState::SandboxReady as i32);
+    assert_eq!(exec_out(&bed, &ids[1], "hostname").await, "nopause-host\n");
+
+    stop(&bed, &id).await;
+    let s = status(&bed, &id).await.expect("status after stop");
+    assert_eq!(s.state, v1::PodSandboxState::SandboxNotready as i32);
+    assert_eq!(mounts_containing(&format!("netns/{id}")), 0, "netns and pins gone");
+    remove(&bed, &id).await;
+    assert_eq!(mounts_containing(&id), 0, "no mount of the pod left");
+    assert!(!bed.ctr_ids(&["containers", "ls", "-q"]).contains(&id));
+    assert!(!bed.ctr(&["tasks", "ls"]).contains(&ids[0]));
+}

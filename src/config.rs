@@ -136,6 +136,16 @@ cgroup_driver = "cgroupfs"
 # remora's own shim, takes a tenth of the RSS and a sixteenth of the PSS per pod that "runc",
 # containerd's Go shim, takes (docs/benchmarks.md).
 default_handler = "remora"
+# Which pods get a pause container. "when-needed" (CRI-O's drop_infra_ctr): only a pod that
+# shares one PID namespace among its containers (shareProcessNamespace), has a user namespace
+# of its own or uses the host's network; any other pod's IPC and UTS namespaces are pinned by
+# bind mounts beside its network namespace, with its hostname and sysctls set, and its
+# containers join them. Such a pod costs no pause process, no pause image, rootfs snapshot or
+# task, and its first container starts its shim. "always": every pod, as containerd does; its
+# PodSandboxStatus has the pause process's pid, and a pod whose pause process is killed turns
+# NotReady, where a pod without one stays Ready until StopPodSandbox. A handler's own
+# pause_container key overrides this for its pods.
+pause_container = "when-needed"
 
 # Runtime handlers, by CRI handler name (lowercase letters, digits, '.', '_', '-'). A pod
 # naming a handler that is not listed here is refused with INVALID_ARGUMENT.
@@ -150,7 +160,9 @@ default_handler = "remora"
 # pod_annotations and container_annotations, the pod and container annotations passed into
 # the OCI spec, which the OCI runtime reads (runc and crun act on org.systemd.property.* and
 # run.oci.*): lists of patterns where '*' and '?' match any characters but '/', e.g.
-# ["io.katacontainers.*"]. Empty by default: no pod author's annotation reaches the runtime.
+# ["io.katacontainers.*"]. Empty by default: no pod author's annotation reaches the runtime;
+# pause_container, "always" or "when-needed", overrides [runtime] pause_container for the
+# handler's pods (a VM-based runtime needs a sandbox container).
 runtime_type = "io.containerd.runc.v2"
 
 [runtime.handlers.remora]
@@ -454,6 +466,17 @@ pub enum CgroupDriver {
     Systemd,
 }
 
+/// Which pods get a pause container (`[runtime] pause_container`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PauseContainer {
+    /// Only pods that need one: a shared PID namespace, a user namespace of their own, or the
+    /// host's network.
+    WhenNeeded,
+    /// Every pod.
+    Always,
+}
+
 /// `[runtime]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -462,6 +485,8 @@ pub struct RuntimeConfig {
     pub cgroup_driver: CgroupDriver,
     /// The handler of pods that name none (CRI handler `""`).
     pub default_handler: String,
+    /// Which pods get a pause container; a handler's own key overrides it.
+    pub pause_container: PauseContainer,
     /// Runtime handlers by CRI handler name. A `[runtime.handlers.*]` table in the file
     /// replaces the built-in set ([`RuntimeConfig::builtin_handlers`]) as a whole: serde's
     /// struct-level `default` fills the field only when the key is absent.
@@ -494,6 +519,9 @@ pub struct RuntimeHandler {
     /// `container_annotations`). Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub container_annotations: Vec<String>,
+    /// Overrides `[runtime] pause_container` for this handler's pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_container: Option<PauseContainer>,
 }
 
 impl RuntimeHandler {
@@ -506,6 +534,7 @@ impl RuntimeHandler {
             root: None,
             pod_annotations: Vec::new(),
             container_annotations: Vec::new(),
+            pause_container: None,
         }
     }
 }
@@ -539,6 +568,7 @@ impl Default for RuntimeConfig {
         Self {
             cgroup_driver: CgroupDriver::Cgroupfs,
             default_handler: "remora".to_string(),
+            pause_container: PauseContainer::WhenNeeded,
             handlers: Self::builtin_handlers(),
         }
     }

@@ -23,7 +23,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use crate::config::{CgroupDriver, Config, PullLayers, RuntimeConfig};
+use crate::config::{CgroupDriver, Config, PauseContainer, PullLayers, RuntimeConfig};
 use crate::containerd::health::{HealthMonitor, ProbeSchedule};
 use crate::containerd::Client;
 use crate::cri::service::CriService;
@@ -417,6 +417,8 @@ pub fn runtime_handlers(
                     pod: h.pod_annotations.clone(),
                     container: h.container_annotations.clone(),
                 },
+                pause_always: h.pause_container.unwrap_or(config.pause_container)
+                    == PauseContainer::Always,
             };
             (name.clone(), runtime)
         })

@@ -34,8 +34,11 @@ pub struct ContainerRecord {
     pub snapshotter: String,
     /// Snapshot key of the rootfs.
     pub snapshot_key: String,
-    /// containerd's `sandbox` field of the record: the pod's id for a container, "" for a
-    /// pause container (and for containers made by remora before 0.1). With it, containerd
+    /// containerd's `sandbox` field of the record: the pod's id for a container of a pod with
+    /// a pause container, "" for a pause container, for a container of a pod without one (it
+    /// has no shim to be found until its first container's task starts one, which the shim
+    /// binary's `start` groups by the spec's sandbox-id annotation) and for containers made by
+    /// remora before 0.1. With it, containerd
     /// creates the container's task in the pod's shim (found through the pause task's exit
     /// keeper, a sandbox-store record) instead of running the shim binary's `start`, and
     /// does not shut the shim down on the container's task delete. It also loads that shim
@@ -316,8 +319,17 @@ pub trait PodNetwork: Send + Sync + 'static {
         id: &str,
         user: Option<&crate::spec::UserNamespace>,
     ) -> Result<PathBuf, NetnsError>;
-    /// Removes a network namespace; absent is not an error.
+    /// Removes a network namespace, and the namespaces pinned beside it; absent is not an
+    /// error.
     async fn remove_netns(&self, path: &Path) -> Result<(), NetnsError>;
+    /// For a pod without a pause container: new IPC and UTS namespaces with the pod's hostname
+    /// and sysctls (its `net.*` ones set in the network namespace at `netns`), pinned beside
+    /// it (`crate::net::netns::pin_pod_namespaces`) and removed with it.
+    async fn pin_namespaces(
+        &self,
+        netns: &Path,
+        pod: crate::net::netns::PodNamespaces,
+    ) -> Result<(), NetnsError>;
     /// CNI ADD (undoing its own partial ADD on failure); returns the pod's addresses, primary
     /// first.
     async fn setup(&self, pod: &PodNetInfo) -> Result<Vec<IpAddr>, NetError>;

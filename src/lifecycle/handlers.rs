@@ -24,6 +24,9 @@ pub struct HandlerRuntime {
     pub features: HandlerFeatures,
     /// The pod and container annotations its pods' specs carry ([`crate::spec::passthrough`]).
     pub pass_through: crate::spec::PassThrough,
+    /// Every pod of this handler gets a pause container, even one that needs none
+    /// (`pause_container = "always"`; see `super::sandbox_run`).
+    pub pause_always: bool,
 }
 
 /// The configured handlers and the default one.
@@ -54,6 +57,7 @@ impl RuntimeHandlers {
             runtime_path: String::new(),
             features: HandlerFeatures::default(),
             pass_through: Default::default(),
+            pause_always: false,
         };
         Self::new("runc", BTreeMap::from([("runc".to_string(), runc)]))
     }
@@ -105,6 +109,7 @@ mod tests {
             runtime_path: "/opt/shim".into(),
             features: HandlerFeatures::default(),
             pass_through: Default::default(),
+            pause_always: false,
         };
         let mut h = RuntimeHandlers::single_runc("io.containerd.runc.v2");
         h.by_name.insert("remora".into(), remora);

@@ -53,6 +53,7 @@ use super::{
     exit_ns, image_config, kill_and_delete, now_ns, wait_through_outages, HandlerRuntime, Pods,
 };
 use crate::images::store::ImageInfo;
+use crate::net::netns::PodNamespaces;
 use crate::net::{PodNetInfo, PortMapping};
 use crate::spec::{self, NamespaceMode, SandboxConfig};
 use crate::store::persist::SANDBOX_EXTENSION;
@@ -133,6 +134,14 @@ impl Pods {
         if user.is_some() && !runtime.features.user_namespaces {
             return Err(SandboxError::UserNamespacesUnsupported(handler));
         }
+        let pinned = needs_no_pause(cfg, &runtime);
+        // A pod without a pause container has its sysctls written by remora, not by runc:
+        // they are checked before anything is made (a pause container's spec checks them).
+        let pinned_sysctls = if pinned {
+            spec::pod_sysctls(cfg)?
+        } else {
+            Vec::new()
+        };
         // A cgroup parent the driver cannot use (a path under systemd) is the caller's error,
         // refused before anything is made rather than by the runtime when the task is created.
         spec::cgroups_path(self.host.cgroup_driver, &cfg.cgroup_parent, id)?;
@@ -140,21 +149,14 @@ impl Pods {
         let name_key = sandbox_name_key(&cfg.name, &cfg.namespace, &cfg.uid, req.attempt);
         let reservation = self.names.reserve_guarded(&name_key, id)?;
 
-        let image = self.sandbox_image().await?;
-        steps.mark("image");
-
-        let ns = &cfg.security.namespaces;
-        let host_network = ns.network == NamespaceMode::Node;
-        let mut netns_path = None;
-        if !host_network {
-            let path = self.network.create_netns(id, user.as_ref()).await?;
-            steps.mark("netns");
-            let (network, p) = (self.network.clone(), path.clone());
-            tx.on_undo("remove network namespace", async move {
-                network.remove_netns(&p).await
-            });
-            netns_path = Some(path);
-        }
+        // A pod without a pause container needs no pause image.
+        let image = if pinned {
+            None
+        } else {
+            let image = self.sandbox_image().await?;
+            steps.mark("image");
+            Some(image)
+        };
 
         // No hostname asked for: the node's, as containerd does (pod names can be longer than
         // a hostname may be).
@@ -163,6 +165,28 @@ impl Pods {
         } else {
             cfg.hostname.clone()
         };
+        let ns = &cfg.security.namespaces;
+        let host_network = ns.network == NamespaceMode::Node;
+        let mut netns_path = None;
+        if !host_network {
+            let path = self.network.create_netns(id, user.as_ref()).await?;
+            steps.mark("netns");
+            // Removing the netns removes the namespaces pinned beside it.
+            let (network, p) = (self.network.clone(), path.clone());
+            tx.on_undo("remove network namespace", async move {
+                network.remove_netns(&p).await
+            });
+            if pinned {
+                let pod = PodNamespaces {
+                    hostname: hostname.clone(),
+                    new_ipc: ns.ipc != NamespaceMode::Node,
+                    sysctls: pinned_sysctls,
+                };
+                self.network.pin_namespaces(&path, pod).await?;
+                steps.mark("pin_namespaces");
+            }
+            netns_path = Some(path);
+        }
         let mut metadata = SandboxMetadata {
             id: id.to_string(),
             name: cfg.name.clone(),
@@ -188,7 +212,54 @@ impl Pods {
             cgroup_parent: cfg.cgroup_parent.clone(),
             config_json: req.config_json.clone(),
             updated_resources: None,
+            pinned_namespaces: pinned,
         };
+
+        let pid = match (image, netns_path.as_deref()) {
+            (Some(image), _) => {
+                self.run_pause(req, tx, &mut steps, &mut metadata, &image, &runtime)
+                    .await?
+            }
+            (None, Some(netns)) => {
+                self.run_pinned(req, tx, &mut steps, &mut metadata, netns, &runtime)
+                    .await?;
+                0
+            }
+            // needs_no_pause is false for a pod on the host's network.
+            (None, None) => return Err(SandboxError::Spec(spec::SpecError::PinnedWithoutNetns)),
+        };
+
+        let sandbox = Sandbox::new(metadata, SandboxStatus::ready(pid));
+        self.sandboxes.add(sandbox.clone())?;
+        reservation.keep();
+        tx.commit();
+        if pid != 0 {
+            self.monitor_exit(sandbox);
+        }
+        self.events.emit(id, id, EventKind::Created, now_ns());
+        self.events.emit(id, id, EventKind::Started, now_ns());
+        info!(log, "pod sandbox running"; "pid" => pid, "pause_container" => !pinned, "runtime_handler" => &handler, "name" => &cfg.name, "namespace" => &cfg.namespace);
+        steps.log(log, "RunPodSandbox");
+        Ok(())
+    }
+
+    /// The rest of RunPodSandbox for a pod with a pause container: CNI ADD beside the pause
+    /// container's creation, the addresses into its record, its task started. Returns the
+    /// pause process's pid.
+    async fn run_pause(
+        &self,
+        req: &RunSandbox,
+        tx: &mut Tx,
+        steps: &mut Steps,
+        metadata: &mut SandboxMetadata,
+        image: &ImageInfo,
+        runtime: &HandlerRuntime,
+    ) -> Result<u32, SandboxError> {
+        let id = &tx.id().to_string();
+        let cfg = &req.config;
+        let user = cfg.security.namespaces.user;
+        let netns_path = (!metadata.netns_path.is_empty())
+            .then(|| std::path::PathBuf::from(&metadata.netns_path));
 
         // CNI ADD needs the netns and nothing else; the pause container needs the netns's
         // path, not the pod's addresses. `join!`, never `try_join!`: each branch ends on its
@@ -200,9 +271,9 @@ impl Pods {
         let (mut network_undo, mut pause_undo) = (tx.branch(), tx.branch());
         let (mut network_steps, mut pause_steps) = (steps.fork(), steps.fork());
         let pause_inputs = PauseInputs {
-            metadata: &metadata,
-            image: &image,
-            runtime: &runtime,
+            metadata,
+            image,
+            runtime,
             user: user.as_ref(),
             netns_path: netns_path.as_deref(),
         };
@@ -237,7 +308,7 @@ impl Pods {
             metadata.ip = ip_strings.remove(0);
             metadata.additional_ips = ip_strings;
             self.containers
-                .set_extension(id, SANDBOX_EXTENSION, encode_extension(&metadata))
+                .set_extension(id, SANDBOX_EXTENSION, encode_extension(&*metadata))
                 .await?;
             steps.mark("record_ips");
         }
@@ -247,16 +318,79 @@ impl Pods {
         // The container record now holds the snapshot; the creation lease can go.
         self.leases.delete(&lease, false).await?;
         steps.mark("lease_delete");
+        Ok(pid)
+    }
 
-        let sandbox = Sandbox::new(metadata, SandboxStatus::ready(pid));
-        self.sandboxes.add(sandbox.clone())?;
-        reservation.keep();
-        tx.commit();
-        self.monitor_exit(sandbox);
-        self.events.emit(id, id, EventKind::Created, now_ns());
-        self.events.emit(id, id, EventKind::Started, now_ns());
-        info!(log, "pod sandbox running"; "pid" => pid, "runtime_handler" => &handler, "name" => &cfg.name, "namespace" => &cfg.namespace);
-        steps.log(log, "RunPodSandbox");
+    /// The rest of RunPodSandbox for a pod without a pause container (its namespaces pinned
+    /// already): CNI ADD beside the pod files, then the pod's record, with its addresses, and
+    /// a spec that says what the pod is; no image, snapshot, lease or task. The pod's first
+    /// container starts its shim.
+    async fn run_pinned(
+        &self,
+        req: &RunSandbox,
+        tx: &mut Tx,
+        steps: &mut Steps,
+        metadata: &mut SandboxMetadata,
+        netns: &Path,
+        runtime: &HandlerRuntime,
+    ) -> Result<(), SandboxError> {
+        let id = tx.id().to_string();
+        let network_failed = AtomicBool::new(false);
+        let (mut network_undo, mut files_undo) = (tx.branch(), tx.branch());
+        let (mut network_steps, mut files_steps) = (steps.fork(), steps.fork());
+        let (ips, files) = tokio::join!(
+            self.attach_network(
+                req,
+                Some(netns),
+                &network_failed,
+                &mut network_undo,
+                &mut network_steps,
+            ),
+            self.prepare_pod_files(
+                req,
+                metadata,
+                &network_failed,
+                &mut files_undo,
+                &mut files_steps,
+            ),
+        );
+        tx.join(network_undo);
+        tx.join(files_undo);
+        steps.join("network+files", [network_steps, files_steps]);
+        let ips = ips?;
+        files?;
+        let mut ip_strings: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+        if !ip_strings.is_empty() {
+            metadata.ip = ip_strings.remove(0);
+            metadata.additional_ips = ip_strings;
+        }
+
+        let mut sandbox_cfg = req.config.clone();
+        sandbox_cfg.hostname = metadata.hostname.clone();
+        let spec = spec::pinned_sandbox_spec(&id, &sandbox_cfg, netns, &runtime.pass_through)?;
+        let spec_json = serde_json::to_vec(&spec).map_err(SandboxError::Encode)?;
+        self.containers
+            .create(ContainerRecord {
+                id: id.clone(),
+                image: String::new(),
+                labels: to_labels(metadata),
+                spec: spec_json,
+                runtime: runtime.runtime.clone(),
+                snapshotter: String::new(),
+                snapshot_key: String::new(),
+                sandbox: String::new(),
+                extensions: HashMap::from([(
+                    SANDBOX_EXTENSION.to_string(),
+                    encode_extension(metadata),
+                )]),
+            })
+            .await?;
+        steps.mark("record");
+        let containers = self.containers.clone();
+        tx.on_undo("delete container record", async move {
+            containers.delete(&id).await
+        });
+        crate::failpoint::hit("sandbox.after_record", &req.config.name).await?;
         Ok(())
     }
 
@@ -327,27 +461,10 @@ impl Pods {
         } = inputs;
         let id = &metadata.id;
         let cfg = &req.config;
-        let ns = &cfg.security.namespaces;
 
-        go_on()?;
-        let dir = self.sandbox_dir(id);
-        // Registered first: removal is idempotent, and a blocking task that did not finish
-        // may have made part of them.
-        let d = dir.clone();
-        undo.on_undo("remove pod files", async move {
-            super::blocking(move || sandbox_files::remove(&d)).await??;
-            Ok::<(), super::UndoError>(())
-        });
-        let request = FilesRequest {
-            hostname: metadata.hostname.clone(),
-            dns: req.dns.clone(),
-            host_network: ns.network == NamespaceMode::Node,
-            host_ipc: ns.ipc == NamespaceMode::Node,
-        };
-        let files = super::blocking(move || sandbox_files::prepare(&dir, &request))
-            .await
-            .map_err(SandboxError::Aborted)??;
-        steps.mark("pod_files");
+        let files = self
+            .prepare_pod_files(req, metadata, network_failed, undo, steps)
+            .await?;
 
         go_on()?;
         let lease = self.creation_lease(undo).await?;
@@ -440,6 +557,41 @@ impl Pods {
         Ok(lease)
     }
 
+    /// The pod's files (hosts, resolv.conf, hostname, and its /dev/shm tmpfs), beside CNI
+    /// ADD; stops before it starts once `network_failed` is set.
+    async fn prepare_pod_files(
+        &self,
+        req: &RunSandbox,
+        metadata: &SandboxMetadata,
+        network_failed: &AtomicBool,
+        undo: &mut Branch,
+        steps: &mut Steps,
+    ) -> Result<spec::SandboxFiles, SandboxError> {
+        if network_failed.load(Ordering::Acquire) {
+            return Err(SandboxError::StoppedBeside("CNI ADD"));
+        }
+        let ns = &req.config.security.namespaces;
+        let dir = self.sandbox_dir(&metadata.id);
+        // Registered first: removal is idempotent, and a blocking task that did not finish
+        // may have made part of them.
+        let d = dir.clone();
+        undo.on_undo("remove pod files", async move {
+            super::blocking(move || sandbox_files::remove(&d)).await??;
+            Ok::<(), super::UndoError>(())
+        });
+        let request = FilesRequest {
+            hostname: metadata.hostname.clone(),
+            dns: req.dns.clone(),
+            host_network: ns.network == NamespaceMode::Node,
+            host_ipc: ns.ipc == NamespaceMode::Node,
+        };
+        let files = super::blocking(move || sandbox_files::prepare(&dir, &request))
+            .await
+            .map_err(SandboxError::Aborted)??;
+        steps.mark("pod_files");
+        Ok(files)
+    }
+
     async fn sandbox_image(&self) -> Result<ImageInfo, SandboxError> {
         if let Some(info) = self.images.get(&self.sandbox_image) {
             return Ok(info);
@@ -470,4 +622,18 @@ impl Pods {
             }
         });
     }
+}
+
+/// Whether pod `cfg` of a handler with `runtime` runs without a pause container: unless its
+/// handler asks for one (`pause_container = "always"`), a pod needs one only for what needs a
+/// process to hold it: a PID namespace its containers share (`shareProcessNamespace`), a user
+/// namespace of its own (its network namespace is owned by it, and the pause container's maps
+/// are what runc checks), and a pod on the host's network (kept simple: its namespaces are not
+/// pinned beside a network namespace of its own).
+pub(crate) fn needs_no_pause(cfg: &SandboxConfig, runtime: &HandlerRuntime) -> bool {
+    let ns = &cfg.security.namespaces;
+    !runtime.pause_always
+        && ns.network != NamespaceMode::Node
+        && ns.pid != NamespaceMode::Pod
+        && ns.user.is_none()
 }

@@ -9,11 +9,15 @@
 //!   process's cgroup and its running containers' cgroups, without pressure (it does not add
 //!   up).
 //! - **Network**: `/proc/<pause pid>/net/dev` — the pause process lives in the pod's network
-//!   namespace, so its view of `/proc/net/dev` is the pod's, read without entering it. As
+//!   namespace, so its view of `/proc/net/dev` is the pod's, read without entering it. A pod
+//!   without a pause container: a running container's view, else read by a thread that joins
+//!   its network namespace. As
 //!   containerd: loopback left out, `eth0` the default interface (else the first one), and a
 //!   host-network pod reports no network stats (the host's interfaces are not the pod's).
 //! - **Containers**: every container of the pod, each read by the one path ContainerStats
 //!   uses ([`Pods::stats_of`]).
+//!
+//! A pod without a pause container has no pause process in the sum of its parts.
 //!
 //! A pod that is not ready has no pause process and no network to read: PodSandboxStats
 //! answers `UNAVAILABLE` for it (containerd's `ErrUnavailable`), and ListPodSandboxStats leaves
@@ -143,6 +147,24 @@ fn network_of(pid: u32) -> Option<NetworkStats> {
     })
 }
 
+/// The interfaces of the network namespace at `netns` (a pod without a pause container and
+/// without a running container), read from inside it: `/proc/thread-self/net/dev` is the
+/// reading thread's namespace's.
+async fn network_in(netns: std::path::PathBuf) -> Option<NetworkStats> {
+    let text = tokio::task::spawn_blocking(move || {
+        crate::net::netns::run_in(&netns, || {
+            std::fs::read_to_string("/proc/thread-self/net/dev").ok()
+        })
+    })
+    .await
+    .ok()?
+    .ok()??;
+    Some(NetworkStats {
+        timestamp_ns: now_ns(),
+        interfaces: parse_net_dev(&text),
+    })
+}
+
 impl Pods {
     /// PodSandboxStats.
     pub async fn sandbox_stats(&self, id: &str) -> Result<SandboxStats, StatsError> {
@@ -172,7 +194,8 @@ impl Pods {
 
     async fn stats_of_sandbox(&self, sandbox: SandboxSnapshot) -> Result<SandboxStats, StatsError> {
         let pid = sandbox.status.pid;
-        if sandbox.status.state != SandboxState::Ready || pid == 0 {
+        let pinned = sandbox.metadata.pinned_namespaces;
+        if sandbox.status.state != SandboxState::Ready || (pid == 0 && !pinned) {
             return Err(StatsError::NotReady {
                 id: sandbox.metadata.id.clone(),
             });
@@ -186,15 +209,24 @@ impl Pods {
         let fs = CgroupFs::host();
         let driver = self.host.cgroup_driver;
         let cgroup = pod_cgroup(&fs, driver, &sandbox.metadata.cgroup_parent, || {
-            let pause = process_cgroup(&fs, pid);
-            CgroupStats::sum(std::iter::once(&pause).chain(containers.iter().map(|c| &c.cgroup)))
+            let pause = (pid != 0).then(|| process_cgroup(&fs, pid));
+            CgroupStats::sum(pause.iter().chain(containers.iter().map(|c| &c.cgroup)))
         });
         // A pod with a network namespace of its own has its path recorded; a host-network pod
         // has none.
         let network = if sandbox.metadata.netns_path.is_empty() {
             None
-        } else {
+        } else if pid != 0 {
             network_of(pid)
+        } else {
+            // No pause process: a running container's view, else the namespace's own.
+            let running = containers.iter().map(|c| &c.container.status).find(|s| {
+                s.state == crate::store::status::ContainerState::Running && s.pid != 0
+            });
+            match running {
+                Some(s) => network_of(s.pid),
+                None => network_in(std::path::PathBuf::from(&sandbox.metadata.netns_path)).await,
+            }
         };
         // The pause process may have exited while we read: its figures are then not the pod's.
         if self

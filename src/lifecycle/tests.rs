@@ -1109,6 +1109,7 @@ fn two_handlers(default: &str) -> RuntimeHandlers {
         runtime_path: String::new(),
         features: Default::default(),
         pass_through: Default::default(),
+        pause_always: false,
     };
     RuntimeHandlers::new(
         default,
@@ -1133,6 +1134,7 @@ fn remora_handler() -> HandlerRuntime {
         runtime_path: "/opt/bin/containerd-shim-remora-v2".into(),
         features: Default::default(),
         pass_through: Default::default(),
+        pause_always: false,
     }
 }
 
@@ -2368,4 +2370,234 @@ async fn update_sandbox_resources_failing_to_write_the_record_leaves_the_index_a
     let indexed = b.pods.sandboxes.get(&id).expect("indexed").metadata();
     assert_eq!(indexed.updated_resources, None, "not reported as recorded");
     assert_eq!(recorded_metadata(&b, &id).updated_resources, None);
+}
+
+// Pods without a pause container (`pause_container = "when-needed"`, sandbox_run).
+
+/// A pod whose containers do not share a PID namespace (kubelet's pod without
+/// `shareProcessNamespace`): it needs no pause container. One `net.*` sysctl (the host's IPC
+/// namespace, as `pod_request`, so no IPC sysctl).
+fn pinned_pod_request() -> RunSandbox {
+    let mut req = pod_request();
+    req.config.security.namespaces.pid = NamespaceMode::Container;
+    req.config.sysctls = [("net.ipv4.ip_unprivileged_port_start".into(), "80".into())].into();
+    req
+}
+
+/// The handler `runc` (Go shim), asking for a pause container for every pod or not.
+fn runc_handler(pause_always: bool) -> RuntimeHandlers {
+    let runc = HandlerRuntime {
+        runtime: ShimRuntime {
+            name: "io.containerd.runc.v2".into(),
+            options: None,
+        },
+        runtime_path: String::new(),
+        features: Default::default(),
+        pass_through: Default::default(),
+        pause_always,
+    };
+    RuntimeHandlers::new(
+        "runc",
+        std::collections::BTreeMap::from([("runc".to_string(), runc)]),
+    )
+}
+
+#[tokio::test]
+async fn a_pod_without_pause_has_its_namespaces_pinned_and_no_image_snapshot_lease_or_task() {
+    let b = bed();
+    let id = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
+    let netns = b.state_dir.join("netns").join(&id);
+    assert_eq!(
+        b.log.calls(),
+        vec![
+            Call::NetnsCreate(id.clone(), None),
+            Call::NetnsPin(
+                netns.clone(),
+                crate::net::netns::PodNamespaces {
+                    hostname: "web".into(),
+                    new_ipc: false,
+                    sysctls: vec![("net.ipv4.ip_unprivileged_port_start".into(), "80".into())],
+                }
+            ),
+            Call::CniAdd(id.clone()),
+            Call::RecordCreate(id.clone()),
+        ],
+        "no pause image, lease, snapshot or task; the record is made once, with the addresses"
+    );
+    let sb = b.pods.sandboxes.get(&id).expect("indexed").snapshot();
+    assert_eq!((sb.status.state, sb.status.pid), (SandboxState::Ready, 0));
+    assert!(sb.metadata.pinned_namespaces);
+    assert_eq!(sb.metadata.ip, "10.88.0.7");
+    assert_eq!(recorded_metadata(&b, &id), *sb.metadata);
+    assert!(!b.containerd.has_task(&id));
+    // The record's spec says what the pod is; nothing runs it.
+    let record = b.containerd.record(&id).expect("the pod's record");
+    let spec: serde_json::Value = serde_json::from_slice(&record.spec).unwrap();
+    assert!(spec.get("process").is_none() && spec.get("root").is_none(), "{spec}");
+    assert_eq!(spec["hostname"], "web");
+    assert_eq!(
+        spec["annotations"]["io.kubernetes.cri.sandbox-id"],
+        id.as_str()
+    );
+    let uts = spec["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["type"] == "uts")
+        .cloned()
+        .expect("a UTS namespace");
+    assert_eq!(uts["path"], format!("{}.uts", netns.display()));
+    assert!(!b.intent_file(&id).exists());
+}
+
+#[tokio::test]
+async fn a_pod_that_shares_its_pid_namespace_or_whose_handler_asks_gets_a_pause_container() {
+    // shareProcessNamespace: the pod's PID namespace needs a process.
+    let b = bed();
+    let id = b.pods.run_sandbox(pod_request()).await.expect("a pod");
+    assert_eq!(b.log.calls()[..9], run_sandbox_calls(&id));
+    assert!(!b.pods.sandboxes.get(&id).unwrap().metadata().pinned_namespaces);
+    // A handler with pause_container = "always".
+    let b = bed_with_handlers(runc_handler(true));
+    let id = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
+    assert!(b.log.calls().contains(&Call::TaskStart(id.clone())));
+    assert!(!b.log.calls().iter().any(|c| matches!(c, Call::NetnsPin(..))));
+    let sb = b.pods.sandboxes.get(&id).unwrap().snapshot();
+    assert_ne!(sb.status.pid, 0);
+    assert!(!sb.metadata.pinned_namespaces);
+    // The same pod under a handler that does not ask: pinned.
+    let b = bed_with_handlers(runc_handler(false));
+    let id = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
+    assert!(b.pods.sandboxes.get(&id).unwrap().metadata().pinned_namespaces);
+}
+
+/// RunPodSandbox of a pod without a pause container, with `op` failing: the undo calls run,
+/// newest first, and nothing of the pod is left.
+async fn pinned_run_sandbox_fails_at(op: &'static str, undo: fn(&str, &Path) -> Vec<Call>) {
+    let b = bed();
+    b.log.fail(op, 1);
+    b.pods
+        .run_sandbox(pinned_pod_request())
+        .await
+        .expect_err("the scripted failure");
+    let id = first_id(&b.log);
+    let netns = b.state_dir.join("netns").join(&id);
+    assert_eq!(b.log.after_failure(), undo(&id, &netns), "{op}: undo sequence");
+    assert_pod_undone(&b, &id, op);
+}
+
+#[tokio::test]
+async fn a_pod_without_pause_failing_to_pin_removes_its_netns() {
+    pinned_run_sandbox_fails_at("network.pin_namespaces", |_, netns| {
+        vec![Call::NetnsRemove(netns.to_path_buf())]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_without_pause_failing_cni_add_removes_its_files_and_netns() {
+    pinned_run_sandbox_fails_at("network.setup", |_, netns| {
+        vec![Call::NetnsRemove(netns.to_path_buf())]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_without_pause_failing_its_record_undoes_cni_then_the_netns() {
+    pinned_run_sandbox_fails_at("containers.create", |id, netns| {
+        vec![
+            Call::CniDel(id.to_string()),
+            Call::NetnsRemove(netns.to_path_buf()),
+        ]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_without_pause_refuses_a_host_wide_sysctl_before_making_anything() {
+    let b = bed();
+    let mut req = pinned_pod_request();
+    req.config.sysctls = [("vm.overcommit_memory".into(), "1".into())].into();
+    let err = b.pods.run_sandbox(req).await.expect_err("a host-wide sysctl");
+    assert!(
+        matches!(err, SandboxError::Spec(SpecError::InvalidSysctl { .. })),
+        "{err:?}"
+    );
+    assert!(b.log.calls().is_empty(), "{:?}", b.log.calls());
+}
+
+#[tokio::test]
+async fn containers_of_a_pod_without_pause_join_its_pinned_namespaces() {
+    let b = bed();
+    let pod = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
+    let netns = b.state_dir.join("netns").join(&pod);
+    let mut req = create_request(&pod);
+    req.config.security.namespaces.pid = NamespaceMode::Container;
+    req.config.security.namespaces.ipc = NamespaceMode::Node;
+    let id = b.pods.create_container(req).await.expect("a container");
+    let record = b.containerd.record(&id).expect("the container's record");
+    let spec: serde_json::Value = serde_json::from_slice(&record.spec).unwrap();
+    let namespaces: Vec<(String, Option<String>)> = spec["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["type"].as_str().unwrap().to_string(),
+                n["path"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    // No sandbox in the record (no shim to find before the first container's); the shim
+    // binary's `start` groups the pod's containers by the sandbox-id annotation.
+    assert_eq!(record.sandbox, "");
+    assert_eq!(
+        spec["annotations"]["io.kubernetes.cri.sandbox-id"],
+        pod.as_str()
+    );
+    let path = |suffix: &str| Some(format!("{}{suffix}", netns.display()));
+    assert_eq!(
+        namespaces,
+        vec![
+            ("mount".to_string(), None),
+            ("network".to_string(), path("")),
+            ("uts".to_string(), path(".uts")),
+            ("pid".to_string(), None),
+        ]
+    );
+    // A container asking for the pod's PID namespace, which a pod without a pause container
+    // does not have: refused, naming it, and nothing left.
+    let mut req = create_request(&pod);
+    req.metadata.name = "shares-pid".into();
+    req.config.security.namespaces.ipc = NamespaceMode::Node;
+    let err = b.pods.create_container(req).await.expect_err("no pod PID namespace");
+    assert!(
+        matches!(err, ContainerError::Spec(SpecError::NoPodNamespace("pid"))),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("no pid namespace"), "{err}");
+    assert_eq!(b.pods.containers_store().by_sandbox(&pod).len(), 1);
+}
+
+#[tokio::test]
+async fn stopping_a_pod_without_pause_kills_nothing_and_removes_its_network() {
+    let b = bed();
+    let id = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
+    let netns = b.state_dir.join("netns").join(&id);
+    b.log.clear();
+    b.pods.stop_sandbox(&id).await.expect("stopped");
+    let calls = b.log.calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| matches!(c, Call::TaskKill(..) | Call::TaskDelete(_))),
+        "{calls:?}"
+    );
+    assert!(calls.contains(&Call::CniDel(id.clone())), "{calls:?}");
+    assert!(calls.contains(&Call::NetnsRemove(netns)), "{calls:?}");
+    let sb = b.pods.sandboxes.get(&id).unwrap().snapshot();
+    assert_eq!(sb.status.state, SandboxState::NotReady);
+    b.pods.remove_sandbox(&id).await.expect("removed");
+    assert!(!b.containerd.has_record(&id));
+    assert!(b.pods.sandboxes.get(&id).is_err());
 }

@@ -56,6 +56,14 @@ impl PodNetwork for HostNetwork {
         netns::remove(path).await
     }
 
+    async fn pin_namespaces(
+        &self,
+        netns: &Path,
+        pod: netns::PodNamespaces,
+    ) -> Result<(), NetnsError> {
+        netns::pin_pod_namespaces(netns, pod).await
+    }
+
     async fn setup(&self, pod: &PodNetInfo) -> Result<Vec<IpAddr>, NetError> {
         Ok(self.cni.setup(pod).await?.ips)
     }

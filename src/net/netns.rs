@@ -59,6 +59,23 @@ pub enum NetnsError {
     /// `unshare(CLONE_NEWNET)` failed (missing CAP_SYS_ADMIN, or namespaces disabled).
     #[error("cannot create a network namespace: unshare(CLONE_NEWNET): {0}")]
     Unshare(Errno),
+    /// `unshare(CLONE_NEWUTS [| CLONE_NEWIPC])` failed for a pod without a pause container.
+    #[error("cannot create the pod's IPC and UTS namespaces: unshare: {0}")]
+    UnsharePod(Errno),
+    /// The pod's hostname could not be set in its new UTS namespace.
+    #[error("cannot set the pod's hostname {hostname:?}: {errno}")]
+    Hostname {
+        /// The hostname.
+        hostname: String,
+        errno: Errno,
+    },
+    /// One of the pod's sysctls could not be written in its namespaces.
+    #[error("cannot set sysctl {name:?} in the pod's namespaces: {source}")]
+    Sysctl {
+        /// The sysctl, dot form.
+        name: String,
+        source: std::io::Error,
+    },
     /// The user namespace that is to own the network namespace could not be made.
     #[error("cannot create a user namespace for a network namespace: {0}")]
     Userns(#[from] remora_host::userns::UsernsError),
@@ -149,9 +166,144 @@ impl NetnsDir {
 /// Where the user namespace owning the network namespace at `netns` is pinned (a bind mount
 /// beside it), for a pod with a user namespace of its own; see [`NetnsDir::create_in_userns`].
 pub fn userns_pin(netns: &Path) -> PathBuf {
+    beside(netns, ".userns")
+}
+
+/// Where the IPC namespace of a pod without a pause container is pinned, beside its network
+/// namespace at `netns` ([`pin_pod_namespaces`]).
+pub fn ipc_pin(netns: &Path) -> PathBuf {
+    beside(netns, ".ipc")
+}
+
+/// Where the UTS namespace of a pod without a pause container is pinned, beside its network
+/// namespace at `netns` ([`pin_pod_namespaces`]).
+pub fn uts_pin(netns: &Path) -> PathBuf {
+    beside(netns, ".uts")
+}
+
+fn beside(netns: &Path, suffix: &str) -> PathBuf {
     let mut p = netns.as_os_str().to_owned();
-    p.push(".userns");
+    p.push(suffix);
     PathBuf::from(p)
+}
+
+/// What the namespaces of a pod without a pause container start with: what runc would have
+/// set in the pause container's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodNamespaces {
+    /// The pod's hostname (its UTS namespace's).
+    pub hostname: String,
+    /// The pod has an IPC namespace of its own (else it uses the host's: only its UTS
+    /// namespace is made and pinned).
+    pub new_ipc: bool,
+    /// The pod's sysctls, dot form, each already checked to live in a namespace the pod owns
+    /// (`crate::spec::sysctl::check`): the `net.*` ones are written in the network namespace,
+    /// the IPC and UTS ones in the new namespaces.
+    pub sysctls: Vec<(String, String)>,
+}
+
+/// For a pod without a pause container (CRI-O's `pinns` does this for its pods): a new UTS
+/// namespace and, unless the pod uses the host's, a new IPC namespace, the pod's hostname and
+/// sysctls set in them and in the network namespace at `netns`, pinned beside it
+/// ([`uts_pin`], [`ipc_pin`]) for the pod's containers to join. Fails if a pin exists; on
+/// failure leaves no pin behind (the network namespace stays: [`remove`] of it removes the
+/// pins too).
+pub async fn pin_pod_namespaces(netns: &Path, pod: PodNamespaces) -> Result<(), NetnsError> {
+    let netns = netns.to_path_buf();
+    blocking(move || pin_blocking(&netns, pod)).await?
+}
+
+fn pin_blocking(netns: &Path, pod: PodNamespaces) -> Result<(), NetnsError> {
+    let mut kinds = vec![(CloneFlags::CLONE_NEWUTS, "uts", uts_pin(netns))];
+    if pod.new_ipc {
+        kinds.push((CloneFlags::CLONE_NEWIPC, "ipc", ipc_pin(netns)));
+    }
+    let create = |p: &Path| {
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(p)
+            .map(drop)
+            .map_err(|source| NetnsError::Io {
+                action: "create mount point",
+                path: p.to_path_buf(),
+                source,
+            })
+    };
+    let mut made_pins: Vec<PathBuf> = Vec::new();
+    for (_, _, pin) in &kinds {
+        if let Err(e) = create(pin) {
+            for p in &made_pins {
+                let _ = remove_one(p);
+            }
+            return Err(e);
+        }
+        made_pins.push(pin.clone());
+    }
+    let ns_path = netns.to_path_buf();
+    let made = on_new_thread(move || -> Result<(), NetnsError> {
+        let ns = File::open(&ns_path).map_err(|source| NetnsError::Io {
+            action: "open network namespace",
+            path: ns_path.clone(),
+            source,
+        })?;
+        setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|errno| NetnsError::Enter {
+            path: ns_path.clone(),
+            errno,
+        })?;
+        let flags = kinds
+            .iter()
+            .fold(CloneFlags::empty(), |all, (flag, _, _)| all | *flag);
+        unshare(flags).map_err(NetnsError::UnsharePod)?;
+        // As runc does in a pause container: the hostname, then the sysctls (a
+        // `kernel.hostname` sysctl wins).
+        nix::unistd::sethostname(&pod.hostname).map_err(|errno| NetnsError::Hostname {
+            hostname: pod.hostname.clone(),
+            errno,
+        })?;
+        for (name, value) in &pod.sysctls {
+            write_sysctl(name, value)?;
+        }
+        let tid = nix::unistd::gettid();
+        for (_, kind, target) in &kinds {
+            mount(
+                Some(format!("/proc/self/task/{tid}/ns/{kind}").as_str()),
+                target,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|errno| NetnsError::Mount {
+                action: "bind-mount the new namespace onto",
+                path: target.clone(),
+                errno,
+            })?;
+        }
+        Ok(())
+    })
+    .and_then(|r| r);
+    if made.is_err() {
+        // Best effort: the pinning error is the one worth reporting.
+        for p in &made_pins {
+            let _ = remove_one(p);
+        }
+    }
+    made
+}
+
+/// Writes sysctl `name` (checked by `crate::spec::sysctl::check`: letters, digits, `_`, `-`,
+/// `.`, `/`, no empty component) in the calling thread's namespaces, under `/proc/sys` at
+/// [`sysctl_path`].
+fn write_sysctl(name: &str, value: &str) -> Result<(), NetnsError> {
+    use std::io::Write;
+    let path = Path::new("/proc/sys").join(sysctl_path(name));
+    let err = |source| NetnsError::Sysctl {
+        name: name.to_string(),
+        source,
+    };
+    // No create, no truncate: /proc/sys files take one write.
+    let mut f = OpenOptions::new().write(true).open(&path).map_err(err)?;
+    f.write_all(value.as_bytes()).map_err(err)
 }
 
 fn create_in_userns_at(
@@ -246,8 +398,8 @@ pub fn release_dir(dir: &Path) -> Result<bool, NetnsError> {
     }
 }
 
-/// Unmounts (lazily, `MNT_DETACH`) and deletes the namespace file at `path`, and the user
-/// namespace pinned beside it ([`userns_pin`]) if there is one. Idempotent: an absent file or
+/// Unmounts (lazily, `MNT_DETACH`) and deletes the namespace file at `path`, and the
+/// namespaces pinned beside it ([`userns_pin`], [`ipc_pin`], [`uts_pin`]) if there are any. Idempotent: an absent file or
 /// one that is no longer mounted is fine.
 pub async fn remove(path: &Path) -> Result<(), NetnsError> {
     let p = path.to_path_buf();
@@ -440,8 +592,11 @@ fn create_at(path: &Path) -> Result<(), NetnsError> {
 }
 
 fn remove_blocking(path: &Path) -> Result<(), NetnsError> {
-    // A user-namespaced pod's pinned user namespace first (absent for the others).
-    remove_one(&userns_pin(path))?;
+    // The namespaces pinned beside it first (absent for most pods): a user-namespaced pod's
+    // user namespace, the IPC and UTS namespaces of a pod without a pause container.
+    for pin in [userns_pin(path), ipc_pin(path), uts_pin(path)] {
+        remove_one(&pin)?;
+    }
     remove_one(path)
 }
 
@@ -481,6 +636,23 @@ where
         .map_err(NetnsError::Thread)?
         .join()
         .map_err(|_| NetnsError::Aborted("namespace thread panicked".into()))
+}
+
+/// The path of sysctl `name` below `/proc/sys`, as sysctl(8) reads names: in the dot form the
+/// dots separate and a `/` is a dot within a component (`net.ipv4.conf.eth0/100.forwarding`);
+/// in the slash form (its first separator a `/`) the name is the path.
+fn sysctl_path(name: &str) -> String {
+    match name.find(['.', '/']) {
+        Some(i) if name.as_bytes()[i] == b'.' => name
+            .chars()
+            .map(|c| match c {
+                '.' => '/',
+                '/' => '.',
+                c => c,
+            })
+            .collect(),
+        _ => name.to_owned(),
+    }
 }
 
 async fn blocking<T, F>(f: F) -> Result<T, NetnsError>
@@ -580,6 +752,104 @@ pub(crate) mod tests {
         assert!(mounts_under(&path).is_empty());
         assert!(!is_netns(&path).unwrap());
         // Idempotent.
+        remove(&path).await.unwrap();
+    }
+
+    #[test]
+    fn sysctl_names_map_to_proc_sys_paths_as_sysctl_reads_them() {
+        assert_eq!(sysctl_path("kernel.shmmax"), "kernel/shmmax");
+        assert_eq!(
+            sysctl_path("net.ipv4.conf.eth0/100.forwarding"),
+            "net/ipv4/conf/eth0.100/forwarding"
+        );
+        assert_eq!(
+            sysctl_path("net/ipv4/conf/eth0.100/forwarding"),
+            "net/ipv4/conf/eth0.100/forwarding"
+        );
+    }
+
+    /// The inode of the namespace that `path` pins (or names).
+    fn ns_inode(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().ino()
+    }
+
+    #[tokio::test]
+    async fn a_pod_without_pause_gets_pinned_ipc_and_uts_namespaces_with_its_hostname_and_sysctls(
+    ) {
+        require_root();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("netns");
+        let nsdir = NetnsDir::prepare(&dir).await.unwrap();
+        let _guard = DirMount(dir.clone());
+        let path = nsdir.create("pod-p").await.unwrap();
+        let pod = PodNamespaces {
+            hostname: "pinned-pod".into(),
+            new_ipc: true,
+            sysctls: vec![
+                ("kernel.shmmni".into(), "1234".into()),
+                ("net.ipv4.ip_unprivileged_port_start".into(), "77".into()),
+            ],
+        };
+        pin_pod_namespaces(&path, pod.clone()).await.unwrap();
+        let (ipc, uts) = (ipc_pin(&path), uts_pin(&path));
+        assert!(is_netns(&ipc).unwrap() && is_netns(&uts).unwrap());
+        // Namespaces of their own, not the host's.
+        assert_ne!(ns_inode(&ipc), ns_inode(Path::new("/proc/self/ns/ipc")));
+        assert_ne!(ns_inode(&uts), ns_inode(Path::new("/proc/self/ns/uts")));
+        // What a container joining them sees.
+        let seen = on_new_thread(move || {
+            for (p, flag) in [
+                (&path, CloneFlags::CLONE_NEWNET),
+                (&ipc, CloneFlags::CLONE_NEWIPC),
+                (&uts, CloneFlags::CLONE_NEWUTS),
+            ] {
+                setns(File::open(p).unwrap(), flag).unwrap();
+            }
+            let read = |p: &str| std::fs::read_to_string(p).unwrap().trim().to_string();
+            (
+                nix::unistd::gethostname().unwrap().into_string().unwrap(),
+                read("/proc/sys/kernel/shmmni"),
+                read("/proc/sys/net/ipv4/ip_unprivileged_port_start"),
+            )
+        })
+        .unwrap();
+        assert_eq!(seen, ("pinned-pod".into(), "1234".into(), "77".into()));
+        // The host's are untouched.
+        assert_ne!(nix::unistd::gethostname().unwrap(), "pinned-pod");
+        let path = dir.join("pod-p");
+        // Pinning twice is refused, and leaves the first pins alone.
+        assert!(pin_pod_namespaces(&path, pod).await.is_err());
+        assert!(is_netns(&ipc_pin(&path)).unwrap());
+        remove(&path).await.unwrap();
+        for p in [path.clone(), ipc_pin(&path), uts_pin(&path)] {
+            assert!(!p.exists(), "{} left", p.display());
+            assert!(mounts_under(&p).is_empty());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pin_that_fails_leaves_nothing_but_the_netns() {
+        require_root();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("netns");
+        let nsdir = NetnsDir::prepare(&dir).await.unwrap();
+        let _guard = DirMount(dir.clone());
+        let path = nsdir.create("pod-q").await.unwrap();
+        // A host-IPC pod: only UTS is made; a sysctl that does not exist fails the pinning.
+        let err = pin_pod_namespaces(
+            &path,
+            PodNamespaces {
+                hostname: "q".into(),
+                new_ipc: false,
+                sysctls: vec![("net.ipv4.no_such_sysctl".into(), "1".into())],
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("net.ipv4.no_such_sysctl"), "{err}");
+        assert!(!ipc_pin(&path).exists() && !uts_pin(&path).exists());
+        assert!(is_netns(&path).unwrap());
         remove(&path).await.unwrap();
     }
 

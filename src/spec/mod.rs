@@ -226,6 +226,13 @@ pub enum SpecError {
     /// PID namespace mode `Target` without the target container's pid.
     #[error("pid namespace mode TARGET requires the target container's pid")]
     MissingTargetPid,
+    /// A pod without a pause container has no such namespace of its own to join (only its
+    /// network, IPC and UTS namespaces are pinned).
+    #[error("the pod has no pause container, so it has no {0} namespace to join")]
+    NoPodNamespace(&'static str),
+    /// A pod without a pause container that has no network namespace of its own.
+    #[error("a pod without a pause container must have a network namespace of its own")]
+    PinnedWithoutNetns,
     /// An oci-spec builder rejected a value (a bug in this module, not in the request).
     #[error("building the OCI spec: {0}")]
     Build(#[from] OciSpecError),
@@ -476,8 +483,7 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
         .resources(resources)
         .namespaces(namespaces::container_namespaces(
             &sec.namespaces,
-            inputs.sandbox.pid,
-            inputs.sandbox.netns_path.as_deref(),
+            inputs.sandbox.namespaces_at()?,
             inputs.target_pid,
         )?)
         .devices(devices)
@@ -527,6 +533,54 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
         spec,
         host_dirs_to_create: plan.host_dirs_to_create,
     })
+}
+
+/// The sysctls of a pod without a pause container, written where runc would have written the
+/// pause container's (`crate::net::netns::pin_pod_namespaces`): the pod's, each refused unless
+/// it lives in a namespace the pod owns ([`sysctl`]).
+pub fn pod_sysctls(cfg: &SandboxConfig) -> Result<Vec<(String, String)>, SpecError> {
+    let ns = &cfg.security.namespaces;
+    check_sysctls(
+        &cfg.sysctls,
+        ns.network == NamespaceMode::Node,
+        ns.ipc == NamespaceMode::Node,
+    )?;
+    let mut out: Vec<_> = cfg
+        .sysctls
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The OCI spec kept in the record of a pod without a pause container: nothing runs it; it
+/// says what the pod is, as a pause container's would (annotations, hostname, the pinned
+/// namespaces its containers join, its sysctls), for whoever reads containerd's records.
+pub fn pinned_sandbox_spec(
+    id: &str,
+    cfg: &SandboxConfig,
+    netns_path: &Path,
+    pass_through: &PassThrough,
+) -> Result<Spec, SpecError> {
+    let linux = LinuxBuilder::default()
+        .namespaces(namespaces::container_namespaces(
+            &cfg.security.namespaces,
+            namespaces::PodNamespacesAt::Pinned { netns: netns_path },
+            None,
+        )?)
+        .sysctl(pod_sysctls(cfg)?.into_iter().collect::<HashMap<_, _>>())
+        .build()?;
+    let mut spec = SpecBuilder::default()
+        .version(oci_spec::runtime::VERSION)
+        .linux(linux)
+        .annotations(sandbox_annotations(id, cfg, "", pass_through))
+        .build()?;
+    spec.set_process(None);
+    spec.set_root(None);
+    spec.set_mounts(None);
+    spec.set_hostname((!cfg.hostname.is_empty()).then(|| cfg.hostname.clone()));
+    Ok(spec)
 }
 
 /// `linux.uidMappings` and `gidMappings` of a user namespace of the pod's own.

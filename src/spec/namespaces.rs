@@ -5,6 +5,10 @@
 //! bind mount when there is one, which outlives the pause process). A namespace that is the
 //! host's is simply left out of the spec. Every container gets a new mount namespace.
 //!
+//! A pod without a pause container (`[runtime] pause_container = "when-needed"`, see
+//! `crate::lifecycle::sandbox_run`) has its IPC and UTS namespaces pinned beside its network
+//! namespace; its containers join those ([`PodNamespacesAt::Pinned`]).
+//!
 //! A pod with a user namespace of its own: the pause container joins the user namespace that
 //! owns the pod's network namespace (pinned beside it, see `crate::net::netns::userns_pin`),
 //! or makes a new one on the host's network; containers join the pause process's, as in
@@ -31,43 +35,60 @@ fn proc_ns(pid: u32, name: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/ns/{name}"))
 }
 
-/// The namespaces of a container in the sandbox whose pause process is `sandbox_pid`.
-///
-/// `netns_path` is the pod's network namespace bind mount, if any; `target_pid` is the
+/// Where a container joins its pod's namespaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodNamespacesAt<'a> {
+    /// The pause process's, through `/proc/<pid>/ns/*`; the network namespace through its
+    /// bind mount when there is one (it outlives the pause process).
+    Pause {
+        /// The pause process.
+        pid: u32,
+        /// The pod's network namespace bind mount, if any.
+        netns: Option<&'a Path>,
+    },
+    /// A pod without a pause container: its network namespace's bind mount and the IPC and
+    /// UTS namespaces pinned beside it (`crate::net::netns::ipc_pin`, `uts_pin`). Such a pod
+    /// has no user namespace or shared PID namespace of its own (they need a process).
+    Pinned {
+        /// The pod's network namespace bind mount.
+        netns: &'a Path,
+    },
+}
+
+/// The namespaces of a container of the pod whose namespaces are `pod`; `target_pid` is the
 /// process of the container named by a `Target` PID mode.
 pub fn container_namespaces(
     opts: &NamespaceOptions,
-    sandbox_pid: u32,
-    netns_path: Option<&Path>,
+    pod: PodNamespacesAt<'_>,
     target_pid: Option<u32>,
 ) -> Result<Vec<LinuxNamespace>, SpecError> {
+    // The path of the pod's namespace `name` (`/proc/<pid>/ns/` names).
+    let of_pod = |name: &'static str| -> Result<PathBuf, SpecError> {
+        match pod {
+            PodNamespacesAt::Pause { netns: Some(p), .. } if name == "net" => Ok(p.to_path_buf()),
+            PodNamespacesAt::Pause { pid, .. } => Ok(proc_ns(pid, name)),
+            PodNamespacesAt::Pinned { netns } => match name {
+                "net" => Ok(netns.to_path_buf()),
+                "ipc" => Ok(crate::net::netns::ipc_pin(netns)),
+                "uts" => Ok(crate::net::netns::uts_pin(netns)),
+                _ => Err(SpecError::NoPodNamespace(name)),
+            },
+        }
+    };
     let mut out = vec![ns(LinuxNamespaceType::Mount, None)?];
     if opts.user.is_some() {
-        out.push(ns(
-            LinuxNamespaceType::User,
-            Some(proc_ns(sandbox_pid, "user")),
-        )?);
+        out.push(ns(LinuxNamespaceType::User, Some(of_pod("user")?))?);
     }
     if opts.network != NamespaceMode::Node {
-        let path = netns_path.map_or_else(|| proc_ns(sandbox_pid, "net"), Path::to_path_buf);
-        out.push(ns(LinuxNamespaceType::Network, Some(path))?);
+        out.push(ns(LinuxNamespaceType::Network, Some(of_pod("net")?))?);
         // A host-network pod also has the host's UTS namespace (its hostname is the node's).
-        out.push(ns(
-            LinuxNamespaceType::Uts,
-            Some(proc_ns(sandbox_pid, "uts")),
-        )?);
+        out.push(ns(LinuxNamespaceType::Uts, Some(of_pod("uts")?))?);
     }
     if opts.ipc != NamespaceMode::Node {
-        out.push(ns(
-            LinuxNamespaceType::Ipc,
-            Some(proc_ns(sandbox_pid, "ipc")),
-        )?);
+        out.push(ns(LinuxNamespaceType::Ipc, Some(of_pod("ipc")?))?);
     }
     match opts.pid {
-        NamespaceMode::Pod => out.push(ns(
-            LinuxNamespaceType::Pid,
-            Some(proc_ns(sandbox_pid, "pid")),
-        )?),
+        NamespaceMode::Pod => out.push(ns(LinuxNamespaceType::Pid, Some(of_pod("pid")?))?),
         NamespaceMode::Container => out.push(ns(LinuxNamespaceType::Pid, None)?),
         NamespaceMode::Node => {}
         NamespaceMode::Target => {
@@ -113,6 +134,44 @@ pub fn sandbox_namespaces(
 mod tests {
     use super::*;
 
+    fn pause(pid: u32, netns: Option<&Path>) -> PodNamespacesAt<'_> {
+        PodNamespacesAt::Pause { pid, netns }
+    }
+
+    #[test]
+    fn a_pod_without_pause_is_joined_through_its_pins() {
+        let netns = Path::new("/run/remora/netns/p");
+        let list = container_namespaces(
+            &NamespaceOptions {
+                pid: NamespaceMode::Container,
+                ..NamespaceOptions::default()
+            },
+            PodNamespacesAt::Pinned { netns },
+            None,
+        )
+        .unwrap();
+        assert_eq!(find(&list, LinuxNamespaceType::Network), Some(Some(netns.into())));
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Uts),
+            Some(Some("/run/remora/netns/p.uts".into()))
+        );
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Ipc),
+            Some(Some("/run/remora/netns/p.ipc".into()))
+        );
+        assert_eq!(find(&list, LinuxNamespaceType::Pid), Some(None));
+        assert_eq!(find(&list, LinuxNamespaceType::User), None);
+        // A shared PID namespace (or a user namespace) needs a process: such a pod has a
+        // pause container, and asking for its namespace from pins is an error, not a guess.
+        let err = container_namespaces(
+            &NamespaceOptions::default(),
+            PodNamespacesAt::Pinned { netns },
+            None,
+        )
+        .unwrap_err();
+        assert!(matches!(err, SpecError::NoPodNamespace("pid")), "{err}");
+    }
+
     fn find(list: &[LinuxNamespace], t: LinuxNamespaceType) -> Option<Option<PathBuf>> {
         list.iter().find(|n| n.typ() == t).map(|n| n.path().clone())
     }
@@ -121,8 +180,7 @@ mod tests {
     fn pod_mode_joins_the_sandbox() {
         let list = container_namespaces(
             &NamespaceOptions::default(),
-            42,
-            Some(Path::new("/run/netns/x")),
+            pause(42, Some(Path::new("/run/netns/x"))),
             None,
         )
         .unwrap();
@@ -143,7 +201,7 @@ mod tests {
             find(&list, LinuxNamespaceType::Pid),
             Some(Some("/proc/42/ns/pid".into()))
         );
-        let list = container_namespaces(&NamespaceOptions::default(), 42, None, None).unwrap();
+        let list = container_namespaces(&NamespaceOptions::default(), pause(42, None), None).unwrap();
         assert_eq!(
             find(&list, LinuxNamespaceType::Network),
             Some(Some("/proc/42/ns/net".into()))
@@ -158,7 +216,7 @@ mod tests {
             ipc: NamespaceMode::Node,
             user: None,
         };
-        let list = container_namespaces(&opts, 42, Some(Path::new("/run/netns/x")), None).unwrap();
+        let list = container_namespaces(&opts, pause(42, Some(Path::new("/run/netns/x"))), None).unwrap();
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].typ(), LinuxNamespaceType::Mount);
     }
@@ -169,19 +227,19 @@ mod tests {
             pid: NamespaceMode::Container,
             ..NamespaceOptions::default()
         };
-        let list = container_namespaces(&opts, 42, None, None).unwrap();
+        let list = container_namespaces(&opts, pause(42, None), None).unwrap();
         assert_eq!(find(&list, LinuxNamespaceType::Pid), Some(None));
         let opts = NamespaceOptions {
             pid: NamespaceMode::Target,
             ..NamespaceOptions::default()
         };
-        let list = container_namespaces(&opts, 42, None, Some(77)).unwrap();
+        let list = container_namespaces(&opts, pause(42, None), Some(77)).unwrap();
         assert_eq!(
             find(&list, LinuxNamespaceType::Pid),
             Some(Some("/proc/77/ns/pid".into()))
         );
         assert!(matches!(
-            container_namespaces(&opts, 42, None, None),
+            container_namespaces(&opts, pause(42, None), None),
             Err(SpecError::MissingTargetPid)
         ));
     }

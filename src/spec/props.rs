@@ -372,6 +372,7 @@ fn container_specs_are_valid_or_typed_errors() {
                         id: "sb".into(),
                         pid: 42,
                         netns_path: Some("/run/remora/netns/sb".into()),
+                        pinned: false,
                         config: pod,
                         files: files(),
                     };

@@ -71,6 +71,7 @@ fn sandbox() -> SandboxInfo {
         id: "sb1".into(),
         pid: 4321,
         netns_path: Some("/run/remora/netns/sb1".into()),
+        pinned: false,
         config: SandboxConfig {
             name: "pod".into(),
             namespace: "default".into(),

@@ -401,10 +401,33 @@ pub struct SandboxInfo {
     pub pid: u32,
     /// The pod's network namespace path (bind mount), preferred over `/proc/<pid>/ns/net`.
     pub netns_path: Option<PathBuf>,
+    /// The pod has no pause container (`pid` is 0): its IPC and UTS namespaces are pinned
+    /// beside its network namespace.
+    pub pinned: bool,
     /// The pod config.
     pub config: SandboxConfig,
     /// Files prepared for the pod.
     pub files: SandboxFiles,
+}
+
+impl SandboxInfo {
+    /// Where the pod's containers join its namespaces.
+    pub fn namespaces_at(&self) -> Result<super::namespaces::PodNamespacesAt<'_>, super::SpecError> {
+        use super::namespaces::PodNamespacesAt;
+        Ok(if self.pinned {
+            PodNamespacesAt::Pinned {
+                netns: self
+                    .netns_path
+                    .as_deref()
+                    .ok_or(super::SpecError::PinnedWithoutNetns)?,
+            }
+        } else {
+            PodNamespacesAt::Pause {
+                pid: self.pid,
+                netns: self.netns_path.as_deref(),
+            }
+        })
+    }
 }
 
 /// Facts about the host that change what a spec may contain.

@@ -291,6 +291,7 @@ mod tests {
             cgroup_parent: "/kubepods/pod-u-1".into(),
             config_json: br#"{"metadata":{"name":"web"}}"#.to_vec(),
             updated_resources: None,
+            pinned_namespaces: false,
         }
     }
 

@@ -27,7 +27,8 @@ use super::{labels_match, StoreError};
 use crate::spec::{NamespaceOptions, Resources};
 
 /// Everything CRI said about a sandbox and what remora set up for it. Persisted in the
-/// containerd container record of the pause container (see [`super::persist`]).
+/// containerd container record of the sandbox (the pause container's, or a record without a
+/// task for a pod without one; see [`super::persist`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SandboxMetadata {
@@ -74,6 +75,12 @@ pub struct SandboxMetadata {
     /// in-place pod resize, and left out of those written before the first update.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub updated_resources: Option<PodResources>,
+    /// The pod has no pause container: its IPC and UTS namespaces are pinned beside its
+    /// network namespace (`crate::net::netns::ipc_pin`, `uts_pin`), its containers join them,
+    /// and it has no task of its own. Absent (false) in records of pods with a pause container,
+    /// and in every record written before pods could have none.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pinned_namespaces: bool,
 }
 
 /// What UpdatePodSandboxResources reported for a pod: its overhead and its resources, each

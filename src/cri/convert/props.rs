@@ -715,6 +715,7 @@ fn check_container(
         id: "sb".into(),
         pid: 4321,
         netns_path: Some("/run/remora/netns/sb".into()),
+        pinned: false,
         config: pod_config.clone(),
         files: SandboxFiles {
             hosts: Some("/run/remora/sb/hosts".into()),

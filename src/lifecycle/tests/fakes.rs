@@ -63,6 +63,9 @@ pub enum Call {
     NetnsCreate(String, Option<crate::spec::UserNamespace>),
     /// `PodNetwork::remove_netns`.
     NetnsRemove(PathBuf),
+    /// A pod's IPC and UTS namespaces pinned beside its netns (a pod without a pause
+    /// container): the netns path and what they start with.
+    NetnsPin(PathBuf, crate::net::netns::PodNamespaces),
     /// `PodNetwork::setup` (CNI ADD) of this pod id.
     CniAdd(String),
     /// `PodNetwork::teardown` (CNI DEL) of this pod id.
@@ -97,6 +100,7 @@ impl Call {
             Call::LeaseDelete(_) => "leases.delete",
             Call::NetnsCreate(..) => "network.create_netns",
             Call::NetnsRemove(_) => "network.remove_netns",
+            Call::NetnsPin(..) => "network.pin_namespaces",
             Call::CniAdd(_) => "network.setup",
             Call::CniDel(_) => "network.teardown",
             Call::CniOrphans(_) => "network.await_orphaned_plugins",
@@ -661,6 +665,16 @@ impl PodNetwork for FakeNetwork {
     async fn remove_netns(&self, path: &Path) -> Result<(), NetnsError> {
         if self.log.record(Call::NetnsRemove(path.to_path_buf())) {
             return Err(netns_failed(path));
+        }
+        Ok(())
+    }
+    async fn pin_namespaces(
+        &self,
+        netns: &Path,
+        pod: crate::net::netns::PodNamespaces,
+    ) -> Result<(), NetnsError> {
+        if self.log.record(Call::NetnsPin(netns.to_path_buf(), pod)) {
+            return Err(netns_failed(netns));
         }
         Ok(())
     }

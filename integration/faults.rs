@@ -179,6 +179,73 @@ async fn remora_killed_mid_run_pod_sandbox_leaves_nothing_after_restart() {
     }
 }
 
+/// The same for a pod without a pause container (PID mode CONTAINER, kubelet's usual pod):
+/// killed after CNI ADD (its files may be made) and after its record; its pinned UTS and IPC
+/// namespaces go with its netns in the sweep.
+#[tokio::test]
+async fn remora_killed_mid_run_of_a_pod_without_pause_leaves_nothing_after_restart() {
+    let mut bed = BedRemora::start_with_network();
+    let logs = scratch();
+    let mounts_of = |id: &str| {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(id))
+            .count()
+    };
+    for point in ["sandbox.after_network", "sandbox.after_record"] {
+        let name = format!("half-pinned-{}", point.replace(['.', '_'], "-"));
+        let mut config = cri::pod_config(&name, logs.path(), false);
+        config
+            .linux
+            .get_or_insert_with(Default::default)
+            .security_context = Some(v1::LinuxSandboxSecurityContext {
+            namespace_options: Some(v1::NamespaceOption {
+                pid: v1::NamespaceMode::Container as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        arm(&mut bed, point);
+        let r = cri::run_pod(&bed.remora, &config).await;
+        let id = killed(&mut bed, point, r);
+
+        let netns = bed.state_dir().join("netns").join(&id);
+        assert!(netns.exists(), "{point}: the pod's netns exists");
+        for pin in ["uts", "ipc"] {
+            assert!(
+                bed.state_dir()
+                    .join("netns")
+                    .join(format!("{id}.{pin}"))
+                    .exists(),
+                "{point}: {pin} pinned"
+            );
+        }
+        assert!(ipam_holds(&id), "{point}: CNI ADD allocated an address");
+        if point == "sandbox.after_record" {
+            assert!(bed.ctr_ids(&["containers", "ls", "-q"]).contains(&id));
+        }
+        assert!(!bed.ctr(&["tasks", "ls"]).contains(&id), "{point}: no task");
+
+        restart_and_sweep(&mut bed, "the sweep of the half-made pod").await;
+        assert_eq!(mounts_of(&id), 0, "{point}: netns, pins and shm unmounted");
+        assert!(!netns.exists(), "{point}: netns removed");
+        assert!(!ipam_holds(&id), "{point}: CNI DEL released the address");
+        assert!(
+            bed.ctr_ids(&["containers", "ls", "-q"]).is_empty(),
+            "{point}"
+        );
+        assert!(!bed.state_dir().join("sandboxes").join(&id).exists());
+        let pods = cri::list_pods(&bed.remora).await;
+        assert!(pods.is_empty(), "{point}: kubelet never sees it: {pods:?}");
+
+        let pod = cri::run_pod(&bed.remora, &config)
+            .await
+            .expect("RunPodSandbox");
+        cri::remove_pod(&bed.remora, &pod).await;
+    }
+}
+
 /// A remora killed while its CNI ADD waits in the IPAM plugin (here host-local behind a
 /// wrapper that starts it 4 s late): bridge has the pod's netns open and allocates the address
 /// only after the crash. The restarted remora's DEL must come after that, or the address

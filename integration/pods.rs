@@ -4,7 +4,7 @@ use remora::cri::v1;
 use tonic::Code;
 
 use crate::cri;
-use crate::harness::{scratch, BedRemora};
+use crate::harness::{scratch, shim_pid, BedRemora};
 use crate::testbed::TESTBED_CERTS;
 
 /// [`cri::pod_config`] with uid `uid`, a hostname, a label, an annotation, DNS and no log
@@ -493,10 +493,11 @@ async fn exec_out(bed: &BedRemora, id: &str, script: &str) -> String {
 }
 
 /// A pod whose containers do not share a PID namespace has no pause container under the
-/// shipped `pause_container = "when-needed"`: no pause task; its IPC and UTS namespaces are
-/// pinned beside its network namespace with its hostname and sysctls, and its containers all
-/// join them; it stays Ready across a restart of remora, has network stats, and its stop and
-/// removal leave nothing.
+/// shipped `pause_container = "when-needed"` and remora's shim (the handler named here, so
+/// the Go-shim pass of the suite runs it too): no pause process, only a holder task whose pid
+/// is its shim's; its IPC and UTS namespaces are pinned beside its network namespace with its
+/// hostname and sysctls, and its containers all join them; it stays Ready across a restart of
+/// remora, has network stats, and its stop and removal leave nothing.
 #[tokio::test]
 async fn a_pod_without_a_pause_container_shares_its_namespaces_and_leaves_nothing() {
     let bed = BedRemora::start_with_network();
@@ -506,7 +507,10 @@ async fn a_pod_without_a_pause_container_shares_its_namespaces_and_leaves_nothin
     config.log_directory = logs.path().display().to_string();
     let linux = config.linux.get_or_insert_with(Default::default);
     linux.sysctls = [
-        ("net.ipv4.ip_unprivileged_port_start".to_string(), "81".to_string()),
+        (
+            "net.ipv4.ip_unprivileged_port_start".to_string(),
+            "81".to_string(),
+        ),
         ("kernel.shmmni".to_string(), "1234".to_string()),
     ]
     .into();
@@ -514,12 +518,37 @@ async fn a_pod_without_a_pause_container_shares_its_namespaces_and_leaves_nothin
         namespace_options: Some(own_pid_namespaces()),
         ..Default::default()
     });
-    let id = run(&bed, config.clone(), "").await.expect("RunPodSandbox");
+    let id = run(&bed, config.clone(), "remora")
+        .await
+        .expect("RunPodSandbox");
     let s = status(&bed, &id).await.expect("status");
     assert_eq!(s.state, v1::PodSandboxState::SandboxReady as i32);
     let ip = s.network.as_ref().map(|n| n.ip.clone()).unwrap_or_default();
     assert!(ip.starts_with("10.88."), "{ip:?}");
-    assert!(!bed.ctr(&["tasks", "ls"]).contains(&id), "no pause task");
+    let verbose = bed
+        .remora
+        .runtime()
+        .pod_sandbox_status(v1::PodSandboxStatusRequest {
+            pod_sandbox_id: id.clone(),
+            verbose: true,
+        })
+        .await
+        .expect("PodSandboxStatus")
+        .into_inner();
+    let info: serde_json::Value =
+        serde_json::from_str(&verbose.info["info"]).expect("verbose info");
+    assert_eq!(info["pid"], 0, "no pause process: {info}");
+    let shim = shim_pid("containerd-shim-remora-v2", &bed.namespace, &id).expect("the pod's shim");
+    let tasks = bed.ctr(&["tasks", "ls"]);
+    let holder = tasks
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("the pod's holder task in {tasks}"));
+    assert_eq!(
+        holder.split_whitespace().nth(1),
+        Some(shim.to_string().as_str()),
+        "the holder's pid is its shim's: {holder}"
+    );
     for pin in ["ipc", "uts"] {
         assert_eq!(
             mounts_containing(&format!("netns/{id}.{pin}")),
@@ -590,9 +619,95 @@ async fn a_pod_without_a_pause_container_shares_its_namespaces_and_leaves_nothin
     stop(&bed, &id).await;
     let s = status(&bed, &id).await.expect("status after stop");
     assert_eq!(s.state, v1::PodSandboxState::SandboxNotready as i32);
-    assert_eq!(mounts_containing(&format!("netns/{id}")), 0, "netns and pins gone");
+    assert_eq!(
+        mounts_containing(&format!("netns/{id}")),
+        0,
+        "netns and pins gone"
+    );
     remove(&bed, &id).await;
     assert_eq!(mounts_containing(&id), 0, "no mount of the pod left");
     assert!(!bed.ctr_ids(&["containers", "ls", "-q"]).contains(&id));
     assert!(!bed.ctr(&["tasks", "ls"]).contains(&ids[0]));
+}
+
+/// The shim of a pod without a pause container outlives its containers: its holder task keeps
+/// it while a container exits and is removed and the next one is created (without it the shim
+/// would go with the pod's last task while containerd handed it the next: "ttrpc: closed").
+/// The same shim process serves the pod throughout, with either handler (under the Go shim
+/// the pod has a pause container).
+#[tokio::test]
+async fn a_pods_shim_outlives_its_containers() {
+    let bed = BedRemora::start_with_network();
+    cri::pull(&bed.remora, "busybox").await.expect("pull");
+    let logs = scratch();
+    let mut config = cri::pod_config("outlives", logs.path(), false);
+    config
+        .linux
+        .get_or_insert_with(Default::default)
+        .security_context = Some(v1::LinuxSandboxSecurityContext {
+        namespace_options: Some(own_pid_namespaces()),
+        ..Default::default()
+    });
+    let id = cri::run_pod(&bed.remora, &config)
+        .await
+        .expect("RunPodSandbox");
+    let binary = if crate::harness::it_handler() == "runc" {
+        "containerd-shim-runc-v2"
+    } else {
+        "containerd-shim-remora-v2"
+    };
+    let shim = shim_pid(binary, &bed.namespace, &id).expect("the pod's shim");
+    let container = |name: &str, command: &[&str]| {
+        let mut c = cri::container_config(name, command);
+        c.linux = Some(v1::LinuxContainerConfig {
+            security_context: Some(v1::LinuxContainerSecurityContext {
+                namespace_options: Some(own_pid_namespaces()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        c
+    };
+    for round in 0..5 {
+        let name = format!("quick-{round}");
+        let c = cri::create(&bed.remora, &id, &config, container(&name, &["true"]))
+            .await
+            .expect("CreateContainer");
+        cri::start(&bed.remora, &c).await;
+        let st = cri::wait_exited(&bed.remora, &c, std::time::Duration::from_secs(30)).await;
+        assert_eq!(st.exit_code, 0, "{name}");
+        bed.remora
+            .runtime()
+            .remove_container(v1::RemoveContainerRequest {
+                container_id: c.clone(),
+            })
+            .await
+            .expect("RemoveContainer");
+        assert_eq!(
+            shim_pid(binary, &bed.namespace, &id),
+            Some(shim),
+            "round {round}: the pod's shim is the same process"
+        );
+    }
+    let c = cri::create(
+        &bed.remora,
+        &id,
+        &config,
+        container("last", &["sleep", "60"]),
+    )
+    .await
+    .expect("CreateContainer");
+    cri::start(&bed.remora, &c).await;
+    assert_eq!(
+        cri::status(&bed.remora, &c).await.expect("status").state,
+        v1::ContainerState::ContainerRunning as i32
+    );
+    assert_eq!(shim_pid(binary, &bed.namespace, &id), Some(shim));
+    cri::remove_pod(&bed.remora, &id).await;
+    crate::harness::wait_until(
+        "the pod's shim to end with the pod",
+        std::time::Duration::from_secs(10),
+        || async { shim_pid(binary, &bed.namespace, &id).is_none() },
+    )
+    .await;
 }

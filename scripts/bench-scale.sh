@@ -4,7 +4,7 @@
 # on the test bed containerd's own CRI with its Go shim, same load one after the other.
 #
 #   scripts/bench-scale.sh [--pods N] [--concurrent M] [--handler H] [--containerd-pods N]
-#                          [--only remora|containerd] [--bin PATH] [--samples K]
+#                          [--only remora|containerd] [--bin PATH] [--samples K] [--share-pid]
 #
 #   --pods N             pods per runtime (default 300)
 #   --concurrent M       pods started at once (default 10)
@@ -13,6 +13,11 @@
 #   --only RT            one runtime only
 #   --bin PATH           the remora binary (default: the release build, built here)
 #   --samples K          list-call samples per reading (default 30)
+#   --share-pid          pods whose containers share one PID namespace (shareProcessNamespace),
+#                        which need a pause container on remora too; by default the pods are
+#                        shaped as kubelet sends a pod without it (PID mode CONTAINER for the
+#                        pod and its container), which remora runs without one
+#                        (`pause_container = "when-needed"`); containerd's CRI always makes one
 #
 # Per runtime it reports:
 #   - pod start (RunPodSandbox + CreateContainer + StartContainer, three crictl calls): the
@@ -38,7 +43,7 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-pods=300 m=10 handler='' ctrd_pods='' only='' bin='' samples=30
+pods=300 m=10 handler='' ctrd_pods='' only='' bin='' samples=30 pid_mode=CONTAINER
 num() { [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "$1 needs a positive number"; }
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -46,6 +51,7 @@ while [[ $# -gt 0 ]]; do
 	--concurrent) num "$@" && m=$2 && shift 2 ;;
 	--containerd-pods) num "$@" && ctrd_pods=$2 && shift 2 ;;
 	--samples) num "$@" && samples=$2 && shift 2 ;;
+	--share-pid) pid_mode=POD && shift ;;
 	--handler)
 		[[ $# -ge 2 && $2 =~ ^[a-z0-9-]+$ ]] || die "--handler needs a handler name"
 		handler=$2
@@ -171,10 +177,10 @@ trap cleanup EXIT
 one_pod() {
 	local rt=$1 name=$2 pod ctr t0
 	cat >"$work/pods/$name-pod.json" <<JSON
-{"metadata": {"name": "$name", "namespace": "bench-scale", "uid": "$name-uid"}, "labels": {"bench": "scale"}, "log_directory": "$work/logs/$name", "linux": {}}
+{"metadata": {"name": "$name", "namespace": "bench-scale", "uid": "$name-uid"}, "labels": {"bench": "scale"}, "log_directory": "$work/logs/$name", "linux": {"security_context": {"namespace_options": {"pid": "$pid_mode"}}}}
 JSON
 	cat >"$work/pods/$name-ctr.json" <<JSON
-{"metadata": {"name": "c"}, "image": {"image": "busybox"}, "command": ["sleep", "36000"], "log_path": "c.log", "linux": {}}
+{"metadata": {"name": "c"}, "image": {"image": "busybox"}, "command": ["sleep", "36000"], "log_path": "c.log", "linux": {"security_context": {"namespace_options": {"pid": "$pid_mode"}}}}
 JSON
 	t0=$EPOCHREALTIME
 	# crictl's stderr is kept for a failed call only (it warns on every call).

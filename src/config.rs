@@ -140,11 +140,12 @@ default_handler = "remora"
 # shares one PID namespace among its containers (shareProcessNamespace), has a user namespace
 # of its own or uses the host's network; any other pod's IPC and UTS namespaces are pinned by
 # bind mounts beside its network namespace, with its hostname and sysctls set, and its
-# containers join them. Such a pod costs no pause process, no pause image, rootfs snapshot or
-# task, and its first container starts its shim. "always": every pod, as containerd does; its
-# PodSandboxStatus has the pause process's pid, and a pod whose pause process is killed turns
-# NotReady, where a pod without one stays Ready until StopPodSandbox. A handler's own
-# pause_container key overrides this for its pods.
+# containers join them. Such a pod costs no pause process, pause image, rootfs snapshot or
+# runc run: a task with no process holds its shim. Only remora's shim can hold a pod so; pods
+# of other handlers (containerd's Go shim) always get a pause container. "always": every pod,
+# as containerd does. PodSandboxStatus reports pid 0 for a pod without one; such a pod turns
+# NotReady only when stopped or when its shim dies, where a pod whose pause process is killed
+# does too. A handler's own pause_container key overrides this for its pods.
 pause_container = "when-needed"
 
 # Runtime handlers, by CRI handler name (lowercase letters, digits, '.', '_', '-'). A pod

@@ -34,6 +34,10 @@ pub const POINTS: &[(&str, &str)] = &[
         "RunPodSandbox: CNI ADD done and pause task created, not started",
     ),
     (
+        "sandbox.after_record",
+        "RunPodSandbox of a pod without a pause container: its record made, not indexed",
+    ),
+    (
         "container.after_snapshot",
         "CreateContainer: rootfs snapshot prepared, no containerd record yet",
     ),

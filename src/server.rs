@@ -417,8 +417,10 @@ pub fn runtime_handlers(
                     pod: h.pod_annotations.clone(),
                     container: h.container_annotations.clone(),
                 },
+                // Only remora's shim can hold a pod without a process (its holder task).
                 pause_always: h.pause_container.unwrap_or(config.pause_container)
-                    == PauseContainer::Always,
+                    == PauseContainer::Always
+                    || h.runtime_type != crate::config::REMORA_RUNTIME_TYPE,
             };
             (name.clone(), runtime)
         })
@@ -944,6 +946,23 @@ mod tests {
                 runtime_path: Some("/opt/bin/containerd-shim-remora-v2".into()),
                 ..RuntimeHandler::of_type("io.containerd.remora.v2")
             },
+        );
+        let h = super::runtime_handlers(&config, &BTreeMap::new());
+        // Pods without a pause container only where remora's shim can hold them.
+        assert!(!h.resolve("remora").unwrap().1.pause_always);
+        assert!(h.resolve("runc").unwrap().1.pause_always, "the Go shim");
+        let mut always = config.clone();
+        always.pause_container = crate::config::PauseContainer::Always;
+        let h2 = super::runtime_handlers(&always, &BTreeMap::new());
+        assert!(h2.resolve("remora").unwrap().1.pause_always);
+        let mut own = always.clone();
+        if let Some(r) = own.handlers.get_mut("remora") {
+            r.pause_container = Some(crate::config::PauseContainer::WhenNeeded);
+        }
+        let h3 = super::runtime_handlers(&own, &BTreeMap::new());
+        assert!(
+            !h3.resolve("remora").unwrap().1.pause_always,
+            "the handler's own key"
         );
         let h = super::runtime_handlers(&config, &BTreeMap::new());
         assert_eq!(h.default_name(), "remora");

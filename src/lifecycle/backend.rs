@@ -34,13 +34,11 @@ pub struct ContainerRecord {
     pub snapshotter: String,
     /// Snapshot key of the rootfs.
     pub snapshot_key: String,
-    /// containerd's `sandbox` field of the record: the pod's id for a container of a pod with
-    /// a pause container, "" for a pause container, for a container of a pod without one (it
-    /// has no shim to be found until its first container's task starts one, which the shim
-    /// binary's `start` groups by the spec's sandbox-id annotation) and for containers made by
-    /// remora before 0.1. With it, containerd
+    /// containerd's `sandbox` field of the record: the pod's id for a container, "" for a
+    /// pause container or a pod's holder task (and for containers made by remora before 0.1). With it, containerd
     /// creates the container's task in the pod's shim (found through the pause task's exit
-    /// keeper, a sandbox-store record) instead of running the shim binary's `start`, and
+    /// keeper, a sandbox-store record; a pod without a pause container has a holder task
+    /// there instead) instead of running the shim binary's `start`, and
     /// does not shut the shim down on the container's task delete. It also loads that shim
     /// without its dead-shim cleanup: remora reaps a sandboxed container whose shim died
     /// itself (`Pods::reap_after_dead_shim`).

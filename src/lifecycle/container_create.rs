@@ -241,14 +241,7 @@ impl Pods {
                 runtime,
                 snapshotter: self.snapshotter.clone(),
                 snapshot_key: id.to_string(),
-                // A pod without a pause container has no shim until its first container: the
-                // record names no sandbox, and containerd runs the shim binary's `start`,
-                // which finds (or starts) the pod's shim by the spec's sandbox-id annotation.
-                sandbox: if sb.metadata.pinned_namespaces {
-                    String::new()
-                } else {
-                    sandbox.id().to_string()
-                },
+                sandbox: sandbox.id().to_string(),
                 extensions: HashMap::from([(
                     CONTAINER_EXTENSION.to_string(),
                     encode_extension(&snapshot),

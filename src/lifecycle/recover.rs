@@ -335,26 +335,14 @@ impl Pods {
             self.index_unreadable_sandbox(r, done);
             return Ok(());
         };
-        let (status, running) = if meta.pinned_namespaces {
-            // No pause task: the pod is ready while its namespaces are (StopPodSandbox removes
-            // them, and a reboot takes them).
-            let netns = std::path::PathBuf::from(&meta.netns_path);
-            let pinned = super::blocking(move || pins_live(&netns))
-                .await
-                .unwrap_or(false);
-            (
-                if pinned {
-                    SandboxStatus::ready(0)
-                } else {
-                    SandboxStatus::default()
-                },
-                pinned,
-            )
-        } else {
-            match self.tasks.state(&r.id).await? {
-                Some(s) if s.status == TaskStatus::Running => (SandboxStatus::ready(s.pid), true),
-                _ => (SandboxStatus::default(), false),
-            }
+        let (status, running) = match self.tasks.state(&r.id).await? {
+            // A pod without a pause container: its holder task's pid is its shim's, no
+            // process of the pod's.
+            Some(s) if s.status == TaskStatus::Running => (
+                SandboxStatus::ready(if meta.pinned_namespaces { 0 } else { s.pid }),
+                true,
+            ),
+            _ => (SandboxStatus::default(), false),
         };
         let _ = self.names.reserve(&meta.name_key(), &r.id);
         let sandbox = Sandbox::new(meta, status);
@@ -365,7 +353,7 @@ impl Pods {
             warn!(self.log, "cannot index a recovered sandbox"; "pod_id" => &r.id, "error" => %e);
             return Ok(());
         }
-        if running && !sandbox.metadata().pinned_namespaces {
+        if running {
             self.monitor_exit(sandbox);
         }
         done.sandboxes += 1;
@@ -635,15 +623,6 @@ impl Pods {
         self.register_io(container.id(), fifos, Some(writer));
         copiers
     }
-}
-
-/// Whether the namespaces of a pod without a pause container are still there: its network
-/// namespace and the UTS namespace pinned beside it (every such pod has both).
-fn pins_live(netns: &std::path::Path) -> bool {
-    use crate::net::netns::{is_netns, uts_pin};
-    !netns.as_os_str().is_empty()
-        && is_netns(netns).unwrap_or(false)
-        && is_netns(&uts_pin(netns)).unwrap_or(false)
 }
 
 #[cfg(test)]

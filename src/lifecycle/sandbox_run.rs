@@ -1,5 +1,25 @@
 //! RunPodSandbox, all or nothing, and the pause task's exit monitor.
 //!
+//! A pod that needs no pause container ([`needs_no_pause`]; `[runtime] pause_container =
+//! "when-needed"`, the default) has none:
+//!
+//! ```text
+//! name reserved → netns created → UTS (+ IPC) namespaces pinned beside it, with the pod's
+//! hostname and sysctls ─┬─ CNI ADD ──┬─→ record (with the addresses) → holder task created
+//!                       └─ pod files ┘   and started → indexed as Ready, with an exit monitor
+//! ```
+//!
+//! No pause image, lease, snapshot or process. The holder task (its spec has no process and
+//! `spec::annotations::POD_HOLDER`) starts the pod's shim, which runs nothing for it and stays
+//! until StopPodSandbox kills and deletes it: the pod's containers are put in that shim by the
+//! pod's id, as a pause container's pod's are, and no container's exit or delete can end the
+//! shim under a container being created (without it the shim would go with a pod's last task
+//! while containerd was handing it the next one). Only remora's shim can hold a pod without a
+//! process: pods of other handlers get a pause container. The rollback, newest first: task,
+//! record, pod files, CNI DEL, netns (and the pins with it).
+//!
+//! A pod with a pause container:
+//!
 //! ```text
 //! name reserved → pause image present → netns created ─┬─ CNI ADD ─────────────────────────┬─→
 //!                                                      └─ pod files (+ shm tmpfs) → creation │
@@ -233,9 +253,8 @@ impl Pods {
         self.sandboxes.add(sandbox.clone())?;
         reservation.keep();
         tx.commit();
-        if pid != 0 {
-            self.monitor_exit(sandbox);
-        }
+        // A holder task ends only when it is killed or its shim dies: the same monitor.
+        self.monitor_exit(sandbox);
         self.events.emit(id, id, EventKind::Created, now_ns());
         self.events.emit(id, id, EventKind::Started, now_ns());
         info!(log, "pod sandbox running"; "pid" => pid, "pause_container" => !pinned, "runtime_handler" => &handler, "name" => &cfg.name, "namespace" => &cfg.namespace);
@@ -323,8 +342,7 @@ impl Pods {
 
     /// The rest of RunPodSandbox for a pod without a pause container (its namespaces pinned
     /// already): CNI ADD beside the pod files, then the pod's record, with its addresses, and
-    /// a spec that says what the pod is; no image, snapshot, lease or task. The pod's first
-    /// container starts its shim.
+    /// its holder task, created and started: no image, snapshot, lease or process.
     async fn run_pinned(
         &self,
         req: &RunSandbox,
@@ -386,11 +404,31 @@ impl Pods {
             })
             .await?;
         steps.mark("record");
-        let containers = self.containers.clone();
+        let (containers, key) = (self.containers.clone(), id.clone());
         tx.on_undo("delete container record", async move {
-            containers.delete(&id).await
+            containers.delete(&key).await
         });
         crate::failpoint::hit("sandbox.after_record", &req.config.name).await?;
+
+        // The holder task: no rootfs, no process (remora's shim runs nothing for it); it
+        // starts the pod's shim and keeps it until StopPodSandbox, so the pod's containers
+        // are put in it by the pod's id as a pause container's pod's are.
+        self.tasks
+            .create(TaskSpec {
+                container_id: id.clone(),
+                rootfs: Vec::new(),
+                runtime_path: runtime.runtime_path.clone(),
+                ..Default::default()
+            })
+            .await?;
+        steps.mark("task_create");
+        let (tasks, key) = (self.tasks.clone(), id.clone());
+        tx.on_undo("delete task", async move {
+            kill_and_delete(tasks.as_ref(), &key).await
+        });
+        // Its pid is the shim's, not a process of the pod's: the pod's status keeps 0.
+        self.tasks.start(&id).await?;
+        steps.mark("task_start");
         Ok(())
     }
 
@@ -625,7 +663,8 @@ impl Pods {
 }
 
 /// Whether pod `cfg` of a handler with `runtime` runs without a pause container: unless its
-/// handler asks for one (`pause_container = "always"`), a pod needs one only for what needs a
+/// handler asks for one (`pause_container = "always"`, or a shim that cannot hold a pod
+/// without a process: any but remora's), a pod needs one only for what needs a
 /// process to hold it: a PID namespace its containers share (`shareProcessNamespace`), a user
 /// namespace of its own (its network namespace is owned by it, and the pause container's maps
 /// are what runc checks), and a pod on the host's network (kept simple: its namespaces are not

@@ -220,9 +220,10 @@ impl Pods {
             network_of(pid)
         } else {
             // No pause process: a running container's view, else the namespace's own.
-            let running = containers.iter().map(|c| &c.container.status).find(|s| {
-                s.state == crate::store::status::ContainerState::Running && s.pid != 0
-            });
+            let running = containers
+                .iter()
+                .map(|c| &c.container.status)
+                .find(|s| s.state == crate::store::status::ContainerState::Running && s.pid != 0);
             match running {
                 Some(s) => network_of(s.pid),
                 None => network_in(std::path::PathBuf::from(&sandbox.metadata.netns_path)).await,

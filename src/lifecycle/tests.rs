@@ -2403,12 +2403,17 @@ fn runc_handler(pause_always: bool) -> RuntimeHandlers {
 }
 
 #[tokio::test]
-async fn a_pod_without_pause_has_its_namespaces_pinned_and_no_image_snapshot_lease_or_task() {
+async fn a_pod_without_pause_has_its_namespaces_pinned_a_holder_task_and_no_image_or_snapshot() {
     let b = bed();
-    let id = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
+    let id = b
+        .pods
+        .run_sandbox(pinned_pod_request())
+        .await
+        .expect("a pod");
     let netns = b.state_dir.join("netns").join(&id);
+    // The exit monitor's Task.Wait on the holder may follow.
     assert_eq!(
-        b.log.calls(),
+        b.log.calls()[..6],
         vec![
             Call::NetnsCreate(id.clone(), None),
             Call::NetnsPin(
@@ -2421,20 +2426,26 @@ async fn a_pod_without_pause_has_its_namespaces_pinned_and_no_image_snapshot_lea
             ),
             Call::CniAdd(id.clone()),
             Call::RecordCreate(id.clone()),
+            Call::TaskCreate(id.clone()),
+            Call::TaskStart(id.clone()),
         ],
-        "no pause image, lease, snapshot or task; the record is made once, with the addresses"
+        "no pause image, lease or snapshot; the record is made once, with the addresses"
     );
     let sb = b.pods.sandboxes.get(&id).expect("indexed").snapshot();
     assert_eq!((sb.status.state, sb.status.pid), (SandboxState::Ready, 0));
     assert!(sb.metadata.pinned_namespaces);
     assert_eq!(sb.metadata.ip, "10.88.0.7");
     assert_eq!(recorded_metadata(&b, &id), *sb.metadata);
-    assert!(!b.containerd.has_task(&id));
+    assert!(b.containerd.has_task(&id), "the holder task");
     // The record's spec says what the pod is; nothing runs it.
     let record = b.containerd.record(&id).expect("the pod's record");
     let spec: serde_json::Value = serde_json::from_slice(&record.spec).unwrap();
-    assert!(spec.get("process").is_none() && spec.get("root").is_none(), "{spec}");
+    assert!(
+        spec.get("process").is_none() && spec.get("root").is_none(),
+        "{spec}"
+    );
     assert_eq!(spec["hostname"], "web");
+    assert_eq!(spec["annotations"]["dev.remora.pod-holder"], "true");
     assert_eq!(
         spec["annotations"]["io.kubernetes.cri.sandbox-id"],
         id.as_str()
@@ -2456,19 +2467,45 @@ async fn a_pod_that_shares_its_pid_namespace_or_whose_handler_asks_gets_a_pause_
     let b = bed();
     let id = b.pods.run_sandbox(pod_request()).await.expect("a pod");
     assert_eq!(b.log.calls()[..9], run_sandbox_calls(&id));
-    assert!(!b.pods.sandboxes.get(&id).unwrap().metadata().pinned_namespaces);
+    assert!(
+        !b.pods
+            .sandboxes
+            .get(&id)
+            .unwrap()
+            .metadata()
+            .pinned_namespaces
+    );
     // A handler with pause_container = "always".
     let b = bed_with_handlers(runc_handler(true));
-    let id = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
+    let id = b
+        .pods
+        .run_sandbox(pinned_pod_request())
+        .await
+        .expect("a pod");
     assert!(b.log.calls().contains(&Call::TaskStart(id.clone())));
-    assert!(!b.log.calls().iter().any(|c| matches!(c, Call::NetnsPin(..))));
+    assert!(!b
+        .log
+        .calls()
+        .iter()
+        .any(|c| matches!(c, Call::NetnsPin(..))));
     let sb = b.pods.sandboxes.get(&id).unwrap().snapshot();
     assert_ne!(sb.status.pid, 0);
     assert!(!sb.metadata.pinned_namespaces);
     // The same pod under a handler that does not ask: pinned.
     let b = bed_with_handlers(runc_handler(false));
-    let id = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
-    assert!(b.pods.sandboxes.get(&id).unwrap().metadata().pinned_namespaces);
+    let id = b
+        .pods
+        .run_sandbox(pinned_pod_request())
+        .await
+        .expect("a pod");
+    assert!(
+        b.pods
+            .sandboxes
+            .get(&id)
+            .unwrap()
+            .metadata()
+            .pinned_namespaces
+    );
 }
 
 /// RunPodSandbox of a pod without a pause container, with `op` failing: the undo calls run,
@@ -2482,7 +2519,11 @@ async fn pinned_run_sandbox_fails_at(op: &'static str, undo: fn(&str, &Path) -> 
         .expect_err("the scripted failure");
     let id = first_id(&b.log);
     let netns = b.state_dir.join("netns").join(&id);
-    assert_eq!(b.log.after_failure(), undo(&id, &netns), "{op}: undo sequence");
+    assert_eq!(
+        b.log.after_failure(),
+        undo(&id, &netns),
+        "{op}: undo sequence"
+    );
     assert_pod_undone(&b, &id, op);
 }
 
@@ -2514,11 +2555,42 @@ async fn a_pod_without_pause_failing_its_record_undoes_cni_then_the_netns() {
 }
 
 #[tokio::test]
+async fn a_pod_without_pause_failing_its_holder_task_undoes_the_record_cni_and_netns() {
+    pinned_run_sandbox_fails_at("tasks.create", |id, netns| {
+        vec![
+            Call::RecordDelete(id.to_string()),
+            Call::CniDel(id.to_string()),
+            Call::NetnsRemove(netns.to_path_buf()),
+        ]
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_without_pause_failing_to_start_its_holder_undoes_everything() {
+    pinned_run_sandbox_fails_at("tasks.start", |id, netns| {
+        vec![
+            Call::TaskKill(id.to_string(), KILL, true),
+            Call::TaskWait(id.to_string()),
+            Call::TaskDelete(id.to_string()),
+            Call::RecordDelete(id.to_string()),
+            Call::CniDel(id.to_string()),
+            Call::NetnsRemove(netns.to_path_buf()),
+        ]
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_pod_without_pause_refuses_a_host_wide_sysctl_before_making_anything() {
     let b = bed();
     let mut req = pinned_pod_request();
     req.config.sysctls = [("vm.overcommit_memory".into(), "1".into())].into();
-    let err = b.pods.run_sandbox(req).await.expect_err("a host-wide sysctl");
+    let err = b
+        .pods
+        .run_sandbox(req)
+        .await
+        .expect_err("a host-wide sysctl");
     assert!(
         matches!(err, SandboxError::Spec(SpecError::InvalidSysctl { .. })),
         "{err:?}"
@@ -2529,7 +2601,11 @@ async fn a_pod_without_pause_refuses_a_host_wide_sysctl_before_making_anything()
 #[tokio::test]
 async fn containers_of_a_pod_without_pause_join_its_pinned_namespaces() {
     let b = bed();
-    let pod = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
+    let pod = b
+        .pods
+        .run_sandbox(pinned_pod_request())
+        .await
+        .expect("a pod");
     let netns = b.state_dir.join("netns").join(&pod);
     let mut req = create_request(&pod);
     req.config.security.namespaces.pid = NamespaceMode::Container;
@@ -2548,13 +2624,8 @@ async fn containers_of_a_pod_without_pause_join_its_pinned_namespaces() {
             )
         })
         .collect();
-    // No sandbox in the record (no shim to find before the first container's); the shim
-    // binary's `start` groups the pod's containers by the sandbox-id annotation.
-    assert_eq!(record.sandbox, "");
-    assert_eq!(
-        spec["annotations"]["io.kubernetes.cri.sandbox-id"],
-        pod.as_str()
-    );
+    // Put in the pod's shim, which its holder task keeps, as a pause container's pod's.
+    assert_eq!(record.sandbox, pod);
     let path = |suffix: &str| Some(format!("{}{suffix}", netns.display()));
     assert_eq!(
         namespaces,
@@ -2570,7 +2641,11 @@ async fn containers_of_a_pod_without_pause_join_its_pinned_namespaces() {
     let mut req = create_request(&pod);
     req.metadata.name = "shares-pid".into();
     req.config.security.namespaces.ipc = NamespaceMode::Node;
-    let err = b.pods.create_container(req).await.expect_err("no pod PID namespace");
+    let err = b
+        .pods
+        .create_container(req)
+        .await
+        .expect_err("no pod PID namespace");
     assert!(
         matches!(err, ContainerError::Spec(SpecError::NoPodNamespace("pid"))),
         "{err:?}"
@@ -2580,23 +2655,23 @@ async fn containers_of_a_pod_without_pause_join_its_pinned_namespaces() {
 }
 
 #[tokio::test]
-async fn stopping_a_pod_without_pause_kills_nothing_and_removes_its_network() {
+async fn stopping_a_pod_without_pause_ends_its_holder_and_removes_its_network() {
     let b = bed();
-    let id = b.pods.run_sandbox(pinned_pod_request()).await.expect("a pod");
+    let id = b
+        .pods
+        .run_sandbox(pinned_pod_request())
+        .await
+        .expect("a pod");
     let netns = b.state_dir.join("netns").join(&id);
     b.log.clear();
     b.pods.stop_sandbox(&id).await.expect("stopped");
     let calls = b.log.calls();
-    assert!(
-        !calls
-            .iter()
-            .any(|c| matches!(c, Call::TaskKill(..) | Call::TaskDelete(_))),
-        "{calls:?}"
-    );
+    assert!(calls.contains(&Call::TaskDelete(id.clone())), "{calls:?}");
     assert!(calls.contains(&Call::CniDel(id.clone())), "{calls:?}");
     assert!(calls.contains(&Call::NetnsRemove(netns)), "{calls:?}");
     let sb = b.pods.sandboxes.get(&id).unwrap().snapshot();
     assert_eq!(sb.status.state, SandboxState::NotReady);
+    assert!(!b.containerd.has_task(&id));
     b.pods.remove_sandbox(&id).await.expect("removed");
     assert!(!b.containerd.has_record(&id));
     assert!(b.pods.sandboxes.get(&id).is_err());

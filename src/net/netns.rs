@@ -775,8 +775,8 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn a_pod_without_pause_gets_pinned_ipc_and_uts_namespaces_with_its_hostname_and_sysctls(
-    ) {
+    async fn a_pod_without_pause_gets_pinned_ipc_and_uts_namespaces_with_its_hostname_and_sysctls()
+    {
         require_root();
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("netns");

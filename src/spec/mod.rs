@@ -67,6 +67,9 @@ pub mod annotations {
     pub const CONTAINER_NAME: &str = "io.kubernetes.cri.container-name";
     /// The image reference (the pause image for sandboxes).
     pub const IMAGE_NAME: &str = "io.kubernetes.cri.image-name";
+    /// `"true"` on the spec of a pod without a pause container: the task that holds its shim
+    /// (remora's shim runs no process for it).
+    pub const POD_HOLDER: &str = remora_host::POD_HOLDER_ANNOTATION;
 }
 
 /// Why a spec cannot be generated. Every variant is a caller or image error that the CRI
@@ -554,7 +557,8 @@ pub fn pod_sysctls(cfg: &SandboxConfig) -> Result<Vec<(String, String)>, SpecErr
     Ok(out)
 }
 
-/// The OCI spec kept in the record of a pod without a pause container: nothing runs it; it
+/// The OCI spec of a pod without a pause container: the spec of its holder task, which runs no
+/// process (no `process`, no `root`; [`annotations::POD_HOLDER`] for remora's shim), and
 /// says what the pod is, as a pause container's would (annotations, hostname, the pinned
 /// namespaces its containers join, its sysctls), for whoever reads containerd's records.
 pub fn pinned_sandbox_spec(
@@ -571,10 +575,12 @@ pub fn pinned_sandbox_spec(
         )?)
         .sysctl(pod_sysctls(cfg)?.into_iter().collect::<HashMap<_, _>>())
         .build()?;
+    let mut annotations = sandbox_annotations(id, cfg, "", pass_through);
+    annotations.insert(annotations::POD_HOLDER.to_owned(), "true".to_owned());
     let mut spec = SpecBuilder::default()
         .version(oci_spec::runtime::VERSION)
         .linux(linux)
-        .annotations(sandbox_annotations(id, cfg, "", pass_through))
+        .annotations(annotations)
         .build()?;
     spec.set_process(None);
     spec.set_root(None);

@@ -150,7 +150,10 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(find(&list, LinuxNamespaceType::Network), Some(Some(netns.into())));
+        assert_eq!(
+            find(&list, LinuxNamespaceType::Network),
+            Some(Some(netns.into()))
+        );
         assert_eq!(
             find(&list, LinuxNamespaceType::Uts),
             Some(Some("/run/remora/netns/p.uts".into()))
@@ -201,7 +204,8 @@ mod tests {
             find(&list, LinuxNamespaceType::Pid),
             Some(Some("/proc/42/ns/pid".into()))
         );
-        let list = container_namespaces(&NamespaceOptions::default(), pause(42, None), None).unwrap();
+        let list =
+            container_namespaces(&NamespaceOptions::default(), pause(42, None), None).unwrap();
         assert_eq!(
             find(&list, LinuxNamespaceType::Network),
             Some(Some("/proc/42/ns/net".into()))
@@ -216,7 +220,8 @@ mod tests {
             ipc: NamespaceMode::Node,
             user: None,
         };
-        let list = container_namespaces(&opts, pause(42, Some(Path::new("/run/netns/x"))), None).unwrap();
+        let list =
+            container_namespaces(&opts, pause(42, Some(Path::new("/run/netns/x"))), None).unwrap();
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].typ(), LinuxNamespaceType::Mount);
     }

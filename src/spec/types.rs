@@ -412,7 +412,9 @@ pub struct SandboxInfo {
 
 impl SandboxInfo {
     /// Where the pod's containers join its namespaces.
-    pub fn namespaces_at(&self) -> Result<super::namespaces::PodNamespacesAt<'_>, super::SpecError> {
+    pub fn namespaces_at(
+        &self,
+    ) -> Result<super::namespaces::PodNamespacesAt<'_>, super::SpecError> {
         use super::namespaces::PodNamespacesAt;
         Ok(if self.pinned {
             PodNamespacesAt::Pinned {

@@ -1,8 +1,10 @@
 //! What the shim reads from and writes to a container's bundle: the OCI config's pid
-//! namespace, and its own records (the runtime options and the init process's exit) that
+//! namespace and whether it is a pod holder's, and its own records (the runtime options and the init process's exit) that
 //! `delete` reads after the shim died.
 
 use std::path::Path;
+
+use remora_host::POD_HOLDER_ANNOTATION;
 
 use crate::error::ShimError;
 
@@ -22,6 +24,20 @@ pub struct ExitRecord {
     pub exited_at_ns: i64,
     /// Whether the kernel OOM-killed a process of the container.
     pub oom_killed: bool,
+}
+
+/// Whether the spec is a pod holder's: [`POD_HOLDER_ANNOTATION`] set to `"true"` and no
+/// `process`. Both, so a container whose annotations someone let through still runs its
+/// process: a spec with a process is never a holder.
+pub(crate) fn is_pod_holder(config_json: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(config_json) else {
+        return false;
+    };
+    v.pointer("/annotations")
+        .and_then(|a| a.get(POD_HOLDER_ANNOTATION))
+        .and_then(|h| h.as_str())
+        == Some("true")
+        && v.get("process").is_none_or(|p| p.is_null())
 }
 
 /// Whether the spec gives the container a pid namespace of its own (no `path`: a new one).
@@ -64,6 +80,25 @@ pub(crate) fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_process_less_spec_with_the_annotation_is_a_pod_holder() {
+        assert!(is_pod_holder(
+            br#"{"annotations":{"dev.remora.pod-holder":"true"}}"#
+        ));
+        assert!(is_pod_holder(
+            br#"{"process":null,"annotations":{"dev.remora.pod-holder":"true"}}"#
+        ));
+        // A process runs whatever its annotations say.
+        assert!(!is_pod_holder(
+            br#"{"process":{"args":["sh"]},"annotations":{"dev.remora.pod-holder":"true"}}"#
+        ));
+        assert!(!is_pod_holder(
+            br#"{"annotations":{"dev.remora.pod-holder":"yes"}}"#
+        ));
+        assert!(!is_pod_holder(br#"{"annotations":{}}"#));
+        assert!(!is_pod_holder(b"not json"));
+    }
 
     #[test]
     fn kill_all_on_exit_only_without_an_own_pid_namespace() {

@@ -133,6 +133,10 @@ pub(crate) struct Container {
     pub(crate) ooms_reported: Mutex<u64>,
     /// Owner of its processes' stdio pipes (the task options' `io_uid`/`io_gid`), execs too.
     pub(crate) io_owner: Option<(u32, u32)>,
+    /// A pod holder (`crate::bundle::is_pod_holder`): the task of a pod without a pause
+    /// container, which keeps the pod's shim until the pod stops. It runs no process: the OCI
+    /// runtime is never called for it, its pid is the shim's, and a kill ends it.
+    pub(crate) holder: bool,
 }
 
 impl Container {

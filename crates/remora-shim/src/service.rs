@@ -19,6 +19,11 @@
 //! drained (bounded) before its TaskExit, so a client that reads the log after the exit sees
 //! every line.
 //!
+//! A pod holder (the task of a pod without a pause container, `crate::bundle::is_pod_holder`)
+//! goes through the same records without a process: Create and Start call no OCI runtime, a
+//! kill ends it with 128 + the signal, Delete forgets it. It keeps the shim, and with it the
+//! pod's containers, until the pod stops.
+//!
 //! The exit status of an init process is also written to the bundle: a `delete` after the shim
 //! died reports the real code. Events go through the [`Publisher`], which never drops one.
 
@@ -48,7 +53,8 @@ use slog::{debug, info, o, warn, Logger};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::bundle::{
-    has_own_pid_namespace, read_file, write_json, ExitRecord, EXIT_FILE, OPTIONS_FILE,
+    has_own_pid_namespace, is_pod_holder, read_file, write_json, ExitRecord, EXIT_FILE,
+    OPTIONS_FILE,
 };
 use super::cgroup::{Cgroup, CgroupReadings};
 use super::error::ShimError;
@@ -183,6 +189,9 @@ impl Service {
         let opts = RuntimeOptions::from_any(req.options.as_ref())?;
         write_json(&bundle.join(OPTIONS_FILE), &opts)?;
         let config = read_file(&bundle.join("config.json"))?;
+        if is_pod_holder(&config) {
+            return Ok(self.create_holder(id, bundle, &req, &opts, &log));
+        }
         let kill_all_on_exit = !has_own_pid_namespace(&config);
 
         let rootfs = bundle.join("rootfs");
@@ -246,6 +255,7 @@ impl Service {
             oom_watch: Mutex::new(None),
             ooms_reported: Mutex::new(baseline),
             io_owner: opts.io_owner(),
+            holder: false,
         });
         // Right after create, before the process runs user code: an early OOM is caught.
         if let Some(cg) = &c.cgroup {
@@ -275,6 +285,112 @@ impl Service {
         let mut resp = CreateTaskResponse::new();
         resp.pid = pid;
         Ok(resp)
+    }
+
+    /// Create of a pod holder: a task that runs nothing (no rootfs, no OCI runtime call) and
+    /// keeps this shim — and the containers containerd puts in it by the pod's id — until the
+    /// pod is stopped. Its pid is the shim's own.
+    fn create_holder(
+        &self,
+        id: String,
+        bundle: PathBuf,
+        req: &CreateTaskRequest,
+        opts: &RuntimeOptions,
+        log: &Logger,
+    ) -> CreateTaskResponse {
+        let pid = std::process::id();
+        let init = Arc::new(Proc::new(
+            String::new(),
+            IoSpec {
+                stdin: String::new(),
+                stdout: String::new(),
+                stderr: String::new(),
+                terminal: false,
+                owner: None,
+            },
+            Vec::new(),
+        ));
+        init.state().pid = pid;
+        let c = Arc::new(Container {
+            id: id.clone(),
+            bundle,
+            runc: Runc::new(
+                opts.binary(),
+                opts.root_for(&self.inner.namespace),
+                opts.systemd_cgroup,
+                self.inner.reaper.clone(),
+                log.clone(),
+            ),
+            rootfs_mounted: false,
+            kill_all_on_exit: false,
+            lifecycle: tokio::sync::Mutex::new(()),
+            init,
+            execs: Mutex::new(HashMap::new()),
+            cgroup: None,
+            oom_watch: Mutex::new(None),
+            ooms_reported: Mutex::new(0),
+            io_owner: None,
+            holder: true,
+        });
+        self.containers().insert(id.clone(), c);
+        let mut e = TaskCreate::new();
+        e.container_id = id;
+        e.bundle = req.bundle.clone();
+        e.pid = pid;
+        self.publish(&e);
+        info!(log, "pod holder created (no process)"; "pid" => pid);
+        let mut resp = CreateTaskResponse::new();
+        resp.pid = pid;
+        resp
+    }
+
+    /// A pod holder killed (any signal but 0): it ends at once with 128 + the signal, as a
+    /// pause process would, and its TaskExit goes out under its lifecycle lock.
+    async fn stop_holder(&self, c: &Container, signal: u32) {
+        let _order = c.lifecycle.lock().await;
+        let exited = Exited {
+            status: 128 + signal,
+            at: SystemTime::now(),
+        };
+        let pid = {
+            let mut st = c.init.state();
+            if st.status == ProcStatus::Stopped {
+                return;
+            }
+            st.status = ProcStatus::Stopped;
+            st.exit = Some(exited);
+            st.pid
+        };
+        let record = ExitRecord {
+            pid,
+            status: exited.status,
+            exited_at_ns: to_ns(exited.at),
+            oom_killed: false,
+        };
+        if let Err(e) = write_json(&c.bundle.join(EXIT_FILE), &record) {
+            warn!(self.inner.log, "exit not recorded in the bundle"; "container_id" => &c.id, "error" => %e);
+        }
+        let mut e = TaskExit::new();
+        e.container_id = c.id.clone();
+        e.id = c.id.clone();
+        e.pid = pid;
+        e.exit_status = exited.status;
+        e.exited_at = MessageField::some(timestamp(exited.at));
+        self.publish(&e);
+        c.init.exited.send_replace(Some(exited));
+        info!(self.inner.log, "pod holder stopped"; "container_id" => &c.id, "signal" => signal);
+    }
+
+    /// Refuses what needs a process of a pod holder's.
+    fn holder_has_no_process(c: &Container, action: &'static str) -> Result<(), ShimError> {
+        if c.holder {
+            return Err(ShimError::WrongState {
+                id: c.id.clone(),
+                action,
+                state: "a pod holder, which runs no process",
+            });
+        }
+        Ok(())
     }
 
     async fn run_init(
@@ -425,7 +541,9 @@ impl Service {
         }
         let mut resp = StartResponse::new();
         if req.exec_id.is_empty() {
-            c.runc.start(&c.id).await?;
+            if !c.holder {
+                c.runc.start(&c.id).await?;
+            }
             let pid = {
                 let mut st = p.state();
                 // The exit may have been reaped already; it is published after this, in order.
@@ -520,9 +638,11 @@ impl Service {
                 .remove(&req.exec_id);
             return Ok(resp);
         }
-        match c.runc.delete(&c.id, status == ProcStatus::Created).await {
-            Ok(()) | Err(RuncError::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
+        if !c.holder {
+            match c.runc.delete(&c.id, status == ProcStatus::Created).await {
+                Ok(()) | Err(RuncError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         if c.rootfs_mounted {
             unmount(&c.id, &c.bundle.join("rootfs"))?;
@@ -542,6 +662,7 @@ impl Service {
 
     async fn exec_process(&self, req: ExecProcessRequest) -> Result<(), ShimError> {
         let c = self.container(&req.id)?;
+        Self::holder_has_no_process(&c, "exec in")?;
         if req.exec_id.is_empty() {
             return Err(ShimError::InvalidArgument {
                 field: "exec_id",
@@ -610,6 +731,13 @@ impl Service {
         if status == ProcStatus::Stopped {
             return Err(finished());
         }
+        if req.exec_id.is_empty() && c.holder {
+            // Signal 0 asks whether it is there; any other ends it.
+            if req.signal != 0 {
+                self.stop_holder(&c, req.signal).await;
+            }
+            return Ok(());
+        }
         if req.exec_id.is_empty() {
             return match c.runc.kill(&c.id, req.signal, req.all).await {
                 Ok(()) => Ok(()),
@@ -646,6 +774,9 @@ impl Service {
 
     async fn pids_of(&self, req: PidsRequest) -> Result<PidsResponse, ShimError> {
         let c = self.container(&req.id)?;
+        if c.holder {
+            return Ok(PidsResponse::new());
+        }
         let pids = c.runc.ps(&c.id).await?;
         let execs: HashMap<u32, String> = c
             .execs
@@ -675,6 +806,7 @@ impl Service {
 
     async fn pause_or_resume(&self, id: &str, pause: bool) -> Result<(), ShimError> {
         let c = self.container(id)?;
+        Self::holder_has_no_process(&c, if pause { "pause" } else { "resume" })?;
         let _order = c.lifecycle.lock().await;
         let status = c.init.state().status;
         let want = if pause {
@@ -819,6 +951,7 @@ impl Task for Service {
 
     async fn update(&self, _: &TtrpcContext, req: UpdateTaskRequest) -> ttrpc::Result<Empty> {
         let c = self.container(&req.id)?;
+        Self::holder_has_no_process(&c, "update the resources of")?;
         let resources = req
             .resources
             .as_ref()

@@ -179,6 +179,22 @@ async fn remora_killed_mid_run_pod_sandbox_leaves_nothing_after_restart() {
     }
 }
 
+/// RunPodSandbox with the handler `remora` (remora's shim, the only one that runs a pod without
+/// a pause container), whatever the suite's default handler.
+async fn run_on_remoras_shim(
+    bed: &BedRemora,
+    config: &v1::PodSandboxConfig,
+) -> Result<String, tonic::Status> {
+    bed.remora
+        .runtime()
+        .run_pod_sandbox(v1::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: "remora".into(),
+        })
+        .await
+        .map(|r| r.into_inner().pod_sandbox_id)
+}
+
 /// The same for a pod without a pause container (PID mode CONTAINER, kubelet's usual pod):
 /// killed after CNI ADD (its files may be made) and after its record; its pinned UTS and IPC
 /// namespaces go with its netns in the sweep.
@@ -207,7 +223,7 @@ async fn remora_killed_mid_run_of_a_pod_without_pause_leaves_nothing_after_resta
             ..Default::default()
         });
         arm(&mut bed, point);
-        let r = cri::run_pod(&bed.remora, &config).await;
+        let r = run_on_remoras_shim(&bed, &config).await;
         let id = killed(&mut bed, point, r);
 
         let netns = bed.state_dir().join("netns").join(&id);
@@ -239,7 +255,7 @@ async fn remora_killed_mid_run_of_a_pod_without_pause_leaves_nothing_after_resta
         let pods = cri::list_pods(&bed.remora).await;
         assert!(pods.is_empty(), "{point}: kubelet never sees it: {pods:?}");
 
-        let pod = cri::run_pod(&bed.remora, &config)
+        let pod = run_on_remoras_shim(&bed, &config)
             .await
             .expect("RunPodSandbox");
         cri::remove_pod(&bed.remora, &pod).await;

@@ -43,7 +43,9 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-pods=300 m=10 handler='' ctrd_pods='' only='' bin='' samples=30 pid_mode=CONTAINER
+# pid_mode: the CRI NamespaceMode as a number (1 CONTAINER, 0 POD): crictl's JSON loader
+# refuses enum names.
+pods=300 m=10 handler='' ctrd_pods='' only='' bin='' samples=30 pid_mode=1
 num() { [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "$1 needs a positive number"; }
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -51,7 +53,7 @@ while [[ $# -gt 0 ]]; do
 	--concurrent) num "$@" && m=$2 && shift 2 ;;
 	--containerd-pods) num "$@" && ctrd_pods=$2 && shift 2 ;;
 	--samples) num "$@" && samples=$2 && shift 2 ;;
-	--share-pid) pid_mode=POD && shift ;;
+	--share-pid) pid_mode=0 && shift ;;
 	--handler)
 		[[ $# -ge 2 && $2 =~ ^[a-z0-9-]+$ ]] || die "--handler needs a handler name"
 		handler=$2
@@ -177,10 +179,10 @@ trap cleanup EXIT
 one_pod() {
 	local rt=$1 name=$2 pod ctr t0
 	cat >"$work/pods/$name-pod.json" <<JSON
-{"metadata": {"name": "$name", "namespace": "bench-scale", "uid": "$name-uid"}, "labels": {"bench": "scale"}, "log_directory": "$work/logs/$name", "linux": {"security_context": {"namespace_options": {"pid": "$pid_mode"}}}}
+{"metadata": {"name": "$name", "namespace": "bench-scale", "uid": "$name-uid"}, "labels": {"bench": "scale"}, "log_directory": "$work/logs/$name", "linux": {"security_context": {"namespace_options": {"pid": $pid_mode}}}}
 JSON
 	cat >"$work/pods/$name-ctr.json" <<JSON
-{"metadata": {"name": "c"}, "image": {"image": "busybox"}, "command": ["sleep", "36000"], "log_path": "c.log", "linux": {"security_context": {"namespace_options": {"pid": "$pid_mode"}}}}
+{"metadata": {"name": "c"}, "image": {"image": "busybox"}, "command": ["sleep", "36000"], "log_path": "c.log", "linux": {"security_context": {"namespace_options": {"pid": $pid_mode}}}}
 JSON
 	t0=$EPOCHREALTIME
 	# crictl's stderr is kept for a failed call only (it warns on every call).

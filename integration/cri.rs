@@ -88,6 +88,20 @@ pub async fn run_pod(
         .map(|r| r.into_inner().pod_sandbox_id)
 }
 
+/// PodSandboxStatus's verbose `info["info"]`, parsed.
+pub async fn pod_verbose_info(remora: &Remora, pod: &str) -> serde_json::Value {
+    let verbose = remora
+        .runtime()
+        .pod_sandbox_status(v1::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.to_string(),
+            verbose: true,
+        })
+        .await
+        .expect("PodSandboxStatus")
+        .into_inner();
+    serde_json::from_str(&verbose.info["info"]).expect("verbose info")
+}
+
 /// PodSandboxStatus.
 pub async fn pod_status(remora: &Remora, pod: &str) -> Result<v1::PodSandboxStatus, tonic::Status> {
     remora

@@ -525,18 +525,7 @@ async fn a_pod_without_a_pause_container_shares_its_namespaces_and_leaves_nothin
     assert_eq!(s.state, v1::PodSandboxState::SandboxReady as i32);
     let ip = s.network.as_ref().map(|n| n.ip.clone()).unwrap_or_default();
     assert!(ip.starts_with("10.88."), "{ip:?}");
-    let verbose = bed
-        .remora
-        .runtime()
-        .pod_sandbox_status(v1::PodSandboxStatusRequest {
-            pod_sandbox_id: id.clone(),
-            verbose: true,
-        })
-        .await
-        .expect("PodSandboxStatus")
-        .into_inner();
-    let info: serde_json::Value =
-        serde_json::from_str(&verbose.info["info"]).expect("verbose info");
+    let info = cri::pod_verbose_info(&bed.remora, &id).await;
     assert_eq!(info["pid"], 0, "no pause process: {info}");
     let shim = shim_pid("containerd-shim-remora-v2", &bed.namespace, &id).expect("the pod's shim");
     let tasks = bed.ctr(&["tasks", "ls"]);

@@ -102,18 +102,7 @@ async fn a_user_namespaced_pod_sees_its_maps_and_owns_its_rootfs_and_files() {
     );
 
     // The pod's network namespace and its pinned owner are gone with the pod.
-    let verbose = bed
-        .remora
-        .runtime()
-        .pod_sandbox_status(v1::PodSandboxStatusRequest {
-            pod_sandbox_id: pod.clone(),
-            verbose: true,
-        })
-        .await
-        .expect("PodSandboxStatus")
-        .into_inner();
-    let info: serde_json::Value =
-        serde_json::from_str(&verbose.info["info"]).expect("verbose info");
+    let info = cri::pod_verbose_info(&bed.remora, &pod).await;
     let netns = PathBuf::from(info["netnsPath"].as_str().expect("netnsPath"));
     let mut pin = netns.clone().into_os_string();
     pin.push(".userns");

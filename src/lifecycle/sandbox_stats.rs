@@ -141,10 +141,15 @@ pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
 /// The network of the namespace process `pid` is in.
 fn network_of(pid: u32) -> Option<NetworkStats> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).ok()?;
-    Some(NetworkStats {
+    Some(network_now(&text))
+}
+
+/// The network stats of a `/proc/.../net/dev` text, read now.
+fn network_now(net_dev: &str) -> NetworkStats {
+    NetworkStats {
         timestamp_ns: now_ns(),
-        interfaces: parse_net_dev(&text),
-    })
+        interfaces: parse_net_dev(net_dev),
+    }
 }
 
 /// The interfaces of the network namespace at `netns` (a pod without a pause container and
@@ -159,10 +164,7 @@ async fn network_in(netns: std::path::PathBuf) -> Option<NetworkStats> {
     .await
     .ok()?
     .ok()??;
-    Some(NetworkStats {
-        timestamp_ns: now_ns(),
-        interfaces: parse_net_dev(&text),
-    })
+    Some(network_now(&text))
 }
 
 impl Pods {

@@ -218,21 +218,9 @@ fn pin_blocking(netns: &Path, pod: PodNamespaces) -> Result<(), NetnsError> {
     if pod.new_ipc {
         kinds.push((CloneFlags::CLONE_NEWIPC, "ipc", ipc_pin(netns)));
     }
-    let create = |p: &Path| {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(p)
-            .map(drop)
-            .map_err(|source| NetnsError::Io {
-                action: "create mount point",
-                path: p.to_path_buf(),
-                source,
-            })
-    };
     let mut made_pins: Vec<PathBuf> = Vec::new();
     for (_, _, pin) in &kinds {
-        if let Err(e) = create(pin) {
+        if let Err(e) = create_mount_point(pin) {
             for p in &made_pins {
                 let _ = remove_one(p);
             }
@@ -293,10 +281,10 @@ fn pin_blocking(netns: &Path, pod: PodNamespaces) -> Result<(), NetnsError> {
 
 /// Writes sysctl `name` (checked by `crate::spec::sysctl::check`: letters, digits, `_`, `-`,
 /// `.`, `/`, no empty component) in the calling thread's namespaces, under `/proc/sys` at
-/// [`sysctl_path`].
+/// `crate::spec::sysctl::proc_sys_path`.
 fn write_sysctl(name: &str, value: &str) -> Result<(), NetnsError> {
     use std::io::Write;
-    let path = Path::new("/proc/sys").join(sysctl_path(name));
+    let path = Path::new("/proc/sys").join(crate::spec::sysctl::proc_sys_path(name));
     let err = |source| NetnsError::Sysctl {
         name: name.to_string(),
         source,
@@ -314,20 +302,8 @@ fn create_in_userns_at(
     let pin = userns_pin(path);
     // Mount points first (create_new: never two pods on one); on failure only what was made
     // here is removed, never another pod's namespace.
-    let create = |p: &Path| {
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(p)
-            .map(drop)
-            .map_err(|source| NetnsError::Io {
-                action: "create mount point",
-                path: p.to_path_buf(),
-                source,
-            })
-    };
-    create(path)?;
-    if let Err(e) = create(&pin) {
+    create_mount_point(path)?;
+    if let Err(e) = create_mount_point(&pin) {
         let _ = std::fs::remove_file(path);
         return Err(e);
     }
@@ -551,17 +527,23 @@ fn prepare_dir(dir: &Path) -> Result<(), NetnsError> {
     })
 }
 
-fn create_at(path: &Path) -> Result<(), NetnsError> {
-    // The mount point must exist as a file; create_new so two pods can never share one.
+/// Creates the file a namespace is bind-mounted onto; `create_new`, so two pods can never
+/// share one.
+fn create_mount_point(path: &Path) -> Result<(), NetnsError> {
     OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
+        .map(drop)
         .map_err(|source| NetnsError::Io {
             action: "create mount point",
             path: path.to_path_buf(),
             source,
-        })?;
+        })
+}
+
+fn create_at(path: &Path) -> Result<(), NetnsError> {
+    create_mount_point(path)?;
     let target = path.to_path_buf();
     let made = on_new_thread(move || -> Result<(), NetnsError> {
         unshare(CloneFlags::CLONE_NEWNET).map_err(NetnsError::Unshare)?;
@@ -636,23 +618,6 @@ where
         .map_err(NetnsError::Thread)?
         .join()
         .map_err(|_| NetnsError::Aborted("namespace thread panicked".into()))
-}
-
-/// The path of sysctl `name` below `/proc/sys`, as sysctl(8) reads names: in the dot form the
-/// dots separate and a `/` is a dot within a component (`net.ipv4.conf.eth0/100.forwarding`);
-/// in the slash form (its first separator a `/`) the name is the path.
-fn sysctl_path(name: &str) -> String {
-    match name.find(['.', '/']) {
-        Some(i) if name.as_bytes()[i] == b'.' => name
-            .chars()
-            .map(|c| match c {
-                '.' => '/',
-                '/' => '.',
-                c => c,
-            })
-            .collect(),
-        _ => name.to_owned(),
-    }
 }
 
 async fn blocking<T, F>(f: F) -> Result<T, NetnsError>
@@ -753,19 +718,6 @@ pub(crate) mod tests {
         assert!(!is_netns(&path).unwrap());
         // Idempotent.
         remove(&path).await.unwrap();
-    }
-
-    #[test]
-    fn sysctl_names_map_to_proc_sys_paths_as_sysctl_reads_them() {
-        assert_eq!(sysctl_path("kernel.shmmax"), "kernel/shmmax");
-        assert_eq!(
-            sysctl_path("net.ipv4.conf.eth0/100.forwarding"),
-            "net/ipv4/conf/eth0.100/forwarding"
-        );
-        assert_eq!(
-            sysctl_path("net/ipv4/conf/eth0.100/forwarding"),
-            "net/ipv4/conf/eth0.100/forwarding"
-        );
     }
 
     /// The inode of the namespace that `path` pins (or names).

@@ -90,22 +90,56 @@ pub fn check(
 /// The dot form of a sysctl name: kubelet's slash form (first separator `/`) has `.` and `/`
 /// swapped.
 fn dotted(key: &str) -> String {
-    match key.find(['.', '/']) {
-        Some(i) if key.as_bytes()[i] == b'/' => key
-            .chars()
-            .map(|c| match c {
-                '/' => '.',
-                '.' => '/',
-                c => c,
-            })
-            .collect(),
-        _ => key.to_owned(),
+    if slash_form(key) {
+        swap_separators(key)
+    } else {
+        key.to_owned()
     }
+}
+
+/// The path of sysctl `key` below `/proc/sys`, as sysctl(8) reads names: in the dot form the
+/// dots separate and a `/` is a dot within a component (`net.ipv4.conf.eth0/100.forwarding`);
+/// in the slash form the name is the path.
+pub fn proc_sys_path(key: &str) -> String {
+    if slash_form(key) {
+        key.to_owned()
+    } else {
+        swap_separators(key)
+    }
+}
+
+/// Whether the name's first separator is a `/`.
+fn slash_form(key: &str) -> bool {
+    key.find(['.', '/'])
+        .is_some_and(|i| key.as_bytes()[i] == b'/')
+}
+
+fn swap_separators(key: &str) -> String {
+    key.chars()
+        .map(|c| match c {
+            '/' => '.',
+            '.' => '/',
+            c => c,
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sysctl_names_map_to_proc_sys_paths_as_sysctl_reads_them() {
+        assert_eq!(proc_sys_path("kernel.shmmax"), "kernel/shmmax");
+        assert_eq!(
+            proc_sys_path("net.ipv4.conf.eth0/100.forwarding"),
+            "net/ipv4/conf/eth0.100/forwarding"
+        );
+        assert_eq!(
+            proc_sys_path("net/ipv4/conf/eth0.100/forwarding"),
+            "net/ipv4/conf/eth0.100/forwarding"
+        );
+    }
 
     #[test]
     fn namespaced_sysctls_follow_the_pods_namespaces() {

@@ -20,10 +20,18 @@
 //! - the write end (stdin): `O_WRONLY | O_NONBLOCK` fails with `ENXIO` while no reader exists, so
 //!   it is opened `O_RDWR` (Linux-only, defined there for FIFOs). Holding a read end also means a
 //!   write before the shim attaches lands in the pipe buffer instead of failing with `EPIPE`.
+//!
+//! Closing the write end needs care too: bytes in a FIFO live only while some end of it is
+//! open. containerd's Go shim opens its stdin ends in background goroutines after `Start`
+//! returned, so a client that sends its stdin and closes it at once can see remora write the
+//! bytes and drop its end before the shim's reader opened: the pipe, and the bytes, are gone,
+//! and the process reads an empty stdin. [`wait_drained`] waits for a reader to take them first.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::stat::Mode;
@@ -265,6 +273,36 @@ pub fn open_write_end(path: &Path) -> Result<pipe::Sender, FifoError> {
         })
 }
 
+/// The bytes in a FIFO that no reader has taken yet (`FIONREAD` on one of its ends).
+pub fn unread(end: &impl AsRawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: the fd is open for as long as `end` is borrowed, and FIONREAD writes one `c_int`
+    // to the pointer, which points to a live local.
+    Errno::result(unsafe { libc::ioctl(end.as_raw_fd(), libc::FIONREAD, &mut n) })?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// Waits until a reader has taken every byte written through `end`, for at most `limit`, so
+/// that dropping `end` (remora's only end) cannot discard them (see the module docs). Returns
+/// whether the FIFO was drained; a FIFO that cannot be queried counts as drained.
+pub async fn wait_drained(end: &pipe::Sender, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match unread(end) {
+            Ok(0) | Err(_) => return true,
+            Ok(_) => {}
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        // No readiness event says "a reader emptied the pipe": poll, backing off to 20 ms.
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
 fn validate_id(id: &str) -> Result<(), FifoError> {
     let reason = if id.is_empty() {
         "empty"
@@ -332,6 +370,33 @@ mod tests {
         std::fs::symlink_metadata(p)
             .map(|m| m.file_type().is_fifo())
             .unwrap_or(false)
+    }
+
+    #[tokio::test]
+    async fn wait_drained_waits_for_a_reader_and_gives_up_at_its_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let set = FifoSet::create(
+            tmp.path(),
+            "d1",
+            FifoSpec {
+                stdin: true,
+                tty: false,
+            },
+        )
+        .unwrap();
+        let mut w = set.open_stdin().unwrap().unwrap();
+        assert!(wait_drained(&w, Duration::ZERO).await, "nothing written");
+        w.write_all(b"abc").await.unwrap();
+        assert_eq!(unread(&w).unwrap(), 3);
+        assert!(
+            !wait_drained(&w, Duration::from_millis(30)).await,
+            "no reader took the bytes"
+        );
+        let mut r = open_read_end(set.stdin().unwrap()).unwrap();
+        let mut got = [0u8; 3];
+        r.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"abc");
+        assert!(wait_drained(&w, Duration::from_secs(10)).await);
     }
 
     #[test]

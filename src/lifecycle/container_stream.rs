@@ -38,6 +38,9 @@ use crate::store::{ContainerState, SandboxState};
 
 /// How long output still in flight is drained after a process exited or a session ended.
 const DRAIN: Duration = Duration::from_secs(2);
+/// How long an exec's stdin, once the client closed it, waits for the shim to read what is
+/// left in the FIFO before remora's end is dropped.
+const STDIN_DRAIN: Duration = Duration::from_secs(5);
 /// How long a killed exec process gets to be reaped.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 /// How long a port-forward connection attempt may take.
@@ -467,10 +470,12 @@ async fn copy_out(mut from: pipe::Receiver, to: Option<ClientWrite>) {
 }
 
 /// Copies the client's stdin into an exec process's stdin FIFO until the client's EOF; the
-/// write end is dropped at the end.
+/// write end is dropped at the end, once the shim's reader has taken what was written (or after
+/// [`STDIN_DRAIN`]): a shim that opens its end late must not find the bytes gone.
 async fn copy_stdin(mut from: ClientRead, mut to: pipe::Sender) {
     let _ = tokio::io::copy(&mut from, &mut to).await;
     let _ = to.flush().await;
+    crate::io::fifo::wait_drained(&to, STDIN_DRAIN).await;
 }
 
 /// Forwards one output stream of the fan-out to an attach client until `stop`, then sends what
@@ -506,6 +511,96 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// A client's stdin: `data`, then EOF, which it reports on `eof` when read.
+    struct Client {
+        data: Option<&'static [u8]>,
+        eof: Option<tokio::sync::oneshot::Sender<()>>,
+    }
+
+    impl tokio::io::AsyncRead for Client {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            match self.data.take() {
+                Some(d) => buf.put_slice(d),
+                None => {
+                    if let Some(eof) = self.eof.take() {
+                        let _ = eof.send(());
+                    }
+                }
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// containerd's Go shim opens its stdin reader in a goroutine after `Start` returned: a
+    /// client that sends its stdin and closes it at once must not lose it to remora dropping
+    /// its end (the only one) first. The reader here opens only after the client's EOF.
+    #[tokio::test]
+    async fn exec_stdin_written_before_the_shim_reads_it_is_not_lost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifos = FifoSet::create(
+            tmp.path(),
+            "e1",
+            FifoSpec {
+                stdin: true,
+                tty: false,
+            },
+        )
+        .unwrap();
+        let to = fifos.open_stdin().unwrap().unwrap();
+        let (eof_tx, eof_rx) = tokio::sync::oneshot::channel();
+        let client = Client {
+            data: Some(b"line one\nline two\n"),
+            eof: Some(eof_tx),
+        };
+        let copy = tokio::spawn(copy_stdin(Box::pin(client), to));
+        eof_rx.await.unwrap();
+        tokio::task::yield_now().await;
+        let path = fifos.stdin().unwrap().to_path_buf();
+        let got = tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            use std::os::unix::fs::OpenOptionsExt;
+            // The shim's late reader; non-blocking so that a FIFO with no writer left fails
+            // the test instead of hanging it.
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(path)
+                .unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            loop {
+                match f.read(&mut buf) {
+                    Ok(0) => return got,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    // No writer ever came, or it is still there: nothing more either way
+                    // once what was written has been read.
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && !got.is_empty() => {
+                        return got
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::yield_now()
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        });
+        let got = tokio::time::timeout(Duration::from_secs(10), got)
+            .await
+            .expect("the reader got its bytes or EOF")
+            .unwrap();
+        assert_eq!(got, b"line one\nline two\n");
+        tokio::time::timeout(Duration::from_secs(10), copy)
+            .await
+            .expect("the copy ends once its bytes were read")
+            .unwrap();
+    }
 
     #[tokio::test]
     async fn attach_output_reaches_the_client_and_the_rest_is_drained_at_stop() {

@@ -4,3 +4,10 @@
 //! No Rust crate implements this side of the protocol; remora writes it on the ttrpc crate it
 //! already uses for its shim. The daemon wires it into its CRI calls; this crate knows nothing
 //! of CRI or containerd.
+//!
+//! - [`mux`]: NRI's connection multiplexer, the two ttrpc connections (one each way) that
+//!   share a plugin's socket.
+
+#![warn(missing_docs)]
+
+pub mod mux;

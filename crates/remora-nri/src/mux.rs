@@ -35,14 +35,15 @@
 //! # Bounds against a hostile peer
 //!
 //! - A frame's length is checked against [`MAX_PAYLOAD`] before anything is allocated for it.
-//! - A connection queues at most [`READ_QUEUE_FRAMES`] unread frames (NRI's figure); one more
-//!   closes the trunk, as NRI's Go mux does.
+//! - A connection queues at most [`READ_QUEUE_FRAMES`] unread frames (NRI's figure) and
+//!   [`READ_QUEUE_BYTES`] unread bytes (remora's: NRI's frame count alone allows a GiB); one
+//!   more closes the trunk, as NRI's Go mux does for the frame count.
 //! - Data for an id nobody opened yet is queued for it (the peer may write before we open),
 //!   for at most [`MAX_UNOPENED_CONNS`] such ids; data for a further id closes the trunk.
 //! - Data for a connection whose [`Conn`] was dropped is discarded.
 //!
-//! So inbound memory is at most (opened ids + [`MAX_UNOPENED_CONNS`]) × [`READ_QUEUE_FRAMES`]
-//! × [`MAX_PAYLOAD`], plus the one frame being read. Outbound, writers wait once
+//! So inbound memory is at most (opened ids + [`MAX_UNOPENED_CONNS`]) times
+//! [`READ_QUEUE_BYTES`] plus a frame, and the one frame being read: about 100 MiB a plugin. Outbound, writers wait once
 //! [`WRITE_QUEUE_BYTES`] are queued for the trunk, so that side holds at most
 //! [`WRITE_QUEUE_BYTES`] plus one frame.
 //!
@@ -94,6 +95,11 @@ pub const MAX_PAYLOAD: usize = MAX_PAYLOAD_U32 as usize;
 /// Unread frames a connection may queue; one more closes the trunk (NRI's figure).
 pub const READ_QUEUE_FRAMES: usize = 256;
 
+/// Unread bytes a connection may queue; a frame past them closes the trunk. NRI bounds frames
+/// only (256 of 4 MiB each, a GiB); four whole messages is more than a ttrpc peer waiting for
+/// answers ever has in flight.
+pub const READ_QUEUE_BYTES: usize = 4 * MAX_PAYLOAD;
+
 /// Ids not opened yet that may have data queued at once; data for one more closes the trunk.
 /// NRI uses two ids in all, so a peer that needs more is not speaking NRI.
 pub const MAX_UNOPENED_CONNS: usize = 4;
@@ -135,6 +141,14 @@ pub enum TrunkError {
     QueueOverflow {
         /// The connection whose queue overflowed.
         conn: ConnId,
+    },
+    /// A connection had more than [`READ_QUEUE_BYTES`] bytes unread.
+    #[error("connection {conn} has {queued} bytes unread, more than {READ_QUEUE_BYTES}")]
+    QueueBytesOverflow {
+        /// The connection whose queue overflowed.
+        conn: ConnId,
+        /// The bytes it would have queued with the frame that arrived.
+        queued: usize,
     },
     /// Data for more than [`MAX_UNOPENED_CONNS`] ids nobody opened.
     #[error("data for connection {conn}, while {MAX_UNOPENED_CONNS} ids nobody opened already have data queued")]
@@ -223,6 +237,8 @@ struct Slot {
     kind: SlotKind,
     /// Unread payloads, none of them empty.
     frames: VecDeque<Vec<u8>>,
+    /// Bytes in `frames`, the front one's already read ones included.
+    queued_bytes: usize,
     /// Bytes of `frames.front()` already read.
     offset: usize,
     read_waker: Option<Waker>,
@@ -235,6 +251,7 @@ impl Slot {
         Slot {
             kind,
             frames: VecDeque::new(),
+            queued_bytes: 0,
             offset: 0,
             read_waker: None,
             write_waker: None,
@@ -360,6 +377,7 @@ impl Shared {
                 .flat_map(|slot| {
                     if failed {
                         slot.frames.clear();
+                        slot.queued_bytes = 0;
                         slot.offset = 0;
                     }
                     [slot.read_waker.take(), slot.write_waker.take()]
@@ -412,6 +430,11 @@ impl Shared {
             if slot.frames.len() >= READ_QUEUE_FRAMES {
                 return Err(TrunkError::QueueOverflow { conn });
             }
+            let queued = slot.queued_bytes + payload.len();
+            if queued > READ_QUEUE_BYTES {
+                return Err(TrunkError::QueueBytesOverflow { conn, queued });
+            }
+            slot.queued_bytes = queued;
             slot.frames.push_back(payload);
             slot.read_waker.take()
         };
@@ -551,6 +574,7 @@ impl AsyncRead for Conn {
             buf.put_slice(&rest[..n]);
             slot.offset += n;
             if slot.offset == front.len() {
+                slot.queued_bytes -= front.len();
                 slot.frames.pop_front();
                 slot.offset = 0;
             }
@@ -641,6 +665,7 @@ impl Drop for Conn {
         if let Some(slot) = st.slots.get_mut(&self.id) {
             slot.kind = SlotKind::Retired;
             slot.frames.clear();
+            slot.queued_bytes = 0;
             slot.offset = 0;
             slot.read_waker = None;
             slot.write_waker = None;

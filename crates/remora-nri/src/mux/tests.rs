@@ -340,6 +340,26 @@ async fn an_unopened_conns_queue_overflow_closes_the_trunk() {
 }
 
 #[tokio::test]
+async fn a_conns_unread_bytes_past_their_bound_close_the_trunk() {
+    let (mux, mut peer) = mux_and_peer();
+    let _c1 = mux.open(1).unwrap();
+    let mut marker = mux.open(2).unwrap();
+    let big = pattern(MAX_PAYLOAD, 7);
+    for _ in 0..READ_QUEUE_BYTES / MAX_PAYLOAD {
+        peer.write_all(&frame(1, &big)).await.unwrap();
+    }
+    peer.write_all(&frame(2, b"m")).await.unwrap();
+    assert_eq!(read_n(&mut marker, 1).await, b"m");
+    assert!(mux.close_reason().is_none(), "{READ_QUEUE_BYTES} bytes fit");
+
+    peer.write_all(&frame(1, b"x")).await.unwrap();
+    let reason = within("closed", mux.closed()).await;
+    assert_failed(&reason, |e| {
+        matches!(e, TrunkError::QueueBytesOverflow { conn: 1, .. })
+    });
+}
+
+#[tokio::test]
 async fn reading_frees_queue_room() {
     let (mux, mut peer) = mux_and_peer();
     let mut c1 = mux.open(1).unwrap();

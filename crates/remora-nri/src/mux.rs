@@ -43,7 +43,7 @@
 //! - Data for a connection whose [`Conn`] was dropped is discarded.
 //!
 //! So inbound memory is at most (opened ids + [`MAX_UNOPENED_CONNS`]) times
-//! [`READ_QUEUE_BYTES`] plus a frame, and the one frame being read: about 100 MiB a plugin. Outbound, writers wait once
+//! [`READ_QUEUE_BYTES`] plus a frame, and the one frame being read: about 120 MiB a plugin. Outbound, writers wait once
 //! [`WRITE_QUEUE_BYTES`] are queued for the trunk, so that side holds at most
 //! [`WRITE_QUEUE_BYTES`] plus one frame.
 //!

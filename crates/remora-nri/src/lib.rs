@@ -4,3 +4,6 @@
 //! No Rust crate implements this side of the protocol; remora writes it on the ttrpc crate it
 //! already uses for its shim. The daemon wires it into its CRI calls; this crate knows nothing
 //! of CRI or containerd.
+#![warn(missing_docs)]
+
+pub mod api;

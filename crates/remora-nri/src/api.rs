@@ -16,3 +16,204 @@ mod generated {
 
 pub use generated::api::*;
 pub use generated::api_ttrpc::*;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use futures::stream::{self, StreamExt as _};
+    use protobuf::{Enum as _, Message as _};
+    use ttrpc::asynchronous::transport::{Listener, Socket};
+    use ttrpc::asynchronous::{Client, Server, Service, TtrpcContext};
+
+    use super::*;
+
+    /// Five seconds, in ttrpc's nanoseconds: a hung round trip fails the test instead of
+    /// hanging it.
+    const TIMEOUT_NS: i64 = 5_000_000_000;
+
+    #[test]
+    fn container_adjustment_round_trips_with_its_fields() {
+        let mut adjust = ContainerAdjustment::new();
+        adjust
+            .annotations
+            .insert("example.com/owner".into(), "nri-test".into());
+        let mut mount = Mount::new();
+        mount.destination = "/data".into();
+        mount.type_ = "bind".into();
+        mount.source = "/srv/data".into();
+        mount.options = vec!["rbind".into(), "ro".into()];
+        adjust.mounts.push(mount);
+        let mut env = KeyValue::new();
+        env.key = "FOO".into();
+        env.value = "bar".into();
+        adjust.env.push(env);
+        let mut linux = LinuxContainerAdjustment::new();
+        linux.cgroups_path = "/kubepods/pod1/ctr1".into();
+        let mut oom = OptionalInt::new();
+        oom.value = -998;
+        linux.oom_score_adj = Some(oom).into();
+        adjust.linux = Some(linux).into();
+        adjust.args = vec!["sleep".into(), "inf".into()];
+
+        let bytes = adjust.write_to_bytes().expect("encoding");
+        let back = ContainerAdjustment::parse_from_bytes(&bytes).expect("decoding");
+        assert_eq!(back, adjust);
+        assert_eq!(back.mounts[0].options, ["rbind", "ro"]);
+        assert_eq!(back.linux.oom_score_adj.value, -998);
+        assert_eq!(back.annotations["example.com/owner"], "nri-test");
+    }
+
+    #[test]
+    fn register_plugin_request_has_nri_field_numbers() {
+        let mut req = RegisterPluginRequest::new();
+        req.plugin_name = "logger".into();
+        req.plugin_idx = "10".into();
+        req.NRI_version = "v0.12.2".into();
+        let bytes = req.write_to_bytes().expect("encoding");
+        // Fields 1, 2, 3, each length-delimited (wire type 2): what NRI's Go plugins send.
+        let mut want = vec![0x0a, 6];
+        want.extend_from_slice(b"logger");
+        want.extend_from_slice(&[0x12, 2]);
+        want.extend_from_slice(b"10");
+        want.extend_from_slice(&[0x1a, 7]);
+        want.extend_from_slice(b"v0.12.2");
+        assert_eq!(bytes, want);
+        assert_eq!(RegisterPluginRequest::parse_from_bytes(&want).unwrap(), req);
+    }
+
+    #[test]
+    fn event_values_are_nris() {
+        // api.proto's `enum Event`: a plugin subscribes to event e with bit e-1 of
+        // ConfigureResponse.events.
+        let want = [
+            (Event::UNKNOWN, 0),
+            (Event::RUN_POD_SANDBOX, 1),
+            (Event::STOP_POD_SANDBOX, 2),
+            (Event::REMOVE_POD_SANDBOX, 3),
+            (Event::CREATE_CONTAINER, 4),
+            (Event::POST_CREATE_CONTAINER, 5),
+            (Event::START_CONTAINER, 6),
+            (Event::POST_START_CONTAINER, 7),
+            (Event::UPDATE_CONTAINER, 8),
+            (Event::POST_UPDATE_CONTAINER, 9),
+            (Event::STOP_CONTAINER, 10),
+            (Event::REMOVE_CONTAINER, 11),
+            (Event::UPDATE_POD_SANDBOX, 12),
+            (Event::POST_UPDATE_POD_SANDBOX, 13),
+            (Event::VALIDATE_CONTAINER_ADJUSTMENT, 14),
+            (Event::LAST, 15),
+        ];
+        for (event, value) in want {
+            assert_eq!(event.value(), value, "{event:?}");
+            assert_eq!(Event::from_i32(value), Some(event));
+        }
+        assert_eq!(Event::VALUES.len(), want.len());
+        assert_eq!(Event::from_i32(16), None);
+    }
+
+    /// A connected ttrpc server and client over a socket pair, no file system path: `services`
+    /// on the server end.
+    async fn connect(services: HashMap<String, Service>) -> (Server, Client) {
+        let (server_end, client_end) = tokio::net::UnixStream::pair().expect("socketpair");
+        // One connection, then pending rather than ended: the accept loop stays up until
+        // `Server::shutdown`, which expects it to.
+        let incoming = stream::iter([Ok(server_end)]).chain(stream::pending());
+        let mut server = Server::new()
+            .register_service(services)
+            .add_listener(Listener::new(incoming));
+        server.start().await.expect("starting the ttrpc server");
+        (server, Client::new(Socket::new(client_end)))
+    }
+
+    /// The runtime side as a recording fake: it stores each registration it is sent.
+    #[derive(Default)]
+    struct RecordingRuntime {
+        registered: Mutex<Vec<RegisterPluginRequest>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Runtime for RecordingRuntime {
+        async fn register_plugin(
+            &self,
+            _ctx: &TtrpcContext,
+            req: RegisterPluginRequest,
+        ) -> ttrpc::Result<Empty> {
+            // A poisoned lock means another assertion already failed.
+            self.registered.lock().unwrap().push(req);
+            Ok(Empty::new())
+        }
+    }
+
+    #[tokio::test]
+    async fn register_plugin_over_ttrpc_reaches_the_runtime_server() {
+        let runtime = Arc::new(RecordingRuntime::default());
+        let (mut server, client) = connect(create_runtime(runtime.clone())).await;
+        let client = RuntimeClient::new(client);
+
+        let mut req = RegisterPluginRequest::new();
+        req.plugin_name = "logger".into();
+        req.plugin_idx = "10".into();
+        let ctx = ttrpc::context::with_timeout(TIMEOUT_NS);
+        client
+            .register_plugin(ctx, &req)
+            .await
+            .expect("RegisterPlugin");
+        assert_eq!(*runtime.registered.lock().unwrap(), [req]);
+
+        // What the fake does not implement answers NOT_FOUND, the generated default.
+        let ctx = ttrpc::context::with_timeout(TIMEOUT_NS);
+        let err = client
+            .update_containers(ctx, &UpdateContainersRequest::new())
+            .await
+            .expect_err("UpdateContainers is not implemented");
+        match err {
+            ttrpc::Error::RpcStatus(status) => {
+                assert_eq!(status.code(), ttrpc::Code::NOT_FOUND, "{status:?}");
+            }
+            other => panic!("expected an RPC status, got {other:?}"),
+        }
+        server.shutdown().await.expect("shutdown");
+    }
+
+    /// A plugin that subscribes to RunPodSandbox and CreateContainer and records the runtime's
+    /// name from Configure.
+    #[derive(Default)]
+    struct SubscribingPlugin {
+        configured_by: Mutex<Vec<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Plugin for SubscribingPlugin {
+        async fn configure(
+            &self,
+            _ctx: &TtrpcContext,
+            req: ConfigureRequest,
+        ) -> ttrpc::Result<ConfigureResponse> {
+            // A poisoned lock means another assertion already failed.
+            self.configured_by.lock().unwrap().push(req.runtime_name);
+            let mut resp = ConfigureResponse::new();
+            resp.events = [Event::RUN_POD_SANDBOX, Event::CREATE_CONTAINER]
+                .iter()
+                .map(|e| 1 << (e.value() - 1))
+                .sum();
+            Ok(resp)
+        }
+    }
+
+    #[tokio::test]
+    async fn plugin_client_configures_a_plugin_over_ttrpc() {
+        let plugin = Arc::new(SubscribingPlugin::default());
+        let (mut server, client) = connect(create_plugin(plugin.clone())).await;
+        let client = PluginClient::new(client);
+
+        let mut req = ConfigureRequest::new();
+        req.runtime_name = "remora".into();
+        let ctx = ttrpc::context::with_timeout(TIMEOUT_NS);
+        let resp = client.configure(ctx, &req).await.expect("Configure");
+        assert_eq!(resp.events, 0b1001);
+        assert_eq!(*plugin.configured_by.lock().unwrap(), ["remora"]);
+        server.shutdown().await.expect("shutdown");
+    }
+}

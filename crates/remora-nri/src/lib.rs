@@ -5,9 +5,12 @@
 //! already uses for its shim. The daemon wires it into its CRI calls; this crate knows nothing
 //! of CRI or containerd.
 //!
+//! - [`api`]: NRI's protocol (`pkg/api/api.proto`), compiled: messages, the `Plugin` client
+//!   remora calls, the `Runtime` service it serves.
 //! - [`mux`]: NRI's connection multiplexer, the two ttrpc connections (one each way) that
 //!   share a plugin's socket.
 
 #![warn(missing_docs)]
 
+pub mod api;
 pub mod mux;

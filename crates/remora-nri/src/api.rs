@@ -117,14 +117,91 @@ mod tests {
     /// on the server end.
     async fn connect(services: HashMap<String, Service>) -> (Server, Client) {
         let (server_end, client_end) = tokio::net::UnixStream::pair().expect("socketpair");
+        (
+            serve(services, server_end).await,
+            Client::new(Socket::new(client_end)),
+        )
+    }
+
+    /// A ttrpc server of `services` on one connection.
+    async fn serve<S>(services: HashMap<String, Service>, conn: S) -> Server
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Sync + Unpin + 'static,
+    {
         // One connection, then pending rather than ended: the accept loop stays up until
         // `Server::shutdown`, which expects it to.
-        let incoming = stream::iter([Ok(server_end)]).chain(stream::pending());
+        let incoming = stream::iter([Ok(conn)]).chain(stream::pending());
         let mut server = Server::new()
             .register_service(services)
             .add_listener(Listener::new(incoming));
         server.start().await.expect("starting the ttrpc server");
-        (server, Client::new(Socket::new(client_end)))
+        server
+    }
+
+    /// NRI's handshake as it runs on a plugin's one socket: both muxes over a socket pair, the
+    /// plugin registering on connection 2 (remora serves it), remora configuring the plugin on
+    /// connection 1 (the plugin serves it), both at once.
+    #[tokio::test]
+    async fn both_services_share_one_multiplexed_socket() {
+        use crate::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+
+        let (remora_end, plugin_end) = tokio::net::UnixStream::pair().expect("socketpair");
+        let remora = Mux::new(remora_end, None);
+        let plugin = Mux::new(plugin_end, None);
+
+        let runtime = Arc::new(RecordingRuntime::default());
+        let mut runtime_server = serve(
+            create_runtime(runtime.clone()),
+            remora.open(RUNTIME_SERVICE_CONN).expect("open conn 2"),
+        )
+        .await;
+        let fake_plugin = Arc::new(SubscribingPlugin::default());
+        let mut plugin_server = serve(
+            create_plugin(fake_plugin.clone()),
+            plugin.open(PLUGIN_SERVICE_CONN).expect("open conn 1"),
+        )
+        .await;
+        let to_plugin = PluginClient::new(Client::new(Socket::new(
+            remora.open(PLUGIN_SERVICE_CONN).expect("open conn 1"),
+        )));
+        let to_runtime = RuntimeClient::new(Client::new(Socket::new(
+            plugin.open(RUNTIME_SERVICE_CONN).expect("open conn 2"),
+        )));
+
+        let mut register = RegisterPluginRequest::new();
+        register.plugin_name = "logger".into();
+        register.plugin_idx = "10".into();
+        let mut configure = ConfigureRequest::new();
+        configure.runtime_name = "remora".into();
+        // A config the size of a real one, bigger than a frame's first page.
+        configure.config = "x".repeat(20_000);
+        let (registered, configured) = tokio::join!(
+            to_runtime.register_plugin(ttrpc::context::with_timeout(TIMEOUT_NS), &register),
+            to_plugin.configure(ttrpc::context::with_timeout(TIMEOUT_NS), &configure),
+        );
+        registered.expect("RegisterPlugin over the mux");
+        assert_eq!(configured.expect("Configure over the mux").events, 0b1001);
+        assert_eq!(*runtime.registered.lock().unwrap(), [register]);
+        assert_eq!(*fake_plugin.configured_by.lock().unwrap(), ["remora"]);
+
+        // The plugin's socket closing ends remora's side: calls fail, not hang.
+        drop(plugin);
+        plugin_server
+            .shutdown()
+            .await
+            .expect("plugin server shutdown");
+        tokio::time::timeout(std::time::Duration::from_secs(10), remora.closed())
+            .await
+            .expect("remora sees the trunk close");
+        let err = to_plugin
+            .configure(ttrpc::context::with_timeout(TIMEOUT_NS), &configure)
+            .await
+            .expect_err("the plugin is gone");
+        assert!(!matches!(err, ttrpc::Error::RpcStatus(_)), "{err:?}");
+        runtime_server
+            .shutdown()
+            .await
+            .expect("runtime server shutdown");
     }
 
     /// The runtime side as a recording fake: it stores each registration it is sent.

@@ -1,0 +1,16 @@
+//! The runtime side of NRI, the Node Resource Interface (github.com/containerd/nri): what
+//! remora needs to host NRI plugins as containerd's CRI and CRI-O do.
+//!
+//! No Rust crate implements this side of the protocol; remora writes it on the ttrpc crate it
+//! already uses for its shim. The daemon wires it into its CRI calls; this crate knows nothing
+//! of CRI or containerd.
+//!
+//! - [`api`]: NRI's protocol (`pkg/api/api.proto`), compiled: messages, the `Plugin` client
+//!   remora calls, the `Runtime` service it serves.
+//! - [`mux`]: NRI's connection multiplexer, the two ttrpc connections (one each way) that
+//!   share a plugin's socket.
+
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod mux;

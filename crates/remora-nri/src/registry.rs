@@ -1269,6 +1269,8 @@ mod tests {
         Fail,
         Hang,
         Unimplemented,
+        /// Never answers Synchronize; answers events.
+        HangInSync,
     }
 
     /// A plugin that records what it is sent on a channel and answers events as told.
@@ -1286,7 +1288,7 @@ mod tests {
                 .seen
                 .send((self.name.clone(), Seen::Event(event, id.into())));
             match self.answer {
-                Answer::Ok => Ok(()),
+                Answer::Ok | Answer::HangInSync => Ok(()),
                 Answer::Fail => Err(status(ttrpc::Code::UNKNOWN, "refused by the fake")),
                 Answer::Hang => std::future::pending().await,
                 Answer::Unimplemented => Err(status(ttrpc::Code::UNIMPLEMENTED, "old stub")),
@@ -1326,6 +1328,9 @@ mod tests {
                     more: req.more,
                 },
             ));
+            if matches!(self.answer, Answer::HangInSync) {
+                std::future::pending::<()>().await;
+            }
             let mut resp = api::SynchronizeResponse::new();
             resp.more = req.more;
             Ok(resp)
@@ -1411,6 +1416,16 @@ mod tests {
         }
     }
 
+    /// A snapshot the test changes as it goes, as the runtime's objects do.
+    #[derive(Default)]
+    struct SharedSnapshot(Mutex<FixedSnapshot>);
+
+    impl SyncSource for SharedSnapshot {
+        fn snapshot(&self) -> (Vec<api::PodSandbox>, Vec<api::Container>) {
+            lock(&self.0).snapshot()
+        }
+    }
+
     /// Records the updates it is asked for; reports the first of each batch as failed.
     #[derive(Default)]
     struct RecordingRuntime {
@@ -1442,17 +1457,17 @@ mod tests {
     }
 
     fn harness(snapshot: FixedSnapshot) -> Harness {
-        harness_with(snapshot, REQUEST_TIMEOUT)
+        harness_with(Arc::new(snapshot), REQUEST_TIMEOUT)
     }
 
-    fn harness_with(snapshot: FixedSnapshot, request_timeout: Duration) -> Harness {
+    fn harness_with(sync: Arc<dyn SyncSource>, request_timeout: Duration) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("nri").join("nri.sock");
         let mut config = Config::new(&path, "remora", "0.1.0");
         config.registration_timeout = REGISTRATION_TIMEOUT;
         config.request_timeout = request_timeout;
         let runtime = Arc::new(RecordingRuntime::default());
-        let registry = Registry::start(config, Arc::new(snapshot), runtime.clone(), discard())
+        let registry = Registry::start(config, sync, runtime.clone(), discard())
             .expect("starting the registry");
         let (seen_tx, seen) = mpsc::unbounded_channel();
         Harness {
@@ -1628,7 +1643,10 @@ mod tests {
     #[tokio::test]
     async fn a_bad_index_or_name_is_refused_and_the_connection_closed() {
         // A short request timeout: remora waits that long for a refused plugin to hang up.
-        let mut h = harness_with(FixedSnapshot::default(), Duration::from_millis(200));
+        let mut h = harness_with(
+            Arc::new(FixedSnapshot::default()),
+            Duration::from_millis(200),
+        );
         let long = "x".repeat(MAX_PLUGIN_NAME_LEN + 1);
         for (idx, name) in [
             ("1", "ok"),
@@ -2024,5 +2042,82 @@ mod tests {
         let (name, first) = h.next_seen().await;
         assert_eq!(name, "10-a");
         assert!(matches!(first, Seen::Configured { .. }), "{first:?}");
+    }
+
+    #[tokio::test]
+    async fn a_registration_waits_for_sync_blocks_and_its_snapshot_has_what_they_created() {
+        let objects = Arc::new(SharedSnapshot::default());
+        lock(&objects.0).pods.push(pod("before"));
+        let mut h = harness_with(objects.clone(), REQUEST_TIMEOUT);
+        use api::Event as E;
+
+        // A CRI mutation in flight: it holds the block while it creates a pod and runs its hook.
+        let block = timeout(DEADLINE, h.registry.block_sync())
+            .await
+            .expect("no registration holds the write side");
+        let end = h
+            .connect("10-late", mask(&[E::RUN_POD_SANDBOX]), Answer::Ok)
+            .await;
+        register(&end, "10", "late").await.expect("RegisterPlugin");
+        assert!(matches!(h.next_seen().await.1, Seen::Configured { .. }));
+        lock(&objects.0).pods.push(pod("during"));
+        // The hook of the pod being created does not see the plugin: it is not active yet.
+        timeout(DEADLINE, h.registry.run_pod_sandbox(&pod("during")))
+            .await
+            .expect("in time")
+            .expect("RunPodSandbox");
+        // Nor is the plugin synchronized while the block is held (a bounded wait for nothing).
+        let early = timeout(Duration::from_millis(200), h.seen.recv()).await;
+        assert!(early.is_err(), "sent while blocked: {early:?}");
+        drop(block);
+
+        // Synchronize then has both pods, and the hook above was not sent: each pod reached
+        // the plugin exactly once.
+        assert_eq!(
+            h.next_seen().await,
+            (
+                "10-late".into(),
+                Seen::Synced {
+                    pods: vec!["before".into(), "during".into()],
+                    containers: vec![],
+                    more: false
+                }
+            )
+        );
+        let mut active = h.registry.watch_plugins();
+        timeout(DEADLINE, active.wait_for(|names| *names == ["10-late"]))
+            .await
+            .expect("active in time")
+            .expect("registry alive");
+        timeout(DEADLINE, h.registry.run_pod_sandbox(&pod("after")))
+            .await
+            .expect("in time")
+            .expect("RunPodSandbox");
+        assert_eq!(
+            h.drain(),
+            [(
+                "10-late".into(),
+                Seen::Event(E::RUN_POD_SANDBOX, "after".into())
+            )]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_plugin_hanging_in_synchronize_holds_sync_blocks_off_for_one_request_timeout() {
+        let mut h = harness(FixedSnapshot::default());
+        let end = h.connect("10-stuck", 0, Answer::HangInSync).await;
+        register(&end, "10", "stuck").await.expect("RegisterPlugin");
+        assert!(matches!(h.next_seen().await.1, Seen::Configured { .. }));
+        assert!(matches!(h.next_seen().await.1, Seen::Synced { .. }));
+        // Registration holds the write side now; a CRI mutation waits at most about a request
+        // timeout for it.
+        let started = Instant::now();
+        let block = timeout(REQUEST_TIMEOUT * 3, h.registry.block_sync())
+            .await
+            .expect("the hung Synchronize gives the lock back");
+        assert!(started.elapsed() <= REQUEST_TIMEOUT * 3);
+        drop(block);
+        wait_closed(&end).await;
+        assert!(h.registry.plugins().is_empty());
     }
 }

@@ -38,8 +38,9 @@
 //!   CreateContainer, UpdateContainer and StartContainer ([`HookError`], naming the plugin and
 //!   the event); for the other events it is logged and the remaining plugins are still called.
 //! - A plugin that does not answer within `request_timeout`, or whose connection failed, is
-//!   removed from the registry and its trunk closed; the call goes on without it and does not
-//!   fail, as NRI's `isFatalError` path does.
+//!   removed from the registry and its trunk closed (NRI's `isFatalError` path). NRI then goes
+//!   on without it; here the four events above fail ([`HookError`] with UNAVAILABLE, as issue
+//!   30 asks: nothing is made without a plugin's say), the others go on. Later calls skip it.
 //! - A plugin that answers an event RPC with UNIMPLEMENTED (a stub older than the dedicated
 //!   RPCs) gets the deprecated `StateChange` instead, for the events NRI does this for.
 //!
@@ -184,7 +185,8 @@ pub enum RegistryError {
 }
 
 /// A plugin refused an event that fails on error (RunPodSandbox, CreateContainer,
-/// UpdateContainer, StartContainer).
+/// UpdateContainer, StartContainer), or did not answer it in time or lost its connection (code
+/// UNAVAILABLE; the plugin is then dropped).
 #[derive(Debug, thiserror::Error)]
 #[error("NRI plugin {plugin} failed {event:?}: {code:?}: {message}")]
 pub struct HookError {
@@ -549,6 +551,17 @@ impl Registry {
                 Ok(reply) => replies.push((plugin.name.clone(), reply)),
                 Err(CallError::Fatal(why)) => {
                     self.remove(&plugin, &format!("{event:?} failed: {why}"));
+                    // NRI goes on without the plugin; issue 30 asks that the call fail, as it
+                    // does when the plugin answers with an error: a pod or container is not
+                    // made without the plugin having had its say. Later calls skip it.
+                    if call.fails_on_error() {
+                        return Err(HookError {
+                            plugin: plugin.name.clone(),
+                            event,
+                            code: ttrpc::Code::UNAVAILABLE,
+                            message: format!("the plugin was dropped: {why}"),
+                        });
+                    }
                 }
                 Err(CallError::Status(status)) if call.fails_on_error() => {
                     return Err(HookError {
@@ -1797,28 +1810,26 @@ mod tests {
         h.drain();
 
         let started = Instant::now();
-        // As NRI: a plugin that does not answer is closed and the call goes on without it.
-        timeout(DEADLINE, h.registry.run_pod_sandbox(&pod("p1")))
+        // Unlike NRI (which goes on without it), the call fails naming the plugin, which is
+        // dropped.
+        let err = timeout(DEADLINE, h.registry.run_pod_sandbox(&pod("p1")))
             .await
             .expect("bounded by the request timeout, not wedged")
-            .expect("the hung plugin does not fail the call");
+            .expect_err("the hung plugin fails the call");
         let took = started.elapsed();
         assert!(took >= REQUEST_TIMEOUT, "{took:?}");
         assert!(took < REQUEST_TIMEOUT * 3, "{took:?}");
+        assert_eq!(err.plugin, "10-hang");
+        assert_eq!(err.event, E::RUN_POD_SANDBOX);
+        assert_eq!(err.code, ttrpc::Code::UNAVAILABLE);
         assert_eq!(h.registry.plugins(), ["20-good"]);
         wait_closed(&hang).await;
         assert_eq!(
             h.drain(),
-            [
-                (
-                    "10-hang".into(),
-                    Seen::Event(E::RUN_POD_SANDBOX, "p1".into())
-                ),
-                (
-                    "20-good".into(),
-                    Seen::Event(E::RUN_POD_SANDBOX, "p1".into())
-                ),
-            ]
+            [(
+                "10-hang".into(),
+                Seen::Event(E::RUN_POD_SANDBOX, "p1".into())
+            )]
         );
 
         // Later calls skip it.

@@ -9,8 +9,11 @@
 //!   remora calls, the `Runtime` service it serves.
 //! - [`mux`]: NRI's connection multiplexer, the two ttrpc connections (one each way) that
 //!   share a plugin's socket.
+//! - [`registry`]: the plugin registry, NRI's "adaptation": the socket plugins connect to,
+//!   their registration, Configure and Synchronize, and one call per NRI event.
 
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod mux;
+pub mod registry;

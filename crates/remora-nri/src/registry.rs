@@ -1251,8 +1251,10 @@ mod tests {
 
     /// A bound on every wait: a wedged registry fails the test instead of hanging it.
     const DEADLINE: Duration = Duration::from_secs(10);
-    const REGISTRATION_TIMEOUT: Duration = Duration::from_millis(300);
-    const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+    /// Generous for in-process fakes, so that a loaded machine (the test command runs four
+    /// test threads on two cores) does not make a plugin that answers look silent.
+    const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(2);
+    const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
     fn discard() -> Logger {
         Logger::root(slog::Discard, o!())
@@ -1608,7 +1610,7 @@ mod tests {
                     "10-logger".to_string(),
                     Seen::Configured {
                         runtime: "remora".into(),
-                        request_timeout: 1000
+                        request_timeout: 2000
                     }
                 ),
                 (

@@ -11,9 +11,12 @@
 //!   share a plugin's socket.
 //! - [`registry`]: the plugin registry, NRI's "adaptation": the socket plugins connect to,
 //!   their registration, Configure and Synchronize, and one call per NRI event.
+//! - [`merge`]: NRI's result merge: the plugins' replies to one event combined into one
+//!   adjustment, resource update and set of evictions, with NRI's field ownership rules.
 
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod merge;
 pub mod mux;
 pub mod registry;

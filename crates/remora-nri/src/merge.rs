@@ -926,3 +926,844 @@ impl Adjust {
         a
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(id: &str) -> api::Container {
+        api::Container {
+            id: id.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    fn adjustment(f: impl FnOnce(&mut api::ContainerAdjustment)) -> api::CreateContainerResponse {
+        let mut a = api::ContainerAdjustment::new();
+        f(&mut a);
+        api::CreateContainerResponse {
+            adjust: MessageField::some(a),
+            ..Default::default()
+        }
+    }
+
+    fn reply(
+        plugin: &str,
+        r: api::CreateContainerResponse,
+    ) -> (String, api::CreateContainerResponse) {
+        (plugin.to_owned(), r)
+    }
+
+    fn kv(key: &str, value: &str) -> api::KeyValue {
+        api::KeyValue {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    fn mount(destination: &str, source: &str) -> api::Mount {
+        api::Mount {
+            destination: destination.to_owned(),
+            source: source.to_owned(),
+            type_: "bind".to_owned(),
+            ..Default::default()
+        }
+    }
+
+    fn resources(f: impl FnOnce(&mut api::LinuxResources)) -> api::LinuxResources {
+        let mut r = api::LinuxResources::new();
+        f(&mut r);
+        r
+    }
+
+    fn cpu_shares(shares: u64) -> api::LinuxResources {
+        resources(|r| {
+            r.cpu.mut_or_insert_default().shares = MessageField::some(api::OptionalUInt64 {
+                value: shares,
+                ..Default::default()
+            })
+        })
+    }
+
+    fn memory_limit(limit: i64) -> api::LinuxResources {
+        resources(|r| {
+            r.memory.mut_or_insert_default().limit = MessageField::some(api::OptionalInt64 {
+                value: limit,
+                ..Default::default()
+            })
+        })
+    }
+
+    fn with_resources(r: api::LinuxResources) -> api::CreateContainerResponse {
+        adjustment(|a| a.linux.mut_or_insert_default().resources = MessageField::some(r))
+    }
+
+    fn update(id: &str, r: api::LinuxResources, ignore_failure: bool) -> api::ContainerUpdate {
+        let mut u = api::ContainerUpdate::new();
+        u.container_id = id.to_owned();
+        u.linux.mut_or_insert_default().resources = MessageField::some(r);
+        u.ignore_failure = ignore_failure;
+        u
+    }
+
+    fn updates(u: Vec<api::ContainerUpdate>) -> api::CreateContainerResponse {
+        api::CreateContainerResponse {
+            update: u,
+            ..Default::default()
+        }
+    }
+
+    fn conflict(field: Field, owner: &str, plugin: &str) -> MergeError {
+        MergeError::Conflict {
+            container: "c1".to_owned(),
+            field,
+            owner: owner.to_owned(),
+            plugin: plugin.to_owned(),
+        }
+    }
+
+    fn resources_of(r: &CreateResult) -> &api::LinuxResources {
+        r.adjust
+            .linux
+            .resources
+            .as_ref()
+            .expect("resources adjusted")
+    }
+
+    #[test]
+    fn empty_replies_give_an_empty_adjustment() {
+        let r = merge_create(&container("c1"), vec![]).expect("merge");
+        assert_eq!(r, CreateResult::default());
+        let r = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", api::CreateContainerResponse::new()),
+                reply("b", adjustment(|_| {})),
+            ],
+        )
+        .expect("merge");
+        assert_eq!(r.adjust, api::ContainerAdjustment::new());
+        assert!(r.updates.is_empty() && r.evictions.is_empty());
+    }
+
+    #[test]
+    fn annotations_from_two_plugins_both_land() {
+        let r = merge_create(
+            &container("c1"),
+            vec![
+                reply(
+                    "a",
+                    adjustment(|a| _ = a.annotations.insert("x".into(), "1".into())),
+                ),
+                reply(
+                    "b",
+                    adjustment(|a| _ = a.annotations.insert("y".into(), "2".into())),
+                ),
+            ],
+        )
+        .expect("merge");
+        let want: HashMap<String, String> =
+            [("x".into(), "1".into()), ("y".into(), "2".into())].into();
+        assert_eq!(r.adjust.annotations, want);
+    }
+
+    #[test]
+    fn one_annotation_from_two_plugins_is_a_conflict_naming_both() {
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply(
+                    "a",
+                    adjustment(|a| _ = a.annotations.insert("x".into(), "1".into())),
+                ),
+                reply(
+                    "b",
+                    adjustment(|a| _ = a.annotations.insert("x".into(), "2".into())),
+                ),
+            ],
+        )
+        .expect_err("conflict");
+        assert_eq!(err, conflict(Field::Annotation("x".into()), "a", "b"));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("\"a\"") && msg.contains("\"b\"") && msg.contains("annotation \"x\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn removals_of_what_the_container_had_are_carried_as_markers() {
+        let mut c = container("c1");
+        c.annotations.insert("old".into(), "v".into());
+        c.env.push("OLD=v".into());
+        c.mounts.push(mount("/old", "/src"));
+        let r = merge_create(
+            &c,
+            vec![reply(
+                "a",
+                adjustment(|a| {
+                    a.annotations.insert("-old".into(), String::new());
+                    a.env.push(kv("-OLD", ""));
+                    a.mounts.push(mount("-/old", ""));
+                }),
+            )],
+        )
+        .expect("merge");
+        assert_eq!(
+            r.adjust.annotations,
+            [("-old".to_owned(), String::new())].into()
+        );
+        assert_eq!(r.adjust.env, vec![kv("-OLD", "")]);
+        assert_eq!(r.adjust.mounts.len(), 1);
+        assert_eq!(r.adjust.mounts[0].destination, "-/old");
+    }
+
+    #[test]
+    fn a_removal_clears_an_earlier_setting_and_blocks_other_plugins() {
+        // Plugin a sets X, then (in a later reply of its own, as after a restart) removes and
+        // re-adds it; b may not touch it.
+        let r = merge_create(
+            &container("c1"),
+            vec![reply(
+                "a",
+                adjustment(|a| {
+                    a.env.push(kv("X", "2"));
+                    a.env.push(kv("-X", ""));
+                }),
+            )],
+        )
+        .expect("merge");
+        assert_eq!(
+            r.adjust.env,
+            vec![kv("X", "2")],
+            "removal first, then the new value"
+        );
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", adjustment(|a| a.env.push(kv("-X", "")))),
+                reply("b", adjustment(|a| a.env.push(kv("X", "3")))),
+            ],
+        )
+        .expect_err("b re-adds what a removed");
+        assert_eq!(err, conflict(Field::Env("X".into()), "a", "b"));
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", adjustment(|a| a.mounts.push(mount("/d", "/s")))),
+                reply("b", adjustment(|a| a.mounts.push(mount("-/d", "")))),
+            ],
+        )
+        .expect_err("b removes what a set");
+        assert_eq!(err, conflict(Field::Mount("/d".into()), "a", "b"));
+    }
+
+    #[test]
+    fn env_keeps_order_and_replaces_by_name() {
+        let r = merge_create(
+            &container("c1"),
+            vec![
+                reply(
+                    "a",
+                    adjustment(|a| a.env.extend([kv("A", "1"), kv("B", "1")])),
+                ),
+                reply("b", adjustment(|a| a.env.extend([kv("C", "1")]))),
+                reply(
+                    "c",
+                    adjustment(|a| a.env.extend([kv("D", "1"), kv("-E", "")])),
+                ),
+            ],
+        )
+        .expect("merge");
+        let keys: Vec<_> = r.adjust.env.iter().map(|e| e.key.as_str()).collect();
+        // Plugins in call order; within a reply, removals before additions.
+        assert_eq!(keys, ["A", "B", "C", "-E", "D"]);
+        // A removal and a re-addition of one name by one plugin give one entry, the new value,
+        // which replaces the container's variable of that name.
+        let mut c = container("c1");
+        c.env.push("A=0".into());
+        let r = merge_create(
+            &c,
+            vec![reply(
+                "a",
+                adjustment(|a| a.env.extend([kv("B", "1"), kv("A", "2"), kv("-A", "")])),
+            )],
+        )
+        .expect("merge");
+        assert_eq!(r.adjust.env, vec![kv("A", "2"), kv("B", "1")]);
+        // The same name twice from one plugin is a conflict, as in NRI.
+        let err = merge_create(
+            &c,
+            vec![reply(
+                "a",
+                adjustment(|a| a.env.extend([kv("A", "1"), kv("A", "2")])),
+            )],
+        )
+        .expect_err("conflict");
+        assert_eq!(err, conflict(Field::Env("A".into()), "a", "a"));
+    }
+
+    #[test]
+    fn mounts_are_replaced_by_destination() {
+        let r = merge_create(
+            &container("c1"),
+            vec![
+                reply(
+                    "a",
+                    adjustment(|a| a.mounts.extend([mount("/x", "/1"), mount("/y", "/1")])),
+                ),
+                reply("b", adjustment(|a| a.mounts.extend([mount("/z", "/2")]))),
+                reply(
+                    "a2",
+                    adjustment(|a| a.mounts.extend([mount("-/w", ""), mount("/w", "/3")])),
+                ),
+            ],
+        )
+        .expect("merge");
+        let got: Vec<_> = r
+            .adjust
+            .mounts
+            .iter()
+            .map(|m| (m.destination.as_str(), m.source.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [("/x", "/1"), ("/y", "/1"), ("/z", "/2"), ("/w", "/3")]
+        );
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", adjustment(|a| a.mounts.push(mount("/x", "/1")))),
+                reply("b", adjustment(|a| a.mounts.push(mount("/x", "/2")))),
+            ],
+        )
+        .expect_err("conflict");
+        assert_eq!(err, conflict(Field::Mount("/x".into()), "a", "b"));
+    }
+
+    #[test]
+    fn args_are_owned_whole() {
+        let r = merge_create(
+            &container("c1"),
+            vec![reply(
+                "a",
+                adjustment(|a| a.args = vec!["".into(), "sh".into()]),
+            )],
+        )
+        .expect("merge");
+        assert_eq!(r.adjust.args, ["sh"]);
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", adjustment(|a| a.args = vec!["sh".into()])),
+                reply("b", adjustment(|a| a.args = vec!["".into(), "bash".into()])),
+            ],
+        )
+        .expect_err("conflict");
+        assert_eq!(err, conflict(Field::Args, "a", "b"));
+    }
+
+    #[test]
+    fn resource_fields_from_two_plugins_are_merged() {
+        let r = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", with_resources(cpu_shares(512))),
+                reply("b", with_resources(memory_limit(1 << 30))),
+            ],
+        )
+        .expect("merge");
+        let res = resources_of(&r);
+        assert_eq!(res.cpu.shares.value, 512);
+        assert_eq!(res.memory.limit.value, 1 << 30);
+        assert!(res.memory.swap.is_none() && res.cpu.quota.is_none());
+    }
+
+    #[test]
+    fn one_resource_field_from_two_plugins_is_a_conflict() {
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", with_resources(memory_limit(1))),
+                reply("b", with_resources(cpu_shares(2))),
+                reply("c", with_resources(memory_limit(3))),
+            ],
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            err,
+            conflict(Field::Resource(Resource::MemoryLimit), "a", "c")
+        );
+        let hugepages = |size: &str| {
+            resources(|r| {
+                r.hugepage_limits.push(api::HugepageLimit {
+                    page_size: size.to_owned(),
+                    limit: 1,
+                    ..Default::default()
+                })
+            })
+        };
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", with_resources(hugepages("2MB"))),
+                reply("b", with_resources(hugepages("1GB"))),
+                reply("c", with_resources(hugepages("2MB"))),
+            ],
+        )
+        .expect_err("conflict");
+        assert_eq!(err, conflict(Field::HugepageLimit("2MB".into()), "a", "c"));
+    }
+
+    #[test]
+    fn an_update_of_the_created_container_folds_into_its_adjustment() {
+        let r = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", with_resources(memory_limit(100))),
+                reply("b", updates(vec![update("c1", cpu_shares(7), false)])),
+            ],
+        )
+        .expect("merge");
+        assert!(r.updates.is_empty(), "{:?}", r.updates);
+        let res = resources_of(&r);
+        assert_eq!((res.memory.limit.value, res.cpu.shares.value), (100, 7));
+        // Its fields are owned like the adjustment's.
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", with_resources(memory_limit(100))),
+                reply("b", updates(vec![update("c1", memory_limit(200), false)])),
+            ],
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            err,
+            conflict(Field::Resource(Resource::MemoryLimit), "a", "b")
+        );
+    }
+
+    #[test]
+    fn updates_of_other_containers_are_collected_with_conflicts_per_container() {
+        let r = merge_create(
+            &container("c1"),
+            vec![
+                reply(
+                    "a",
+                    updates(vec![
+                        update("c2", cpu_shares(1), true),
+                        update("c3", cpu_shares(1), false),
+                    ]),
+                ),
+                // Same field, other containers: no conflict with c2's.
+                reply(
+                    "b",
+                    updates(vec![
+                        update("c3", memory_limit(5), true),
+                        update("c2", memory_limit(6), true),
+                    ]),
+                ),
+            ],
+        )
+        .expect("merge");
+        let got: Vec<_> = r
+            .updates
+            .iter()
+            .map(|u| {
+                let res = &u.linux.resources;
+                (
+                    u.container_id.as_str(),
+                    res.cpu.shares.value,
+                    res.memory.limit.value,
+                    u.ignore_failure,
+                )
+            })
+            .collect();
+        assert_eq!(got, [("c2", 1, 6, true), ("c3", 1, 5, false)]);
+
+        let replies = || {
+            vec![
+                reply("a", updates(vec![update("c2", cpu_shares(1), false)])),
+                reply("b", updates(vec![update("c2", cpu_shares(2), false)])),
+            ]
+        };
+        let err = merge_create(&container("c1"), replies()).expect_err("conflict");
+        assert_eq!(
+            err,
+            MergeError::Conflict {
+                container: "c2".into(),
+                field: Field::Resource(Resource::CpuShares),
+                owner: "a".into(),
+                plugin: "b".into(),
+            }
+        );
+        // With ignore_failure the conflicting update is dropped whole, the rest kept.
+        let r = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", updates(vec![update("c2", cpu_shares(1), false)])),
+                reply(
+                    "b",
+                    updates(vec![
+                        update("c2", cpu_shares(2), true),
+                        update("c4", cpu_shares(3), false),
+                    ]),
+                ),
+                reply("c", updates(vec![update("c5", cpu_shares(4), true)])),
+                reply("d", updates(vec![update("c5", cpu_shares(5), true)])),
+            ],
+        )
+        .expect("ignored failure");
+        let got: Vec<_> = r
+            .updates
+            .iter()
+            .map(|u| (u.container_id.as_str(), u.linux.resources.cpu.shares.value))
+            .collect();
+        assert_eq!(got, [("c2", 1), ("c4", 3), ("c5", 4)]);
+    }
+
+    #[test]
+    fn evictions_are_collected() {
+        let evict = |id: &str, reason: &str| api::ContainerEviction {
+            container_id: id.to_owned(),
+            reason: reason.to_owned(),
+            ..Default::default()
+        };
+        let r = merge_create(
+            &container("c1"),
+            vec![
+                reply(
+                    "a",
+                    api::CreateContainerResponse {
+                        evict: vec![evict("c2", "oom")],
+                        ..Default::default()
+                    },
+                ),
+                reply(
+                    "b",
+                    api::CreateContainerResponse {
+                        evict: vec![evict("c3", "cpu")],
+                        ..Default::default()
+                    },
+                ),
+            ],
+        )
+        .expect("merge");
+        assert_eq!(
+            r.evictions,
+            vec![
+                ("a".to_owned(), evict("c2", "oom")),
+                ("b".to_owned(), evict("c3", "cpu"))
+            ]
+        );
+        let u = merge_update(
+            &container("c1"),
+            api::LinuxResources::new(),
+            vec![(
+                "a".into(),
+                api::UpdateContainerResponse {
+                    evict: vec![evict("c9", "x")],
+                    ..Default::default()
+                },
+            )],
+        )
+        .expect("merge");
+        assert_eq!(u.evictions, vec![("a".to_owned(), evict("c9", "x"))]);
+        let err = merge_create(
+            &container("c1"),
+            vec![reply(
+                "a",
+                api::CreateContainerResponse {
+                    evict: vec![evict("", "x")],
+                    ..Default::default()
+                },
+            )],
+        )
+        .expect_err("no id");
+        assert_eq!(
+            err,
+            MergeError::MissingKey {
+                plugin: "a".into(),
+                what: "container eviction"
+            }
+        );
+    }
+
+    #[test]
+    fn an_unsupported_kind_is_refused_naming_it() {
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", with_resources(cpu_shares(1))),
+                reply(
+                    "b",
+                    adjustment(|a| {
+                        a.linux
+                            .mut_or_insert_default()
+                            .net_devices
+                            .insert("eth1".into(), api::LinuxNetDevice::new());
+                    }),
+                ),
+            ],
+        )
+        .expect_err("refused");
+        assert_eq!(
+            err,
+            MergeError::Unsupported {
+                plugin: "b".into(),
+                what: "linux.net_devices"
+            }
+        );
+        let err = merge_create(
+            &container("c1"),
+            vec![reply(
+                "a",
+                adjustment(|a| {
+                    a.linux.mut_or_insert_default().rdt = MessageField::some(api::LinuxRdt::new())
+                }),
+            )],
+        )
+        .expect_err("refused");
+        assert_eq!(
+            err,
+            MergeError::Unsupported {
+                plugin: "a".into(),
+                what: "linux.rdt"
+            }
+        );
+    }
+
+    #[test]
+    fn a_field_unknown_to_this_protocol_is_refused() {
+        let mut a = api::ContainerAdjustment::new();
+        a.mut_unknown_fields().add_varint(99, 1);
+        let r = api::CreateContainerResponse {
+            adjust: MessageField::some(a),
+            ..Default::default()
+        };
+        let err = merge_create(&container("c1"), vec![reply("a", r)]).expect_err("refused");
+        assert_eq!(
+            err,
+            MergeError::UnknownField {
+                plugin: "a".into(),
+                message: "ContainerAdjustment",
+                number: 99
+            }
+        );
+    }
+
+    #[test]
+    fn linux_fields_have_owners() {
+        let oom = |v: i64| {
+            adjustment(|a| {
+                a.linux.mut_or_insert_default().oom_score_adj =
+                    MessageField::some(api::OptionalInt {
+                        value: v,
+                        ..Default::default()
+                    })
+            })
+        };
+        let err = merge_create(
+            &container("c1"),
+            vec![reply("a", oom(1)), reply("b", oom(2))],
+        )
+        .expect_err("conflict");
+        assert_eq!(err, conflict(Field::OomScoreAdj, "a", "b"));
+        let sysctl = |k: &str| {
+            adjustment(|a| {
+                _ = a
+                    .linux
+                    .mut_or_insert_default()
+                    .sysctl
+                    .insert(k.into(), "1".into())
+            })
+        };
+        let err = merge_create(
+            &container("c1"),
+            vec![reply("a", sysctl("net.x")), reply("b", sysctl("-net.x"))],
+        )
+        .expect_err("conflict");
+        assert_eq!(err, conflict(Field::Sysctl("net.x".into()), "a", "b"));
+        let r = merge_create(
+            &container("c1"),
+            vec![reply("a", sysctl("net.x")), reply("b", sysctl("-net.y"))],
+        )
+        .expect("merge");
+        let want: HashMap<String, String> = [
+            ("net.x".into(), "1".into()),
+            ("-net.y".into(), String::new()),
+        ]
+        .into();
+        assert_eq!(r.adjust.linux.sysctl, want);
+        assert!(
+            r.adjust.annotations.is_empty(),
+            "a sysctl removal is not an annotation"
+        );
+        let rlimit = |t: &str| {
+            adjustment(|a| {
+                a.rlimits.push(api::POSIXRlimit {
+                    type_: t.into(),
+                    hard: 1,
+                    soft: 1,
+                    ..Default::default()
+                })
+            })
+        };
+        let err = merge_create(
+            &container("c1"),
+            vec![
+                reply("a", rlimit("RLIMIT_NOFILE")),
+                reply("b", rlimit("RLIMIT_NOFILE")),
+            ],
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            err,
+            conflict(Field::Rlimit("RLIMIT_NOFILE".into()), "a", "b")
+        );
+    }
+
+    #[test]
+    fn hooks_are_appended_without_owner() {
+        let hook = |path: &str| {
+            adjustment(|a| {
+                a.hooks.mut_or_insert_default().prestart.push(api::Hook {
+                    path: path.into(),
+                    ..Default::default()
+                })
+            })
+        };
+        let r = merge_create(
+            &container("c1"),
+            vec![reply("a", hook("/a")), reply("b", hook("/b"))],
+        )
+        .expect("merge");
+        let paths: Vec<_> = r
+            .adjust
+            .hooks
+            .prestart
+            .iter()
+            .map(|h| h.path.as_str())
+            .collect();
+        assert_eq!(paths, ["/a", "/b"]);
+    }
+
+    #[test]
+    fn update_merges_plugins_over_the_requested_resources() {
+        let requested = resources(|r| {
+            r.cpu.mut_or_insert_default().shares = MessageField::some(api::OptionalUInt64 {
+                value: 2,
+                ..Default::default()
+            });
+            r.memory.mut_or_insert_default().limit = MessageField::some(api::OptionalInt64 {
+                value: 10,
+                ..Default::default()
+            });
+        });
+        let pids = resources(|r| {
+            r.pids = MessageField::some(api::LinuxPids {
+                limit: 64,
+                ..Default::default()
+            })
+        });
+        let r = merge_update(
+            &container("c1"),
+            requested,
+            vec![
+                (
+                    "a".into(),
+                    api::UpdateContainerResponse {
+                        update: vec![update("c1", memory_limit(20), false)],
+                        ..Default::default()
+                    },
+                ),
+                (
+                    "b".into(),
+                    api::UpdateContainerResponse {
+                        update: vec![
+                            update("c1", pids, false),
+                            update("c2", cpu_shares(3), false),
+                        ],
+                        ..Default::default()
+                    },
+                ),
+            ],
+        )
+        .expect("merge");
+        assert_eq!(r.resources.cpu.shares.value, 2, "requested, untouched");
+        assert_eq!(r.resources.memory.limit.value, 20, "plugin a's");
+        assert_eq!(r.resources.pids.limit, 64, "plugin b's own pids limit");
+        assert_eq!(r.updates.len(), 1);
+        assert_eq!(r.updates[0].container_id, "c2");
+        let err = merge_update(
+            &container("c1"),
+            api::LinuxResources::new(),
+            vec![
+                (
+                    "a".into(),
+                    api::UpdateContainerResponse {
+                        update: vec![update("c1", memory_limit(20), false)],
+                        ..Default::default()
+                    },
+                ),
+                (
+                    "b".into(),
+                    api::UpdateContainerResponse {
+                        update: vec![update("c1", memory_limit(30), false)],
+                        ..Default::default()
+                    },
+                ),
+            ],
+        )
+        .expect_err("conflict");
+        assert_eq!(
+            err,
+            conflict(Field::Resource(Resource::MemoryLimit), "a", "b")
+        );
+    }
+
+    #[test]
+    fn stop_collects_updates() {
+        let u = merge_stop(vec![
+            (
+                "a".into(),
+                api::StopContainerResponse {
+                    update: vec![update("c2", cpu_shares(1), false)],
+                    ..Default::default()
+                },
+            ),
+            (
+                "b".into(),
+                api::StopContainerResponse {
+                    update: vec![update("c2", memory_limit(2), false)],
+                    ..Default::default()
+                },
+            ),
+        ])
+        .expect("merge");
+        assert_eq!(u.len(), 1);
+        assert_eq!(
+            (
+                u[0].linux.resources.cpu.shares.value,
+                u[0].linux.resources.memory.limit.value
+            ),
+            (1, 2)
+        );
+        let err = merge_stop(vec![(
+            "a".into(),
+            api::StopContainerResponse {
+                update: vec![update("", cpu_shares(1), false)],
+                ..Default::default()
+            },
+        )])
+        .expect_err("no id");
+        assert_eq!(
+            err,
+            MergeError::MissingKey {
+                plugin: "a".into(),
+                what: "container update"
+            }
+        );
+    }
+}

@@ -33,8 +33,21 @@
 //! oom_score_adj, I/O priority, seccomp policy, namespaces, sysctl, scheduler, memory policy.
 //!
 //! Refused with [`MergeError::Unsupported`], never dropped: `linux.net_devices` and `linux.rdt`
-//! in an adjustment. A field this build of NRI's protocol does not know (a plugin built on a
-//! newer NRI) is refused with [`MergeError::UnknownField`] for the same reason.
+//! in an adjustment. A field unknown to this build of NRI's protocol (a plugin built on a newer
+//! NRI) is refused with [`MergeError::UnknownField`] for the same reason, when it is in a message
+//! that holds adjustment kinds: the replies, `ContainerAdjustment`, `LinuxContainerAdjustment`,
+//! `Hooks`, `LinuxResources`, `LinuxMemory`, `LinuxCPU`, `ContainerUpdate`,
+//! `LinuxContainerUpdate`, `ContainerEviction`. Leaf messages (a `Mount`, a `Hook`) are passed on
+//! as they are.
+//!
+//! # The merged adjustment
+//!
+//! For the code applying it to a spec: every list and map holds each key once, plugins in call
+//! order, a reply's removals before its additions. An entry whose key starts with `-` removes
+//! that key from the spec; any other entry replaces the spec's entry of the same key (env name,
+//! mount destination, device path, namespace type, rlimit type, annotation or sysctl key) or is
+//! added. Resources hold only the fields plugins set. Args, when not empty, replace the spec's,
+//! `[""]` clearing them.
 //!
 //! # Updates and evictions
 //!
@@ -125,6 +138,32 @@ pub enum Resource {
     PidsLimit,
 }
 
+impl Resource {
+    /// The resource as named in error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Resource::MemoryLimit => "memory limit",
+            Resource::MemoryReservation => "memory reservation",
+            Resource::MemorySwap => "memory swap limit",
+            Resource::MemoryKernel => "kernel memory limit",
+            Resource::MemoryKernelTcp => "kernel TCP memory limit",
+            Resource::MemorySwappiness => "memory swappiness",
+            Resource::MemoryDisableOomKiller => "disable_oom_killer",
+            Resource::MemoryUseHierarchy => "memory use_hierarchy",
+            Resource::CpuShares => "CPU shares",
+            Resource::CpuQuota => "CPU quota",
+            Resource::CpuPeriod => "CPU period",
+            Resource::CpuRealtimeRuntime => "CPU realtime runtime",
+            Resource::CpuRealtimePeriod => "CPU realtime period",
+            Resource::CpuSetCpus => "cpuset CPUs",
+            Resource::CpuSetMems => "cpuset memory nodes",
+            Resource::BlockioClass => "block I/O class",
+            Resource::RdtClass => "RDT class",
+            Resource::PidsLimit => "pids limit",
+        }
+    }
+}
+
 impl fmt::Display for Field {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -143,7 +182,7 @@ impl fmt::Display for Field {
             Field::Namespace(k) => write!(f, "namespace {k:?}"),
             Field::Scheduler => f.write_str("scheduler"),
             Field::MemoryPolicy => f.write_str("memory policy"),
-            Field::Resource(r) => write!(f, "{r:?}"),
+            Field::Resource(r) => f.write_str(r.name()),
             Field::HugepageLimit(k) => write!(f, "hugepage limit {k:?}"),
             Field::Unified(k) => write!(f, "unified resource {k:?}"),
         }
@@ -155,7 +194,7 @@ impl fmt::Display for Field {
 pub enum MergeError {
     /// Two plugins set (or removed) the same field of one container.
     #[error(
-        "plugins {owner:?} and {plugin:?} both tried to set {field} of container {container:?}"
+        "plugins {owner:?} and {plugin:?} both tried to set or remove {field} of container {container:?}"
     )]
     Conflict {
         /// The container whose field it is.
@@ -405,7 +444,8 @@ fn merge_keyed<T>(
         .into_iter()
         .partition(|e| removable && key_of(e).starts_with('-'));
     for e in removals {
-        let key = key_of(&e).trim_start_matches('-').to_owned();
+        // One marker, as NRI's ClearRemovalMarker: `--x` removes `-x`.
+        let key = key_of(&e).strip_prefix('-').unwrap_or_default().to_owned();
         if key.is_empty() {
             return Err(missing(plugin, what));
         }
@@ -608,6 +648,8 @@ impl<'a> Merger<'a> {
         if u.container_id.is_empty() {
             return Err(missing(plugin, "container update"));
         }
+        // An update without resources changes nothing: no entry, where result.go would send an
+        // empty one.
         let Some(linux) = u.linux.as_ref() else {
             return Ok(());
         };
@@ -617,21 +659,23 @@ impl<'a> Merger<'a> {
         };
         let id = u.container_id.as_str();
         let mut owners = self.owners.clone();
-        let (to, index) = match target_resources {
+        // `fresh`: the index of an entry this update created, to drop if the update is.
+        let (to, fresh) = match target_resources {
             Some(t) if id == self.target => (t, None),
             _ => {
-                let i = match self.updates.iter().position(|x| x.container_id == id) {
+                let (i, fresh) = match self.updates.iter().position(|x| x.container_id == id) {
                     Some(i) => {
                         let x = &mut self.updates[i];
                         x.ignore_failure = x.ignore_failure && u.ignore_failure;
-                        i
+                        (i, None)
                     }
                     None => {
                         let mut x = api::ContainerUpdate::new();
                         x.container_id = id.to_owned();
                         x.ignore_failure = u.ignore_failure;
                         self.updates.push(x);
-                        self.updates.len() - 1
+                        let i = self.updates.len() - 1;
+                        (i, Some(i))
                     }
                 };
                 let resources = self.updates[i]
@@ -639,7 +683,7 @@ impl<'a> Merger<'a> {
                     .mut_or_insert_default()
                     .resources
                     .mut_or_insert_default();
-                (resources, Some(i))
+                (resources, fresh)
             }
         };
         let mut merged = to.clone();
@@ -650,12 +694,8 @@ impl<'a> Merger<'a> {
                 Ok(())
             }
             Err(_) if u.ignore_failure => {
-                // A fresh entry for an update that failed whole carries nothing: drop it.
-                if let Some(i) = index {
-                    if self.updates[i].linux.resources.as_ref() == Some(&api::LinuxResources::new())
-                    {
-                        self.updates.remove(i);
-                    }
+                if let Some(i) = fresh {
+                    self.updates.remove(i);
                 }
                 Ok(())
             }
@@ -1295,6 +1335,7 @@ mod tests {
             err,
             conflict(Field::Resource(Resource::MemoryLimit), "a", "c")
         );
+        assert!(err.to_string().contains("memory limit"), "{err}");
         let hugepages = |size: &str| {
             resources(|r| {
                 r.hugepage_limits.push(api::HugepageLimit {
@@ -1421,6 +1462,21 @@ mod tests {
             .map(|u| (u.container_id.as_str(), u.linux.resources.cpu.shares.value))
             .collect();
         assert_eq!(got, [("c2", 1), ("c4", 3), ("c5", 4)]);
+        // An ignored update that failed on its own leaves no empty entry behind.
+        let twice = resources(|r| {
+            let l = api::HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 1,
+                ..Default::default()
+            };
+            r.hugepage_limits.extend([l.clone(), l]);
+        });
+        let r = merge_create(
+            &container("c1"),
+            vec![reply("a", updates(vec![update("c6", twice, true)]))],
+        )
+        .expect("ignored failure");
+        assert!(r.updates.is_empty(), "{:?}", r.updates);
     }
 
     #[test]

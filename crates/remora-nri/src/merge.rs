@@ -306,7 +306,7 @@ pub fn merge_update(
     })
 }
 
-/// Merges the plugins' StopContainer replies (in call order) into updates of other containers.
+/// Merges the plugins' StopContainer replies (in call order) into one update per container named.
 pub fn merge_stop(
     replies: Vec<(String, api::StopContainerResponse)>,
 ) -> Result<Vec<api::ContainerUpdate>, MergeError> {

@@ -56,10 +56,11 @@
 //! plugin asked for it. An update that conflicts and has `ignore_failure` set is dropped whole (not
 //! half-applied, unlike result.go, which keeps the claims made before the failing one).
 //!
+//! An update a plugin sends from CreateContainer for the container being created is refused
+//! ([`MergeError::UpdateDuringCreation`]), as result.go refuses it: the adjustment is how a
+//! plugin changes that container.
+//!
 //! Deliberate differences from NRI v0.12.2:
-//! - An update a plugin sends from CreateContainer for the container being created is folded into
-//!   that container's adjusted resources, its fields owned like the adjustment's. result.go
-//!   refuses such an update ("asked update of … during creation").
 //! - result.go applies an update's pids limit from the request instead of the update
 //!   (`resources.GetPids()`) and writes sysctl removals into the annotations; here an update's
 //!   pids limit is the plugin's, and a sysctl removal stays a sysctl removal.
@@ -224,6 +225,15 @@ pub enum MergeError {
         /// The field's number.
         number: u32,
     },
+    /// A plugin's CreateContainer reply asked to update the container being created, which
+    /// its adjustment is for (NRI refuses this too).
+    #[error("plugin {plugin:?} asked to update container {container:?} while it is being created; it must adjust it instead")]
+    UpdateDuringCreation {
+        /// The plugin.
+        plugin: String,
+        /// The container being created.
+        container: String,
+    },
     /// A plugin sent an entry without the key it is identified by.
     #[error("plugin {plugin:?} sent {what} with an empty key")]
     MissingKey {
@@ -271,7 +281,13 @@ pub fn merge_create(
             adjust.apply(&mut merger.owners, &container.id, &plugin, a)?;
         }
         for u in reply.update {
-            merger.update(&plugin, u, Some(&mut adjust.resources))?;
+            if u.container_id == container.id {
+                return Err(MergeError::UpdateDuringCreation {
+                    plugin,
+                    container: container.id.clone(),
+                });
+            }
+            merger.update(&plugin, u, None)?;
         }
         collect_evictions(&plugin, reply.evict, &mut evictions)?;
     }
@@ -1358,30 +1374,21 @@ mod tests {
     }
 
     #[test]
-    fn an_update_of_the_created_container_folds_into_its_adjustment() {
-        let r = merge_create(
+    fn an_update_of_the_created_container_is_refused() {
+        let err = merge_create(
             &container("c1"),
             vec![
                 reply("a", with_resources(memory_limit(100))),
                 reply("b", updates(vec![update("c1", cpu_shares(7), false)])),
             ],
         )
-        .expect("merge");
-        assert!(r.updates.is_empty(), "{:?}", r.updates);
-        let res = resources_of(&r);
-        assert_eq!((res.memory.limit.value, res.cpu.shares.value), (100, 7));
-        // Its fields are owned like the adjustment's.
-        let err = merge_create(
-            &container("c1"),
-            vec![
-                reply("a", with_resources(memory_limit(100))),
-                reply("b", updates(vec![update("c1", memory_limit(200), false)])),
-            ],
-        )
-        .expect_err("conflict");
+        .expect_err("an update of the container being created");
         assert_eq!(
             err,
-            conflict(Field::Resource(Resource::MemoryLimit), "a", "b")
+            MergeError::UpdateDuringCreation {
+                plugin: "b".into(),
+                container: "c1".into()
+            }
         );
     }
 

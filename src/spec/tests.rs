@@ -44,7 +44,7 @@ fn image() -> ImageConfig {
     }
 }
 
-fn config() -> ContainerConfig {
+pub(super) fn config() -> ContainerConfig {
     ContainerConfig {
         name: "web".into(),
         image_name: "registry.example/web:1".into(),
@@ -66,7 +66,7 @@ fn config() -> ContainerConfig {
     }
 }
 
-fn sandbox() -> SandboxInfo {
+pub(super) fn sandbox() -> SandboxInfo {
     SandboxInfo {
         id: "sb1".into(),
         pid: 4321,
@@ -91,7 +91,7 @@ fn sandbox() -> SandboxInfo {
     }
 }
 
-fn host() -> HostFacts {
+pub(super) fn host() -> HostFacts {
     HostFacts {
         min_oom_score_adj: -500,
         swap_accounting: true,
@@ -100,7 +100,7 @@ fn host() -> HostFacts {
     }
 }
 
-fn build(
+pub(super) fn build(
     cfg: &ContainerConfig,
     sb: &SandboxInfo,
     h: &HostFacts,

@@ -25,6 +25,8 @@ pub mod logging;
 pub mod metrics;
 pub(crate) mod net;
 pub(crate) mod notify;
+// pub(crate) as the store whose records it converts.
+pub(crate) mod nri;
 pub(crate) mod oci;
 pub mod server;
 pub(crate) mod signal;

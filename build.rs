@@ -26,14 +26,13 @@ fn main() {
 
 mod cri {
     use std::collections::BTreeSet;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     use prost_types::{field_descriptor_proto::Type, DescriptorProto, FileDescriptorSet};
 
     const MODULE: &str = "k8s.io/cri-api";
     const DEVICEPLUGIN_MODULE: &str = "k8s.io/kubelet";
     const PACKAGE: &str = ".runtime.v1";
-    const DEFAULT_TOOLS_DIR: &str = "/var/tmp/remora-tools";
     /// The one CRI message remora stores as JSON (a pod's config, on its sandbox record, for
     /// the CreateContainer calls after a restart): it and the messages it contains derive
     /// serde, and nothing else does.
@@ -42,7 +41,8 @@ mod cri {
     const REDACTED: &str = "AuthConfig";
 
     pub fn generate() {
-        let proto = proto_path(MODULE, "REMORA_CRI_PROTO");
+        let proto = proto_path(Path::new("protos/sources.txt"), MODULE, "REMORA_CRI_PROTO")
+            .unwrap_or_else(|e| fail(&e));
         let fds = compile(&proto, "CRI API", MODULE, "REMORA_CRI_PROTO");
         check_redacted(&proto);
         let mut config = tonic_prost_build::configure()
@@ -69,7 +69,8 @@ mod cri {
     /// `DevicePlugin` server of the kubelet suite's device plugin. Nothing in it derives serde.
     pub fn generate_deviceplugin() {
         let env = "REMORA_DEVICEPLUGIN_PROTO";
-        let proto = proto_path(DEVICEPLUGIN_MODULE, env);
+        let proto = proto_path(Path::new("protos/sources.txt"), DEVICEPLUGIN_MODULE, env)
+            .unwrap_or_else(|e| fail(&e));
         let fds = compile(&proto, "device plugin API", DEVICEPLUGIN_MODULE, env);
         if let Err(e) = tonic_prost_build::configure()
             .build_server(true)
@@ -125,36 +126,8 @@ mod cri {
         }
     }
 
-    /// `env` (a path), else where scripts/setup.sh puts the version of `module` that
-    /// protos/sources.txt pins.
-    fn proto_path(module: &str, env: &str) -> PathBuf {
-        println!("cargo:rerun-if-env-changed={env}");
-        println!("cargo:rerun-if-env-changed=REMORA_TOOLS_DIR");
-        if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
-            return PathBuf::from(p);
-        }
-        let list = "protos/sources.txt";
-        let text =
-            std::fs::read_to_string(list).unwrap_or_else(|e| fail(&format!("reading {list}: {e}")));
-        let entry = text
-            .lines()
-            .map(str::split_whitespace)
-            .map(|mut w| (w.next(), w.next(), w.next()))
-            .find_map(|(m, version, path)| match (m, version, path) {
-                (Some(m), Some(version), Some(path)) if m == module => Some((version, path)),
-                _ => None,
-            });
-        let Some((version, path)) = entry else {
-            fail(&format!("{list} names no {module} <version> <path> line"));
-        };
-        let tools = std::env::var_os("REMORA_TOOLS_DIR")
-            .filter(|p| !p.is_empty())
-            .map_or_else(|| PathBuf::from(DEFAULT_TOOLS_DIR), PathBuf::from);
-        tools
-            .join("protos")
-            .join(format!("{module}@{version}"))
-            .join(path)
-    }
+    // proto_path: the one reader of protos/sources.txt, shared with crates/remora-nri/build.rs.
+    include!("protos/sources.rs");
 
     /// The fully qualified names of [`SERDE_ROOTS`] and of every message they contain,
     /// directly or through other messages, maps or nested types (but the nested ones, see

@@ -16,11 +16,10 @@ use std::path::{Path, PathBuf};
 
 const MODULE: &str = "github.com/containerd/nri";
 const ENV: &str = "REMORA_NRI_PROTO";
-const DEFAULT_TOOLS_DIR: &str = "/var/tmp/remora-tools";
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    let proto = proto_path();
+    let proto = proto_path_of_nri();
     // Also while it is missing: Cargo then runs this again until it exists.
     println!("cargo:rerun-if-changed={}", proto.display());
     if !proto.is_file() {
@@ -58,41 +57,17 @@ fn main() {
 
 /// `REMORA_NRI_PROTO` (a path), else where scripts/setup.sh puts the version of NRI that
 /// protos/sources.txt pins.
-fn proto_path() -> PathBuf {
-    println!("cargo:rerun-if-env-changed={ENV}");
-    println!("cargo:rerun-if-env-changed=REMORA_TOOLS_DIR");
-    if let Some(p) = std::env::var_os(ENV).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
+fn proto_path_of_nri() -> PathBuf {
     // The workspace root's list: this crate is crates/remora-nri.
     let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
         .unwrap_or_else(|| fail("CARGO_MANIFEST_DIR is not set"));
     let list = Path::new(&manifest_dir).join("../../protos/sources.txt");
     println!("cargo:rerun-if-changed={}", list.display());
-    let text = std::fs::read_to_string(&list)
-        .unwrap_or_else(|e| fail(&format!("reading {}: {e}", list.display())));
-    let entry = text
-        .lines()
-        .map(str::split_whitespace)
-        .map(|mut w| (w.next(), w.next(), w.next()))
-        .find_map(|(m, version, path)| match (m, version, path) {
-            (Some(m), Some(version), Some(path)) if m == MODULE => Some((version, path)),
-            _ => None,
-        });
-    let Some((version, path)) = entry else {
-        fail(&format!(
-            "{} names no {MODULE} <version> <path> line",
-            list.display()
-        ));
-    };
-    let tools = std::env::var_os("REMORA_TOOLS_DIR")
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| PathBuf::from(DEFAULT_TOOLS_DIR), PathBuf::from);
-    tools
-        .join("protos")
-        .join(format!("{MODULE}@{version}"))
-        .join(path)
+    proto_path(&list, MODULE, ENV).unwrap_or_else(|e| fail(&e))
 }
+
+// proto_path: the one reader of protos/sources.txt, shared with the root build.rs.
+include!("../../protos/sources.rs");
 
 fn fail(message: &str) -> ! {
     eprintln!("error: {message}");

@@ -52,6 +52,7 @@ use oci_spec::runtime::{
     PosixRlimitBuilder, PosixRlimitType, Spec,
 };
 use remora_nri::api;
+use remora_nri::api::removal;
 use thiserror::Error;
 
 use super::{annotations, mounts, sysctl, SpecError};
@@ -191,14 +192,6 @@ fn refuse_unsupported(a: &api::ContainerAdjustment) -> Result<(), AdjustError> {
         return refuse("fields unknown to NRI v0.12.2 (in linux.resources.cpu)");
     }
     Ok(())
-}
-
-/// NRI's removal marker: `-name` removes `name`.
-fn removal(key: &str) -> (&str, bool) {
-    match key.strip_prefix('-') {
-        Some(k) => (k, true),
-        None => (key, false),
-    }
 }
 
 /// An absolute path that is already clean (no `.`, `..`, `//` or trailing `/`), not `/`.

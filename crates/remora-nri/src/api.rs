@@ -17,6 +17,16 @@ mod generated {
 pub use generated::api::*;
 pub use generated::api_ttrpc::*;
 
+/// NRI's removal marker (Go `api.MarkForRemoval`): a key, path, name or namespace type written
+/// `-key` in an adjustment asks to remove `key`. Returns the key without one marker and whether
+/// it had one (`--x` removes `-x`, as NRI's `ClearRemovalMarker`).
+pub fn removal(key: &str) -> (&str, bool) {
+    match key.strip_prefix('-') {
+        Some(k) => (k, true),
+        None => (key, false),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;

@@ -458,10 +458,9 @@ fn merge_keyed<T>(
 ) -> Result<(), MergeError> {
     let (removals, additions): (Vec<T>, Vec<T>) = entries
         .into_iter()
-        .partition(|e| removable && key_of(e).starts_with('-'));
+        .partition(|e| removable && api::removal(key_of(e)).1);
     for e in removals {
-        // One marker, as NRI's ClearRemovalMarker: `--x` removes `-x`.
-        let key = key_of(&e).strip_prefix('-').unwrap_or_default().to_owned();
+        let key = api::removal(key_of(&e)).0.to_owned();
         if key.is_empty() {
             return Err(missing(plugin, what));
         }

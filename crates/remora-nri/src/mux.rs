@@ -186,8 +186,9 @@ pub struct Mux {
 /// One virtual connection on a [`Mux`]'s trunk.
 ///
 /// Reads return the peer's payloads in order, possibly in pieces. Writes are framed; one write
-/// of at most [`MAX_PAYLOAD`] bytes is one frame. `poll_flush` waits until everything written
-/// so far is on the trunk. `poll_shutdown` flushes and refuses further writes; it sends
+/// of at most [`MAX_PAYLOAD`] bytes is one frame. `poll_flush` is ready once everything written
+/// so far is queued for the trunk (see its comment). `poll_shutdown` waits until it is on the
+/// trunk and refuses further writes; it sends
 /// nothing (NRI's protocol has no half-close). Dropping a `Conn` discards data arriving for it
 /// afterwards; frames it already wrote still go out.
 pub struct Conn {
@@ -636,7 +637,32 @@ impl AsyncWrite for Conn {
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    /// Ready once what was written is queued for the trunk (as a socket's flush is once the
+    /// kernel has it), not once the writer task wrote it: ttrpc's client abandons a write
+    /// whose flush is still pending when the request's answer arrives, and closes the whole
+    /// connection for it — and a plugin can answer before the writer task has marked the
+    /// frame written. The queue is bounded by `poll_write`; `poll_shutdown` waits for the
+    /// trunk.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let st = self.shared.state();
+        match &st.closed {
+            Some(_) if st.written_seq < self.last_seq => {
+                Poll::Ready(Err(broken_pipe(st.closed.as_ref())))
+            }
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let flushed = std::task::ready!(self.as_mut().poll_written(cx));
+        self.write_shut = true;
+        Poll::Ready(flushed)
+    }
+}
+
+impl Conn {
+    /// Waits until everything written so far is on the trunk.
+    fn poll_written(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let mut st = this.shared.state();
         if st.written_seq >= this.last_seq {
@@ -650,12 +676,6 @@ impl AsyncWrite for Conn {
         };
         slot.write_waker = Some(cx.waker().clone());
         Poll::Pending
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let flushed = std::task::ready!(self.as_mut().poll_flush(cx));
-        self.write_shut = true;
-        Poll::Ready(flushed)
     }
 }
 

@@ -598,3 +598,30 @@ fn conn_is_what_ttrpc_socket_new_needs() {
     let _guard = rt.enter();
     spawnable(&Mux::new(ours, None).closed());
 }
+
+/// ttrpc's client writes a request (write, then flush) and, if the answer arrives while the
+/// flush is still pending, drops the write and closes its whole connection ("cancelled during
+/// write"). A plugin can answer before the mux's writer task has marked the frame written, so
+/// a flush must be ready once the frame is queued. On a current-thread runtime the writer task
+/// cannot run between the write and the flush here: a flush waiting for it is pending.
+#[tokio::test(flavor = "current_thread")]
+async fn a_flush_is_ready_once_the_frame_is_queued_before_the_writer_task_runs() {
+    let (mux, mut peer) = mux_and_peer();
+    let mut conn = mux.open(1).expect("open");
+    let written = std::future::poll_fn(|cx| Pin::new(&mut conn).poll_write(cx, b"request"));
+    assert!(matches!(futures::poll!(written), Poll::Ready(Ok(7))));
+    let flushed = std::future::poll_fn(|cx| Pin::new(&mut conn).poll_flush(cx));
+    assert!(
+        matches!(futures::poll!(flushed), Poll::Ready(Ok(()))),
+        "the flush waits for the writer task"
+    );
+    // And the frame does go out.
+    let mut got = vec![0u8; HEADER_LEN + 7];
+    within("the frame on the trunk", peer.read_exact(&mut got))
+        .await
+        .expect("read");
+    assert_eq!(got, frame(1, b"request"));
+    // Shutdown still waits for the trunk, and then refuses writes.
+    within("shutdown", conn.shutdown()).await.expect("shutdown");
+    assert!(conn.write_all(b"more").await.is_err());
+}

@@ -236,6 +236,28 @@ tls_key_file = ""
 # pods and containers by state). Empty: no metrics endpoint. It has no authentication: keep
 # it on loopback or behind a firewall.
 address = ""
+
+[nri]
+# NRI (Node Resource Interface): remora hosts NRI plugins (resource managers, device
+# injectors, OCI hook injectors, policy agents) and calls them at each pod and container
+# event, as containerd's CRI and CRI-O do. See docs/nri.md. false: no socket, no plugins.
+enable = true
+# The unix socket external plugins connect to (NRI's Go stub: stub.WithSocketPath). Its
+# directory is made with mode 0700, the socket with 0600: only root may connect, and a
+# plugin may change every container's spec. Not containerd's /var/run/nri/nri.sock, so both
+# runtimes can host NRI on one node.
+socket_path = "/var/run/nri/remora.sock"
+# Plugins remora starts itself: each executable "<idx>-<name>" here (idx two digits) is run
+# with a socket pair (NRI_PLUGIN_SOCKET), its config read from plugin_config_path
+# ("<idx>-<name>.conf", else "<name>.conf"). Empty: none.
+plugin_path = "/opt/nri/plugins"
+plugin_config_path = "/etc/nri/conf.d"
+# How long a plugin has to register after it connects or is started.
+registration_timeout = "5s"
+# How long a plugin has to answer one request (a Synchronize: all of its parts). A plugin
+# that does not answer in time is disconnected; if the event was RunPodSandbox,
+# CreateContainer, UpdateContainerResources or StartContainer, that CRI call fails.
+request_timeout = "2s"
 "#;
 
 /// The whole configuration.
@@ -260,6 +282,41 @@ pub struct Config {
     pub streaming: StreamingConfig,
     /// The Prometheus metrics endpoint.
     pub metrics: MetricsConfig,
+    /// NRI plugins.
+    pub nri: NriConfig,
+}
+
+/// `[nri]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NriConfig {
+    /// Whether remora hosts NRI plugins.
+    pub enable: bool,
+    /// The socket external plugins connect to.
+    pub socket_path: PathBuf,
+    /// Where plugins remora starts itself are; empty: none.
+    pub plugin_path: PathBuf,
+    /// Where those plugins' config files are; empty: none.
+    pub plugin_config_path: PathBuf,
+    /// How long a plugin has to register.
+    #[serde(with = "humantime_serde")]
+    pub registration_timeout: Duration,
+    /// How long a plugin has to answer one request.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+}
+
+impl Default for NriConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            socket_path: PathBuf::from("/var/run/nri/remora.sock"),
+            plugin_path: PathBuf::from("/opt/nri/plugins"),
+            plugin_config_path: PathBuf::from("/etc/nri/conf.d"),
+            registration_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(2),
+        }
+    }
 }
 
 /// `[metrics]`.
@@ -730,7 +787,43 @@ impl Config {
             return Err(invalid("cni.plugin_timeout", "must be greater than zero"));
         }
         self.validate_images()?;
+        self.validate_nri()?;
         self.validate_host_dirs()
+    }
+
+    /// `[nri]`: an absolute socket path that fits in `sockaddr_un`, absolute plugin
+    /// directories (or empty), timeouts above zero and at most a minute (a plugin holding a
+    /// CRI call longer is a wedged node).
+    fn validate_nri(&self) -> Result<(), ConfigError> {
+        let nri = &self.nri;
+        absolute("nri.socket_path", &nri.socket_path)?;
+        let len = nri.socket_path.as_os_str().len();
+        if len > 107 {
+            return Err(invalid(
+                "nri.socket_path",
+                format!("is {len} bytes long; a unix socket path may be at most 107"),
+            ));
+        }
+        for (key, dir) in [
+            ("nri.plugin_path", &nri.plugin_path),
+            ("nri.plugin_config_path", &nri.plugin_config_path),
+        ] {
+            if !dir.as_os_str().is_empty() {
+                absolute(key, dir)?;
+            }
+        }
+        for (key, d) in [
+            ("nri.registration_timeout", nri.registration_timeout),
+            ("nri.request_timeout", nri.request_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(key, "must be greater than zero"));
+            }
+            if d > Duration::from_secs(60) {
+                return Err(invalid(key, "must be at most 1m"));
+            }
+        }
+        Ok(())
     }
 
     /// `[server]`: absolute paths, a socket path that fits in `sockaddr_un`.
@@ -1106,6 +1199,17 @@ mod tests {
                 "streaming.tls_cert_file",
             ),
             ("[metrics]\naddress = \"localhost\"\n", "metrics.address"),
+            ("[nri]\nsocket_path = \"nri.sock\"\n", "nri.socket_path"),
+            ("[nri]\nplugin_path = \"plugins\"\n", "nri.plugin_path"),
+            (
+                "[nri]\nplugin_config_path = \"conf.d\"\n",
+                "nri.plugin_config_path",
+            ),
+            ("[nri]\nrequest_timeout = \"0s\"\n", "nri.request_timeout"),
+            (
+                "[nri]\nregistration_timeout = \"2h\"\n",
+                "nri.registration_timeout",
+            ),
             ("[metrics]\nadress = \"127.0.0.1:9338\"\n", "adress"),
         ];
         for (text, key) in cases {
@@ -1119,6 +1223,19 @@ mod tests {
         let text = format!("[server]\nsocket = \"/{}\"\n", "a".repeat(120));
         let err = Config::from_toml(&text, "t").unwrap_err();
         assert!(err.to_string().contains("server.socket"), "{err}");
+    }
+
+    #[test]
+    fn overlong_nri_socket_path_is_rejected_and_empty_plugin_dirs_are_none() {
+        let text = format!("[nri]\nsocket_path = \"/{}\"\n", "a".repeat(120));
+        let err = Config::from_toml(&text, "t").unwrap_err();
+        assert!(err.to_string().contains("nri.socket_path"), "{err}");
+        let config = Config::from_toml(
+            "[nri]\nplugin_path = \"\"\nplugin_config_path = \"\"\n",
+            "t",
+        )
+        .unwrap();
+        assert!(config.nri.plugin_path.as_os_str().is_empty());
     }
 
     #[test]

@@ -305,6 +305,16 @@ pub fn remora_config(socket: &Path, containerd: &Path, cni_conf_dir: &Path, extr
     } else {
         pinned_handlers()
     };
+    // Each remora its own NRI socket (the default is one per node), and no plugins launched
+    // from the host's directories; unless the test sets [nri] itself.
+    let nri = if extra.contains("[nri]") {
+        String::new()
+    } else {
+        format!(
+            "[nri]\nsocket_path = \"{root}/nri.sock\"\nplugin_path = \"\"\nplugin_config_path = \"\"\n",
+            root = socket.parent().unwrap_or(Path::new("/tmp")).display()
+        )
+    };
     format!(
         r#"[server]
 socket = "{}"
@@ -318,6 +328,7 @@ address = "{}"
 conf_dir = "{}"
 bin_dirs = ["/usr/lib/cni"]
 {extra}
+{nri}
 {handlers}"#,
         socket.display(),
         containerd.display(),

@@ -24,6 +24,10 @@ REGISTRY_ADDR=127.0.0.1:5000
 REGISTRY_URL="http://$REGISTRY_ADDR"
 CONTAINERD_SOCK="$TB_RUN/containerd.sock"
 REMORA_SOCK="$TB_RUN/remora.sock"
+# NRI sockets: the test bed's remora's (scripts/remora-testbed.toml, under its state dir)
+# and its containerd's (scripts/testbed.sh's containerd config).
+REMORA_NRI_SOCK="$TB_RUN/remora/nri.sock"
+CONTAINERD_NRI_SOCK="$TB_RUN/nri.sock"
 
 # Our tools first (the v2.3.4 containerd must find its own shim, not
 # Debian's 1.6 one in /usr/bin); Go and cargo where these machines keep them,

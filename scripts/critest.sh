@@ -92,7 +92,11 @@ fi
 # exit status).
 run_critest() {
 	sock=$REMORA_SOCK
-	[[ $target == containerd ]] && sock=$CONTAINERD_SOCK
+	nri_sock=$REMORA_NRI_SOCK
+	if [[ $target == containerd ]]; then
+		sock=$CONTAINERD_SOCK
+		nri_sock=$CONTAINERD_NRI_SOCK
+	fi
 	endpoint="unix://$sock"
 	logs="$TB_ROOT/logs"
 	mkdir -p "$logs"
@@ -113,6 +117,8 @@ run_critest() {
 		"-ginkgo.json-report=$report"
 		"-ginkgo.no-color"
 		"-ginkgo.timeout=$GINKGO_TIMEOUT"
+		# critest's NRI specs connect their own plugin there.
+		"-nri-socket=$nri_sock"
 	)
 	if [[ -n "$handler" ]]; then
 		args+=("-runtime-handler=$handler")

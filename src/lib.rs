@@ -25,12 +25,7 @@ pub mod logging;
 pub mod metrics;
 pub(crate) mod net;
 pub(crate) mod notify;
-// pub(crate) as the store whose records it converts. Nothing outside its tests calls it until
-// the NRI hooks are wired into the lifecycle; remove the allow then.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "no caller until the NRI hooks are wired in")
-)]
+// pub(crate) as the store whose records it converts.
 pub(crate) mod nri;
 pub(crate) mod oci;
 pub mod server;

@@ -75,6 +75,9 @@ pub enum ServerError {
         /// The handler installation's error.
         source: std::io::Error,
     },
+    /// The NRI socket could not be set up.
+    #[error("cannot host NRI plugins: {0}")]
+    Nri(#[source] remora_nri::registry::RegistryError),
     /// The registry client could not be set up (TLS backend).
     #[error("cannot set up the registry client: {0}")]
     Registry(#[source] Box<crate::images::registry::client::RegistryError>),
@@ -693,6 +696,9 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         image_events,
     );
     await_initial_recovery(ready_rx, &log).await;
+    // After the first recovery, so a plugin's Synchronize sees the pods it rebuilt; before
+    // CRI is served, so no pod or container is made without its hooks.
+    let nri = start_nri(&config, &pods, &log)?;
 
     let (streaming, stream_listener) = StreamServer::bind(
         streaming_config(&config)?,
@@ -739,6 +745,9 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
         result = &mut server => {
             // The server stopped on its own: that is a failure (or a panic in it).
             let _ = stop_tx.send(true);
+            if let Some(nri) = &nri {
+                nri.stop().await;
+            }
             let _ = monitor.await;
             let _ = events.await;
             drop(guard);
@@ -765,6 +774,10 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
             server.abort();
         }
     }
+    // Plugins told to shut down once no CRI call can reach them.
+    if let Some(nri) = &nri {
+        nri.stop().await;
+    }
     let _ = monitor.await;
     let _ = events.await;
     let _ = stream_server.await;
@@ -775,6 +788,35 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     drop(guard);
     info!(log, "stopped");
     Ok(())
+}
+
+/// Starts hosting NRI plugins (`[nri]`) and hooks them into `pods`; `None` when NRI is off.
+fn start_nri(
+    config: &Config,
+    pods: &Arc<Pods>,
+    log: &Logger,
+) -> Result<Option<Arc<remora_nri::registry::Registry>>, ServerError> {
+    let log = log.new(slog::o!("component" => "nri"));
+    if !config.nri.enable {
+        info!(
+            log,
+            "NRI is off ([nri] enable = false): no plugins are hosted"
+        );
+        return Ok(None);
+    }
+    let view = Arc::new(crate::nri::PodsView::new(pods, log.clone()));
+    let mut nri = remora_nri::registry::Config::new(
+        &config.nri.socket_path,
+        "remora",
+        env!("CARGO_PKG_VERSION"),
+    );
+    nri.registration_timeout = config.nri.registration_timeout;
+    nri.request_timeout = config.nri.request_timeout;
+    let registry =
+        remora_nri::registry::Registry::start(nri, view.clone(), view.clone(), log.clone())
+            .map_err(ServerError::Nri)?;
+    pods.set_nri(Arc::new(crate::nri::Nri::new(registry.clone(), view, log)));
+    Ok(Some(registry))
 }
 
 /// The image index's handler of containerd's image events, for this host's platform.

@@ -264,6 +264,7 @@ fn container_code(e: &ContainerError) -> Code {
         | ContainerError::Journal { .. }
         | ContainerError::MountTable { .. } => Code::Internal,
         ContainerError::Failpoint(_) => Code::Unavailable,
+        ContainerError::Nri(n) => n.code(),
     }
 }
 
@@ -292,6 +293,7 @@ fn sandbox_code(e: &SandboxError) -> Code {
         | SandboxError::Container { .. }
         | SandboxError::Journal { .. } => Code::Internal,
         SandboxError::Failpoint(_) => Code::Unavailable,
+        SandboxError::Nri(n) => n.code(),
     }
 }
 

@@ -194,7 +194,7 @@ impl Pods {
         let host = self.host.clone();
         let tmp = self.state_dir.join("tmpmounts").join(id);
         let id_owned = id.to_string();
-        let generated = blocking(move || {
+        let mut generated = blocking(move || {
             let generate = |rootfs: spec::RootFs<'_>| {
                 spec::container_spec(&spec::ContainerInputs {
                     id: &id_owned,
@@ -223,12 +223,25 @@ impl Pods {
         .map_err(ContainerError::Aborted)??;
         steps.mark("spec");
         ensure_bind_sources(&generated.host_dirs_to_create)?;
-        let spec_json = serde_json::to_vec(&generated.spec).map_err(ContainerError::Encode)?;
-        steps.mark("bind_sources+encode");
         metadata.user = process_user(&generated.spec);
-
         let container = Container::new(metadata.clone(), ContainerStatus::created(now_ns()));
         let snapshot = container.snapshot();
+        // NRI's CreateContainer, on the spec as made and before anything names the container
+        // (it is not listed while plugins decide); their merged adjustment is applied to the
+        // spec, all or nothing. A refusal fails the call and the transaction undoes what was
+        // made. The sync block is held until the container is indexed (see `super::nri`).
+        let sync_block = match self.nri() {
+            Some(nri) => {
+                let block = nri.block_sync().await;
+                nri.create_container(&sb, &snapshot, &mut generated.spec)
+                    .await?;
+                steps.mark("nri");
+                Some(block)
+            }
+            None => None,
+        };
+        let spec_json = serde_json::to_vec(&generated.spec).map_err(ContainerError::Encode)?;
+        steps.mark("bind_sources+encode");
         let mut labels = to_labels(&snapshot);
         // The record keeps its image volumes' views once the creation lease is gone.
         labels.extend(volume_labels);
@@ -254,7 +267,8 @@ impl Pods {
             containers.delete(&key).await
         });
         crate::failpoint::hit("container.after_record", &metadata.name).await?;
-        self.containers_store.add(container)?;
+        self.containers_store.add(container.clone())?;
+        drop(sync_block);
         // The container record now holds the snapshot; the creation lease can go. Best effort:
         // containerd expires it anyway, and the container exists now.
         if let Err(e) = self.leases.delete(&lease, false).await {
@@ -265,6 +279,9 @@ impl Pods {
         tx.commit();
         self.events
             .emit(id, sandbox.id(), EventKind::Created, now_ns());
+        if let Some(nri) = self.nri() {
+            nri.post_create_container(&sb, &container.snapshot()).await;
+        }
         info!(self.log, "container created"; "container_id" => id, "pod_id" => sandbox.id(), "image" => &req.image);
         steps.log(
             &self.log.new(slog::o!("container_id" => id.clone())),

@@ -12,7 +12,7 @@ use super::container_events::EventKind;
 use super::{exit_ns, now_ns, wait_through_outages, ContainerError, ContainerIo, Pods};
 use crate::io::{FifoSet, LogWriter};
 use crate::store::persist::CONTAINER_EXTENSION;
-use crate::store::{encode_extension, Container, ContainerState, ExitOutcome};
+use crate::store::{encode_extension, Container, ContainerSnapshot, ContainerState, ExitOutcome};
 
 impl Pods {
     pub(crate) fn set_monitored(&self, id: &str, on: bool) {
@@ -70,6 +70,9 @@ impl Pods {
         }
         if exited.status.record_exit(status as i32, exit_ns(at)) == ExitOutcome::Recorded {
             self.persist_snapshot(id, &exited).await;
+            // Before the exit is visible: a StopContainer waiting for it answers after the
+            // plugins heard of it, so its RemoveContainer event comes after this one.
+            self.nri_stop_container(&exited).await;
         }
         if let Some(io) = self.io.get(id) {
             if let Some(w) = &io.log {
@@ -90,6 +93,20 @@ impl Pods {
         }
         self.tasks.delete(id).await?;
         Ok(())
+    }
+
+    /// NRI's StopContainer for a container that stopped (on its own, killed, or its task
+    /// gone), once per container (see [`super::nri`]).
+    pub(crate) async fn nri_stop_container(&self, container: &ContainerSnapshot) {
+        let Some(nri) = self.nri() else { return };
+        if !self.nri_first_stop(&container.metadata.id) {
+            return;
+        }
+        // A pod is removed only after its containers: without it there is nothing to tell.
+        let Ok(pod) = self.sandboxes.get(&container.metadata.sandbox_id) else {
+            return;
+        };
+        nri.stop_container(&pod.snapshot(), container).await;
     }
 
     /// Whether the kernel OOM-killed a process of `container`, which exited with
@@ -134,6 +151,7 @@ impl Pods {
         }
         warn!(self.log, "container task vanished; its exit status is unknown"; "container_id" => container.id());
         self.persist(container).await;
+        self.nri_stop_container(&container.snapshot()).await;
         self.events.emit(
             container.id(),
             &container.metadata().sandbox_id,

@@ -89,8 +89,12 @@ impl Pods {
                 return Err(e.into());
             }
         }
-        if let Ok(sb) = self.sandboxes.get(&meta.sandbox_id) {
-            let sb = sb.snapshot();
+        let pod = self
+            .sandboxes
+            .get(&meta.sandbox_id)
+            .ok()
+            .map(|sb| sb.snapshot());
+        if let Some(sb) = &pod {
             self.names.release(&container_name_key(
                 &meta.name,
                 &sb.metadata.name,
@@ -101,6 +105,10 @@ impl Pods {
         }
         self.events
             .emit(&id, &meta.sandbox_id, EventKind::Deleted, now_ns());
+        if let (Some(nri), Some(pod)) = (self.nri(), &pod) {
+            nri.remove_container(pod, &container.snapshot()).await;
+        }
+        self.nri_forget(&id);
         info!(self.log, "container removed"; "container_id" => &id);
         let me = self.clone();
         let (name, mounts) = (meta.name.clone(), meta.mounts.clone());

@@ -126,6 +126,13 @@ impl Pods {
             })
             .await?;
         steps.mark("task_create");
+        // NRI's StartContainer, between the task's create and its start, as in containerd: a
+        // refusal fails the call (the caller above deletes the task).
+        let nri_pod = self.nri().map(|nri| (nri.clone(), sandbox.snapshot()));
+        if let Some((nri, pod)) = &nri_pod {
+            nri.start_container(pod, &container.snapshot()).await?;
+            steps.mark("nri");
+        }
         // Before the start: an OOM kill right after it must find the count below it.
         container.set_pod_oom_kills_at_start(self.pod_oom_kills_of(container));
         // Taken before the start: a process that exits at once must not finish before it
@@ -151,6 +158,9 @@ impl Pods {
         self.monitor_container_exit(container.clone(), copiers);
         self.events
             .emit(&id, &meta.sandbox_id, EventKind::Started, now_ns());
+        if let Some((nri, pod)) = &nri_pod {
+            nri.post_start_container(pod, &container.snapshot()).await;
+        }
         info!(self.log, "container started"; "container_id" => &id, "pid" => pid);
         steps.log(
             &self.log.new(slog::o!("container_id" => id.clone())),

@@ -7,7 +7,33 @@ use crate::store::ContainerState;
 impl Pods {
     /// UpdateContainerResources: new limits applied to the running task's cgroup. (The spec on
     /// the containerd record keeps the limits of creation; a restarted task would get those.)
+    ///
+    /// With NRI, the plugins see the request first and may change it (their merged changes are
+    /// what is applied); a refusal fails the call with nothing changed.
     pub async fn update_container_resources(
+        &self,
+        id: &str,
+        resources: &spec::Resources,
+    ) -> Result<(), ContainerError> {
+        let container = self.containers_store.get(id)?;
+        let Some(nri) = self.nri() else {
+            return self.apply_container_resources(id, resources).await;
+        };
+        let pod = self
+            .sandboxes
+            .get(&container.metadata().sandbox_id)?
+            .snapshot();
+        let resources = nri
+            .update_container(&pod, &container.snapshot(), resources)
+            .await?;
+        self.apply_container_resources(id, &resources).await?;
+        nri.post_update_container(&pod, &container.snapshot()).await;
+        Ok(())
+    }
+
+    /// New limits applied to container `id`'s running task, without NRI's hooks (the CRI
+    /// call's own part, and the updates NRI plugins ask for themselves).
+    pub(crate) async fn apply_container_resources(
         &self,
         id: &str,
         resources: &spec::Resources,

@@ -105,6 +105,9 @@ pub enum SandboxError {
     /// A test failpoint fired.
     #[error(transparent)]
     Failpoint(#[from] Fired),
+    /// An NRI plugin failed RunPodSandbox.
+    #[error(transparent)]
+    Nri(#[from] super::nri::NriError),
     /// Steps running concurrently with `{0}` stopped before making anything more because it
     /// failed: its own error is the operation's, this one only tells the branch's caller why
     /// the branch ended early.
@@ -279,6 +282,9 @@ pub enum ContainerError {
     /// A test failpoint fired.
     #[error(transparent)]
     Failpoint(#[from] Fired),
+    /// An NRI plugin failed the call, or its adjustment could not be applied.
+    #[error(transparent)]
+    Nri(#[from] super::nri::NriError),
     /// The container is in the wrong state for the operation.
     #[error(transparent)]
     Transition(#[from] TransitionError),

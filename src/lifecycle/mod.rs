@@ -57,6 +57,7 @@ mod image_volume;
 pub(crate) mod journal;
 pub(crate) mod mount;
 pub(crate) mod mountinfo;
+pub(crate) mod nri;
 pub(crate) mod recover;
 pub(crate) mod sandbox_files;
 pub(crate) mod sandbox_metrics;
@@ -148,6 +149,11 @@ pub struct Pods {
     snapshotter: String,
     handlers: RuntimeHandlers,
     cdi: Arc<crate::cdi::Registry>,
+    /// NRI's hooks, once the registry runs (never set when `[nri] enable = false`).
+    nri: OnceLock<Arc<dyn nri::NriHooks>>,
+    /// Pods and containers whose StopPodSandbox / StopContainer NRI event was sent: each is
+    /// sent once, and forgotten on removal.
+    nri_stopped: Mutex<HashSet<String>>,
     log: Logger,
 }
 
@@ -272,8 +278,38 @@ impl Pods {
             snapshotter: config.snapshotter,
             handlers: config.handlers,
             cdi: config.cdi,
+            nri: OnceLock::new(),
+            nri_stopped: Mutex::new(HashSet::new()),
             log,
         }
+    }
+
+    /// Calls `hooks` at every pod and container event from now on (see [`nri`]). Set once.
+    pub(crate) fn set_nri(&self, hooks: Arc<dyn nri::NriHooks>) {
+        let _ = self.nri.set(hooks);
+    }
+
+    /// NRI's hooks, if NRI is on.
+    pub(crate) fn nri(&self) -> Option<&Arc<dyn nri::NriHooks>> {
+        self.nri.get()
+    }
+
+    /// Whether the NRI stop event of pod or container `id` is still to be sent; the first
+    /// call for an id says yes.
+    fn nri_first_stop(&self, id: &str) -> bool {
+        // Only set operations run under this lock.
+        self.nri_stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string())
+    }
+
+    /// Forgets pod or container `id`'s NRI stop (it was removed).
+    fn nri_forget(&self, id: &str) {
+        self.nri_stopped
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
     }
 
     /// Snapshot disk usage (ImageFsInfo sums it; container stats read their writable layer).

@@ -43,6 +43,10 @@ impl Pods {
                 Err(e) => return Err(e.into()),
             }
             me.events.emit_sandbox_removed(sandbox.snapshot(), now_ns());
+            if let Some(nri) = me.nri() {
+                nri.remove_pod_sandbox(&sandbox.snapshot()).await;
+            }
+            me.nri_forget(&id);
             info!(me.log, "pod sandbox removed"; "pod_id" => &id);
             Ok(())
         })

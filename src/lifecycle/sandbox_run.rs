@@ -250,7 +250,21 @@ impl Pods {
         };
 
         let sandbox = Sandbox::new(metadata, SandboxStatus::ready(pid));
+        // NRI's RunPodSandbox, on the pod as made and before it is indexed: while plugins
+        // decide it is not listed and no container can be created in it; one refusing it
+        // fails the call and the transaction undoes the pod. The sync block is held until it
+        // is indexed (see `super::nri`).
+        let sync_block = match self.nri() {
+            Some(nri) => {
+                let block = nri.block_sync().await;
+                nri.run_pod_sandbox(&sandbox.snapshot()).await?;
+                steps.mark("nri");
+                Some(block)
+            }
+            None => None,
+        };
         self.sandboxes.add(sandbox.clone())?;
+        drop(sync_block);
         reservation.keep();
         tx.commit();
         // A holder task ends only when it is killed or its shim dies: the same monitor.

@@ -51,6 +51,13 @@ impl Pods {
         }
         // Removed containers' task deletes too (their cleanups run behind RemoveContainer).
         self.wait_removals_of(id).await?;
+        // NRI's StopPodSandbox: its containers are stopped, the pod is still there (its
+        // status readable); once per pod, however often it is stopped.
+        if let Some(nri) = self.nri() {
+            if self.nri_first_stop(id) {
+                nri.stop_pod_sandbox(&sandbox.snapshot()).await;
+            }
+        }
         if let Some(state) = self.tasks.state(id).await? {
             if state.status != TaskStatus::Stopped {
                 self.kill_ignoring_gone(id, libc::SIGKILL as u32).await?;

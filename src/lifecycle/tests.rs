@@ -7,6 +7,7 @@
 //! (which needs root, as the test bed has).
 
 mod fakes;
+mod nri;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

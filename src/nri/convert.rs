@@ -513,3 +513,97 @@ fn opt_bool(v: Option<bool>) -> MessageField<api::OptionalBool> {
 
 #[cfg(test)]
 mod tests;
+
+/// CRI's container resources (an UpdateContainerResources request) as NRI's: what plugins see
+/// in UpdateContainer. Zero is unset, as in CRI.
+pub fn resources(r: &crate::spec::Resources) -> api::LinuxResources {
+    let nonzero = |v: i64| (v != 0).then_some(v);
+    let memory = api::LinuxMemory {
+        limit: opt_i64(nonzero(r.memory_limit_in_bytes)),
+        swap: opt_i64(nonzero(r.memory_swap_limit_in_bytes)),
+        ..Default::default()
+    };
+    let cpu = api::LinuxCPU {
+        shares: opt_u64(u64::try_from(r.cpu_shares).ok().filter(|v| *v != 0)),
+        quota: opt_i64(nonzero(r.cpu_quota)),
+        period: opt_u64(u64::try_from(r.cpu_period).ok().filter(|v| *v != 0)),
+        cpus: r.cpuset_cpus.clone(),
+        mems: r.cpuset_mems.clone(),
+        ..Default::default()
+    };
+    api::LinuxResources {
+        memory: MessageField::some(memory),
+        cpu: MessageField::some(cpu),
+        hugepage_limits: r
+            .hugepage_limits
+            .iter()
+            .map(|h| api::HugepageLimit {
+                page_size: h.page_size.clone(),
+                limit: h.limit,
+                ..Default::default()
+            })
+            .collect(),
+        unified: r.unified.clone(),
+        pids: MessageField::from_option(r.pids_limit.map(|limit| api::LinuxPids {
+            limit,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// `base` with what NRI's `r` sets (the merged result of plugins' updates): a field `r` leaves
+/// unset keeps `base`'s value. Values beyond CRI's range (a share or period above `i64::MAX`)
+/// are clamped.
+pub fn resources_onto(
+    base: &crate::spec::Resources,
+    r: &api::LinuxResources,
+) -> crate::spec::Resources {
+    let mut out = base.clone();
+    let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    if let Some(m) = r.memory.as_ref() {
+        if let Some(v) = m.limit.as_ref() {
+            out.memory_limit_in_bytes = v.value;
+        }
+        if let Some(v) = m.swap.as_ref() {
+            out.memory_swap_limit_in_bytes = v.value;
+        }
+    }
+    if let Some(c) = r.cpu.as_ref() {
+        if let Some(v) = c.shares.as_ref() {
+            out.cpu_shares = clamp(v.value);
+        }
+        if let Some(v) = c.quota.as_ref() {
+            out.cpu_quota = v.value;
+        }
+        if let Some(v) = c.period.as_ref() {
+            out.cpu_period = clamp(v.value);
+        }
+        if !c.cpus.is_empty() {
+            out.cpuset_cpus = c.cpus.clone();
+        }
+        if !c.mems.is_empty() {
+            out.cpuset_mems = c.mems.clone();
+        }
+    }
+    for h in &r.hugepage_limits {
+        match out
+            .hugepage_limits
+            .iter_mut()
+            .find(|l| l.page_size == h.page_size)
+        {
+            Some(l) => l.limit = h.limit,
+            None => out.hugepage_limits.push(crate::spec::HugepageLimit {
+                page_size: h.page_size.clone(),
+                limit: h.limit,
+            }),
+        }
+    }
+    for (k, v) in &r.unified {
+        out.unified.insert(k.clone(), v.clone());
+    }
+    if let Some(p) = r.pids.as_ref() {
+        out.pids_limit = Some(p.limit);
+    }
+    out
+}

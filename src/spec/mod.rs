@@ -17,15 +17,6 @@ pub mod devices;
 mod in_root;
 pub mod mounts;
 pub mod namespaces;
-// Not called yet: the CreateContainer NRI hook that applies plugins' adjustments comes next.
-// `expect` fails the build once it is, so this goes with it.
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "used by the NRI CreateContainer hook, not yet wired"
-    )
-)]
 pub mod nri;
 pub mod passthrough;
 pub mod process;

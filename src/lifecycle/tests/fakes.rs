@@ -76,6 +76,9 @@ pub enum Call {
     ImagePull(String),
     /// `OciRuntime::force_delete` (id, runtime binary name).
     OciForceDelete(String, String),
+    /// An NRI hook ([`FakeNri`]): its op (`nri.<event>`), the pod's or container's id, and
+    /// whether the index listed that object when the hook ran.
+    Nri(&'static str, String, bool),
 }
 
 impl Call {
@@ -106,6 +109,7 @@ impl Call {
             Call::CniOrphans(_) => "network.await_orphaned_plugins",
             Call::ImagePull(_) => "images.pull",
             Call::OciForceDelete(..) => "oci.force_delete",
+            Call::Nri(op, ..) => op,
         }
     }
 }
@@ -769,5 +773,119 @@ impl OciRuntime for FakeOci {
             .unwrap_or_default();
         self.log.record(Call::OciForceDelete(id.into(), binary));
         Ok(*self.answer.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// A recording NRI: each hook is a [`Call::Nri`] in the shared log (whether its object was
+/// indexed when it ran), and fails when the log's script says so. CreateContainer adds
+/// `NRI_ADDED=1` to the container's environment, as a plugin's adjustment would.
+pub struct FakeNri {
+    log: CallLog,
+    pods: std::sync::OnceLock<std::sync::Weak<crate::lifecycle::Pods>>,
+}
+
+impl FakeNri {
+    /// Hooks `pods` up to a new fake recording into `log`.
+    pub fn install(log: CallLog, pods: &Arc<crate::lifecycle::Pods>) -> Arc<FakeNri> {
+        let fake = Arc::new(FakeNri {
+            log,
+            pods: std::sync::OnceLock::new(),
+        });
+        let _ = fake.pods.set(Arc::downgrade(pods));
+        pods.set_nri(fake.clone());
+        fake
+    }
+
+    fn pods(&self) -> Arc<crate::lifecycle::Pods> {
+        self.pods
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .expect("the pods the fake is installed in")
+    }
+
+    fn pod_call(&self, op: &'static str, id: &str) -> Result<(), NriError> {
+        let listed = self.pods().sandboxes.get(id).is_ok();
+        self.outcome(op, Call::Nri(op, id.to_string(), listed))
+    }
+
+    fn container_call(&self, op: &'static str, id: &str) -> Result<(), NriError> {
+        let listed = self.pods().containers_store.get(id).is_ok();
+        self.outcome(op, Call::Nri(op, id.to_string(), listed))
+    }
+
+    fn outcome(&self, op: &'static str, call: Call) -> Result<(), NriError> {
+        if self.log.record(call) {
+            return Err(NriError::Plugin {
+                plugin: "00-fake".into(),
+                event: op.into(),
+                code: tonic::Code::Unknown,
+                message: "scripted failure".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+use crate::lifecycle::nri::{NriError, NriHooks, SyncBlock};
+use crate::store::{ContainerSnapshot, SandboxSnapshot};
+
+#[async_trait::async_trait]
+impl NriHooks for FakeNri {
+    async fn block_sync(&self) -> SyncBlock {
+        SyncBlock::new(())
+    }
+    async fn run_pod_sandbox(&self, pod: &SandboxSnapshot) -> Result<(), NriError> {
+        self.pod_call("nri.run_pod_sandbox", &pod.metadata.id)
+    }
+    async fn stop_pod_sandbox(&self, pod: &SandboxSnapshot) {
+        let _ = self.pod_call("nri.stop_pod_sandbox", &pod.metadata.id);
+    }
+    async fn remove_pod_sandbox(&self, pod: &SandboxSnapshot) {
+        let _ = self.pod_call("nri.remove_pod_sandbox", &pod.metadata.id);
+    }
+    async fn create_container(
+        &self,
+        _pod: &SandboxSnapshot,
+        container: &ContainerSnapshot,
+        spec: &mut oci_spec::runtime::Spec,
+    ) -> Result<(), NriError> {
+        self.container_call("nri.create_container", &container.metadata.id)?;
+        if let Some(process) = spec.process_mut() {
+            let mut env = process.env().clone().unwrap_or_default();
+            env.push("NRI_ADDED=1".into());
+            process.set_env(Some(env));
+        }
+        Ok(())
+    }
+    async fn post_create_container(&self, _pod: &SandboxSnapshot, c: &ContainerSnapshot) {
+        let _ = self.container_call("nri.post_create_container", &c.metadata.id);
+    }
+    async fn start_container(
+        &self,
+        _pod: &SandboxSnapshot,
+        c: &ContainerSnapshot,
+    ) -> Result<(), NriError> {
+        self.container_call("nri.start_container", &c.metadata.id)
+    }
+    async fn post_start_container(&self, _pod: &SandboxSnapshot, c: &ContainerSnapshot) {
+        let _ = self.container_call("nri.post_start_container", &c.metadata.id);
+    }
+    async fn update_container(
+        &self,
+        _pod: &SandboxSnapshot,
+        c: &ContainerSnapshot,
+        requested: &crate::spec::Resources,
+    ) -> Result<crate::spec::Resources, NriError> {
+        self.container_call("nri.update_container", &c.metadata.id)?;
+        Ok(requested.clone())
+    }
+    async fn post_update_container(&self, _pod: &SandboxSnapshot, c: &ContainerSnapshot) {
+        let _ = self.container_call("nri.post_update_container", &c.metadata.id);
+    }
+    async fn stop_container(&self, _pod: &SandboxSnapshot, c: &ContainerSnapshot) {
+        let _ = self.container_call("nri.stop_container", &c.metadata.id);
+    }
+    async fn remove_container(&self, _pod: &SandboxSnapshot, c: &ContainerSnapshot) {
+        let _ = self.container_call("nri.remove_container", &c.metadata.id);
     }
 }

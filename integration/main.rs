@@ -18,6 +18,7 @@ mod hostile_registry;
 mod images;
 mod metrics;
 mod modes;
+mod nri;
 mod nri_plugin;
 mod pods;
 mod recovery;

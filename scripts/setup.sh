@@ -158,6 +158,40 @@ build_cri_tools() {
 	echo "$CRI_TOOLS_VERSION" >"$stamp"
 }
 
+# nri-stub-logger: remora-nri's test plugin (crates/remora-nri/tests/nri-stub-logger/main.go), on
+# NRI's Go plugin library, pkg/stub of github.com/containerd/nri at the version protos/sources.txt
+# pins for NRI's api.proto (one pin for both). NRI's own sample plugins (plugins/logger...) cannot
+# be built from the Go module proxy: each is a nested module whose go.mod replaces
+# github.com/containerd/nri with ../.., and none is published. Built in a throwaway module, as
+# critest; rebuilt when the pin or main.go changes (the stamp holds both).
+build_nri_stub_logger() {
+	local main="$REPO_ROOT/crates/remora-nri/tests/nri-stub-logger/main.go"
+	local bin="$TOOLS_BIN/nri-stub-logger" stamp="$STAMPS/nri-stub-logger" version want
+	version=$(awk '$1 == "github.com/containerd/nri" { print $2 }' "$REPO_ROOT/protos/sources.txt")
+	[[ -n "$version" ]] || die "protos/sources.txt pins no github.com/containerd/nri version"
+	want="$version $(sha256sum <"$main" | cut -d' ' -f1)"
+	if [[ -x "$bin" && -f "$stamp" && "$(<"$stamp")" == "$want" ]]; then
+		return 0
+	fi
+	check_go
+	local log="$LOGS/nri-stub-logger-build.log" src="$TOOLS/src/nri-stub-logger"
+	info "building nri-stub-logger on github.com/containerd/nri $version (log: $log)"
+	rm -f "$stamp"
+	rm -rf "$src"
+	mkdir -p "$src"
+	cp "$main" "$src/main.go"
+	(
+		cd "$src"
+		run_logged "$log" go mod init remora.invalid/nri-stub-logger
+		run_logged "$log" go get "github.com/containerd/nri@$version"
+		run_logged "$log" env GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 \
+			go build -trimpath -o "$bin.new" .
+	)
+	mv -f "$bin.new" "$bin"
+	rm -rf "$src"
+	echo "$want" >"$stamp"
+}
+
 # kubelet and the node e2e suite's binaries are built from k8s.io/kubernetes as the Go module
 # proxy serves it. Its go.mod replaces every k8s.io/X staging module with ./staging/src/k8s.io/X,
 # a directory the proxy's zip lacks; each replace is pointed at the published
@@ -498,6 +532,7 @@ main() {
 	fetch_protos
 	build_containerd
 	build_cri_tools
+	build_nri_stub_logger
 	build_kubernetes kubelet agnhost
 	build_runc
 	fetch_deb busybox "$DEB_BUSYBOX_VERSION"
@@ -518,5 +553,7 @@ node-image) build_node_image ;;
 node-e2e) build_kubernetes kubelet agnhost e2e_node.test ;;
 # Only the .proto files of protos/sources.txt (after a line there changed).
 protos) fetch_protos ;;
-*) die "usage: setup.sh [node-image|node-e2e|protos]" ;;
+# Only remora-nri's test plugin (crates/remora-nri/tests/launched_logger.rs runs it).
+nri-plugin) build_nri_stub_logger ;;
+*) die "usage: setup.sh [node-image|node-e2e|protos|nri-plugin]" ;;
 esac

@@ -88,6 +88,8 @@ phase "test bed up (scripts/testbed.sh up)"
 
 phase "cargo test: the workspace's unit tests, the integration tests"
 cargo test --locked --workspace --lib --bins -- --test-threads=4
+# remora-nri against NRI's Go plugin library (setup.sh built the plugin): a missing binary fails.
+REMORA_REQUIRE_TOOLS=1 cargo test --locked -p remora-nri --test launched_logger
 cargo test --locked -p remora --test integration -- --test-threads=4
 # The kubelet suite (integration/kubelet.rs) runs beside the node VM below: most of its five
 # minutes is waiting for kubelet's once-a-minute container GC, and the VM shares nothing with

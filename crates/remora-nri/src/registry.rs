@@ -1,7 +1,9 @@
 //! The plugin registry: NRI's runtime-side "adaptation" core (containerd/nri
-//! `pkg/adaptation`), for external plugins that connect to remora's NRI socket.
+//! `pkg/adaptation`), for external plugins that connect to remora's NRI socket and for the
+//! plugins it launches from its plugin directory (`launch`).
 //!
-//! [`Registry::start`] binds the socket and accepts plugins. Each connection runs NRI's
+//! [`Registry::start`] launches the plugin directory's plugins, each with a connected socket,
+//! binds the socket and accepts plugins. Each connection, accepted or launched, runs NRI's
 //! handshake:
 //!
 //! ```text
@@ -17,7 +19,11 @@
 //!  removed (logged once, trunk closed)
 //! ```
 //!
-//! A failure anywhere before "active" closes the connection and is logged once.
+//! A failure anywhere before "active" closes the connection and is logged once. A launched
+//! plugin is registered under its file's index and name, whatever it sends, is sent its
+//! configuration file in Configure, and is killed and reaped when its handshake fails, when it
+//! is removed, and on [`Registry::stop`]; its exit is logged once, and nothing it does fails
+//! the registry's start.
 //!
 //! # Sync blocking
 //!
@@ -69,11 +75,16 @@ use ttrpc::asynchronous::{Client, Server, TtrpcContext};
 use crate::api;
 use crate::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 
+mod launch;
+
+pub use launch::{MAX_LAUNCHED_PLUGINS, MAX_PLUGIN_CONFIG_LEN, MAX_PLUGIN_DIR_ENTRIES};
+
 /// How long a connected plugin has to call RegisterPlugin (NRI's default).
 pub const DEFAULT_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a plugin has to answer one request (NRI's default).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-/// Plugins connected at once, registered or not; a further connection is closed at once.
+/// Plugins connected at once, registered or not, launched ones included; a further
+/// connection is closed at once.
 pub const MAX_PLUGINS: usize = 64;
 /// Connections between accept and activation at once; a further one is closed at once.
 pub const MAX_PENDING_REGISTRATIONS: usize = 8;
@@ -102,10 +113,16 @@ pub struct Config {
     pub runtime_name: String,
     /// The runtime version sent in Configure.
     pub runtime_version: String,
+    /// The directory whose plugins are launched at start (NRI's `plugin_path`,
+    /// `/opt/nri/plugins`); None launches none.
+    pub plugin_path: Option<PathBuf>,
+    /// The directory of the launched plugins' configuration files (NRI's
+    /// `plugin_config_path`, `/etc/nri/conf.d`); None gives them none.
+    pub plugin_config_path: Option<PathBuf>,
 }
 
 impl Config {
-    /// A configuration with NRI's default timeouts.
+    /// A configuration with NRI's default timeouts that launches no plugins.
     pub fn new(
         socket_path: impl Into<PathBuf>,
         runtime_name: impl Into<String>,
@@ -117,6 +134,8 @@ impl Config {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             runtime_name: runtime_name.into(),
             runtime_version: runtime_version.into(),
+            plugin_path: None,
+            plugin_config_path: None,
         }
     }
 }
@@ -223,6 +242,8 @@ pub struct Registry {
     shutdown: watch::Sender<bool>,
     accept_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     next_conn: AtomicU64,
+    /// The processes of the plugins launched at start, until [`Registry::stop`].
+    launched: Mutex<Vec<Arc<launch::Process>>>,
 }
 
 /// One active plugin.
@@ -242,6 +263,16 @@ struct Plugin {
     warned_state_change: AtomicBool,
     log: Logger,
     _connected: OwnedSemaphorePermit,
+    /// A launched plugin's process, killed when the plugin is removed.
+    process: Option<Arc<launch::Process>>,
+}
+
+/// A launched plugin, for its handshake: who it is and what it is configured with.
+struct Launched {
+    idx: String,
+    base: String,
+    config: String,
+    process: Arc<launch::Process>,
 }
 
 /// How one call to one plugin failed.
@@ -291,9 +322,14 @@ enum HandshakeError {
 }
 
 impl Registry {
-    /// Binds `config.socket_path` and accepts plugins in a task. Creates the socket's
+    /// Launches the plugins of `config.plugin_path` (see `launch`: what is skipped, bounds),
+    /// binds `config.socket_path` and accepts plugins in a task. Creates the socket's
     /// directory (mode 0700) if missing, replaces a stale socket (only a socket), and sets the
     /// socket's mode to 0600. Must be called within a tokio runtime.
+    ///
+    /// Does not wait for the launched plugins: each registers in its own task, as an accepted
+    /// connection does (watch [`Registry::plugins`]). Nothing about them fails the start: a
+    /// plugin that cannot be launched, exits or never registers is logged.
     ///
     /// The socket exists with the umask's mode between bind and chmod; in a 0700 directory
     /// nobody else can reach it meanwhile.
@@ -320,7 +356,10 @@ impl Registry {
             shutdown,
             accept_task: Mutex::new(None),
             next_conn: AtomicU64::new(1),
+            launched: Mutex::new(Vec::new()),
         });
+        // Before accepting: the launched plugins take their connection slots first.
+        registry.launch_plugins();
         let task = tokio::spawn(accept_loop(
             Arc::downgrade(&registry),
             listener,
@@ -331,7 +370,9 @@ impl Registry {
     }
 
     /// Stops accepting, sends Shutdown to every active plugin (each bounded by the request
-    /// timeout, all at once, errors ignored as NRI does), closes them and removes the socket.
+    /// timeout, all at once, errors ignored as NRI does), closes them, kills the launched
+    /// plugins and waits (a request timeout at most) until they are reaped, and removes the
+    /// socket.
     pub async fn stop(&self) {
         self.shutdown.send_replace(true);
         let task = lock(&self.accept_task).take();
@@ -351,6 +392,19 @@ impl Registry {
             .await;
             debug!(plugin.log, "NRI: plugin shut down"; "result" => ?result.map(|r| r.is_ok()));
             plugin.mux.close();
+        }))
+        .await;
+        let launched = std::mem::take(&mut *lock(&self.launched));
+        futures::future::join_all(launched.iter().map(|process| async move {
+            process.kill();
+            if tokio::time::timeout(timeout, process.reaped())
+                .await
+                .is_err()
+            {
+                // Its watcher goes on waiting; the process is reaped when it dies.
+                warn!(self.log, "NRI: a launched plugin was not reaped in time after SIGKILL";
+                    "pid" => process.pid);
+            }
         }))
         .await;
         match std::fs::symlink_metadata(&self.config.socket_path) {
@@ -603,7 +657,8 @@ impl Registry {
         }
     }
 
-    /// Removes `plugin` from the active list and closes its trunk; logs once.
+    /// Removes `plugin` from the active list, closes its trunk and kills its process if it
+    /// was launched (as NRI); logs once.
     fn remove(&self, plugin: &Arc<Plugin>, why: &str) {
         if plugin.removed.swap(true, Ordering::SeqCst) {
             return;
@@ -613,7 +668,69 @@ impl Registry {
         self.publish(&plugins);
         drop(plugins);
         plugin.mux.close();
+        if let Some(process) = &plugin.process {
+            process.kill();
+        }
         warn!(plugin.log, "NRI: plugin removed"; "reason" => why);
+    }
+
+    /// Launches the plugins of the plugin directory, each with a handshake task. Logs what it
+    /// skips, once each.
+    fn launch_plugins(self: &Arc<Self>) {
+        let Some(dir) = &self.config.plugin_path else {
+            return;
+        };
+        let log = self
+            .log
+            .new(o!("nri_plugin_path" => dir.display().to_string()));
+        let scan = match launch::scan(dir, self.config.plugin_config_path.as_deref()) {
+            Ok(scan) => scan,
+            Err(err) => {
+                slog::error!(log, "NRI: launching no plugins"; "error" => %err);
+                return;
+            }
+        };
+        for (name, skip) in &scan.skipped {
+            let name = name.to_string_lossy();
+            if skip.benign() {
+                info!(log, "NRI: not a plugin, skipped"; "file" => %name, "reason" => %skip);
+            } else if matches!(skip, launch::Skip::Config { .. }) {
+                slog::error!(log, "NRI: plugin not launched"; "file" => %name, "reason" => %skip);
+            } else {
+                warn!(log, "NRI: plugin not launched"; "file" => %name, "reason" => %skip);
+            }
+        }
+        for found in scan.found {
+            let plugin_log = log.new(o!("plugin" => found.name.clone()));
+            // At most MAX_LAUNCHED_PLUGINS, of MAX_PLUGINS slots all free before accepting.
+            let Ok(connected) = self.connected.clone().try_acquire_owned() else {
+                warn!(plugin_log, "NRI: plugin not launched: too many plugins";
+                    "max" => MAX_PLUGINS);
+                continue;
+            };
+            let (child, stream) = match launch::spawn(&found) {
+                Ok(spawned) => spawned,
+                Err(err) => {
+                    warn!(plugin_log, "NRI: launching a plugin failed"; "error" => %err);
+                    continue;
+                }
+            };
+            let pid = child.id().unwrap_or_default();
+            let plugin_log = plugin_log.new(o!("pid" => pid));
+            info!(plugin_log, "NRI: plugin launched"; "config_bytes" => found.config.len());
+            let process = launch::Process::watch(child, plugin_log);
+            lock(&self.launched).push(process.clone());
+            let launched = Launched {
+                idx: found.idx,
+                base: found.base,
+                config: found.config,
+                process,
+            };
+            tokio::spawn(
+                self.clone()
+                    .handshake(stream, connected, None, Some(launched)),
+            );
+        }
     }
 
     fn publish(&self, plugins: &[Arc<Plugin>]) {
@@ -621,17 +738,31 @@ impl Registry {
             .send_replace(plugins.iter().map(|p| p.name.clone()).collect());
     }
 
-    /// Runs a new connection's handshake; logs its outcome once.
+    /// Runs a new connection's handshake; logs its outcome once. A launched plugin's is
+    /// `launched`; it holds no pending-registration slot (`launch` bounds their number).
     async fn handshake(
         self: Arc<Self>,
         stream: UnixStream,
         connected: OwnedSemaphorePermit,
-        _pending: OwnedSemaphorePermit,
+        _pending: Option<OwnedSemaphorePermit>,
+        launched: Option<Launched>,
     ) {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let log = self.log.new(o!("plugin_conn" => conn));
-        if let Err(err) = self.clone().register(stream, connected, &log).await {
+        let mut log = self.log.new(o!("plugin_conn" => conn));
+        let process = launched.as_ref().map(|l| l.process.clone());
+        if let Some(l) = &launched {
+            log = log.new(o!("launched" => format!("{}-{}", l.idx, l.base),
+                "pid" => l.process.pid));
+        }
+        if let Err(err) = self
+            .clone()
+            .register(stream, connected, launched, &log)
+            .await
+        {
             warn!(log, "NRI: plugin connection refused"; "error" => %err);
+            if let Some(process) = process {
+                process.kill();
+            }
         }
     }
 
@@ -639,6 +770,7 @@ impl Registry {
         self: Arc<Self>,
         stream: UnixStream,
         connected: OwnedSemaphorePermit,
+        launched: Option<Launched>,
         log: &Logger,
     ) -> Result<(), HandshakeError> {
         let mut shutdown = self.shutdown.subscribe();
@@ -647,8 +779,13 @@ impl Registry {
         let plugin_conn = mux.open(PLUGIN_SERVICE_CONN)?;
 
         let (registered_tx, registered_rx) = oneshot::channel();
+        let (identity, config, process) = match launched {
+            Some(l) => (Some((l.idx, l.base)), l.config, Some(l.process)),
+            None => (None, String::new(), None),
+        };
         let service = Arc::new(RuntimeService {
             registered: Mutex::new(Some(registered_tx)),
+            identity,
             name: OnceLock::new(),
             runtime: self.runtime.clone(),
             log: log.clone(),
@@ -690,7 +827,7 @@ impl Registry {
             return Err(HandshakeError::Duplicate(name));
         }
 
-        let events = self.configure(&client).await?;
+        let events = self.configure(&client, config).await?;
         let plugin = Arc::new(Plugin {
             name,
             idx,
@@ -703,6 +840,7 @@ impl Registry {
             warned_state_change: AtomicBool::new(false),
             log,
             _connected: connected,
+            process,
         });
 
         let closed = plugin.mux.closed();
@@ -753,9 +891,15 @@ impl Registry {
         lock(&self.plugins).iter().any(|p| p.name == name)
     }
 
-    /// Configure; returns the plugin's event mask, NRI's full set for 0.
-    async fn configure(&self, client: &api::PluginClient) -> Result<u32, HandshakeError> {
+    /// Configure with `config` (a launched plugin's file, else empty); returns the plugin's
+    /// event mask, NRI's full set for 0.
+    async fn configure(
+        &self,
+        client: &api::PluginClient,
+        config: String,
+    ) -> Result<u32, HandshakeError> {
         let mut req = api::ConfigureRequest::new();
+        req.config = config;
         req.runtime_name = self.config.runtime_name.clone();
         req.runtime_version = self.config.runtime_version.clone();
         req.registration_timeout = millis(self.config.registration_timeout);
@@ -817,6 +961,9 @@ type Registration = Result<(String, String), String>;
 struct RuntimeService {
     /// Taken by the first RegisterPlugin.
     registered: Mutex<Option<oneshot::Sender<Registration>>>,
+    /// A launched plugin's (idx, name), from its file name: what it registers as, whatever
+    /// it sends (NRI checks and uses the request's only for external plugins).
+    identity: Option<(String, String)>,
     name: OnceLock<String>,
     runtime: Arc<dyn RuntimeHandle>,
     log: Logger,
@@ -835,6 +982,17 @@ impl api::Runtime for RuntimeService {
                 "plugin already registered",
             ));
         };
+        if let Some((idx, base)) = &self.identity {
+            if (&req.plugin_idx, &req.plugin_name) != (idx, base) {
+                debug!(self.log, "NRI: launched plugin registered as another; its file name counts";
+                    "sent_idx" => &req.plugin_idx, "sent_name" => &req.plugin_name);
+            }
+            // Set once: `registered` was still there.
+            let _ = self.name.set(format!("{idx}-{base}"));
+            // The handshake may have given up already; it logged that.
+            let _ = tx.send(Ok((idx.clone(), base.clone())));
+            return Ok(api::Empty::new());
+        }
         match check_registration(&req.plugin_idx, &req.plugin_name) {
             Ok(()) => {
                 let name = format!("{}-{}", req.plugin_idx, req.plugin_name);
@@ -932,7 +1090,7 @@ async fn accept_loop(
                 "max" => MAX_PENDING_REGISTRATIONS);
             continue;
         };
-        tokio::spawn(registry.handshake(stream, connected, pending));
+        tokio::spawn(registry.handshake(stream, connected, Some(pending), None));
     }
 }
 
@@ -1266,6 +1424,7 @@ mod tests {
         Configured {
             runtime: String,
             request_timeout: i64,
+            config: String,
         },
         Synced {
             pods: Vec<String>,
@@ -1288,12 +1447,32 @@ mod tests {
         HangInSync,
     }
 
-    /// A plugin that records what it is sent on a channel and answers events as told.
+    /// A plugin that records what it is sent and answers events as told.
     struct FakePlugin {
         name: String,
         events: i32,
         answer: Answer,
-        seen: mpsc::UnboundedSender<(String, Seen)>,
+        seen: Sink,
+    }
+
+    /// Where a fake plugin records what it is sent: the test's channel, or, in a launched
+    /// child process ([`launched_plugin_child`]), a file, written before the plugin answers.
+    enum Sink {
+        Channel(mpsc::UnboundedSender<(String, Seen)>),
+        File(Mutex<std::fs::File>),
+    }
+
+    impl Sink {
+        /// Records one item; an error if nobody is listening (then nobody needs it).
+        fn send(&self, (name, seen): (String, Seen)) -> Result<(), ()> {
+            match self {
+                Sink::Channel(tx) => tx.send((name, seen)).map_err(drop),
+                Sink::File(file) => {
+                    use std::io::Write as _;
+                    writeln!(lock(file), "{name} {seen:?}").map_err(drop)
+                }
+            }
+        }
     }
 
     impl FakePlugin {
@@ -1323,6 +1502,7 @@ mod tests {
                 Seen::Configured {
                     runtime: req.runtime_name,
                     request_timeout: req.request_timeout,
+                    config: req.config,
                 },
             ));
             let mut resp = api::ConfigureResponse::new();
@@ -1477,10 +1657,38 @@ mod tests {
 
     fn harness_with(sync: Arc<dyn SyncSource>, request_timeout: Duration) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
+        start_harness(dir, sync, request_timeout, false)
+    }
+
+    /// A harness that launches the plugins `prepare` puts in `<dir>/plugins`, configured from
+    /// `<dir>/conf.d`.
+    fn launching_harness(prepare: impl FnOnce(&Path)) -> Harness {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("plugins")).expect("mkdir");
+        std::fs::create_dir(dir.path().join("conf.d")).expect("mkdir");
+        prepare(dir.path());
+        start_harness(
+            dir,
+            Arc::new(FixedSnapshot::default()),
+            REQUEST_TIMEOUT,
+            true,
+        )
+    }
+
+    fn start_harness(
+        dir: tempfile::TempDir,
+        sync: Arc<dyn SyncSource>,
+        request_timeout: Duration,
+        launch: bool,
+    ) -> Harness {
         let path = dir.path().join("nri").join("nri.sock");
         let mut config = Config::new(&path, "remora", "0.1.0");
         config.registration_timeout = REGISTRATION_TIMEOUT;
         config.request_timeout = request_timeout;
+        if launch {
+            config.plugin_path = Some(dir.path().join("plugins"));
+            config.plugin_config_path = Some(dir.path().join("conf.d"));
+        }
         let runtime = Arc::new(RecordingRuntime::default());
         let registry = Registry::start(config, sync, runtime.clone(), discard())
             .expect("starting the registry");
@@ -1507,26 +1715,13 @@ mod tests {
         /// Connects a fake plugin without registering it.
         async fn connect(&self, name: &str, events: i32, answer: Answer) -> PluginEnd {
             let stream = UnixStream::connect(&self.path).await.expect("connect");
-            let mux = Mux::new(stream, None);
-            let plugin_conn = mux.open(PLUGIN_SERVICE_CONN).expect("open conn 1");
-            let runtime_conn = mux.open(RUNTIME_SERVICE_CONN).expect("open conn 2");
             let fake = FakePlugin {
                 name: name.into(),
                 events,
                 answer,
-                seen: self.seen_tx.clone(),
+                seen: Sink::Channel(self.seen_tx.clone()),
             };
-            // Pending after the one connection: ttrpc's accept loop expects a live listener.
-            let incoming = stream::iter([Ok(plugin_conn)]).chain(stream::pending());
-            let mut server = Server::new()
-                .register_service(api::create_plugin(Arc::new(fake)))
-                .add_listener(Listener::new(incoming));
-            server.start().await.expect("plugin server");
-            PluginEnd {
-                mux,
-                _server: server,
-                runtime: api::RuntimeClient::new(Client::new(Socket::new(runtime_conn))),
-            }
+            serve_fake(stream, fake).await
         }
 
         /// Connects and registers a fake plugin as `<idx>-<name>` and waits until it is
@@ -1558,6 +1753,24 @@ mod tests {
                 .await
                 .expect("the plugin is sent something in time")
                 .expect("senders alive")
+        }
+    }
+
+    /// Serves `fake` on a plugin's connection to the registry.
+    async fn serve_fake(stream: UnixStream, fake: FakePlugin) -> PluginEnd {
+        let mux = Mux::new(stream, None);
+        let plugin_conn = mux.open(PLUGIN_SERVICE_CONN).expect("open conn 1");
+        let runtime_conn = mux.open(RUNTIME_SERVICE_CONN).expect("open conn 2");
+        // Pending after the one connection: ttrpc's accept loop expects a live listener.
+        let incoming = stream::iter([Ok(plugin_conn)]).chain(stream::pending());
+        let mut server = Server::new()
+            .register_service(api::create_plugin(Arc::new(fake)))
+            .add_listener(Listener::new(incoming));
+        server.start().await.expect("plugin server");
+        PluginEnd {
+            mux,
+            _server: server,
+            runtime: api::RuntimeClient::new(Client::new(Socket::new(runtime_conn))),
         }
     }
 
@@ -1610,7 +1823,8 @@ mod tests {
                     "10-logger".to_string(),
                     Seen::Configured {
                         runtime: "remora".into(),
-                        request_timeout: 2000
+                        request_timeout: 2000,
+                        config: String::new(),
                     }
                 ),
                 (
@@ -2132,5 +2346,290 @@ mod tests {
         drop(block);
         wait_closed(&end).await;
         assert!(h.registry.plugins().is_empty());
+    }
+
+    /// The environment variable naming the file [`launched_plugin_child`] records to.
+    const CHILD_RECORD_ENV: &str = "REMORA_NRI_TEST_RECORD";
+
+    /// Not a test of its own: the test binary run as a launched plugin, by a script in a plugin
+    /// directory ([`self_plugin`]). It serves a fake plugin on NRI's fd 3, registers under
+    /// another name than its file's, records what it is sent in `$REMORA_NRI_TEST_RECORD` and
+    /// runs until killed. Run by the test harness (no such variable), it passes at once.
+    #[test]
+    fn launched_plugin_child() {
+        let Some(record) = std::env::var_os(CHILD_RECORD_ENV) else {
+            return;
+        };
+        assert_eq!(std::env::var("NRI_PLUGIN_SOCKET").as_deref(), Ok("3"));
+        let name = format!(
+            "{}-{}",
+            std::env::var("NRI_PLUGIN_IDX").expect("NRI_PLUGIN_IDX"),
+            std::env::var("NRI_PLUGIN_NAME").expect("NRI_PLUGIN_NAME")
+        );
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(record)
+            .expect("the record file");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            use std::os::fd::FromRawFd as _;
+            // SAFETY: fd 3 is the socket the registry passed (NRI_PLUGIN_SOCKET says so) and
+            // nothing else in this process owns it.
+            let socket = unsafe { std::os::unix::net::UnixStream::from_raw_fd(3) };
+            socket.set_nonblocking(true).expect("nonblocking");
+            let stream = UnixStream::from_std(socket).expect("a tokio socket");
+            let fake = FakePlugin {
+                name,
+                events: 0,
+                answer: Answer::Ok,
+                seen: Sink::File(Mutex::new(file)),
+            };
+            let end = serve_fake(stream, fake).await;
+            // Not its file's name: the registry goes by the file.
+            register(&end, "99", "impostor")
+                .await
+                .expect("RegisterPlugin");
+            std::future::pending::<()>().await;
+        });
+    }
+
+    /// A script `dir/name` that records its pid in `dir/<name>.pid` and runs this test binary
+    /// as [`launched_plugin_child`], recording to `dir/<name>.record`.
+    fn self_plugin(dir: &Path, name: &str) {
+        let exe = std::env::current_exe().expect("the test binary");
+        let script = format!(
+            "#!/bin/sh\necho $$ > '{pid}'\n{CHILD_RECORD_ENV}='{record}' exec '{exe}' \
+             --exact registry::tests::launched_plugin_child --quiet\n",
+            pid = dir.join(format!("{name}.pid")).display(),
+            record = dir.join(format!("{name}.record")).display(),
+            exe = exe.display(),
+        );
+        script_plugin(dir, name, &script);
+    }
+
+    fn script_plugin(dir: &Path, name: &str, script: &str) {
+        let path = dir.join(name);
+        std::fs::write(&path, script).expect("write the script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+
+    fn read_pid(path: &Path) -> u32 {
+        std::fs::read_to_string(path)
+            .expect("the pid file")
+            .trim()
+            .parse()
+            .expect("a pid")
+    }
+
+    /// Whether `pid` is gone: no process, not even a zombie waiting to be reaped.
+    fn reaped(pid: u32) -> bool {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    }
+
+    fn launched(h: &Harness) -> Vec<Arc<launch::Process>> {
+        lock(&h.registry.launched).clone()
+    }
+
+    #[tokio::test]
+    async fn a_launched_plugin_registers_under_its_file_name_and_is_killed_and_reaped_on_stop() {
+        let mut dir = PathBuf::new();
+        let h = launching_harness(|d| {
+            dir = d.to_path_buf();
+            self_plugin(&d.join("plugins"), "10-self");
+            // No 10-self.conf: the name's configuration is used.
+            std::fs::write(d.join("conf.d").join("self.conf"), "the config").expect("conf");
+        });
+        let plugins = dir.join("plugins");
+        let mut active = h.registry.watch_plugins();
+        timeout(DEADLINE, active.wait_for(|names| *names == ["10-self"]))
+            .await
+            .expect("the launched plugin registers in time")
+            .expect("registry alive");
+        timeout(DEADLINE, h.registry.run_pod_sandbox(&pod("p1")))
+            .await
+            .expect("in time")
+            .expect("RunPodSandbox");
+        let pid = read_pid(&plugins.join("10-self.pid"));
+        assert!(!reaped(pid), "running");
+
+        timeout(DEADLINE, h.registry.stop())
+            .await
+            .expect("stops in time");
+        // stop() returns once the plugin is reaped.
+        assert!(reaped(pid), "pid {pid} killed and reaped by stop()");
+        assert!(launched(&h).is_empty());
+        let record = std::fs::read_to_string(plugins.join("10-self.record")).expect("record");
+        let configured = Seen::Configured {
+            runtime: "remora".into(),
+            request_timeout: 2000,
+            config: "the config".into(),
+        };
+        let synced = Seen::Synced {
+            pods: vec![],
+            containers: vec![],
+            more: false,
+        };
+        let run = Seen::Event(api::Event::RUN_POD_SANDBOX, "p1".into());
+        let want: Vec<String> = [configured, synced, run, Seen::Shutdown]
+            .iter()
+            .map(|seen| format!("10-self {seen:?}"))
+            .collect();
+        assert_eq!(record.lines().collect::<Vec<_>>(), want);
+    }
+
+    #[tokio::test]
+    async fn a_launched_plugin_that_exits_at_once_is_reaped_and_the_registry_goes_on() {
+        let mut dir = PathBuf::new();
+        let h = launching_harness(|d| {
+            dir = d.join("plugins");
+            let pid = dir.join("10-quit.pid");
+            script_plugin(
+                &dir,
+                "10-quit",
+                &format!("#!/bin/sh\necho $$ > '{}'\nexit 3\n", pid.display()),
+            );
+        });
+        let processes = launched(&h);
+        assert_eq!(processes.len(), 1);
+        let status = timeout(DEADLINE, processes[0].reaped())
+            .await
+            .expect("reaped in time")
+            .expect("an exit status");
+        assert_eq!(status.code(), Some(3));
+        assert!(reaped(read_pid(&dir.join("10-quit.pid"))));
+        // The registry is fine: an external plugin registers and is called.
+        let _end = h.plugin("20", "external", 0, Answer::Ok).await;
+        assert_eq!(h.registry.plugins(), ["20-external"]);
+        timeout(DEADLINE, h.registry.run_pod_sandbox(&pod("p1")))
+            .await
+            .expect("in time")
+            .expect("RunPodSandbox");
+        timeout(DEADLINE, h.registry.stop())
+            .await
+            .expect("stops in time");
+    }
+
+    #[tokio::test]
+    async fn a_launched_plugin_that_never_registers_is_killed_and_reaped_after_the_timeout() {
+        let mut dir = PathBuf::new();
+        let started = Instant::now();
+        let h = launching_harness(|d| {
+            dir = d.join("plugins");
+            let pid = dir.join("10-mute.pid");
+            script_plugin(
+                &dir,
+                "10-mute",
+                &format!(
+                    "#!/bin/sh\necho $$ > '{}'\nexec /bin/sleep 1000\n",
+                    pid.display()
+                ),
+            );
+        });
+        let processes = launched(&h);
+        assert_eq!(processes.len(), 1);
+        let status = timeout(DEADLINE, processes[0].reaped())
+            .await
+            .expect("killed in time")
+            .expect("an exit status");
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+        assert!(started.elapsed() >= REGISTRATION_TIMEOUT);
+        assert!(reaped(read_pid(&dir.join("10-mute.pid"))));
+        assert!(h.registry.plugins().is_empty());
+    }
+
+    /// What a launched script saw: its environment (less the shell's own PWD) and its file
+    /// descriptors (number → target).
+    fn what_it_saw(dir: &Path, name: &str) -> (Vec<String>, Vec<(String, String)>) {
+        let env = std::fs::read_to_string(dir.join(format!("{name}.env"))).expect("env");
+        let mut env: Vec<String> = env
+            .lines()
+            .filter(|l| !l.starts_with("PWD="))
+            .map(String::from)
+            .collect();
+        env.sort();
+        let fds = std::fs::read_to_string(dir.join(format!("{name}.fds"))).expect("fds");
+        let mut fds: Vec<(String, String)> = fds
+            .lines()
+            .filter_map(|l| l.split_once(" -> "))
+            .map(|(left, target)| {
+                let fd = left.rsplit(' ').next().unwrap_or_default();
+                (fd.to_string(), target.to_string())
+            })
+            .collect();
+        fds.sort();
+        (env, fds)
+    }
+
+    #[tokio::test]
+    async fn launched_plugins_get_nris_environment_only_and_their_socket_as_fd_3_only() {
+        let mut dir = PathBuf::new();
+        let h = launching_harness(|d| {
+            dir = d.join("plugins");
+            for name in ["10-a", "20-b"] {
+                let out = dir.join(name);
+                script_plugin(
+                    &dir,
+                    name,
+                    &format!(
+                        // The listing through a pipe: a redirection would show in the
+                        // shell's own descriptors.
+                        "#!/bin/sh\n/usr/bin/env > '{out}.env'\n\
+                         /bin/ls -l /proc/$$/fd/ | /bin/cat > '{out}.fds'\nexit 0\n",
+                        out = out.display()
+                    ),
+                );
+            }
+        });
+        let processes = launched(&h);
+        assert_eq!(processes.len(), 2);
+        for process in &processes {
+            let status = timeout(DEADLINE, process.reaped())
+                .await
+                .expect("reaped in time")
+                .expect("an exit status");
+            assert!(status.success(), "{status}");
+        }
+        for (name, idx, base) in [("10-a", "10", "a"), ("20-b", "20", "b")] {
+            let (env, fds) = what_it_saw(&dir, name);
+            assert_eq!(
+                env,
+                [
+                    format!("NRI_PLUGIN_IDX={idx}"),
+                    format!("NRI_PLUGIN_NAME={base}"),
+                    "NRI_PLUGIN_SOCKET=3".to_string(),
+                ],
+                "{name}"
+            );
+            let sockets: Vec<&str> = fds
+                .iter()
+                .filter(|(_, target)| target.starts_with("socket:"))
+                .map(|(fd, _)| fd.as_str())
+                .collect();
+            // Its own end as fd 3; not remora's end, nor the other plugin's.
+            assert_eq!(sockets, ["3"], "{name}: {fds:?}");
+            for fd in ["0", "1", "2"] {
+                assert!(
+                    fds.contains(&(fd.to_string(), "/dev/null".to_string())),
+                    "{name}: {fds:?}"
+                );
+            }
+            // Nothing else of remora's, nor what the test process inherited: above fd 3 only
+            // the shell's own descriptor of its script.
+            let script = dir.join(name).display().to_string();
+            for (fd, target) in &fds {
+                assert!(
+                    ["0", "1", "2", "3"].contains(&fd.as_str()) || *target == script,
+                    "{name}: fd {fd} -> {target}: {fds:?}"
+                );
+            }
+        }
+        timeout(DEADLINE, h.registry.stop())
+            .await
+            .expect("stops in time");
     }
 }

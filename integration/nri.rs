@@ -344,3 +344,73 @@ async fn a_late_plugin_learns_of_a_container_created_during_its_synchronize_exac
     assert_eq!(told, 1, "told of it exactly once: {events:?}");
     cri::remove_pod(&bed.remora, &pod).await;
 }
+
+/// remora starts a Go plugin on NRI's own library (`pkg/stub`; `nri-stub-logger`, built by
+/// scripts/setup.sh) from its `[nri] plugin_path`, sends it its config file, and it records the
+/// pod's events; stopping remora ends it.
+#[tokio::test]
+async fn remora_launches_a_go_plugin_from_its_plugin_path_and_stops_it_with_itself() {
+    let binary = crate::harness::tool("nri-stub-logger");
+    let dirs = scratch();
+    let (plugins, conf) = (dirs.path().join("plugins"), dirs.path().join("conf.d"));
+    std::fs::create_dir(&plugins).expect("plugin dir");
+    std::fs::create_dir(&conf).expect("config dir");
+    let launched = plugins.join("10-logger");
+    std::os::unix::fs::symlink(&binary, &launched).expect("the plugin");
+    let log = dirs.path().join("logger.log");
+    std::fs::write(
+        conf.join("10-logger.conf"),
+        format!(r#"{{"logFile": "{}"}}"#, log.display()),
+    )
+    .expect("its config");
+    let (p, c) = (plugins.display().to_string(), conf.display().to_string());
+    let mut bed = BedRemora::start_with_network_edited(move |config| {
+        let edited = config.replacen(
+            "plugin_path = \"\"\nplugin_config_path = \"\"",
+            &format!("plugin_path = \"{p}\"\nplugin_config_path = \"{c}\""),
+            1,
+        );
+        assert_ne!(edited, config, "the template's [nri] plugin dirs");
+        edited
+    });
+    let logs = scratch();
+    let config = cri::pod_config(&unique("nri-launched"), logs.path(), false);
+    // The plugin registers in the background of remora's start: a pod made before it is
+    // active is not its business, so pods are made until one reaches it.
+    let found = std::sync::Mutex::new(None::<String>);
+    crate::harness::wait_until("a pod the launched plugin records", LIMIT, || async {
+        let pod = cri::run_pod(&bed.remora, &config).await.expect("pod");
+        if std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(&pod)
+        {
+            *found.lock().expect("lock") = Some(pod);
+            return true;
+        }
+        cri::remove_pod(&bed.remora, &pod).await;
+        false
+    })
+    .await;
+    let pod = found.into_inner().expect("lock").expect("the pod");
+    cri::remove_pod(&bed.remora, &pod).await;
+    let pid = || {
+        std::process::Command::new("pgrep")
+            .args(["-f", &launched.display().to_string()])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    assert!(!pid().is_empty(), "the launched plugin runs");
+    bed.remora.stop_with(nix::sys::signal::Signal::SIGTERM);
+    crate::harness::wait_until("the launched plugin to end with remora", LIMIT, || async {
+        pid().is_empty()
+    })
+    .await;
+    let seen = std::fs::read_to_string(&log).expect("the plugin's log");
+    for event in ["RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"] {
+        assert!(
+            seen.lines().any(|l| l.contains(event) && l.contains(&pod)),
+            "{event} of {pod} in the plugin's log:\n{seen}"
+        );
+    }
+}

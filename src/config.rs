@@ -247,9 +247,11 @@ enable = true
 # plugin may change every container's spec. Not containerd's /var/run/nri/nri.sock, so both
 # runtimes can host NRI on one node.
 socket_path = "/var/run/nri/remora.sock"
-# Plugins remora starts itself: each executable "<idx>-<name>" here (idx two digits) is run
-# with a socket pair (NRI_PLUGIN_SOCKET), its config read from plugin_config_path
-# ("<idx>-<name>.conf", else "<name>.conf"). Empty: none.
+# Plugins remora starts itself, as NRI does: each executable "<idx>-<name>" here (idx two
+# digits) is run with its end of a socket pair as fd 3 (NRI_PLUGIN_SOCKET=3), and is sent its
+# config file from plugin_config_path ("<idx>-<name>.conf", else "<name>.conf", at most
+# 1 MiB) in Configure. It is killed when it fails to register, loses its connection, or
+# remora stops. Empty: none.
 plugin_path = "/opt/nri/plugins"
 plugin_config_path = "/etc/nri/conf.d"
 # How long a plugin has to register after it connects or is started.

@@ -812,6 +812,9 @@ fn start_nri(
     );
     nri.registration_timeout = config.nri.registration_timeout;
     nri.request_timeout = config.nri.request_timeout;
+    let dir = |p: &std::path::Path| (!p.as_os_str().is_empty()).then(|| p.to_path_buf());
+    nri.plugin_path = dir(&config.nri.plugin_path);
+    nri.plugin_config_path = dir(&config.nri.plugin_config_path);
     let registry =
         remora_nri::registry::Registry::start(nri, view.clone(), view.clone(), log.clone())
             .map_err(ServerError::Nri)?;

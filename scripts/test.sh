@@ -146,11 +146,14 @@ phase "critest against remora with containerd's Go shim (handler runc, same ratc
 # same ratchet (every spec remora passes passed there too when this was written).
 phase "critest against containerd's CRI with remora's shim (same ratchet)"
 # Less the specs containerd's CRI itself does not pass (whatever the shim): the image digest in
-# ContainerStatus mounts (it never fills ImageSpec.image_ref) and the pod metrics listing
-# (no container_threads on cgroup v1).
+# ContainerStatus mounts (it never fills ImageSpec.image_ref), the pod metrics listing (no
+# container_threads on cgroup v1), and the two NRI specs that hold a late plugin's Synchronize
+# for 2 s (containerd's NRI drops it at its 2 s request timeout, and critest skips them).
 containerd_ratchet=$(mktemp)
 grep -v -e 'should return image digest in ContainerStatus mounts' \
 	-e 'should support listing pod sandbox metrics' \
+	-e 'should receive a callback for container created during the Synchronize call' \
+	-e 'without the race condition during initialization' \
 	integration/critest-expected-pass.txt >"$containerd_ratchet"
 "$SCRIPTS_DIR/critest.sh" --containerd --handler remora --check "$containerd_ratchet"
 rm -f "$containerd_ratchet"

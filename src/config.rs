@@ -253,6 +253,7 @@ socket_path = "/var/run/nri/remora.sock"
 # 1 MiB) in Configure. It is killed when it fails to register, loses its connection, or
 # remora stops. Empty: none.
 plugin_path = "/opt/nri/plugins"
+# Where those plugins' config files are. Empty: none sent.
 plugin_config_path = "/etc/nri/conf.d"
 # How long a plugin has to register after it connects or is started.
 registration_timeout = "5s"

@@ -2576,10 +2576,12 @@ mod tests {
                     &dir,
                     name,
                     &format!(
-                        // The listing through a pipe: a redirection would show in the
-                        // shell's own descriptors.
+                        // The shell's descriptors as they are: listed by a child that
+                        // opens its output file itself (a redirection would be the shell's,
+                        // and a pipeline's pipe is the shell's too while it sets it up).
                         "#!/bin/sh\n/usr/bin/env > '{out}.env'\n\
-                         /bin/ls -l /proc/$$/fd/ | /bin/cat > '{out}.fds'\nexit 0\n",
+                         /usr/bin/find /proc/$$/fd/ -mindepth 1 -fprintf '{out}.fds' '%f -> %l\\n'\n\
+                         exit 0\n",
                         out = out.display()
                     ),
                 );

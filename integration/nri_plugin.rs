@@ -1099,7 +1099,9 @@ async fn every_event_reaches_the_plugin_as_its_kind() {
     let (p, c) = (pod("p1"), container("c1", "p1"));
     let r = &bed.registry;
     r.run_pod_sandbox(&p).await.expect("RunPodSandbox");
-    r.update_pod_sandbox(&p, None, None).await;
+    r.update_pod_sandbox(&p, None, None)
+        .await
+        .expect("UpdatePodSandbox");
     r.post_update_pod_sandbox(&p).await;
     r.create_container(&p, &c).await.expect("CreateContainer");
     r.post_create_container(&p, &c).await;

@@ -235,6 +235,14 @@ impl Pods {
                 let block = nri.block_sync().await;
                 nri.create_container(&sb, &snapshot, &mut generated.spec)
                     .await?;
+                // A later step's failure: the plugins hear the container is gone (they may
+                // have set resources aside for it), as containerd's undo tells them.
+                let (nri, pod, ctr) = (nri.clone(), sb.clone(), snapshot.clone());
+                tx.on_undo("tell NRI plugins the container is gone", async move {
+                    nri.stop_container(&pod, &ctr).await;
+                    nri.remove_container(&pod, &ctr).await;
+                    Ok::<(), crate::containerd::error::ContainerdError>(())
+                });
                 steps.mark("nri");
                 Some(block)
             }

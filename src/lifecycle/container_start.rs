@@ -27,6 +27,9 @@ impl Pods {
             let result = me.start_inner(&container).await;
             if let Err(e) = &result {
                 let _ = container.start_failed(&e.to_string(), now_ns());
+                // Plugins that saw it created hear that it stopped, as containerd and CRI-O
+                // tell them of a failed start.
+                me.nri_stop_container(&container.snapshot()).await;
                 let cid = container.id().to_string();
                 let _ = me.tasks.delete(&cid).await;
                 if let Some(io) = me.io.remove(&cid) {

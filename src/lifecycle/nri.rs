@@ -6,9 +6,11 @@
 //! | RunPodSandbox | pod made (network, holder or pause task started), before it is indexed | the call fails, everything made is undone |
 //! | StopPodSandbox | the pod's containers stopped, before its pause/holder task is killed; once per pod | logged |
 //! | RemovePodSandbox | after the pod left the index | logged |
-//! | CreateContainer | the OCI spec made, before the containerd record; the merged adjustment applied to the spec | the call fails, everything made is undone |
+//! | UpdatePodSandbox | before the new resources are recorded | the call fails, nothing changed |
+//! | PostUpdatePodSandbox | after they are recorded | logged |
+//! | CreateContainer | the OCI spec made, before the containerd record; the merged adjustment applied to the spec | the call fails, everything made is undone (a later step's failure sends StopContainer and RemoveContainer, as containerd does) |
 //! | PostCreateContainer | after the container is indexed | logged |
-//! | StartContainer | task created, before it starts | the call fails (the task is deleted) |
+//! | StartContainer | task created, before it starts | the call fails (the task is deleted; StopContainer is sent for any failed start) |
 //! | PostStartContainer | after the start | logged |
 //! | UpdateContainer | before the new resources are applied; the plugins' changes merged in | the call fails, nothing changed |
 //! | PostUpdateContainer | after they are applied | logged |
@@ -89,6 +91,15 @@ pub trait NriHooks: Send + Sync + 'static {
     async fn stop_pod_sandbox(&self, pod: &SandboxSnapshot);
     /// RemovePodSandbox.
     async fn remove_pod_sandbox(&self, pod: &SandboxSnapshot);
+    /// UpdatePodSandbox (UpdatePodSandboxResources), with what the request carries.
+    async fn update_pod_sandbox(
+        &self,
+        pod: &SandboxSnapshot,
+        overhead: Option<&spec::Resources>,
+        resources: Option<&spec::Resources>,
+    ) -> Result<(), NriError>;
+    /// PostUpdatePodSandbox.
+    async fn post_update_pod_sandbox(&self, pod: &SandboxSnapshot);
     /// CreateContainer: the plugins' adjustments merged and applied to `spec` (unchanged on
     /// error). Updates and evictions of other containers they ask for are applied after.
     async fn create_container(

@@ -258,6 +258,11 @@ impl Pods {
             Some(nri) => {
                 let block = nri.block_sync().await;
                 nri.run_pod_sandbox(&sandbox.snapshot()).await?;
+                let (nri, pod) = (nri.clone(), sandbox.snapshot());
+                tx.on_undo("tell NRI plugins the pod is gone", async move {
+                    nri.remove_pod_sandbox(&pod).await;
+                    Ok::<(), crate::containerd::error::ContainerdError>(())
+                });
                 steps.mark("nri");
                 Some(block)
             }

@@ -8,7 +8,8 @@
 //! overhead and resources on the sandbox's containerd record (so they survive a restart) and
 //! in the index, where verbose PodSandboxStatus reports them — as containerd 2.3 stores them
 //! in its sandbox status and its record's `extensions` and reports them in its sandbox info.
-//! containerd also hands them to NRI plugins; remora has no NRI.
+//! NRI plugins see the request first (UpdatePodSandbox: one refusing it fails the call with
+//! nothing recorded) and are told after (PostUpdatePodSandbox), as in containerd.
 
 use super::{Pods, SandboxError};
 use crate::spec;
@@ -25,7 +26,11 @@ impl Pods {
         resources: Option<&spec::Resources>,
     ) -> Result<(), SandboxError> {
         let sandbox = self.sandboxes.get(id)?;
-        let _serial = self.sandbox_updates.lock().await;
+        if let Some(nri) = self.nri() {
+            nri.update_pod_sandbox(&sandbox.snapshot(), overhead, resources)
+                .await?;
+        }
+        let serial = self.sandbox_updates.lock().await;
         let mut metadata = (*sandbox.metadata()).clone();
         metadata.updated_resources = Some(PodResources {
             overhead: overhead.map(LinuxResources::from),
@@ -37,6 +42,10 @@ impl Pods {
             .await?;
         // Same id (cloned from this sandbox's own metadata): cannot be refused.
         sandbox.replace_metadata(metadata);
+        drop(serial);
+        if let Some(nri) = self.nri() {
+            nri.post_update_pod_sandbox(&sandbox.snapshot()).await;
+        }
         Ok(())
     }
 }

@@ -94,6 +94,32 @@ impl NriHooks for Nri {
             .await;
     }
 
+    async fn update_pod_sandbox(
+        &self,
+        pod: &SandboxSnapshot,
+        overhead: Option<&spec::Resources>,
+        resources: Option<&spec::Resources>,
+    ) -> Result<(), NriError> {
+        let (overhead, resources) = (
+            overhead.map(convert::resources),
+            resources.map(convert::resources),
+        );
+        self.registry
+            .update_pod_sandbox(
+                &convert::pod_sandbox(pod, None),
+                overhead.as_ref(),
+                resources.as_ref(),
+            )
+            .await
+            .map_err(hook_error)
+    }
+
+    async fn post_update_pod_sandbox(&self, pod: &SandboxSnapshot) {
+        self.registry
+            .post_update_pod_sandbox(&convert::pod_sandbox(pod, None))
+            .await;
+    }
+
     async fn create_container(
         &self,
         pod: &SandboxSnapshot,

@@ -41,11 +41,12 @@
 //! # Failures (as NRI v0.12.2 `pkg/adaptation/plugin.go`)
 //!
 //! - A plugin answering an event with an error status fails the call for RunPodSandbox,
-//!   CreateContainer, UpdateContainer and StartContainer ([`HookError`], naming the plugin and
-//!   the event); for the other events it is logged and the remaining plugins are still called.
+//!   UpdatePodSandbox, CreateContainer, UpdateContainer and StartContainer ([`HookError`],
+//!   naming the plugin and the event); for the other events it is logged and the remaining
+//!   plugins are still called.
 //! - A plugin that does not answer within `request_timeout`, or whose connection failed, is
 //!   removed from the registry and its trunk closed (NRI's `isFatalError` path). NRI then goes
-//!   on without it; here the four events above fail ([`HookError`] with UNAVAILABLE, as issue
+//!   on without it; here the five events above fail ([`HookError`] with UNAVAILABLE, as issue
 //!   30 asks: nothing is made without a plugin's say), the others go on. Later calls skip it.
 //! - A plugin that answers an event RPC with UNIMPLEMENTED (a stub older than the dedicated
 //!   RPCs) gets the deprecated `StateChange` instead, for the events NRI does this for.
@@ -203,7 +204,7 @@ pub enum RegistryError {
     },
 }
 
-/// A plugin refused an event that fails on error (RunPodSandbox, CreateContainer,
+/// A plugin refused an event that fails on error (RunPodSandbox, UpdatePodSandbox, CreateContainer,
 /// UpdateContainer, StartContainer), or did not answer it in time or lost its connection (code
 /// UNAVAILABLE; the plugin is then dropped).
 #[derive(Debug, thiserror::Error)]
@@ -442,18 +443,18 @@ impl Registry {
         self.dispatch(Call::RunPodSandbox(req)).await.map(drop)
     }
 
-    /// UpdatePodSandbox; plugin errors are logged.
+    /// UpdatePodSandbox: a plugin's error fails it (as NRI's adaptation and containerd do).
     pub async fn update_pod_sandbox(
         &self,
         pod: &api::PodSandbox,
         overhead: Option<&api::LinuxResources>,
         resources: Option<&api::LinuxResources>,
-    ) {
+    ) -> Result<(), HookError> {
         let mut req = api::UpdatePodSandboxRequest::new();
         req.pod = Some(pod.clone()).into();
         req.overhead_linux_resources = overhead.cloned().into();
         req.linux_resources = resources.cloned().into();
-        self.notify(Call::UpdatePodSandbox(req)).await;
+        self.dispatch(Call::UpdatePodSandbox(req)).await.map(drop)
     }
 
     /// PostUpdatePodSandbox; plugin errors are logged.
@@ -1258,6 +1259,7 @@ impl Call {
         matches!(
             self,
             Call::RunPodSandbox(_)
+                | Call::UpdatePodSandbox(_)
                 | Call::CreateContainer(_)
                 | Call::UpdateContainer(_)
                 | Call::StartContainer(_)

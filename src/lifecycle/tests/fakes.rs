@@ -843,6 +843,17 @@ impl NriHooks for FakeNri {
     async fn remove_pod_sandbox(&self, pod: &SandboxSnapshot) {
         let _ = self.pod_call("nri.remove_pod_sandbox", &pod.metadata.id);
     }
+    async fn update_pod_sandbox(
+        &self,
+        pod: &SandboxSnapshot,
+        _overhead: Option<&crate::spec::Resources>,
+        _resources: Option<&crate::spec::Resources>,
+    ) -> Result<(), NriError> {
+        self.pod_call("nri.update_pod_sandbox", &pod.metadata.id)
+    }
+    async fn post_update_pod_sandbox(&self, pod: &SandboxSnapshot) {
+        let _ = self.pod_call("nri.post_update_pod_sandbox", &pod.metadata.id);
+    }
     async fn create_container(
         &self,
         _pod: &SandboxSnapshot,

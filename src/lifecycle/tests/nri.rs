@@ -139,7 +139,14 @@ async fn a_refused_start_container_fails_and_deletes_the_task() {
     b.log.fail("nri.start_container", 1);
     let err = b.pods.start_container(&id).await.expect_err("refused");
     assert!(matches!(err, ContainerError::Nri(_)), "{err:?}");
-    assert_eq!(b.log.after_failure(), [Call::TaskDelete(id.clone())]);
+    // The plugins hear it stopped; the task goes.
+    assert_eq!(
+        b.log.after_failure(),
+        [
+            nri("nri.stop_container", &id, true),
+            Call::TaskDelete(id.clone())
+        ]
+    );
     assert!(!b.containerd.has_task(&id));
     assert!(!b.log.calls().contains(&Call::TaskStart(id.clone())));
 }
@@ -196,4 +203,58 @@ async fn stop_pod_sandbox_hook_comes_after_its_containers_and_once() {
     let calls = b.log.calls();
     assert!(calls.contains(&nri("nri.remove_pod_sandbox", &pod, false)));
     assert_eq!(count(&calls, "nri.stop_pod_sandbox"), 1, "{calls:?}");
+}
+
+#[tokio::test]
+async fn a_create_failing_after_its_hook_tells_the_plugins_the_container_is_gone() {
+    let (b, pod) = bed_with_pod().await;
+    FakeNri::install(b.log.clone(), &b.pods);
+    b.log.fail("containers.create", 1);
+    let err = b
+        .pods
+        .create_container(create_request(&pod))
+        .await
+        .expect_err("the scripted failure");
+    assert!(matches!(err, ContainerError::Containerd(_)), "{err:?}");
+    let id = first_id(&b.log);
+    assert_eq!(
+        b.log.after_failure(),
+        [
+            nri("nri.stop_container", &id, false),
+            nri("nri.remove_container", &id, false),
+            Call::SnapshotRemove(id.clone()),
+            Call::LeaseDelete(creation_lease_id(&id))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_refused_pod_update_fails_and_records_nothing() {
+    let (b, pod) = bed_with_pod().await;
+    FakeNri::install(b.log.clone(), &b.pods);
+    b.log.fail("nri.update_pod_sandbox", 1);
+    let resources = crate::spec::Resources {
+        cpu_shares: 512,
+        ..Default::default()
+    };
+    let err = b
+        .pods
+        .update_sandbox_resources(&pod, None, Some(&resources))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, SandboxError::Nri(_)), "{err:?}");
+    assert!(b.log.after_failure().is_empty(), "nothing recorded");
+    let meta = b.pods.sandboxes.get(&pod).expect("the pod").metadata();
+    assert!(meta.updated_resources.is_none());
+    b.pods
+        .update_sandbox_resources(&pod, None, Some(&resources))
+        .await
+        .expect("the retry");
+    let calls = b.log.calls();
+    assert!(
+        position(
+            &calls,
+            &Call::RecordSetExtension(pod.clone(), SANDBOX_EXTENSION.into())
+        ) < position(&calls, &nri("nri.post_update_pod_sandbox", &pod, true))
+    );
 }

@@ -80,7 +80,8 @@ start_remora() {
 	die "remora ($mode) did not answer; see $dir/remora.log"
 }
 
-crictl_at() { "$CRICTL" --runtime-endpoint "unix://$work/$1/remora.sock" --image-endpoint "unix://$work/$1/remora.sock" --timeout 60s "${@:2}"; }
+# crictl's warnings (no crictl.yaml, no cgroup parent) go to a file, not the report.
+crictl_at() { "$CRICTL" --runtime-endpoint "unix://$work/$1/remora.sock" --image-endpoint "unix://$work/$1/remora.sock" --timeout 60s "${@:2}" 2>>"$work/crictl.err"; }
 
 stop_remora() {
 	kill "$remora_pid" 2>/dev/null || true

@@ -789,6 +789,7 @@ impl Registry {
             identity,
             name: OnceLock::new(),
             runtime: self.runtime.clone(),
+            active: self.active.subscribe(),
             log: log.clone(),
         });
         // One connection, then a stream that ends when the trunk closes, so the server's
@@ -967,6 +968,8 @@ struct RuntimeService {
     identity: Option<(String, String)>,
     name: OnceLock<String>,
     runtime: Arc<dyn RuntimeHandle>,
+    /// The active plugins' names, so an external plugin taking a name in use is told why.
+    active: watch::Receiver<Vec<String>>,
     log: Logger,
 }
 
@@ -994,9 +997,15 @@ impl api::Runtime for RuntimeService {
             let _ = tx.send(Ok((idx.clone(), base.clone())));
             return Ok(api::Empty::new());
         }
+        let name = format!("{}-{}", req.plugin_idx, req.plugin_name);
+        // Checked again when it is activated: two registering at once are not both let in.
+        if self.active.borrow().contains(&name) {
+            let why = format!("a plugin named {name} is already registered");
+            let _ = tx.send(Err(why.clone()));
+            return Err(status(ttrpc::Code::ALREADY_EXISTS, why));
+        }
         match check_registration(&req.plugin_idx, &req.plugin_name) {
             Ok(()) => {
-                let name = format!("{}-{}", req.plugin_idx, req.plugin_name);
                 // Set once: `registered` was still there.
                 let _ = self.name.set(name);
                 // The handshake may have given up already; it logged that.
@@ -1910,8 +1919,17 @@ mod tests {
         let h = harness(FixedSnapshot::default());
         let _first = h.plugin("10", "dup", 0, Answer::Ok).await;
         let second = h.connect("10-dup", 0, Answer::Ok).await;
-        // RegisterPlugin itself succeeds; remora then refuses and closes.
-        let _ = register(&second, "10", "dup").await;
+        // The plugin is told why, then its connection closes.
+        let err = register(&second, "10", "dup")
+            .await
+            .expect_err("a name in use is refused");
+        match err {
+            ttrpc::Error::RpcStatus(s) => {
+                assert_eq!(s.code(), ttrpc::Code::ALREADY_EXISTS, "{s:?}");
+                assert!(s.message().contains("10-dup"), "{s:?}");
+            }
+            other => panic!("{other:?}"),
+        }
         wait_closed(&second).await;
         assert_eq!(h.registry.plugins(), ["10-dup"]);
     }

@@ -287,19 +287,8 @@ impl RuntimeHandle for PodsView {
             let Some(wanted) = linux.resources.as_ref() else {
                 continue;
             };
-            let current = match pods.containers_store().get(&id) {
-                Ok(c) => c.snapshot(),
-                Err(e) => {
-                    warn!(self.log, "NRI: update of an unknown container"; "container_id" => &id, "error" => %e);
-                    if !update.ignore_failure {
-                        failed.push(update);
-                    }
-                    continue;
-                }
-            };
             // remora keeps no resources of its own on the record: the update is what the
             // plugin sets, the rest left as the task has it.
-            let _ = current;
             let resources = convert::resources_onto(&spec::Resources::default(), wanted);
             match pods.apply_container_resources(&id, &resources).await {
                 Ok(()) => {
@@ -313,12 +302,21 @@ impl RuntimeHandle for PodsView {
                 }
             }
         }
-        for eviction in evictions {
-            let id = &eviction.container_id;
-            info!(self.log, "NRI: a plugin evicts a container"; "container_id" => id, "reason" => &eviction.reason);
-            if let Err(e) = pods.stop_container(id, EVICTION_STOP_TIMEOUT).await {
-                warn!(self.log, "NRI: evicting a container failed"; "container_id" => id, "error" => %e);
-            }
+        // Evictions in the background: a stop sends StopContainer to the plugins, and the
+        // plugin asking may be waiting for this answer inside a call remora made to it (its
+        // turn is taken): the stop's event would wait for that call's timeout. Their
+        // failures are not part of the answer anyway (NRI's has only the failed updates).
+        if !evictions.is_empty() {
+            let log = self.log.clone();
+            tokio::spawn(async move {
+                for eviction in evictions {
+                    let id = &eviction.container_id;
+                    info!(log, "NRI: a plugin evicts a container"; "container_id" => id, "reason" => &eviction.reason);
+                    if let Err(e) = pods.stop_container(id, EVICTION_STOP_TIMEOUT).await {
+                        warn!(log, "NRI: evicting a container failed"; "container_id" => id, "error" => %e);
+                    }
+                }
+            });
         }
         failed
     }

@@ -262,6 +262,8 @@ struct Plugin {
     removed: AtomicBool,
     /// Set once the StateChange fallback was logged.
     warned_state_change: AtomicBool,
+    /// One call at a time to this plugin (see [`Registry::call_plugin`]).
+    turn: tokio::sync::Mutex<()>,
     log: Logger,
     _connected: OwnedSemaphorePermit,
     /// A launched plugin's process, killed when the plugin is removed.
@@ -386,10 +388,14 @@ impl Registry {
         let timeout = self.config.request_timeout;
         futures::future::join_all(plugins.iter().map(|plugin| async move {
             plugin.removed.store(true, Ordering::SeqCst);
-            let result = tokio::time::timeout(
-                timeout,
-                plugin.client.shutdown(context(timeout), &api::Empty::new()),
-            )
+            // In its turn (see `call_plugin`), all within the request timeout.
+            let result = tokio::time::timeout(timeout, async {
+                let _turn = plugin.turn.lock().await;
+                plugin
+                    .client
+                    .shutdown(context(timeout), &api::Empty::new())
+                    .await
+            })
             .await;
             debug!(plugin.log, "NRI: plugin shut down"; "result" => ?result.map(|r| r.is_ok()));
             plugin.mux.close();
@@ -636,8 +642,19 @@ impl Registry {
     }
 
     /// One call to one plugin within the request timeout, with NRI's StateChange fallback.
+    ///
+    /// One at a time per plugin, waiting for its turn within the same timeout: ttrpc's client
+    /// numbers a request before it is queued for writing, so two calls at once can reach the
+    /// plugin out of order, and Go's ttrpc server refuses a stream id lower than the last one
+    /// ("StreamID cannot be re-used and must increment"), failing the call. NRI's adaptation
+    /// holds one lock around every event, so its plugins never see two calls at once either.
     async fn call_plugin(&self, plugin: &Plugin, call: &Call) -> Result<Reply, CallError> {
         let deadline = Instant::now() + self.config.request_timeout;
+        let Ok(_turn) = tokio::time::timeout_at(deadline, plugin.turn.lock()).await else {
+            return Err(CallError::Fatal(
+                "no answer within the request timeout (an earlier call to it was pending)".into(),
+            ));
+        };
         match bounded(deadline, call.invoke(&plugin.client, deadline)).await {
             Err(CallError::Status(status)) if status.code() == ttrpc::Code::UNIMPLEMENTED => {
                 let Some(change) = call.state_change() else {
@@ -840,6 +857,7 @@ impl Registry {
             _server: Mutex::new(server),
             removed: AtomicBool::new(false),
             warned_state_change: AtomicBool::new(false),
+            turn: tokio::sync::Mutex::new(()),
             log,
             _connected: connected,
             process,
@@ -1456,7 +1474,13 @@ mod tests {
         Unimplemented,
         /// Never answers Synchronize; answers events.
         HangInSync,
+        /// Answers events after yielding a while, counting the calls it is in at once
+        /// ([`MAX_OVERLAP`]; one test uses it).
+        Overlap,
     }
+
+    static IN_FLIGHT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    static MAX_OVERLAP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
     /// A plugin that records what it is sent and answers events as told.
     struct FakePlugin {
@@ -1496,6 +1520,15 @@ mod tests {
                 Answer::Ok | Answer::HangInSync => Ok(()),
                 Answer::Fail => Err(status(ttrpc::Code::UNKNOWN, "refused by the fake")),
                 Answer::Hang => std::future::pending().await,
+                Answer::Overlap => {
+                    let now = IN_FLIGHT.fetch_add(1, Ordering::SeqCst) + 1;
+                    MAX_OVERLAP.fetch_max(now, Ordering::SeqCst);
+                    for _ in 0..50 {
+                        tokio::task::yield_now().await;
+                    }
+                    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+                    Ok(())
+                }
                 Answer::Unimplemented => Err(status(ttrpc::Code::UNIMPLEMENTED, "old stub")),
             }
         }
@@ -1912,6 +1945,24 @@ mod tests {
         // The longest name is fine.
         let longest = "x".repeat(MAX_PLUGIN_NAME_LEN);
         let _end = h.plugin("99", &longest, 0, Answer::Ok).await;
+    }
+
+    /// Go's ttrpc server refuses a request whose stream id is below the last one it saw, and
+    /// two calls at once on one client can be written out of order: critest's concurrent
+    /// creates failed StartContainer with "StreamID cannot be re-used and must increment".
+    /// A plugin gets one call at a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_plugin_gets_one_call_at_a_time_from_concurrent_events() {
+        let h = harness(FixedSnapshot::default());
+        let _p = h.plugin("10", "overlap", 0, Answer::Overlap).await;
+        let runs = (0..16).map(|i| {
+            let (registry, p) = (h.registry.clone(), pod(&format!("p{i}")));
+            tokio::spawn(async move { registry.run_pod_sandbox(&p).await })
+        });
+        for run in futures::future::join_all(runs).await {
+            run.expect("the task").expect("RunPodSandbox");
+        }
+        assert_eq!(MAX_OVERLAP.load(Ordering::SeqCst), 1, "calls at once");
     }
 
     #[tokio::test]

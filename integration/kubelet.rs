@@ -790,10 +790,13 @@ fn manifests(hooks: &Path, init_containers: bool, host_file: &Path) -> Vec<(&'st
         "failureThreshold": 1,
     });
     // ContainerStopSignals: stopped with SIGUSR1, which it notes on the host and exits on.
+    // It waits on its sleep with `wait`, which a trapped signal interrupts: the trap runs at
+    // once, well within the pod's grace period, not after the sleep under a loaded CI.
     let mut stopsig = with_hooks(sh(
         "app",
         "trap 'echo usr1 > /hooks/stopsignal; exit 0' USR1; \
-         trap 'echo term > /hooks/stopsignal; exit 0' TERM; while true; do sleep 1; done",
+         trap 'echo term > /hooks/stopsignal; exit 0' TERM; \
+         while true; do sleep 1 & wait $!; done",
     ));
     stopsig["lifecycle"] = json!({"stopSignal": "SIGUSR1"});
     let init = if init_containers {
@@ -1506,8 +1509,10 @@ async fn run_suite(gates: &[&str]) {
         std::fs::read_to_string(hooks.join("prestop")).is_ok_and(|s| s == "stopping\n")
     })
     .await;
-    wait_until("the stop signal's file", long, || async {
-        std::fs::read_to_string(hooks.join("stopsignal")).is_ok()
+    // Written whole: the shell creates the file (empty) before echo writes its line, so
+    // waiting for the file alone could read it in between (CI did, once).
+    wait_until("the stop signal's file, written", long, || async {
+        std::fs::read_to_string(hooks.join("stopsignal")).is_ok_and(|s| s.ends_with('\n'))
     })
     .await;
     assert_eq!(

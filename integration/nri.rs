@@ -233,31 +233,27 @@ async fn a_plugin_killed_mid_call_fails_that_call_at_once_and_nothing_is_left() 
     let pod_config = cri::pod_config(&unique("nri-killed"), logs.path(), false);
     let pod = cri::run_pod(&bed.remora, &pod_config).await.expect("pod");
     let before = records(&bed);
-    let remora = bed.remora.runtime();
-    let create = {
-        let (pod, pod_config) = (pod.clone(), pod_config.clone());
-        let mut remora = remora.clone();
-        tokio::spawn(async move {
-            remora
-                .create_container(v1::CreateContainerRequest {
-                    pod_sandbox_id: pod,
-                    config: Some(cri::container_config("c", &["sleep", "3600"])),
-                    sandbox_config: Some(pod_config),
+    // The create and, beside it, the plugin killed once the create reached it.
+    let killed = std::sync::OnceLock::new();
+    let (created, ()) = tokio::join!(
+        cri::create(
+            &bed.remora,
+            &pod,
+            &pod_config,
+            cri::container_config("c", &["sleep", "3600"]),
+        ),
+        async {
+            plugin
+                .wait_for("CreateContainer to reach the plugin", LIMIT, |events| {
+                    events.iter().any(|e| e.kind == EventKind::CreateContainer)
                 })
-                .await
-        })
-    };
-    plugin
-        .wait_for("CreateContainer to reach the plugin", LIMIT, |events| {
-            events.iter().any(|e| e.kind == EventKind::CreateContainer)
-        })
-        .await;
-    let killed = std::time::Instant::now();
-    plugin.kill();
-    let err = create
-        .await
-        .expect("the call's task")
-        .expect_err("the plugin died mid-call");
+                .await;
+            let _ = killed.set(std::time::Instant::now());
+            plugin.kill();
+        }
+    );
+    let err = created.expect_err("the plugin died mid-call");
+    let killed = killed.get().expect("the plugin was killed");
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     assert!(
         killed.elapsed() < Duration::from_secs(5),
@@ -303,25 +299,16 @@ async fn a_late_plugin_learns_of_a_container_created_during_its_synchronize_exac
     assert!(plugin.synced_pods().contains(&pod));
     assert!(plugin.synced_containers().contains(&first));
     // Created while the plugin's Synchronize is unanswered: the create waits for it.
-    let during = {
-        let (remora, pod, pod_config) = (bed.remora.runtime(), pod.clone(), pod_config.clone());
-        let mut remora = remora;
-        tokio::spawn(async move {
-            remora
-                .create_container(v1::CreateContainerRequest {
-                    pod_sandbox_id: pod,
-                    config: Some(cri::container_config("during", &["sleep", "3600"])),
-                    sandbox_config: Some(pod_config),
-                })
-                .await
-                .map(|r| r.into_inner().container_id)
-        })
-    };
-    plugin.release();
-    let during = during
-        .await
-        .expect("the call's task")
-        .expect("created once the plugin is synchronized");
+    let (during, ()) = tokio::join!(
+        cri::create(
+            &bed.remora,
+            &pod,
+            &pod_config,
+            cri::container_config("during", &["sleep", "3600"]),
+        ),
+        async { plugin.release() }
+    );
+    let during = during.expect("created once the plugin is synchronized");
     let events = plugin
         .wait_for(
             "CreateContainer of the container made during Synchronize",

@@ -17,6 +17,11 @@ CONTAINERD_VERSION=v2.3.4 # github.com/containerd/containerd/v2
 CRI_TOOLS_VERSION=v1.37.0 # sigs.k8s.io/cri-tools (crictl, critest)
 KUBELET_VERSION=v1.37.2   # k8s.io/kubernetes (kubelet, for the kubelet suite and the node VM)
 RUST_VERSION=1.95.0       # must match rust-toolchain.toml; only checked
+# The cluster (scripts/cluster.sh, `setup.sh cluster`): the versions kubeadm v1.37.2 names in
+# cmd/kubeadm/app/constants (DefaultEtcdVersion 3.7.0-0, CoreDNSVersion v1.14.6), built from
+# the Go module proxy; the Kubernetes binaries come from k8s.io/kubernetes at KUBELET_VERSION.
+ETCD_VERSION=v3.7.0     # go.etcd.io/etcd/server/v3, image registry.k8s.io/etcd:3.7.0-0
+COREDNS_VERSION=v1.14.6 # github.com/coredns/coredns, image registry.k8s.io/coredns/coredns:v1.14.6
 # The .proto files remora compiles (k8s.io/cri-api) are pinned in protos/sources.txt.
 # The newest `go` line of the modules built here: cri-tools v1.37.0 (containerd v2.3.4 asks
 # for 1.26.3, k8s.io/kubernetes v1.37.2 for 1.26.0).
@@ -202,13 +207,17 @@ build_nri_stub_logger() {
 #   agnhost         test/images/agnhost, for the test bed's agnhost image (a few seconds warm)
 #   e2e_node.test   test/e2e_node, and ginkgo (the CLI at the version k8s.io/kubernetes requires),
 #                   for scripts/node-e2e.sh only: `setup.sh node-e2e` (4 min warm, about 20 cold)
+#   kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy
+#                   the cluster of scripts/cluster.sh: `setup.sh cluster`
+#   e2e.test        test/e2e (with ginkgo), Kubernetes' conformance suite: `setup.sh cluster-e2e`
 k8s_stamped() { # NAME: the binary NAME is built at KUBELET_VERSION
 	[[ -x "$TOOLS_BIN/$1" && -f "$STAMPS/$1" && "$(<"$STAMPS/$1")" == "$KUBELET_VERSION" ]] &&
 		[[ "$1" != e2e_node.test || -x "$TOOLS_BIN/ginkgo" ]] &&
+		[[ "$1" != e2e.test || -x "$TOOLS_BIN/ginkgo" ]] &&
 		[[ "$1" != agnhost || -f "$TOOLS/agnhost/localhost.key" ]]
 }
 
-build_kubernetes() { # NAME...: kubelet, agnhost, e2e_node.test
+build_kubernetes() { # NAME...: kubelet, agnhost, e2e_node.test, the cluster's, e2e.test
 	local name todo=()
 	for name in "$@"; do
 		k8s_stamped "$name" || todo+=("$name")
@@ -250,12 +259,64 @@ build_kubernetes() { # NAME...: kubelet, agnhost, e2e_node.test
 				run_logged "$log" "${go[@]}" test -c -ldflags "$ldflags" -o "$TOOLS_BIN/e2e_node.test" ./test/e2e_node
 				run_logged "$log" "${go[@]}" build -o "$TOOLS_BIN/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
 				;;
+			kubeadm | kubectl | kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy)
+				run_logged "$log" "${go[@]}" build -ldflags "$ldflags -s -w" -o "$TOOLS_BIN/$name" "./cmd/$name"
+				;;
+			e2e.test)
+				run_logged "$log" "${go[@]}" test -c -ldflags "$ldflags" -o "$TOOLS_BIN/e2e.test" ./test/e2e
+				run_logged "$log" "${go[@]}" build -o "$TOOLS_BIN/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+				;;
 			*) die "build_kubernetes: unknown binary $name" ;;
 			esac
 		)
 		echo "$KUBELET_VERSION" >"$STAMPS/$name"
 	done
 	rm -rf "$src"
+}
+
+# go_module_build NAME MODULE VERSION PKG [REPLACE...]: builds PKG of MODULE@VERSION (a copy of
+# the proxy's module, with each REPLACE "module" pointed at the published MODULE's VERSION in
+# place of the repository-relative path its go.mod names) as $TOOLS_BIN/NAME, once per VERSION.
+go_module_build() {
+	local name=$1 module=$2 version=$3 pkg=$4
+	shift 4
+	local stamp="$STAMPS/$name"
+	if [[ -x "$TOOLS_BIN/$name" && -f "$stamp" && "$(<"$stamp")" == "$version" ]]; then
+		return 0
+	fi
+	check_go
+	local log="$LOGS/$name-build.log" dir src="$TOOLS/src/$name" r
+	info "building $name from $module@$version (log: $log)"
+	dir=$(cd "$TOOLS" && go mod download -json "$module@$version" | jq -r .Dir)
+	[[ -d "$dir" ]] || die "go mod download of $module@$version gave no directory"
+	rm -f "$stamp"
+	rm -rf "$src"
+	mkdir -p "$TOOLS/src"
+	cp -r "$dir" "$src"
+	chmod -R u+w "$src"
+	for r in "$@"; do
+		sed -i -E "s#^(\s*)${r//./\\.} => \.\.?/[A-Za-z0-9._/-]+#\1$r => $r $version#" "$src/go.mod"
+	done
+	if grep -qE '=> \.\.?/' "$src/go.mod"; then
+		die "$module: go.mod still replaces modules with local paths after the rewrite"
+	fi
+	(
+		cd "$src"
+		run_logged "$log" env GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0 \
+			go build -trimpath -ldflags "-s -w" -o "$TOOLS_BIN/$name.new" "$pkg"
+	)
+	mv -f "$TOOLS_BIN/$name.new" "$TOOLS_BIN/$name"
+	rm -rf "$src"
+	echo "$version" >"$stamp"
+}
+
+# The cluster's binaries (scripts/cluster.sh): Kubernetes' control plane, kubeadm and kubectl,
+# etcd and CoreDNS. About 10 minutes on 2 cores with kubelet's Go cache warm.
+build_cluster() {
+	build_kubernetes kubeadm kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy
+	go_module_build etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" . \
+		go.etcd.io/etcd/api/v3 go.etcd.io/etcd/client/pkg/v3 go.etcd.io/etcd/client/v3 go.etcd.io/etcd/pkg/v3
+	go_module_build coredns github.com/coredns/coredns "$COREDNS_VERSION" .
 }
 
 # runc is built from the Go module proxy's copy of github.com/opencontainers/runc (no replace
@@ -551,9 +612,13 @@ case "${1:-}" in
 node-image) build_node_image ;;
 # The node e2e suite's binaries (scripts/node-e2e.sh runs this).
 node-e2e) build_kubernetes kubelet agnhost e2e_node.test ;;
+# The cluster's binaries (scripts/cluster.sh up runs this), and Kubernetes' conformance suite
+# (scripts/cluster.sh conformance runs this).
+cluster) build_cluster ;;
+cluster-e2e) build_kubernetes e2e.test ;;
 # Only the .proto files of protos/sources.txt (after a line there changed).
 protos) fetch_protos ;;
 # Only remora-nri's test plugin (crates/remora-nri/tests/launched_logger.rs runs it).
 nri-plugin) build_nri_stub_logger ;;
-*) die "usage: setup.sh [node-image|node-e2e|protos|nri-plugin]" ;;
+*) die "usage: setup.sh [node-image|node-e2e|cluster|cluster-e2e|protos|nri-plugin]" ;;
 esac

@@ -27,6 +27,9 @@ Layer entry types (all paths are inside the image, without a leading "/"):
   {"busybox_applets": DIR, "binary": HOSTPATH, "exclude": [...],
    "hardlinks": false}          # DIR/<applet> -> busybox for each applet
   {"hardlink": P, "target": T}  # T is a path inside the image
+  {"tree": P, "src": HOSTDIR, "libs": true}
+                                # HOSTDIR's regular files and symlinks, recursively, at P; with
+                                # "libs", the shared libraries ldd lists for each file too
 Applets are symlinks unless "hardlinks" is true. Hard links matter where a
 runtime masks one applet (critest masks /bin/ls): masking a symlink masks
 the busybox binary it points to, and with it every applet.
@@ -168,6 +171,21 @@ class Builder:
                 add(e["elf"], "file", 0o755 if mode is None else mode, read(src))
                 for path, host in self.ldd(src):
                     add(path, "file", 0o755, read(os.path.realpath(host)))
+            elif "tree" in e:
+                top = self.expand(e["src"])
+                for root, dirs, files in os.walk(top):
+                    dirs.sort()
+                    rel = os.path.relpath(root, top)
+                    base = e["tree"].strip("/") if rel == "." else e["tree"].strip("/") + "/" + rel
+                    for f in sorted(files):
+                        host = os.path.join(root, f)
+                        if os.path.islink(host):
+                            add(base + "/" + f, "symlink", 0o777, os.readlink(host))
+                        elif os.path.isfile(host):
+                            add(base + "/" + f, "file", os.stat(host).st_mode & 0o777, read(host))
+                            if e.get("libs"):
+                                for path, lib in self.ldd(host):
+                                    add(path, "file", 0o755, read(os.path.realpath(lib)))
             elif "busybox_applets" in e:
                 d = e["busybox_applets"].strip("/")
                 skip = set(e.get("exclude", []))

@@ -4,12 +4,14 @@
 //! - docs/config.md's default file is what `remora config default` prints ([`DEFAULT_TOML`]);
 //! - every count of a ratchet file's names that the docs state ([`COUNTED`]) is that file's
 //!   count, read as the scripts read it;
+//! - every `src/…`, `crates/…`, `integration/…`, `scripts/…` and `protos/…` path the docs name
+//!   exists, and so does every relative link's target and heading;
 //!
 //! Text checks: they keep the prose from drifting from the tree, no more. A count or a path the
 //! docs state in a way these do not recognise is not checked, so state them as these expect.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
 use crate::config::DEFAULT_TOML;
 
@@ -21,6 +23,38 @@ fn repo() -> &'static Path {
 fn read(rel: &str) -> String {
     let path = repo().join(rel);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The names in directory `rel` of the repository, sorted.
+fn entries(rel: &str) -> Vec<String> {
+    let dir = repo().join(rel);
+    let read = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut names: Vec<String> = read
+        .map(|entry| {
+            let entry = entry.expect("a readable directory entry");
+            entry.file_name().to_string_lossy().into_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// README.md and every page of docs/, each with its path relative to the repository.
+fn pages() -> Vec<(String, String)> {
+    let mut names = vec!["README.md".to_string()];
+    names.extend(
+        entries("docs")
+            .into_iter()
+            .filter(|n| n.ends_with(".md"))
+            .map(|n| format!("docs/{n}")),
+    );
+    names
+        .into_iter()
+        .map(|n| {
+            let text = read(&n);
+            (n, text)
+        })
+        .collect()
 }
 
 // The configuration reference.
@@ -239,5 +273,215 @@ fn counts_in_the_docs_are_the_ratchets() {
         "counts of the ratchet files in the docs differ from the files ({counts:?}): fix \
          the docs (or COUNTED, where a passage was reworded):\n{}",
         wrong.join("\n")
+    );
+}
+
+// Paths.
+
+/// The top-level directories of the repository whose paths the docs' text is searched for.
+const ROOTS: &[&str] = &["src/", "crates/", "integration/", "scripts/", "protos/"];
+
+/// Whether `c` can be part of a path word.
+fn in_path(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-')
+}
+
+/// `word` with its first `{a,b,…}` group (and so each later one) expanded: one word per
+/// alternative.
+fn expand_braces(word: &str) -> Vec<String> {
+    let Some((head, rest)) = word.split_once('{') else {
+        return vec![word.to_string()];
+    };
+    let Some((group, tail)) = rest.split_once('}') else {
+        return vec![word.to_string()];
+    };
+    group
+        .split(',')
+        .flat_map(|alt| expand_braces(&format!("{head}{alt}{tail}")))
+        .collect()
+}
+
+/// The repository paths `text` names: words starting with one of [`ROOTS`] that no path
+/// character precedes (not `/usr/src/x`, not `k8s.io/…/src/`), up to the first character that
+/// cannot be in a path, `{a,b}` groups expanded and a trailing `.` dropped. A word with a `*` is
+/// a pattern, not a path, and is left out.
+fn repo_paths(text: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    for (at, _) in text.char_indices() {
+        let rest = &text[at..];
+        if !ROOTS.iter().any(|r| rest.starts_with(r)) {
+            continue;
+        }
+        if text[..at].chars().next_back().is_some_and(in_path) {
+            continue;
+        }
+        let mut depth = 0;
+        let mut end = rest.len();
+        for (i, c) in rest.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth > 0 => depth -= 1,
+                ',' if depth > 0 => {}
+                '*' => {}
+                c if in_path(c) => {}
+                _ => {
+                    end = i;
+                    break;
+                }
+            }
+        }
+        let word = rest[..end].trim_end_matches('.');
+        if !word.contains('*') {
+            paths.extend(expand_braces(word));
+        }
+    }
+    paths
+}
+
+/// The anchors of `page`'s headings as GitHub makes them: lower case, spaces as `-`, every
+/// character but letters, digits, `-` and `_` dropped, `-1`, `-2`… after a repeat. Headings in
+/// fenced blocks are not headings.
+fn anchors(page: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut fenced = false;
+    let mut out = BTreeSet::new();
+    for line in page.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        if fenced {
+            continue;
+        }
+        let Some(heading) = line.trim_start_matches('#').strip_prefix(' ') else {
+            continue;
+        };
+        if !line.starts_with('#') {
+            continue;
+        }
+        let slug: String = heading
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(slug.clone()).or_default();
+        out.insert(if *n == 0 { slug } else { format!("{slug}-{n}") });
+        *n += 1;
+    }
+    out
+}
+
+/// The targets of `text`'s relative markdown links (`](target)`), each split into a path and
+/// an anchor (either may be empty).
+fn relative_links(text: &str) -> Vec<(&str, &str)> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|after| after.split_once(')'))
+        .map(|(target, _)| target)
+        .filter(|t| !t.contains("://") && !t.starts_with("mailto:") && !t.contains(' '))
+        .map(|t| t.split_once('#').unwrap_or((t, "")))
+        .collect()
+}
+
+/// `rel` (relative to `page`'s directory) as a path relative to the repository, `..` resolved;
+/// `None` when it leaves the repository.
+fn resolve(page: &str, rel: &str) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    let base = Path::new(page).parent().unwrap_or(Path::new(""));
+    for part in base.join(rel).components() {
+        match part {
+            Component::Normal(p) => out.push(p),
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+#[test]
+fn repo_paths_finds_the_paths_as_written() {
+    let text = "See `src/cri/service/`, src/lib.rs. Not /usr/src/x nor k8s.io/a/src/b; \
+                crates/x/{a,b}.rs (integration/*.txt) scripts/test.sh: and `src/io/{fifo,cri_log}.rs`";
+    assert_eq!(
+        repo_paths(text),
+        [
+            "src/cri/service/",
+            "src/lib.rs",
+            "crates/x/a.rs",
+            "crates/x/b.rs",
+            "scripts/test.sh",
+            "src/io/fifo.rs",
+            "src/io/cri_log.rs",
+        ]
+    );
+}
+
+#[test]
+fn anchors_and_links_are_read_as_github_renders_them() {
+    let page = "# remora — design\n## The CRI RPCs and where they live\n```\n# not one\n```\n\
+                ## remora's shim\n## Status\n## Status\n#hashtag\n";
+    assert_eq!(
+        anchors(page),
+        BTreeSet::from(
+            [
+                "remora--design",
+                "the-cri-rpcs-and-where-they-live",
+                "remoras-shim",
+                "status",
+                "status-1"
+            ]
+            .map(String::from)
+        )
+    );
+    let text = "[a](docs/a.md#x), [b](b.md), [web](https://x.io/y), [here](#status)";
+    assert_eq!(
+        relative_links(text),
+        [("docs/a.md", "x"), ("b.md", ""), ("", "status")]
+    );
+    assert_eq!(
+        resolve("docs/status.md", "../integration/x.txt"),
+        Some(PathBuf::from("integration/x.txt"))
+    );
+    assert_eq!(resolve("README.md", "../x"), None);
+}
+
+#[test]
+fn every_path_the_docs_name_exists() {
+    let mut missing = Vec::new();
+    for (page, text) in pages() {
+        for path in repo_paths(&text) {
+            if !repo().join(&path).exists() {
+                missing.push(format!("{page}: {path}"));
+            }
+        }
+        for (target, anchor) in relative_links(&text) {
+            let Some(path) = (if target.is_empty() {
+                Some(PathBuf::from(&page))
+            } else {
+                resolve(&page, target)
+            }) else {
+                missing.push(format!("{page}: link {target} leaves the repository"));
+                continue;
+            };
+            if !repo().join(&path).exists() {
+                missing.push(format!("{page}: link {target}"));
+            } else if !anchor.is_empty() && path.extension().is_some_and(|e| e == "md") {
+                let linked = read(&path.to_string_lossy());
+                if !anchors(&linked).contains(anchor) {
+                    missing.push(format!("{page}: link {target}#{anchor}: no such heading"));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the docs name paths that do not exist:\n{}",
+        missing.join("\n")
     );
 }

@@ -6,6 +6,8 @@
 //!   count, read as the scripts read it;
 //! - every `src/…`, `crates/…`, `integration/…`, `scripts/…` and `protos/…` path the docs name
 //!   exists, and so does every relative link's target and heading;
+//! - the README's code map names every top-level module of `src/` and every crate of
+//!   `crates/`, and the README links every page of `docs/`.
 //!
 //! Text checks: they keep the prose from drifting from the tree, no more. A count or a path the
 //! docs state in a way these do not recognise is not checked, so state them as these expect.
@@ -483,5 +485,40 @@ fn every_path_the_docs_name_exists() {
         missing.is_empty(),
         "the docs name paths that do not exist:\n{}",
         missing.join("\n")
+    );
+}
+
+#[test]
+fn the_readme_maps_every_home() {
+    let readme = read("README.md");
+    let named: BTreeSet<String> = repo_paths(&readme)
+        .into_iter()
+        .map(|p| p.trim_end_matches('/').to_string())
+        .collect();
+    let mut unnamed = Vec::new();
+    for (dir, entry) in entries("src")
+        .into_iter()
+        .map(|e| ("src", e))
+        .chain(entries("crates").into_iter().map(|e| ("crates", e)))
+    {
+        let home = format!("{dir}/{entry}");
+        if !named.contains(&home) {
+            unnamed.push(home);
+        }
+    }
+    let linked: BTreeSet<String> = relative_links(&readme)
+        .into_iter()
+        .map(|(target, _)| target.to_string())
+        .collect();
+    for page in entries("docs").into_iter().filter(|n| n.ends_with(".md")) {
+        let page = format!("docs/{page}");
+        if !linked.contains(&page) {
+            unnamed.push(format!("{page} (not linked)"));
+        }
+    }
+    assert!(
+        unnamed.is_empty(),
+        "README.md's code map misses these homes (or its docs list these pages):\n{}",
+        unnamed.join("\n")
     );
 }

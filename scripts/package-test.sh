@@ -90,6 +90,7 @@ expected=$(
 0755 usr/bin/containerd-shim-remora-v2
 0755 usr/bin/remora
 0644 usr/share/doc/remora/README.md
+0644 usr/share/doc/remora/config.md
 0644 usr/share/doc/remora/copyright
 0644 usr/share/doc/remora/examples/crictl.yaml
 0644 usr/share/doc/remora/kubelet.md

@@ -6,7 +6,8 @@
 //! with the dotted key name, so a typo never silently falls back to a default.
 //!
 //! [`DEFAULT_TOML`] is the documented default file that `remora config default` prints. A unit
-//! test parses it and compares it with [`Config::default`], so the two cannot drift apart.
+//! test parses it and compares it with [`Config::default`], so the two cannot drift apart;
+//! another (`src/docs.rs`) keeps docs/config.md, the configuration reference, equal to it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -1105,35 +1106,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    /// The ```toml block under the README's "## Configuration reference" heading (before the
-    /// next `## ` heading), without its fences.
-    fn readme_config_block(readme: &str) -> Option<&str> {
-        let section = readme.split("\n## Configuration reference\n").nth(1)?;
-        let section = section.split("\n## ").next()?;
-        let body = section.split_once("```toml\n")?.1;
-        Some(body.split_once("```")?.0)
-    }
-
-    #[test]
-    fn readme_config_reference_is_the_default_file() {
-        let readme = include_str!("../README.md");
-        let block = readme_config_block(readme)
-            .expect("README.md has a ```toml block under \"## Configuration reference\"");
-        assert!(
-            block == DEFAULT_TOML,
-            "README.md's configuration reference differs from `remora config default`; \
-             paste the output of `remora config default` into it.\n--- README\n{block}\n--- DEFAULT_TOML\n{DEFAULT_TOML}"
-        );
-    }
-
-    #[test]
-    fn readme_config_block_is_found_only_in_its_section() {
-        let readme = "# r\n```toml\nwrong = 1\n```\n## Configuration reference\n\ntext\n\n```toml\na = 1\n```\n## Next\n```toml\nb = 2\n```\n";
-        assert_eq!(readme_config_block(readme), Some("a = 1\n"));
-        let without = "# r\n## Configuration reference\ntext\n## Next\n```toml\nb = 2\n```\n";
-        assert_eq!(readme_config_block(without), None);
     }
 
     #[test]

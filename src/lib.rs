@@ -12,6 +12,9 @@ pub(crate) mod cdi;
 pub mod config;
 pub(crate) mod containerd;
 pub mod cri;
+// README.md and docs/ checked against the tree.
+#[cfg(test)]
+mod docs;
 pub(crate) mod events;
 pub(crate) mod failpoint;
 pub mod grpc;

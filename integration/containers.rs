@@ -406,6 +406,26 @@ async fn stats_of_running_and_created_containers() {
     pod.remove_pod().await;
 }
 
+/// The Linux resources ContainerStatus reports for container `id`.
+async fn reported_resources(
+    remora: &crate::harness::Remora,
+    id: &str,
+) -> v1::LinuxContainerResources {
+    remora
+        .runtime()
+        .container_status(v1::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        })
+        .await
+        .expect("ContainerStatus")
+        .into_inner()
+        .status
+        .and_then(|s| s.resources)
+        .and_then(|r| r.linux)
+        .expect("linux resources reported")
+}
+
 #[tokio::test]
 async fn update_container_resources_changes_the_cgroup() {
     let bed = BedRemora::start_with_network();
@@ -417,6 +437,10 @@ async fn update_container_resources_changes_the_cgroup() {
         .expect("create");
     pod.start(&id).await;
     let mut rt = bed.remora.runtime();
+    // ContainerStatus reports the resources the spec applies, unset ones as zero (the
+    // container asked for no memory limit), then the update merged in.
+    let before = reported_resources(&bed.remora, &id).await;
+    assert_eq!(before.memory_limit_in_bytes, 0, "{before:?}");
     rt.update_container_resources(v1::UpdateContainerResourcesRequest {
         container_id: id.clone(),
         linux: Some(v1::LinuxContainerResources {
@@ -428,6 +452,17 @@ async fn update_container_resources_changes_the_cgroup() {
     })
     .await
     .expect("UpdateContainerResources");
+    let after = reported_resources(&bed.remora, &id).await;
+    assert_eq!(
+        (after.memory_limit_in_bytes, after.cpu_shares),
+        (64 * 1024 * 1024, 512),
+        "{after:?}"
+    );
+    assert_eq!(
+        (after.cpu_period, after.cpu_quota, after.oom_score_adj),
+        (before.cpu_period, before.cpu_quota, before.oom_score_adj),
+        "what the update leaves out is kept"
+    );
     let r = rt
         .exec_sync(v1::ExecSyncRequest {
             container_id: id.clone(),

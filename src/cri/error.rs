@@ -231,7 +231,8 @@ fn container_code(e: &ContainerError) -> Code {
         }
         // Something other than a regular file at the log path: refused, not followed.
         ContainerError::Log {
-            source: LogError::Symlink { .. } | LogError::NotRegular { .. },
+            source:
+                LogError::Symlink { .. } | LogError::DirSymlink { .. } | LogError::NotRegular { .. },
             ..
         } => Code::FailedPrecondition,
         ContainerError::ExecTimeout(_) => Code::DeadlineExceeded,

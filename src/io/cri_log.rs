@@ -223,6 +223,21 @@ pub enum LogError {
         /// The log file.
         path: PathBuf,
     },
+    /// A directory between the pod's log directory and the log file (kubelet's
+    /// `<container name>/`) is a symlink: refused, not followed (whoever can write the pod's
+    /// log directory would make remora create and append to files wherever it points).
+    #[error("log directory {} is a symlink; refusing to follow it", dir.display())]
+    DirSymlink {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The blocking open of the log file did not complete (its task was cancelled or panicked).
+    #[error("opening log file {} did not complete: {source}", path.display())]
+    OpenAborted {
+        /// The log file.
+        path: PathBuf,
+        source: tokio::task::JoinError,
+    },
     /// The log path is not a regular file (a FIFO, a device, a directory).
     #[error("log file {} is a {kind}, not a regular file", path.display())]
     NotRegular {
@@ -251,6 +266,10 @@ pub enum LogError {
 #[derive(Debug)]
 pub struct LogWriter {
     path: PathBuf,
+    /// The directory the file is opened from (the pod's log directory) and the file's path
+    /// under it: every directory between them is opened without following symlinks.
+    dir: PathBuf,
+    relative: PathBuf,
     /// False for a container without a log path: its output only fans out.
     to_file: bool,
     max_line_size: Option<NonZeroUsize>,
@@ -261,17 +280,25 @@ pub struct LogWriter {
 }
 
 impl LogWriter {
-    /// Opens (creating it and its parent directories if needed) the log file at `path` for
-    /// appending. Lines longer than `max_line_size` are split (`None`: never; containerd's
-    /// default is [`DEFAULT_MAX_LINE_SIZE`]).
-    pub async fn open(
-        path: impl Into<PathBuf>,
+    /// Opens the log file at `relative` under the pod's log directory `dir` for appending.
+    /// `dir` is kubelet's and is trusted (created if missing, symlinks on the way to it
+    /// followed); from it on nothing is followed: each directory of `relative` (kubelet's
+    /// `<container name>/`) is opened relative to the one before with `O_NOFOLLOW |
+    /// O_DIRECTORY` (made with `mkdirat` if missing), and the file relative to the last one
+    /// with `O_NOFOLLOW`. A symlink on the way is refused naming it. Lines longer than
+    /// `max_line_size` are split (`None`: never; containerd's default is
+    /// [`DEFAULT_MAX_LINE_SIZE`]).
+    pub async fn open_in(
+        dir: impl Into<PathBuf>,
+        relative: impl Into<PathBuf>,
         max_line_size: Option<NonZeroUsize>,
     ) -> Result<LogWriter, LogError> {
-        let path = path.into();
-        let file = open_log_file(&path).await?;
+        let (dir, relative) = (dir.into(), relative.into());
+        let file = open_log_file(&dir, &relative).await?;
         Ok(LogWriter {
-            path,
+            path: dir.join(&relative),
+            dir,
+            relative,
             to_file: true,
             max_line_size,
             file: Mutex::new(Some(file)),
@@ -285,6 +312,8 @@ impl LogWriter {
     pub fn fanout_only() -> LogWriter {
         LogWriter {
             path: PathBuf::new(),
+            dir: PathBuf::new(),
+            relative: PathBuf::new(),
             to_file: false,
             max_line_size: None,
             file: Mutex::new(None),
@@ -333,7 +362,7 @@ impl LogWriter {
         if !self.to_file {
             return Ok(());
         }
-        let new = open_log_file(&self.path).await?;
+        let new = open_log_file(&self.dir, &self.relative).await?;
         // Swapped under the lock: a batch in flight completes in the old file.
         *self.file.lock().await = Some(new);
         Ok(())
@@ -367,63 +396,163 @@ impl LogWriter {
     }
 }
 
-async fn open_log_file(path: &Path) -> Result<tokio::fs::File, LogError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        tokio::fs::create_dir_all(dir)
-            .await
-            .map_err(|source| LogError::CreateDir {
-                dir: dir.to_path_buf(),
-                source,
-            })?;
+/// The pod's log directory and the log file's path under it, for [`LogWriter::open_in`]:
+/// `log_path` (the two joined at creation) split at `log_directory` when it is inside it,
+/// else at its last component (only the file itself is then opened without following).
+pub fn split_log_path<'a>(log_directory: &'a Path, log_path: &'a Path) -> (&'a Path, &'a Path) {
+    if !log_directory.as_os_str().is_empty() {
+        if let Ok(relative) = log_path.strip_prefix(log_directory) {
+            if !relative.as_os_str().is_empty() {
+                return (log_directory, relative);
+            }
+        }
+    }
+    match (log_path.parent(), log_path.file_name()) {
+        (Some(dir), Some(name)) => (dir, Path::new(name)),
+        _ => (Path::new(""), log_path),
+    }
+}
+
+async fn open_log_file(dir: &Path, relative: &Path) -> Result<tokio::fs::File, LogError> {
+    let path = dir.join(relative);
+    let (d, r) = (dir.to_path_buf(), relative.to_path_buf());
+    let file = tokio::task::spawn_blocking(move || open_log_file_in(&d, &r))
+        .await
+        .map_err(|source| LogError::OpenAborted { path, source })??;
+    Ok(tokio::fs::File::from_std(file))
+}
+
+/// [`LogWriter::open_in`]'s open, blocking.
+fn open_log_file_in(dir: &Path, relative: &Path) -> Result<std::fs::File, LogError> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::Mode;
+    use std::path::Component;
+
+    let path = dir.join(relative);
+    let invalid = || LogError::Open {
+        path: path.clone(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the log path must name a file below the log directory",
+        ),
+    };
+    let mut names = Vec::new();
+    for c in relative.components() {
+        match c {
+            Component::Normal(name) => names.push(name),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(invalid())
+            }
+        }
+    }
+    let Some(file_name) = names.pop() else {
+        return Err(invalid());
+    };
+    let base = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        std::fs::create_dir_all(dir).map_err(|source| LogError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        dir
+    };
+    let mut walked = dir.to_path_buf();
+    let mut parent = open(
+        base,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| LogError::CreateDir {
+        dir: walked.clone(),
+        source: e.into(),
+    })?;
+    for name in names {
+        walked.push(name);
+        parent = open_subdir(&parent, name, &walked)?;
     }
     // O_NOFOLLOW: a symlink at the path is refused (ELOOP), never followed. O_NONBLOCK: a
     // FIFO put there does not block the open until a reader comes; the fstat below refuses it.
-    let file = tokio::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(LOG_FILE_MODE)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .await
-        .map_err(|source| {
-            if source.raw_os_error() == Some(libc::ELOOP) {
-                return LogError::Symlink {
-                    path: path.to_path_buf(),
-                };
-            }
-            // A FIFO without a reader (ENXIO), a directory (EISDIR): say what is there.
-            match std::fs::symlink_metadata(path)
-                .ok()
-                .and_then(|m| special(&m))
-            {
-                Some(kind) => LogError::NotRegular {
-                    path: path.to_path_buf(),
-                    kind,
-                },
-                None => LogError::Open {
-                    path: path.to_path_buf(),
-                    source,
-                },
-            }
-        })?;
-    let meta = file.metadata().await.map_err(|source| LogError::Open {
-        path: path.to_path_buf(),
+    let fd = nix::fcntl::openat(
+        &parent,
+        file_name,
+        OFlag::O_WRONLY
+            | OFlag::O_CREAT
+            | OFlag::O_APPEND
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(LOG_FILE_MODE),
+    )
+    .map_err(|errno| {
+        if errno == nix::errno::Errno::ELOOP {
+            return LogError::Symlink { path: path.clone() };
+        }
+        // A FIFO without a reader (ENXIO), a directory (EISDIR): say what is there.
+        match std::fs::symlink_metadata(&path)
+            .ok()
+            .and_then(|m| special(&m))
+        {
+            Some(kind) => LogError::NotRegular {
+                path: path.clone(),
+                kind,
+            },
+            None => LogError::Open {
+                path: path.clone(),
+                source: errno.into(),
+            },
+        }
+    })?;
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(|source| LogError::Open {
+        path: path.clone(),
         source,
     })?;
     if let Some(kind) = special(&meta) {
-        return Err(LogError::NotRegular {
-            path: path.to_path_buf(),
-            kind,
-        });
+        return Err(LogError::NotRegular { path, kind });
     }
     // Appends to a regular file never block; O_NONBLOCK is dropped anyway so that the writes
     // behave as they always did.
-    let std_file = file.into_std().await;
-    clear_nonblock(&std_file).map_err(|source| LogError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Ok(tokio::fs::File::from_std(std_file))
+    clear_nonblock(&file).map_err(|source| LogError::Open { path, source })?;
+    Ok(file)
+}
+
+/// Directory `name` of `parent` (at `path`), opened without following a symlink and made
+/// (0755, as kubelet makes it) if missing.
+fn open_subdir(
+    parent: &std::os::fd::OwnedFd,
+    name: &std::ffi::OsStr,
+    path: &Path,
+) -> Result<std::os::fd::OwnedFd, LogError> {
+    use nix::errno::Errno;
+    use nix::fcntl::{openat, AtFlags, OFlag};
+    use nix::sys::stat::{fstatat, mkdirat, Mode, SFlag};
+
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let opened = match openat(parent, name, flags, Mode::empty()) {
+        Err(Errno::ENOENT) => match mkdirat(parent, name, Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(Errno::EEXIST) => openat(parent, name, flags, Mode::empty()),
+            Err(e) => Err(e),
+        },
+        other => other,
+    };
+    opened.map_err(|errno| {
+        // O_NOFOLLOW | O_DIRECTORY on a symlink fails with ELOOP or ENOTDIR: look.
+        let is_symlink = fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok_and(|st| {
+            SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK
+        });
+        if is_symlink {
+            LogError::DirSymlink {
+                dir: path.to_path_buf(),
+            }
+        } else {
+            LogError::CreateDir {
+                dir: path.to_path_buf(),
+                source: errno.into(),
+            }
+        }
+    })
 }
 
 /// What `meta` is when it is not a regular file.
@@ -539,6 +668,16 @@ async fn write_batch(writer: &LogWriter, batch: &mut Vec<u8>, summary: &mut Copy
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// The log file at `path`, opened from its parent directory (only the file itself is not
+    /// followed).
+    async fn open_at(
+        path: impl AsRef<Path>,
+        max_line_size: Option<NonZeroUsize>,
+    ) -> Result<LogWriter, LogError> {
+        let (dir, relative) = split_log_path(Path::new(""), path.as_ref());
+        LogWriter::open_in(dir, relative, max_line_size).await
+    }
 
     const CRI_LINE: &str =
         r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z) (stdout|stderr) ([PF]) (.*)$";
@@ -683,7 +822,7 @@ mod tests {
         std::fs::write(&victim, b"untouched").unwrap();
         let link = tmp.path().join("0.log");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
-        let e = LogWriter::open(&link, nz(8)).await.unwrap_err();
+        let e = open_at(&link, nz(8)).await.unwrap_err();
         assert!(
             matches!(&e, LogError::Symlink { path } if path == &link),
             "{e}"
@@ -694,7 +833,7 @@ mod tests {
         let fifo = tmp.path().join("1.log");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         // Without O_NONBLOCK this open would wait for a reader forever: bound it.
-        let e = tokio::time::timeout(Duration::from_secs(10), LogWriter::open(&fifo, nz(8)))
+        let e = tokio::time::timeout(Duration::from_secs(10), open_at(&fifo, nz(8)))
             .await
             .expect("opening a FIFO log path does not block")
             .unwrap_err();
@@ -704,7 +843,7 @@ mod tests {
         );
         let dir = tmp.path().join("2.log");
         std::fs::create_dir(&dir).unwrap();
-        let e = LogWriter::open(&dir, nz(8)).await.unwrap_err();
+        let e = open_at(&dir, nz(8)).await.unwrap_err();
         assert!(
             matches!(
                 &e,
@@ -718,16 +857,54 @@ mod tests {
 
         // A regular file still opens and is written in append mode.
         let ok = tmp.path().join("3.log");
-        let w = LogWriter::open(&ok, nz(8)).await.unwrap();
+        let w = open_at(&ok, nz(8)).await.unwrap();
         drop(w);
         assert!(ok.is_file());
+    }
+
+    /// kubelet's `<pod log dir>/<container>/` replaced by a symlink (by whoever can write the
+    /// pod's log directory): refused naming it, nothing created where it points.
+    #[tokio::test]
+    async fn a_symlinked_container_log_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pod = tmp.path().join("pods/ns_pod_uid");
+        std::fs::create_dir_all(&pod).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        let link = pod.join("c1");
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let log_path = pod.join("c1/0.log");
+        let (dir, relative) = split_log_path(&pod, &log_path);
+        assert_eq!((dir, relative), (pod.as_path(), Path::new("c1/0.log")));
+
+        let e = LogWriter::open_in(dir, relative, nz(8)).await.unwrap_err();
+        assert!(
+            matches!(&e, LogError::DirSymlink { dir } if dir == &link),
+            "{e}"
+        );
+        assert!(e.to_string().contains(&link.display().to_string()), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+        // A real directory opens, and a missing one is made; reopen takes the same way.
+        std::fs::remove_file(&link).unwrap();
+        let w = LogWriter::open_in(&pod, "c1/0.log", nz(8)).await.unwrap();
+        assert_eq!(w.path(), log_path);
+        assert!(log_path.is_file());
+        std::fs::remove_dir_all(pod.join("c1")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+        let e = w.reopen().await.unwrap_err();
+        assert!(matches!(&e, LogError::DirSymlink { .. }), "{e}");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        std::fs::remove_file(&link).unwrap();
+        w.reopen().await.unwrap();
+        assert!(log_path.is_file());
     }
 
     #[tokio::test]
     async fn copier_writes_records_and_ends_at_eof() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("pods/p/c/0.log");
-        let w = Arc::new(LogWriter::open(&path, nz(8)).await.unwrap());
+        let w = Arc::new(open_at(&path, nz(8)).await.unwrap());
         let input: &'static [u8] = b"one\r\ntwo\n0123456789abc\nend";
         let summary = copy_stream(input, StreamKind::Stderr, w.clone())
             .await
@@ -760,11 +937,7 @@ mod tests {
         const LINES: usize = 500;
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("0.log");
-        let w = Arc::new(
-            LogWriter::open(&path, Some(DEFAULT_MAX_LINE_SIZE))
-                .await
-                .unwrap(),
-        );
+        let w = Arc::new(open_at(&path, Some(DEFAULT_MAX_LINE_SIZE)).await.unwrap());
 
         let mut copiers = Vec::new();
         for stream in [StreamKind::Stdout, StreamKind::Stderr] {
@@ -804,7 +977,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("0.log");
         let rotated = tmp.path().join("0.log.20240101-000000");
-        let w = LogWriter::open(&path, None).await.unwrap();
+        let w = open_at(&path, None).await.unwrap();
         let t = SystemTime::now();
         let record = |s: &str| {
             let mut b = Vec::new();
@@ -840,11 +1013,7 @@ mod tests {
     #[tokio::test]
     async fn copier_keeps_draining_when_writes_fail() {
         let tmp = tempfile::tempdir().unwrap();
-        let w = Arc::new(
-            LogWriter::open(tmp.path().join("0.log"), None)
-                .await
-                .unwrap(),
-        );
+        let w = Arc::new(open_at(tmp.path().join("0.log"), None).await.unwrap());
         w.close().await;
         let input: &'static [u8] = b"a\nb\nc";
         let s = copy_stream(input, StreamKind::Stdout, w).await.unwrap();
@@ -874,11 +1043,7 @@ mod tests {
     #[tokio::test]
     async fn subscribers_get_the_raw_bytes_of_their_stream() {
         let tmp = tempfile::tempdir().unwrap();
-        let w = Arc::new(
-            LogWriter::open(tmp.path().join("0.log"), None)
-                .await
-                .unwrap(),
-        );
+        let w = Arc::new(open_at(tmp.path().join("0.log"), None).await.unwrap());
         let mut out = w.subscribe(StreamKind::Stdout);
         let mut err = w.subscribe(StreamKind::Stderr);
         let input: &'static [u8] = b"raw\r\nbytes";
@@ -897,7 +1062,7 @@ mod tests {
     async fn open_fails_with_a_named_error() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("file"), b"").unwrap();
-        let err = LogWriter::open(tmp.path().join("file/0.log"), None)
+        let err = open_at(tmp.path().join("file/0.log"), None)
             .await
             .unwrap_err();
         assert!(matches!(err, LogError::CreateDir { .. }), "{err}");

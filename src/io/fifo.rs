@@ -558,7 +558,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let set = FifoSet::create(&tmp.path().join("fifo"), "c", FifoSpec::default()).unwrap();
         let log_path = tmp.path().join("logs/c/0.log");
-        let writer = Arc::new(LogWriter::open(&log_path, None).await.unwrap());
+        let writer = Arc::new(
+            LogWriter::open_in(tmp.path().join("logs"), "c/0.log", None)
+                .await
+                .unwrap(),
+        );
         let out = copy_stream(
             set.open_stdout().unwrap(),
             StreamKind::Stdout,

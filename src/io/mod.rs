@@ -19,7 +19,8 @@ pub mod fifo;
 pub mod session;
 
 pub use cri_log::{
-    copy_stream, CopySummary, LogError, LogWriter, StreamKind, DEFAULT_MAX_LINE_SIZE,
+    copy_stream, split_log_path, CopySummary, LogError, LogWriter, StreamKind,
+    DEFAULT_MAX_LINE_SIZE,
 };
 pub use fifo::{FifoError, FifoSet, FifoSpec};
 pub use session::{ClientRead, ClientWrite, SessionIo, TermSize};

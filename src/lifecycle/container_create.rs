@@ -248,6 +248,9 @@ impl Pods {
             }
             None => None,
         };
+        // The resources ContainerStatus reports: the spec's as it will run (after NRI).
+        container.set_resources(super::container_update::spec_resources(&generated.spec));
+        let snapshot = container.snapshot();
         let spec_json = serde_json::to_vec(&generated.spec).map_err(ContainerError::Encode)?;
         steps.mark("bind_sources+encode");
         let mut labels = to_labels(&snapshot);

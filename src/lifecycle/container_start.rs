@@ -4,7 +4,7 @@
 //! A failed start leaves the container EXITED with the reason (CRI has no way back to
 //! CREATED); the task and FIFOs it made are removed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use slog::info;
@@ -13,7 +13,7 @@ use super::backend::{RuncOptions, TaskSpec};
 use super::container_events::EventKind;
 use super::timing::Steps;
 use super::{now_ns, ContainerError, ContainerIo, Pods};
-use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
+use crate::io::{copy_stream, split_log_path, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::spec::{IdMapping, UserNamespace};
 use crate::store::{Container, ContainerUser, SandboxState};
 
@@ -82,7 +82,12 @@ impl Pods {
         let log = Arc::new(if meta.log_path.is_empty() {
             LogWriter::fanout_only()
         } else {
-            LogWriter::open(&meta.log_path, Some(crate::io::DEFAULT_MAX_LINE_SIZE))
+            // Opened from the pod's log directory: a symlinked `<container>/` below it is
+            // refused, not followed.
+            let log_directory = sandbox.metadata().log_directory.clone();
+            let (dir, relative) =
+                split_log_path(Path::new(&log_directory), Path::new(&meta.log_path));
+            LogWriter::open_in(dir, relative, Some(crate::io::DEFAULT_MAX_LINE_SIZE))
                 .await
                 .map_err(|e| ContainerError::Log {
                     action: "open the log file",

@@ -17,7 +17,7 @@ use super::container_events::EventKind;
 use super::journal::Intent;
 use super::{creation_lease_id, exit_ns, kill_and_delete, now_ns, ContainerError, Pods, UndoError};
 use crate::containerd::error::ContainerdError;
-use crate::io::{copy_stream, FifoSet, FifoSpec, LogWriter, StreamKind};
+use crate::io::{copy_stream, split_log_path, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::store::persist::{
     CONTAINER_EXTENSION, KIND_CONTAINER, KIND_SANDBOX, LABEL_CONTAINER_NAME, LABEL_KIND,
     LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, LABEL_SANDBOX_ID, SANDBOX_EXTENSION,
@@ -605,7 +605,16 @@ impl Pods {
         let writer = if meta.log_path.is_empty() {
             LogWriter::fanout_only()
         } else {
-            match LogWriter::open(&meta.log_path, Some(crate::io::DEFAULT_MAX_LINE_SIZE)).await {
+            let log_directory = self
+                .sandboxes
+                .get(&meta.sandbox_id)
+                .map(|sb| sb.metadata().log_directory.clone())
+                .unwrap_or_default();
+            let (dir, relative) = split_log_path(
+                std::path::Path::new(&log_directory),
+                std::path::Path::new(&meta.log_path),
+            );
+            match LogWriter::open_in(dir, relative, Some(crate::io::DEFAULT_MAX_LINE_SIZE)).await {
                 Ok(w) => w,
                 Err(_) => return Vec::new(),
             }

@@ -352,6 +352,25 @@ fn security_settings_reach_the_spec() {
         .any(|s| s.names().iter().any(|n| n == "mount")));
 }
 
+/// Empty lists (kubelet's for `procMount: Unmasked`) mask nothing; no list at all (a
+/// container without a security context) keeps the defaults.
+#[test]
+fn empty_masked_and_readonly_paths_reach_the_spec_empty() {
+    let mut cfg = config();
+    cfg.security.masked_paths = Some(vec![]);
+    cfg.security.readonly_paths = Some(vec![]);
+    let spec = build(&cfg, &sandbox(), &host()).unwrap().spec;
+    let linux = spec.linux().as_ref().unwrap();
+    assert_eq!(linux.masked_paths().as_deref(), Some(&[][..]));
+    assert_eq!(linux.readonly_paths().as_deref(), Some(&[][..]));
+    let spec = build(&config(), &sandbox(), &host()).unwrap().spec;
+    let linux = spec.linux().as_ref().unwrap();
+    assert_eq!(
+        linux.readonly_paths().as_ref().unwrap().len(),
+        security::DEFAULT_READONLY_PATHS.len()
+    );
+}
+
 #[test]
 fn privileged_containers() {
     let mut cfg = config();

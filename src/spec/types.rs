@@ -439,10 +439,12 @@ pub struct HostFacts {
     pub apparmor_enabled: bool,
     /// remora's own `oom_score_adj`: without CAP_SYS_RESOURCE runc cannot go lower.
     pub min_oom_score_adj: i32,
-    /// The memory cgroup has swap accounting (`memory.memsw.*`), so a swap limit may be set.
+    /// The memory cgroup has swap accounting (v1 `memory.memsw.*`, v2 `memory.swap.max`), so
+    /// a swap limit may be set.
     pub swap_accounting: bool,
-    /// The hugetlb cgroup controller is mounted; otherwise hugepage limits are dropped
-    /// (containerd's `tolerate_missing_hugetlb_controller`).
+    /// The hugetlb cgroup controller is there (a v1 hierarchy, or listed in v2's
+    /// `cgroup.controllers`); otherwise hugepage limits are dropped (containerd's
+    /// `tolerate_missing_hugetlb_controller`).
     pub hugetlb_available: bool,
     /// `/proc/sys/kernel/cap_last_cap`: capabilities above it are unknown to the kernel and
     /// are left out of "all capabilities".

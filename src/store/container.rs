@@ -270,6 +270,11 @@ impl Container {
         self.update(|s| s.pod_oom_kills_at_start = count)
     }
 
+    /// Records the resources its spec applies now (see [`ContainerStatus::resources`]).
+    pub fn set_resources(&self, resources: super::sandbox::LinuxResources) {
+        self.update(|s| s.resources = Some(resources))
+    }
+
     /// See [`ContainerStatus::record_exit`].
     pub fn record_exit(&self, exit_code: i32, finished_at: i64) -> ExitOutcome {
         self.update(|s| s.record_exit(exit_code, finished_at))

@@ -37,8 +37,8 @@ pub use container::{
 pub use name::{container_name_key, sandbox_name_key, NameError, NameIndex};
 pub use persist::{decode_extension, encode_extension, to_labels};
 pub use sandbox::{
-    LinuxResources, PodResources, Sandbox, SandboxFilter, SandboxMetadata, SandboxSnapshot,
-    SandboxState, SandboxStatus, SandboxStore,
+    HugepageLimitRecord, LinuxResources, PodResources, Sandbox, SandboxFilter, SandboxMetadata,
+    SandboxSnapshot, SandboxState, SandboxStatus, SandboxStore,
 };
 pub use status::{ContainerState, ContainerStatus, ExitOutcome, OomOutcome, TransitionError};
 

@@ -187,6 +187,12 @@ pub struct ContainerStatus {
     /// driver the container's own scope is gone by the time its exit is handled, and a count
     /// grown past this one is what says an OOM kill happened during its life.
     pub pod_oom_kills_at_start: Option<u64>,
+    /// The resources its spec applies, in CRI's form as containerd's `copyResourcesToStatus`
+    /// reads them from the OCI spec (what is not set is zero): set at creation, merged with
+    /// each UpdateContainerResources, reported in `ContainerStatus.resources`. `None` in
+    /// records written before remora kept them (and then not reported).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<super::sandbox::LinuxResources>,
     /// A start is in progress. Volatile: not persisted, a restart ends every start.
     #[serde(skip)]
     pub starting: bool,

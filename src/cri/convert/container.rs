@@ -618,9 +618,12 @@ pub fn recorded_resources(
 /// message.
 ///
 /// Seccomp and AppArmor: the typed field wins over the deprecated string (module docs).
-/// Ambient capabilities are refused (unsupported). Empty `masked_paths` / `readonly_paths`
-/// keep the runtime's defaults: protobuf cannot tell an empty list from an absent one, and
-/// containerd (which sees `nil` for both) keeps its defaults too.
+/// Ambient capabilities are refused (unsupported). `masked_paths` / `readonly_paths` are
+/// applied exactly as sent, an empty list masking nothing: kubelet sends the default lists for
+/// `procMount: Default` and empty ones for `Unmasked` (`ConvertToRuntimeMaskedPaths`), and
+/// containerd (which sees `nil` for an empty list) starts from empty lists and applies the
+/// request's only when there is one. A container without a security context keeps the
+/// runtime's defaults.
 pub fn container_security(
     sc: &v1::LinuxContainerSecurityContext,
     prefix: &str,
@@ -644,7 +647,6 @@ pub fn container_security(
             })
         }
     };
-    let paths = |p: &Vec<String>| (!p.is_empty()).then(|| p.clone());
     Ok(SecurityContext {
         capabilities,
         privileged: sc.privileged,
@@ -664,7 +666,7 @@ pub fn container_security(
         no_new_privs: sc.no_new_privs,
         seccomp: seccomp_profile(sc.seccomp.as_ref(), seccomp_path, prefix)?,
         apparmor: apparmor_profile(sc.apparmor.as_ref(), apparmor_name, prefix)?,
-        masked_paths: paths(&sc.masked_paths),
-        readonly_paths: paths(&sc.readonly_paths),
+        masked_paths: Some(sc.masked_paths.clone()),
+        readonly_paths: Some(sc.readonly_paths.clone()),
     })
 }

@@ -7,8 +7,8 @@ use super::{non_empty, unknown_enum, ConvertError};
 use crate::signal::Signal;
 use crate::spec::{MountPropagation, NamespaceMode};
 use crate::store::{
-    ContainerFilter, ContainerMetadata, ContainerSnapshot, ContainerState, SandboxFilter,
-    SandboxMetadata, SandboxSnapshot, SandboxState,
+    ContainerFilter, ContainerMetadata, ContainerSnapshot, ContainerState, LinuxResources,
+    SandboxFilter, SandboxMetadata, SandboxSnapshot, SandboxState,
 };
 
 fn sandbox_state(state: SandboxState) -> v1::PodSandboxState {
@@ -190,7 +190,7 @@ fn exit_reason(exit_code: i32) -> &'static str {
 /// `toCRIContainerStatus`: `started_at` only once started (RUNNING, EXITED, UNKNOWN),
 /// `finished_at` only once exited (EXITED, UNKNOWN), and an exited container always has a
 /// reason; `user` is the identity the spec gave its first process; `stop_signal` the one it
-/// is stopped with. `resources` are left for the caller (they are stored as opaque JSON).
+/// is stopped with; `resources` what its spec applies ([`container_resources`]).
 pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
     let m = &c.metadata;
     let s = &c.status;
@@ -242,7 +242,7 @@ pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
             })
             .collect(),
         log_path: m.log_path.clone(),
-        resources: None,
+        resources: s.resources.as_ref().map(container_resources),
         image_id: m.image.id.clone(),
         user: m.user.as_ref().map(|u| v1::ContainerUser {
             linux: Some(v1::LinuxContainerUser {
@@ -256,6 +256,41 @@ pub fn container_status(c: &ContainerSnapshot) -> v1::ContainerStatus {
             }),
         }),
         stop_signal: stop_signal_to_cri(&m.stop_signal) as i32,
+    }
+}
+
+/// A container's recorded resources as `ContainerStatus.resources` reports them: exactly what
+/// its spec sets, zero where it sets nothing, as containerd copies them from the spec. kubelet
+/// reads a memory limit only when it is above zero and takes no memory request from the
+/// runtime at all (it fills one from its own record when non-zero); a container that reports
+/// no resources at all has every value filled from kubelet's record instead, a memory request
+/// of 0 included, which its pod_resize checks see as `memory: 0` where none was asked for.
+pub fn container_resources(r: &LinuxResources) -> v1::ContainerResources {
+    v1::ContainerResources {
+        linux: Some(v1::LinuxContainerResources {
+            cpu_period: r.cpu_period,
+            cpu_quota: r.cpu_quota,
+            cpu_shares: r.cpu_shares,
+            memory_limit_in_bytes: r.memory_limit_in_bytes,
+            oom_score_adj: r.oom_score_adj,
+            cpuset_cpus: r.cpuset_cpus.clone(),
+            cpuset_mems: r.cpuset_mems.clone(),
+            hugepage_limits: r
+                .hugepage_limits
+                .iter()
+                .map(|h| v1::HugepageLimit {
+                    page_size: h.page_size.clone(),
+                    limit: h.limit,
+                })
+                .collect(),
+            unified: r
+                .unified
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
+        }),
+        windows: None,
     }
 }
 

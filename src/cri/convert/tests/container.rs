@@ -121,8 +121,15 @@ fn container_config_defaults() {
     assert_eq!(c.security.masked_paths, None);
     assert!(c.mounts.is_empty() && c.devices.is_empty() && c.envs.is_empty());
     assert_eq!(container_target_id(&config), None);
-    // Empty path lists keep the defaults (protobuf cannot tell empty from absent).
+}
+
+/// `procMount: Unmasked` (a `hostUsers: false` pod): kubelet sends empty masked and read-only
+/// path lists, and nothing is masked or made read-only; `Default` sends the default lists,
+/// which are applied as sent. (containerd: empty lists unless the request has some.)
+#[test]
+fn empty_masked_and_readonly_paths_mask_nothing() {
     let mut config = kubelet_container();
+    with_userns(&mut config, 1_000_000);
     let sc = config
         .linux
         .as_mut()
@@ -133,7 +140,33 @@ fn container_config_defaults() {
     sc.masked_paths.clear();
     sc.readonly_paths.clear();
     let s = container_config(&config, &kubelet_pod()).unwrap().security;
-    assert_eq!((s.masked_paths, s.readonly_paths), (None, None));
+    assert_eq!(
+        (&s.masked_paths, &s.readonly_paths),
+        (&Some(vec![]), &Some(vec![]))
+    );
+    // What the spec builder makes of them.
+    assert!(crate::spec::security::masked_paths(s.masked_paths.as_deref(), false).is_empty());
+    assert!(crate::spec::security::readonly_paths(s.readonly_paths.as_deref(), false).is_empty());
+
+    // procMount: Default: kubelet's lists, as sent.
+    let sc = config
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap();
+    sc.masked_paths = vec!["/proc/kcore".into(), "/sys/firmware".into()];
+    sc.readonly_paths = vec!["/proc/sys".into()];
+    let s = container_config(&config, &kubelet_pod()).unwrap().security;
+    assert_eq!(
+        crate::spec::security::masked_paths(s.masked_paths.as_deref(), false),
+        ["/proc/kcore", "/sys/firmware"]
+    );
+    assert_eq!(
+        crate::spec::security::readonly_paths(s.readonly_paths.as_deref(), false),
+        ["/proc/sys"]
+    );
 }
 
 #[test]

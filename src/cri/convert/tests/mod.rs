@@ -22,8 +22,8 @@ use crate::spec::{
     SeccompProfile, SecurityContext, SupplementalGroupsPolicy,
 };
 use crate::store::{
-    ContainerFilter, ContainerSnapshot, ContainerState, ContainerStatus, PodRef, SandboxFilter,
-    SandboxSnapshot, SandboxState, SandboxStatus,
+    ContainerFilter, ContainerSnapshot, ContainerState, ContainerStatus, LinuxResources, PodRef,
+    SandboxFilter, SandboxSnapshot, SandboxState, SandboxStatus,
 };
 
 fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {

@@ -182,6 +182,45 @@ fn container_status_round_trip() {
     assert_eq!(s.mounts, request.mounts);
 }
 
+/// A Burstable container that asks for CPU only (kubelet's pod_resize tests "Burstable pod -
+/// remove cpu requests", "reorder containers"): ContainerStatus reports its resources as
+/// recorded, memory unset, so that kubelet reports no memory request for it. Reporting no
+/// resources at all makes kubelet fill a memory request of 0 from its own record, which the
+/// tests see as "status resources mismatch … memory: 0" (containerd reports them).
+#[test]
+fn container_status_reports_recorded_resources_and_leaves_memory_unset() {
+    let recorded = LinuxResources {
+        cpu_period: 100_000,
+        cpu_shares: 204,
+        oom_score_adj: 1000,
+        ..LinuxResources::default()
+    };
+    let s = container_status(&container_snapshot(ContainerStatus {
+        state: ContainerState::Running,
+        resources: Some(recorded),
+        ..Default::default()
+    }));
+    let linux = s
+        .resources
+        .expect("resources reported")
+        .linux
+        .expect("linux resources reported");
+    assert_eq!(
+        linux,
+        v1::LinuxContainerResources {
+            cpu_period: 100_000,
+            cpu_shares: 204,
+            oom_score_adj: 1000,
+            ..Default::default()
+        }
+    );
+    assert_eq!(linux.memory_limit_in_bytes, 0, "not set");
+    assert_eq!(linux.memory_swap_limit_in_bytes, 0, "not set");
+    // A record from before remora kept resources reports none, as before.
+    let old = container_status(&container_snapshot(ContainerStatus::default()));
+    assert_eq!(old.resources, None);
+}
+
 /// kubelet creates a container by image id and names the pod spec's image in
 /// `user_specified_image`; ContainerStatus reports the spec's name (kubelet shows it as the
 /// container status's image: the node e2e suite's image-update tests wait for it), and

@@ -130,6 +130,9 @@ fn pull_code(e: &PullError) -> Code {
             // Like the oversized manifests and configs of `PullError::Manifest`: the image is
             // one remora will not read into memory, whatever the caller retries.
             RegistryError::TooLarge { .. } => Code::FailedPrecondition,
+            // A registry redirecting where remora will not go (https → http): its setup, not
+            // a passing failure.
+            RegistryError::RedirectRefused { .. } => Code::FailedPrecondition,
             // A token answer over remora's limit: as an oversized manifest.
             RegistryError::Auth {
                 source: crate::images::registry::auth::AuthError::TokenTooLarge { .. },

@@ -153,6 +153,7 @@ fn pull_code(e: &PullError) -> Code {
             TransferFailure::Other => containerd_error_code(source),
         },
         PullError::TransferStalled { .. } => Code::Unavailable,
+        PullError::DownloadsBusy { .. } | PullError::LayerDeadline { .. } => Code::Unavailable,
         PullError::ShuttingDown { .. } => Code::Unavailable,
         // A lookup that panicked or hung: the registry's fault, worth retrying later.
         PullError::Resolver { .. } => Code::Unavailable,

@@ -752,6 +752,7 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
             os: "linux".into(),
             architecture: "amd64".into(),
             max_concurrent_downloads: opts.max_concurrent_downloads,
+            max_concurrent_downloads_per_host: opts.max_concurrent_downloads,
             transfer: None,
         },
         backend,
@@ -759,6 +760,7 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
         index.clone(),
         ResolverConfig {
             workers: 2,
+            workers_per_host: 2,
             rate_per_sec: 1000.0,
             burst: 100,
             ttl: opts.ttl,

@@ -209,16 +209,17 @@ impl BlobJob {
         let result = match layer_deadline(self.desc.size, self.registry.config()) {
             // Dropping the download at its deadline drops its writer: containerd keeps what
             // it received, for the next pull to resume.
-            Some(after) => tokio::time::timeout(after, self.download(&lease, &write_ref))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(PullError::LayerDeadline {
+            Some(after) => {
+                match tokio::time::timeout(after, self.download(&lease, &write_ref)).await {
+                    Ok(result) => result,
+                    Err(_elapsed) => Err(PullError::LayerDeadline {
                         reference: self.reference.to_string(),
                         digest: self.desc.digest.to_string(),
                         size: self.desc.size,
                         after,
-                    })
-                }),
+                    }),
+                }
+            }
             None => self.download(&lease, &write_ref).await,
         };
         if result.is_ok() {

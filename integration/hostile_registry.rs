@@ -7,6 +7,10 @@
 //! to the test bed's registry. After each hostile pull, a pull of a freshly pushed image from
 //! the good registry must succeed within [`GOOD_PULL`], and remora's RSS must stay within
 //! [`RSS_GROWTH`] of what it was after the first good pull.
+//!
+//! Issue 43 (`a_good_pull_is_answered_while_five_hostile_pulls_stall`): five hostile pulls
+//! that stall at once — four in the tag lookup, one trickling its layers — must not hold a
+//! pull from the good registry; it is answered while they all still wait.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -59,6 +63,11 @@ enum Answer {
     Forward,
     /// Keep the connection and never answer.
     Hang,
+    /// Send a status line, then one more header byte per `every`, never ending the headers.
+    SlowHeaders { every: Duration },
+    /// A 200 without a length whose body comes `bytes_per_sec` bytes a second until the
+    /// client goes.
+    Trickle { bytes_per_sec: usize },
 }
 
 fn reply(status: &'static str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
@@ -157,6 +166,30 @@ impl Hostile {
                 }
             }
             Answer::Forward => head.forward_to_bed(&mut client).await,
+            Answer::SlowHeaders { every } => {
+                let mut sent = b"HTTP/1.1 200 OK\r\nX-Slow: ".iter().copied();
+                loop {
+                    let byte = sent.next().unwrap_or(b'a');
+                    if client.write_all(&[byte]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(every).await;
+                }
+            }
+            Answer::Trickle { bytes_per_sec } => {
+                let h = head_of(
+                    "200 OK",
+                    &[("Content-Type".into(), "application/octet-stream".into())],
+                    None,
+                );
+                if client.write_all(h.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b' '; bytes_per_sec];
+                while client.write_all(&chunk).await.is_ok() {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
             Answer::Hang => {
                 // Hold the connection open; read (and drop) whatever else comes.
                 while matches!(client.read(&mut [0u8; 4096]).await, Ok(n) if n > 0) {}
@@ -506,4 +539,140 @@ async fn hostile_registries_get_bounded_answers_and_good_pulls_go_on() {
     let log = run.bed.remora.log_text();
     assert!(!log.contains("panicked"), "remora's log shows a panic");
     eprintln!("hostile registry table:\n{}", run.rows.join("\n"));
+}
+
+/// How long the good pull beside the stalling ones may take before the test calls it held:
+/// less than remora's resolve deadline (1 min by default, which the stalling lookups run
+/// into), so a good pull that waited for a stalled lookup's slot is caught.
+const HANG_GUARD: Duration = Duration::from_secs(45);
+
+/// Issue 43: five hostile pulls stall at once — a registry that never answers, one sending
+/// its headers a byte a second, one answering 429 with a Retry-After of three thousand years,
+/// one whose token server never answers (all four hold a tag lookup until the resolve
+/// deadline) and one trickling three layers at 4 KiB/s, above the stall floor (each holds a
+/// layer download slot for minutes). A pull from the good registry must be answered while all
+/// five are still pending. Layers by remora's own client, so its download slots are tested;
+/// the defaults otherwise (resolver workers and download slots shared out per registry).
+///
+/// Before per-host fairness the four lookups held all four resolver workers and the trickle
+/// all three download slots: the good pull waited for the resolve deadline.
+#[tokio::test]
+async fn a_good_pull_is_answered_while_five_hostile_pulls_stall() {
+    let silent = Hostile::start("127.0.0.1", |_s: &Seen| Answer::Hang);
+    let slow = Hostile::start("127.0.0.1", |_s: &Seen| Answer::SlowHeaders {
+        every: Duration::from_secs(1),
+    });
+    let retry = Hostile::start("127.0.0.1", |_s: &Seen| {
+        reply(
+            "429 Too Many Requests",
+            &[("Retry-After", "99999999999")],
+            b"",
+        )
+    });
+    let silent_realm = Hostile::start("127.0.0.2", |_s: &Seen| Answer::Hang);
+    let realm_url = format!("http://{}/token", silent_realm.addr);
+    let tokenless = Hostile::start("127.0.0.1", move |_s: &Seen| challenge(&realm_url));
+    // Three layers of 1 MiB: at 4 KiB/s each takes over four minutes.
+    let trickled = push_image(3, 1 << 20).await;
+    let layers = trickled.layers.clone();
+    let trickle = Hostile::start("127.0.0.1", move |s: &Seen| {
+        if layers.iter().any(|l| s.path.ends_with(l.as_str())) {
+            Answer::Trickle {
+                bytes_per_sec: 4096,
+            }
+        } else {
+            Answer::Forward
+        }
+    });
+
+    let server = |h: &Hostile| format!("http://{}", h.addr);
+    let good = format!("http://{TESTBED_REGISTRY}");
+    let certs = certs_dir(&[
+        ("registry.k8s.io", &good),
+        ("silent.hostile.test", &server(&silent)),
+        ("slow.hostile.test", &server(&slow)),
+        ("retry.hostile.test", &server(&retry)),
+        ("tokenless.hostile.test", &server(&tokenless)),
+        ("trickle.hostile.test", &server(&trickle)),
+    ]);
+    let bed = BedRemora::start_pulling_layers_with(certs.path(), "remora");
+
+    let started = Instant::now();
+    let spawn_pull = |image: String| {
+        let mut client = bed.remora.images();
+        tokio::spawn(async move {
+            client
+                .pull_image(v1::PullImageRequest {
+                    image: Some(cri::image_spec(&image)),
+                    ..Default::default()
+                })
+                .await
+                .map(|r| r.into_inner().image_ref)
+        })
+    };
+    // The trickle first, until remora downloads every layer of it.
+    let mut hostile = vec![(
+        "trickling layers",
+        spawn_pull(format!("trickle.hostile.test/{}:v1", trickled.repository)),
+    )];
+    let blob_gets = |h: &Hostile| {
+        h.seen()
+            .iter()
+            .filter(|s| s.method == "GET" && s.path.contains("/blobs/"))
+            .filter(|s| trickled.layers.iter().any(|l| s.path.ends_with(l.as_str())))
+            .count()
+    };
+    crate::harness::wait_until("the three trickling layers requested", GOOD_PULL, || {
+        let n = blob_gets(&trickle);
+        async move { n >= 3 }
+    })
+    .await;
+    // Then the four lookups that stall, until each registry has been asked.
+    for (case, image) in [
+        ("never answers", "silent.hostile.test/x:1"),
+        ("headers at 1 byte/s", "slow.hostile.test/x:1"),
+        ("429, Retry-After 99999999999", "retry.hostile.test/x:1"),
+        ("token server never answers", "tokenless.hostile.test/x:1"),
+    ] {
+        hostile.push((case, spawn_pull(image.to_string())));
+    }
+    for (what, h) in [
+        ("silent", &silent),
+        ("slow headers", &slow),
+        ("429", &retry),
+        ("silent token realm", &silent_realm),
+    ] {
+        crate::harness::wait_until(&format!("{what} asked"), GOOD_PULL, || {
+            let asked = !h.seen().is_empty();
+            async move { asked }
+        })
+        .await;
+    }
+    let stalled_at = started.elapsed();
+
+    let image = push_image(2, 64 * 1024).await;
+    let t0 = Instant::now();
+    let pulled = tokio::time::timeout(HANG_GUARD, cri::pull(&bed.remora, &image.reference))
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the good pull was not answered within {HANG_GUARD:?} beside the stalls")
+        });
+    let took = t0.elapsed();
+    pulled.unwrap_or_else(|e| panic!("the good pull failed: {e:?}"));
+    for (case, task) in &hostile {
+        assert!(
+            !task.is_finished(),
+            "the hostile pull '{case}' was answered before the good one \
+             ({took:?} after all five stalled): it should still be stalling"
+        );
+    }
+    eprintln!(
+        "hostile registry: five stalling pulls (all stalling {stalled_at:.1?} after start), \
+         a good pull beside them answered in {took:.2?}"
+    );
+    for (_, task) in hostile {
+        task.abort();
+    }
+    let log = bed.remora.log_text();
+    assert!(!log.contains("panicked"), "remora's log shows a panic");
 }

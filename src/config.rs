@@ -106,19 +106,32 @@ config_path = "/etc/remora/certs.d"
 # into containerd's content store and applying them through its Diff service. Either way
 # remora resolves tags and fetches and checks manifests and configs itself.
 pull_layers = "transfer"
-# Blob downloads running at once, across all pulls (with pull_layers = "transfer": of
-# manifests and configs; the layers' are containerd's).
-max_concurrent_downloads = 3
+# Layer downloads running at once with pull_layers = "remora", across all pulls and
+# registries (with "transfer", containerd's transfer plugin settings bound them).
+max_concurrent_downloads = 12
+# Of those, the most that download from one registry at once (a value above
+# max_concurrent_downloads counts as max_concurrent_downloads). A registry that trickles its layers holds only this many slots:
+# a pull from another registry finds one free unless max_concurrent_downloads /
+# max_concurrent_downloads_per_host registries trickle at the same moment.
+max_concurrent_downloads_per_host = 3
 # A download that receives fewer than stall_min_bytes within stall_timeout is aborted
-# (a trickle does not keep it alive).
+# (a trickle does not keep it alive). A layer download also has an overall deadline that
+# follows from this floor: 4 × (30s + stall_timeout) + 6s + stall_timeout for each
+# stall_min_bytes of its size (docs/design.md). 0 turns both off.
 stall_min_bytes = 65536
 # The period over which stall_min_bytes must arrive.
 stall_timeout = "1m"
 # How long a tag's resolved digest is reused before the registry is asked again.
 digest_cache_ttl = "10s"
-# Tag-to-digest resolutions running at once.
-resolver_workers = 4
-# Tag-to-digest resolutions started per second, at most.
+# Tag-to-digest resolutions running at once, across all registries.
+resolver_workers = 32
+# Of those, the most that run against one registry at once (a value above resolver_workers
+# counts as resolver_workers). A registry that never answers holds only this many until resolve_timeout: a lookup at
+# another registry starts at once unless resolver_workers / resolver_workers_per_host
+# registries stall at the same moment. Registries with lookups queued take turns, the one
+# holding the fewest first.
+resolver_workers_per_host = 4
+# Tag-to-digest resolutions started per second, at most, per registry.
 resolver_rate = 10
 # Overall deadline of one tag-to-digest resolution (its requests, retries, token fetches).
 resolve_timeout = "1m"
@@ -470,8 +483,10 @@ pub struct ImagesConfig {
     pub config_path: PathBuf,
     /// Who downloads and unpacks layers.
     pub pull_layers: PullLayers,
-    /// Concurrent blob downloads.
+    /// Concurrent layer downloads, all registries.
     pub max_concurrent_downloads: usize,
+    /// Concurrent layer downloads from one registry.
+    pub max_concurrent_downloads_per_host: usize,
     /// Stall threshold in bytes per `stall_timeout`.
     pub stall_min_bytes: u64,
     /// Stall period.
@@ -480,8 +495,10 @@ pub struct ImagesConfig {
     /// Digest cache lifetime.
     #[serde(with = "humantime_serde")]
     pub digest_cache_ttl: Duration,
-    /// Resolver workers.
+    /// Resolver workers, all registries.
     pub resolver_workers: usize,
+    /// Resolver workers one registry may hold.
+    pub resolver_workers_per_host: usize,
     /// Resolutions started per second.
     pub resolver_rate: u32,
     /// Overall deadline of one resolution.
@@ -496,11 +513,13 @@ impl Default for ImagesConfig {
             snapshotter: "overlayfs".to_string(),
             config_path: PathBuf::from("/etc/remora/certs.d"),
             pull_layers: PullLayers::Transfer,
-            max_concurrent_downloads: 3,
+            max_concurrent_downloads: 12,
+            max_concurrent_downloads_per_host: 3,
             stall_min_bytes: 65536,
             stall_timeout: Duration::from_secs(60),
             digest_cache_ttl: Duration::from_secs(10),
-            resolver_workers: 4,
+            resolver_workers: 32,
+            resolver_workers_per_host: 4,
             resolver_rate: 10,
             resolve_timeout: crate::images::resolver::RESOLVE_TIMEOUT,
         }
@@ -945,13 +964,23 @@ impl Config {
                 "images.max_concurrent_downloads",
                 img.max_concurrent_downloads,
             ),
+            (
+                "images.max_concurrent_downloads_per_host",
+                img.max_concurrent_downloads_per_host,
+            ),
             ("images.resolver_workers", img.resolver_workers),
+            (
+                "images.resolver_workers_per_host",
+                img.resolver_workers_per_host,
+            ),
             ("images.resolver_rate", img.resolver_rate as usize),
         ] {
             if n == 0 {
                 return Err(invalid(key, "must be at least 1"));
             }
         }
+        // A per-host value above its total counts as the total (a config that lowered only
+        // the total stays valid).
         if img.resolve_timeout.is_zero() {
             return Err(invalid(
                 "images.resolve_timeout",
@@ -1142,6 +1171,14 @@ mod tests {
             (
                 "[images]\nmax_concurrent_downloads = 0\n",
                 "images.max_concurrent_downloads",
+            ),
+            (
+                "[images]\nmax_concurrent_downloads_per_host = 0\n",
+                "images.max_concurrent_downloads_per_host",
+            ),
+            (
+                "[images]\nresolver_workers_per_host = 0\n",
+                "images.resolver_workers_per_host",
             ),
             ("[images]\nsnapshotter = \"\"\n", "images.snapshotter"),
             (

@@ -317,6 +317,7 @@ fn image_runtime(
             os: std::env::consts::OS.to_string(),
             architecture: std::env::consts::ARCH.to_string(),
             max_concurrent_downloads: img.max_concurrent_downloads,
+            max_concurrent_downloads_per_host: img.max_concurrent_downloads_per_host,
             transfer: (img.pull_layers == PullLayers::Transfer).then(|| TransferConfig {
                 host_dir: img.config_path.clone(),
                 stall_min_bytes: img.stall_min_bytes,
@@ -328,6 +329,7 @@ fn image_runtime(
         index.clone(),
         ResolverConfig {
             workers: img.resolver_workers,
+            workers_per_host: img.resolver_workers_per_host,
             rate_per_sec: f64::from(img.resolver_rate),
             burst: img.resolver_rate,
             ttl: img.digest_cache_ttl,

@@ -130,6 +130,9 @@ fn pull_code(e: &PullError) -> Code {
             // Like the oversized manifests and configs of `PullError::Manifest`: the image is
             // one remora will not read into memory, whatever the caller retries.
             RegistryError::TooLarge { .. } => Code::FailedPrecondition,
+            // A registry redirecting where remora will not go (https → http): its setup, not
+            // a passing failure.
+            RegistryError::RedirectRefused { .. } => Code::FailedPrecondition,
             // A token answer over remora's limit: as an oversized manifest.
             RegistryError::Auth {
                 source: crate::images::registry::auth::AuthError::TokenTooLarge { .. },
@@ -150,6 +153,7 @@ fn pull_code(e: &PullError) -> Code {
             TransferFailure::Other => containerd_error_code(source),
         },
         PullError::TransferStalled { .. } => Code::Unavailable,
+        PullError::DownloadsBusy { .. } | PullError::LayerDeadline { .. } => Code::Unavailable,
         PullError::ShuttingDown { .. } => Code::Unavailable,
         // A lookup that panicked or hung: the registry's fault, worth retrying later.
         PullError::Resolver { .. } => Code::Unavailable,

@@ -6,7 +6,8 @@
 //! - [`coalesce`] shares one in-flight unit of work (an image pull, a blob download) among all
 //!   callers that ask for the same key; [`resolver`] turns references into digests through a
 //!   bounded, rate-limited, de-duplicating worker pool with a short cache and per-reference
-//!   backoff.
+//!   backoff; [`host_slots`] shares the lookups' and the blob downloads' concurrency out per
+//!   registry host, so a stalling registry holds only its own share.
 //! - [`backend`] is what image management needs from containerd (narrow traits);
 //!   [`unpack`] applies layers into the snapshotter; [`store`] is the in-memory image index;
 //!   [`config_stream`] parses an image config as it streams by, never holding it whole.
@@ -18,6 +19,7 @@
 pub mod backend;
 pub mod coalesce;
 pub mod config_stream;
+pub mod host_slots;
 pub mod image_fs_info;
 pub mod image_pull;
 pub mod image_remove;

@@ -8,9 +8,13 @@
 //!   identity): concurrent kubelet requests for one image share one leader and its result,
 //!   error included. A caller that goes away does not cancel the others.
 //! - **Blobs** are de-duplicated across *different* images by digest (a shared base layer is
-//!   downloaded once even by two different pulls), and a semaphore bounds concurrent
-//!   downloads across all pulls. Blobs stream straight into containerd's content store; a
-//!   write interrupted earlier resumes from containerd's ingest offset.
+//!   downloaded once even by two different pulls), and the layer downloads of all pulls share
+//!   [`HostSlots`] (`max_concurrent_downloads` in all, `max_concurrent_downloads_per_host` per
+//!   registry host): a registry trickling its layers holds only its own host's share, and a
+//!   pull from another registry still finds a slot. Each layer download has a deadline that
+//!   follows from its size and the stall floor (`download::layer_deadline`). Blobs stream
+//!   straight into containerd's content store; a write interrupted earlier resumes from
+//!   containerd's ingest offset.
 //! - **Leases**: everything a pull writes is held by a pull lease until the image record
 //!   references it. Every pull adds each blob it needs to its own lease *before* waiting for
 //!   it, so a blob downloaded by another pull stays protected whatever that pull does. On
@@ -40,7 +44,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use slog::{debug, Logger};
 use thiserror::Error;
-use tokio::sync::Semaphore;
 
 use super::backend::{
     Blob, Content, ContentWriter, Differ, ImageRecord, Images, Leases, Snapshots, Transfer,
@@ -48,6 +51,7 @@ use super::backend::{
 };
 use super::coalesce::Coalescer;
 use super::config_stream::ConfigParser;
+use super::host_slots::{HostSlots, SlotsConfig, SlotsError};
 use super::manifest::{
     is_index_media_type, select_platform, Descriptor, ImageConfig, ImageManifest, Manifest,
     ManifestError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
@@ -59,7 +63,7 @@ use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
 use super::store::{ImageIndex, ImageInfo};
 use super::unpack::{chain_ids, UnpackError};
 use crate::containerd::error::ContainerdError;
-use crate::metrics::Metrics;
+use crate::metrics::{GaugeFamily, Metrics};
 
 /// Label containerd's CRI puts on images it manages; kept for tool compatibility.
 pub const LABEL_MANAGED: &str = "io.cri-containerd.image";
@@ -70,6 +74,9 @@ const LEASE_EXPIRY_SECS: u64 = 3600;
 /// How long opening a content writer waits for a ref another writer holds. An abandoned
 /// download keeps its writer at most for the coalescer's cancel grace.
 const REF_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Layer downloads that may wait for a slot at once, across all pulls.
+const MAX_QUEUED_DOWNLOADS: usize = 4096;
 
 /// A lease id of `kind`, unique across pulls and restarts.
 fn lease_id(kind: &str) -> String {
@@ -163,8 +170,33 @@ pub enum PullError {
         /// The image.
         reference: String,
     },
+    /// No layer download slot could be queued for: too many downloads wait already.
+    /// Retriable.
+    #[error("{reference}: {source}")]
+    DownloadsBusy {
+        /// The image.
+        reference: String,
+        /// The cap that was reached.
+        source: SlotsError,
+    },
+    /// A layer download outlived the deadline its size allows at the stall floor (see
+    /// `download::layer_deadline`). Retriable: what containerd holds of it is resumed.
+    #[error(
+        "{reference}: download of layer {digest} ({size} bytes) did not finish within \
+         {after:?}, the time its size allows at the stall floor"
+    )]
+    LayerDeadline {
+        /// The image.
+        reference: String,
+        /// The layer.
+        digest: String,
+        /// Its size.
+        size: u64,
+        /// The deadline.
+        after: Duration,
+    },
     /// The digest lookup failed without a registry error: it panicked, gave no answer within
-    /// its deadline, or the resolver lost its round. Retriable.
+    /// its deadline, could not be queued, or the resolver lost its round. Retriable.
     #[error("{reference}: {source}")]
     Resolver {
         /// The image.
@@ -183,8 +215,11 @@ pub struct PullConfig {
     pub os: String,
     /// Platform architecture (Go naming: `amd64`).
     pub architecture: String,
-    /// Concurrent blob downloads across all pulls.
+    /// Concurrent layer downloads across all pulls and registry hosts.
     pub max_concurrent_downloads: usize,
+    /// Concurrent layer downloads from one registry host (more than
+    /// `max_concurrent_downloads` counts as that).
+    pub max_concurrent_downloads_per_host: usize,
     /// Set: containerd's Transfer service fetches and unpacks the layers (see
     /// [`TransferConfig`]); unset: remora downloads them and applies them through `Diff`.
     pub transfer: Option<TransferConfig>,
@@ -253,7 +288,8 @@ struct Inner {
     creds: Arc<Mutex<HashMap<String, HeldCreds>>>,
     pulls: Coalescer<PullKey, ImageInfo, PullError>,
     blobs: Coalescer<String, (), PullError>,
-    downloads: Arc<Semaphore>,
+    /// Layer download slots, shared out per registry host.
+    downloads: HostSlots,
     metrics: Metrics,
     log: Logger,
 }
@@ -308,6 +344,16 @@ struct RegistryResolve {
 
 #[tonic::async_trait]
 impl Resolve for RegistryResolve {
+    /// The registry the reference names (`docker.io`, `127.0.0.1:5000`): lookups share slots
+    /// and rate per registry, whichever mirror serves it. A key that does not parse fails its
+    /// lookup at once; "" groups those.
+    fn host(&self, key: &str) -> String {
+        key.split_once('\0')
+            .and_then(|(_, reference)| Reference::parse(reference).ok())
+            .map(|r| r.registry)
+            .unwrap_or_default()
+    }
+
     async fn resolve(&self, key: &str) -> Result<String, ResolveError> {
         let (_, reference) = key
             .split_once('\0')
@@ -362,7 +408,22 @@ impl Puller {
             },
             metrics.clone(),
         )?;
-        let downloads = Arc::new(Semaphore::new(config.max_concurrent_downloads.max(1)));
+        let downloads = HostSlots::new(SlotsConfig {
+            total: config.max_concurrent_downloads,
+            per_host: config.max_concurrent_downloads_per_host,
+            // One waiter per layer of the pulls in flight, which kubelet and the CRI
+            // listener bound; this only stops a runaway.
+            max_waiting: MAX_QUEUED_DOWNLOADS,
+        });
+        let slots = downloads.clone();
+        metrics.add_gauges(move || {
+            vec![GaugeFamily::single(
+                "layer_downloads_waiting",
+                "Layer downloads waiting for a slot of their registry host",
+                None,
+                slots.stats().waiting as f64,
+            )]
+        });
         Ok(Self {
             inner: Arc::new(Inner {
                 config,

@@ -11,14 +11,25 @@
 //!   flight is not queued again; every caller of that key waits on the same round and gets
 //!   the same result. Fifty pods of one Deployment cost one `HEAD`.
 //! * **Callers are never blocked by the queue.** [`Resolver::get`] is a plain function: it
-//!   answers from the cache, or enqueues the key and hands back a [`Pending`] to await. The
-//!   queue is unbounded in type but bounded in fact: a key sits in it at most once, so its
-//!   length never exceeds the number of distinct references asked about.
-//! * **A bounded pool of workers behind a token bucket.** `workers` bounds how many lookups
-//!   run at once; the bucket (`rate_per_sec`, `burst`) spaces their *starts* so a burst of
-//!   new references cannot trip the registry's rate limit (429s cost far more than the wait).
-//!   A worker takes a key first and a token second, so idle workers do not hoard tokens and
-//!   exceed the burst when work arrives.
+//!   answers from the cache, or starts a round for the key and hands back a [`Pending`] to
+//!   await. A key has at most one round, so rounds never exceed the distinct references asked
+//!   about, and at most [`MAX_QUEUED`] of them wait for a slot: past that a new round fails at
+//!   once with [`ResolverError::QueueFull`] (retriable) rather than queue without end.
+//! * **Lookups shared out per registry host, behind a token bucket per host.** Each round runs
+//!   in a task of its own that first takes a slot of [`HostSlots`]: at most `workers` lookups
+//!   run at once, at most `workers_per_host` of them against one registry host, and when slots
+//!   are short the host holding the fewest goes next (then the one served longest ago). A
+//!   registry that stalls (accepts and never answers,
+//!   sends headers a byte a second, answers 429 with a Retry-After of years) holds only its own
+//!   host's share until `resolve_timeout`; a lookup against a healthy registry starts at once
+//!   unless `workers / workers_per_host` hosts stall at the same moment. (With one shared pool
+//!   of four workers, four stalling lookups held every tag lookup on the node for a minute.)
+//!   The host's bucket (`rate_per_sec`, `burst`) spaces the *starts* of its lookups so a burst
+//!   of new references cannot trip that registry's rate limit (429s cost far more than the
+//!   wait); another registry's burst does not use it up. A round takes its slot first and a
+//!   token second, so queued rounds do not hoard tokens and exceed the burst when slots free.
+//!   Buckets of hosts whose next token is already due are dropped (a fresh bucket is the same),
+//!   so the map holds only hosts that started lookups within the last `burst / rate_per_sec`.
 //! * **Per-key backoff, no background retries.** A failed key is not resolved again before its
 //!   [`Backoff`] delay (1 s, 2 s, 4 s … up to `backoff_max`) has passed; callers in that window
 //!   get the last error at once, without touching the registry. After the window the next
@@ -30,28 +41,36 @@
 //!   briefly; after `ttl` the next caller resolves again. [`Resolver::invalidate`] forgets a
 //!   cached answer early (for example after a pull found the digest gone).
 //! * **Shutdown**: dropping the [`Resolver`] or calling [`Resolver::shutdown`] cancels the
-//!   workers (they stop at their next await point) and fails every pending round with
+//!   rounds (they stop at their next await point) and fails every pending round with
 //!   [`ResolverError::ShutDown`], so no caller waits forever. That error means exactly this:
 //!   nothing else produces it.
-//! * **Workers cannot die or hang.** Each lookup runs in a task of its own under an overall
-//!   deadline (`resolve_timeout`): a lookup that panics completes its round with
+//! * **Every round answers its waiters.** Each lookup runs under an overall deadline
+//!   (`resolve_timeout`) with its panics caught: a lookup that panics completes its round with
 //!   [`ResolverError::Panicked`], one that does not answer in time with
-//!   [`ResolverError::TimedOut`], and the worker goes on to the next key. Both are retriable
-//!   and back off like any failure. (A registry answering a token lifetime that overflowed an
-//!   `Instant` once panicked a worker per lookup until none was left, and every later pull on
-//!   the node was told remora was shutting down.)
+//!   [`ResolverError::TimedOut`]; both are retriable and back off like any failure. Its slot
+//!   goes back when the round's task ends, however it ends, and a round task that is dropped
+//!   before it finished (the runtime going away) completes its round with
+//!   [`ResolverError::Abandoned`] on its way out. (A registry answering a token lifetime that
+//!   overflowed an `Instant` once panicked a worker per lookup until none was left, and every
+//!   later pull on the node was told remora was shutting down.)
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
+use futures_util::FutureExt;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::host_slots::{HostSlots, SlotsConfig, SlotsError};
 use crate::metrics::{GaugeFamily, Metrics};
 use remora_host::backoff::Backoff;
+
+/// Rounds that may wait for a slot at once, across all hosts (see the module docs).
+pub const MAX_QUEUED: usize = 4096;
 
 /// A failed lookup, as reported by a [`Resolve`] implementation.
 ///
@@ -103,14 +122,16 @@ pub enum ResolverError {
         /// The deadline.
         after: Duration,
     },
-    /// The round ended without a result although the resolver is running (a bug; reported
-    /// rather than waited on).
+    /// The round ended without a result although the resolver is running (its task was
+    /// dropped by a runtime going away; reported rather than waited on).
     #[error("digest lookup was abandoned without a result")]
     Abandoned,
-    /// No worker takes keys any more although the resolver was not shut down (a bug; workers
-    /// are built not to exit on their own).
-    #[error("digest resolver has no running worker")]
-    NoWorkers,
+    /// [`MAX_QUEUED`] lookups already wait for a slot; this one was not queued.
+    #[error("digest lookup not queued: {limit} lookups wait already")]
+    QueueFull {
+        /// The cap on waiting lookups.
+        limit: usize,
+    },
     /// The resolver was shut down (remora is stopping) before the lookup finished.
     #[error("digest resolver is shut down")]
     ShutDown,
@@ -124,7 +145,7 @@ impl ResolverError {
             ResolverError::Panicked { .. }
             | ResolverError::TimedOut { .. }
             | ResolverError::Abandoned
-            | ResolverError::NoWorkers => true,
+            | ResolverError::QueueFull { .. } => true,
             ResolverError::ShutDown => false,
         }
     }
@@ -136,6 +157,9 @@ pub enum ConfigError {
     /// `workers` was 0.
     #[error("digest resolver needs at least one worker")]
     NoWorkers,
+    /// `workers_per_host` was 0.
+    #[error("digest resolver needs at least one worker per registry host")]
+    NoWorkersPerHost,
     /// `rate_per_sec` was not a finite number of at least one per day.
     #[error("digest resolver rate_per_sec must be finite and at least one per day, got {0}")]
     BadRate(f64),
@@ -149,16 +173,25 @@ pub enum ConfigError {
 pub trait Resolve: Send + Sync + 'static {
     /// Resolves `key` (an image reference) to a value (a manifest digest).
     async fn resolve(&self, key: &str) -> Result<String, ResolveError>;
+
+    /// The registry host `key` is looked up at: lookups share slots and rate per host. The
+    /// default puts every key on one host.
+    fn host(&self, _key: &str) -> String {
+        String::new()
+    }
 }
 
 /// Tuning for a [`Resolver`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolverConfig {
-    /// How many lookups may run at once (at least 1).
+    /// How many lookups may run at once, across all registry hosts (at least 1).
     pub workers: usize,
-    /// Sustained lookup starts per second (finite, at least one per day).
+    /// How many lookups may run at once against one registry host (at least 1; more than
+    /// `workers` counts as `workers`).
+    pub workers_per_host: usize,
+    /// Sustained lookup starts per second, per registry host (finite, at least one per day).
     pub rate_per_sec: f64,
-    /// How many lookups may start back to back after an idle period (at least 1).
+    /// How many lookups of one host may start back to back after an idle period (at least 1).
     pub burst: u32,
     /// How long a resolved digest is served from the cache.
     pub ttl: Duration,
@@ -177,7 +210,8 @@ pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(60);
 impl Default for ResolverConfig {
     fn default() -> Self {
         Self {
-            workers: 4,
+            workers: 32,
+            workers_per_host: 4,
             rate_per_sec: 10.0,
             burst: 20,
             ttl: Duration::from_secs(10),
@@ -237,21 +271,21 @@ impl Pending {
     }
 }
 
-/// Resolves keys to values through a bounded, rate-limited, de-duplicating worker pool with
-/// a short cache and per-key backoff. See the [module docs](self).
+/// Resolves keys to values through bounded, per-host, rate-limited, de-duplicating rounds
+/// with a short cache and per-key backoff. See the [module docs](self).
 pub struct Resolver {
     shared: Arc<Shared>,
-    queue: mpsc::UnboundedSender<String>,
     shutdown: CancellationToken,
-    // Joined only by `shutdown`, which only the tests call: in the daemon, dropping the resolver
-    // cancels the workers through the token without waiting for them.
-    #[cfg_attr(not(test), allow(dead_code))]
-    workers: Mutex<Vec<JoinHandle<()>>>,
+    /// The round tasks; dropping the set (with the resolver) aborts them. Finished ones are
+    /// reaped as new ones start, so it holds no more than the rounds in progress and those
+    /// finished since the last start.
+    rounds: Mutex<JoinSet<()>>,
 }
 
 struct Shared {
     state: Mutex<State>,
     resolve: Arc<dyn Resolve>,
+    slots: HostSlots,
     limiter: TokenBucket,
     ttl: Duration,
     resolve_timeout: Duration,
@@ -357,8 +391,8 @@ impl State {
 }
 
 impl Resolver {
-    /// Starts `config.workers` worker tasks (so this must be called within a Tokio runtime)
-    /// that resolve keys through `resolve`.
+    /// A resolver looking keys up through `resolve`, each round in a task of its own (so
+    /// [`get`](Self::get) must be called within a Tokio runtime).
     #[cfg(test)]
     pub fn new(config: ResolverConfig, resolve: impl Resolve) -> Result<Self, ConfigError> {
         Self::with_metrics(config, resolve, Metrics::new())
@@ -374,6 +408,9 @@ impl Resolver {
         if config.workers == 0 {
             return Err(ConfigError::NoWorkers);
         }
+        if config.workers_per_host == 0 {
+            return Err(ConfigError::NoWorkersPerHost);
+        }
         if !(config.rate_per_sec.is_finite() && config.rate_per_sec >= 1.0 / 86_400.0) {
             return Err(ConfigError::BadRate(config.rate_per_sec));
         }
@@ -387,6 +424,11 @@ impl Resolver {
                 sweep_at: MIN_SWEEP,
             }),
             resolve: Arc::new(resolve),
+            slots: HostSlots::new(SlotsConfig {
+                total: config.workers,
+                per_host: config.workers_per_host,
+                max_waiting: MAX_QUEUED,
+            }),
             limiter: TokenBucket::new(config.rate_per_sec, config.burst),
             ttl: config.ttl,
             resolve_timeout: config.resolve_timeout,
@@ -400,37 +442,35 @@ impl Resolver {
                 return Vec::new();
             };
             let depth = shared.lock().in_progress();
-            vec![GaugeFamily::single(
-                "resolver_queue_depth",
-                "References queued for resolution or being resolved",
-                None,
-                depth as f64,
-            )]
+            let slots = shared.slots.stats();
+            vec![
+                GaugeFamily::single(
+                    "resolver_queue_depth",
+                    "References queued for resolution or being resolved",
+                    None,
+                    depth as f64,
+                ),
+                GaugeFamily::single(
+                    "resolver_lookups_waiting",
+                    "Resolutions waiting for a slot of their registry host",
+                    None,
+                    slots.waiting as f64,
+                ),
+            ]
         });
-        let (queue, rx) = mpsc::unbounded_channel();
-        let rx = Arc::new(tokio::sync::Mutex::new(rx));
-        let shutdown = CancellationToken::new();
-        let workers = (0..config.workers)
-            .map(|_| {
-                tokio::spawn(worker(
-                    Arc::clone(&shared),
-                    Arc::clone(&rx),
-                    shutdown.clone(),
-                ))
-            })
-            .collect();
         Ok(Self {
             shared,
-            queue,
-            shutdown,
-            workers: Mutex::new(workers),
+            shutdown: CancellationToken::new(),
+            rounds: Mutex::new(JoinSet::new()),
         })
     }
 
     /// The cached answer for `key` if there is one (a digest younger than `ttl`, or the last
-    /// error while the key backs off); otherwise queues `key` (once, however many callers ask)
-    /// and returns a handle to await. Never waits.
+    /// error while the key backs off); otherwise starts a round for `key` (once, however many
+    /// callers ask) and returns a handle to await. Never waits. Must be called within a Tokio
+    /// runtime (the round is a task).
     pub fn get(&self, key: &str) -> Lookup {
+        let host = self.shared.resolve.host(key);
         let now = Instant::now();
         let mut state = self.shared.lock();
         if state.shut_down {
@@ -454,15 +494,20 @@ impl Resolver {
             }
             _ => {}
         }
-        // The receiving end lives as long as any worker; workers exit only after `shut_down`
-        // is set, which we checked under this same lock. Still, do not leave a round behind
-        // that nobody will finish, and do not call it a shutdown: it is not one.
-        if self.queue.send(key.to_owned()).is_err() {
-            return Lookup::Ready(Err(ResolverError::NoWorkers));
-        }
         let (tx, rx) = watch::channel(None);
         entry.round = Some(tx);
         self.shared.metrics.resolver_lookup(false);
+        // Started under the state lock: a round started after `stop` cancelled the token but
+        // before it took this lock returns at once, and `stop` then finds its sender here and
+        // fails its waiters.
+        let round = Round {
+            shared: Arc::clone(&self.shared),
+            key: key.to_owned(),
+            done: false,
+        };
+        let mut rounds = self.rounds.lock().unwrap_or_else(PoisonError::into_inner);
+        while rounds.try_join_next().is_some() {}
+        rounds.spawn(round.run(host, self.shutdown.clone()));
         Lookup::Pending(Pending { rx })
     }
 
@@ -480,21 +525,19 @@ impl Resolver {
         }
     }
 
-    /// Stops the workers and waits until they have exited. Pending rounds fail with
+    /// Stops the rounds and waits until their tasks have exited. Pending rounds fail with
     /// [`ResolverError::ShutDown`]; later calls get it at once.
     #[cfg(test)]
     pub async fn shutdown(&self) {
         self.stop();
-        let workers =
-            std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
-        for worker in workers {
-            // A worker only returns; a JoinError would be its panic, already reported by the
-            // runtime, or a runtime shutting down. Either way it is gone.
-            let _ = worker.await;
-        }
+        let mut rounds =
+            std::mem::take(&mut *self.rounds.lock().unwrap_or_else(PoisonError::into_inner));
+        // A round task only returns (its lookup's panic is caught); a JoinError would be a
+        // runtime shutting down. Either way it is gone.
+        while rounds.join_next().await.is_some() {}
     }
 
-    /// Cancels the workers and fails every pending round, without waiting.
+    /// Cancels the rounds and fails every pending one, without waiting.
     fn stop(&self) {
         self.shutdown.cancel();
         let mut state = self.shared.lock();
@@ -508,7 +551,7 @@ impl Resolver {
 }
 
 impl Drop for Resolver {
-    /// Workers stop at their next await point; pending waiters get [`ResolverError::ShutDown`].
+    /// Rounds stop at their next await point; pending waiters get [`ResolverError::ShutDown`].
     fn drop(&mut self) {
         self.stop();
     }
@@ -521,63 +564,64 @@ fn later(t: Instant, d: Duration) -> Instant {
     t.checked_add(d).unwrap_or_else(|| t + FAR)
 }
 
-async fn worker(
+/// One round of one key: a slot of its host, a token of its host, the lookup under its
+/// deadline, the result to every waiter. Completes its round however it ends (see `Drop`).
+struct Round {
     shared: Arc<Shared>,
-    queue: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
-    shutdown: CancellationToken,
-) {
-    loop {
-        // Key first, token second: see the module docs.
-        let key = tokio::select! {
-            biased;
-            () = shutdown.cancelled() => return,
-            key = async { queue.lock().await.recv().await } => match key {
-                Some(key) => key,
-                None => return,
-            },
-        };
-        let now = Instant::now();
-        let start = shared.limiter.reserve(now);
-        if start > now {
-            shared.metrics.resolver_rate_limited();
-        }
-        tokio::select! {
-            biased;
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep_until(start) => {}
-        }
-        // The lookup runs in a task of its own, so that its panic is a `JoinError` here and
-        // not the end of this worker, and under the overall deadline.
-        let mut lookup = tokio::spawn({
-            let resolve = Arc::clone(&shared.resolve);
-            let key = key.clone();
-            async move { resolve.resolve(&key).await }
-        });
+    key: String,
+    done: bool,
+}
+
+impl Round {
+    async fn run(mut self, host: String, shutdown: CancellationToken) {
         let result = tokio::select! {
             biased;
-            () = shutdown.cancelled() => {
-                lookup.abort();
-                // Wait for it to go, so that nothing of the lookup outlives `shutdown()`.
-                let _ = lookup.await;
-                return;
-            }
-            joined = tokio::time::timeout(shared.resolve_timeout, &mut lookup) => joined,
+            // `stop` has failed every waiter already.
+            () = shutdown.cancelled() => None,
+            result = self.lookup(&host) => Some(result),
         };
-        let result = match result {
+        self.done = true;
+        if let Some(result) = result {
+            self.shared.complete(&self.key, result);
+        }
+    }
+
+    async fn lookup(&self, host: &str) -> Result<String, ResolverError> {
+        // Slot first, token second: see the module docs. The slot is held until this returns.
+        let _slot = self
+            .shared
+            .slots
+            .acquire(host)
+            .await
+            .map_err(|SlotsError::Full { limit }| ResolverError::QueueFull { limit })?;
+        let now = Instant::now();
+        let start = self.shared.limiter.reserve(host, now);
+        if start > now {
+            self.shared.metrics.resolver_rate_limited();
+            tokio::time::sleep_until(start).await;
+        }
+        // Panics are caught here, so that a lookup's panic fails its round and nothing else.
+        let lookup = AssertUnwindSafe(self.shared.resolve.resolve(&self.key)).catch_unwind();
+        match tokio::time::timeout(self.shared.resolve_timeout, lookup).await {
             Ok(Ok(answer)) => answer.map_err(ResolverError::from),
-            Ok(Err(join)) if join.is_panic() => Err(ResolverError::Panicked {
-                message: panic_message(join.into_panic()),
+            Ok(Err(panic)) => Err(ResolverError::Panicked {
+                message: panic_message(panic),
             }),
-            // Cancelled by no one here: the runtime is going away.
-            Ok(Err(_cancelled)) => Err(ResolverError::Abandoned),
-            Err(_elapsed) => {
-                lookup.abort();
-                Err(ResolverError::TimedOut {
-                    after: shared.resolve_timeout,
-                })
-            }
-        };
-        shared.complete(&key, result);
+            Err(_elapsed) => Err(ResolverError::TimedOut {
+                after: self.shared.resolve_timeout,
+            }),
+        }
+    }
+}
+
+impl Drop for Round {
+    /// A round task dropped before it finished (aborted by a runtime going away) still answers
+    /// its waiters.
+    fn drop(&mut self) {
+        if !self.done {
+            self.shared
+                .complete(&self.key, Err(ResolverError::Abandoned));
+        }
     }
 }
 
@@ -599,16 +643,24 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     message
 }
 
-/// A token bucket in its GCRA form: one "theoretical arrival time" instead of a token count,
-/// so start times come out as exact multiples of the interval (no float drift on virtual time).
-/// Callers reserve a start time and sleep until it; a reservation is never given back.
+/// Token buckets per host in their GCRA form: one "theoretical arrival time" per host instead
+/// of a token count, so start times come out as exact multiples of the interval (no float
+/// drift on virtual time). Callers reserve a start time and sleep until it; a reservation is
+/// never given back.
 struct TokenBucket {
     /// Time between starts at the sustained rate.
     interval: Duration,
     /// How far ahead of the sustained rate a burst may run: `(burst - 1) * interval`.
     tolerance: Duration,
-    /// When the bucket would next be "due" if every reservation ran at the sustained rate.
-    tat: Mutex<Option<Instant>>,
+    /// Per host: when its bucket would next be "due" if every reservation ran at the sustained
+    /// rate. A host whose time is past is dropped at the next sweep: a fresh bucket is full.
+    tat: Mutex<Buckets>,
+}
+
+struct Buckets {
+    tat: HashMap<String, Instant>,
+    /// Host count at which the next sweep runs (amortised O(1) per reservation).
+    sweep_at: usize,
 }
 
 impl TokenBucket {
@@ -617,19 +669,29 @@ impl TokenBucket {
         Self {
             interval,
             tolerance: interval.saturating_mul(burst.saturating_sub(1)),
-            tat: Mutex::new(None),
+            tat: Mutex::new(Buckets {
+                tat: HashMap::new(),
+                sweep_at: MIN_SWEEP,
+            }),
         }
     }
 
-    /// Reserves the next start and returns when it is (`now` if a token is available).
-    fn reserve(&self, now: Instant) -> Instant {
-        // The critical section is arithmetic only; a poisoned lock holds a valid instant.
-        let mut tat = self.tat.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Reserves the next start of `host` and returns when it is (`now` if a token is there).
+    fn reserve(&self, host: &str, now: Instant) -> Instant {
+        // The critical section is map arithmetic only; a poisoned lock holds valid instants.
+        let mut buckets = self.tat.lock().unwrap_or_else(PoisonError::into_inner);
+        if buckets.tat.len() >= buckets.sweep_at {
+            buckets.tat.retain(|_, due| *due > now);
+            buckets.sweep_at = (buckets.tat.len() * 2).max(MIN_SWEEP);
+        }
+        let tat = buckets.tat.get(host).copied();
         let due = tat.map_or(now, |t| t.max(now));
         let start = due
             .checked_sub(self.tolerance)
             .map_or(now, |earliest| earliest.max(now));
-        *tat = Some(later(due, self.interval));
+        buckets
+            .tat
+            .insert(host.to_owned(), later(due, self.interval));
         start
     }
 }
@@ -674,6 +736,11 @@ mod tests {
 
     #[tonic::async_trait]
     impl Resolve for Fake {
+        /// `host/rest` is looked up at `host`; a key without a slash at "".
+        fn host(&self, key: &str) -> String {
+            key.split_once('/').map_or("", |(host, _)| host).to_owned()
+        }
+
         async fn resolve(&self, key: &str) -> Result<String, ResolveError> {
             let s = &self.0;
             s.calls.fetch_add(1, Ordering::SeqCst);
@@ -685,7 +752,7 @@ mod tests {
             if key.starts_with("panic") {
                 panic!("overflow when adding duration to instant");
             }
-            if key.starts_with("hang") {
+            if key.contains("hang") {
                 std::future::pending::<()>().await;
             }
             if s.gated {
@@ -704,6 +771,7 @@ mod tests {
     fn config() -> ResolverConfig {
         ResolverConfig {
             workers: 4,
+            workers_per_host: 4,
             rate_per_sec: 1000.0,
             burst: 1000,
             ttl: Duration::from_secs(10),
@@ -1077,6 +1145,123 @@ mod tests {
         assert_eq!(keys, vec!["failing", "new"]);
     }
 
+    /// Issue 43: lookups at registries that never answer hold their own host's share of the
+    /// workers; a lookup at a healthy registry starts at once, while they are all still held.
+    /// (With one pool of four workers shared by every host, it waited for the stalls' deadline.)
+    #[tokio::test(start_paused = true)]
+    async fn stalling_hosts_do_not_hold_a_healthy_hosts_lookups() {
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 4,
+                workers_per_host: 1,
+                resolve_timeout: Duration::from_secs(60),
+                ..config()
+            },
+            FakeState::default(),
+        );
+        let mut stalls = Vec::new();
+        for host in ["silent", "slow-headers", "retry-after", "trickle"] {
+            for i in 0..5 {
+                stalls.push(r.get(&format!("{host}.hostile.test/hang{i}")));
+            }
+        }
+        settle().await;
+        assert_eq!(s.running.load(Ordering::SeqCst), 4, "one per stalling host");
+        advance(Duration::from_secs(1)).await;
+        let t0 = Instant::now();
+        // Four stalling hosts take every worker here, one each: the healthy host waits its
+        // turn, which comes when one of them times out.
+        let good = r.get("registry.k8s.io/pause:3.10");
+        assert!(is_pending(&good));
+        assert_eq!(good.wait().await, digest("registry.k8s.io/pause:3.10"));
+        assert_eq!(t0.elapsed(), Duration::from_secs(59));
+        // With room for one more host than stall, it starts at once.
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 5,
+                workers_per_host: 1,
+                resolve_timeout: Duration::from_secs(60),
+                ..config()
+            },
+            FakeState::default(),
+        );
+        for host in ["silent", "slow-headers", "retry-after", "trickle"] {
+            for i in 0..5 {
+                stalls.push(r.get(&format!("{host}.hostile.test/hang{i}")));
+            }
+        }
+        settle().await;
+        let t0 = Instant::now();
+        assert_eq!(
+            r.resolve("registry.k8s.io/pause:3.10").await,
+            digest("registry.k8s.io/pause:3.10")
+        );
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        assert_eq!(s.running.load(Ordering::SeqCst), 4, "the stalls still run");
+        assert_eq!(
+            r.shared.lock().in_progress(),
+            20,
+            "every stalling round pending"
+        );
+    }
+
+    /// The per-host rate: a burst of lookups at one host does not use up another host's tokens.
+    #[tokio::test(start_paused = true)]
+    async fn each_host_has_its_own_rate() {
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 10,
+                rate_per_sec: 1.0,
+                burst: 1,
+                ..config()
+            },
+            FakeState::default(),
+        );
+        for i in 0..3 {
+            drop(r.get(&format!("busy/img{i}")));
+        }
+        settle().await;
+        let t0 = Instant::now();
+        assert!(r.resolve("quiet/img").await.is_ok());
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        advance(Duration::from_secs(3)).await;
+        settle().await;
+        assert_eq!(calls(&s), 4);
+    }
+
+    /// At most MAX_QUEUED rounds wait for a slot; the next fails at once, retriably, and the
+    /// queue drains as the slot frees.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_rounds_are_capped() {
+        let fake = FakeState {
+            gated: true,
+            ..Default::default()
+        };
+        let (r, s) = resolver(
+            ResolverConfig {
+                workers: 1,
+                ..config()
+            },
+            fake,
+        );
+        let first = r.get("h/held");
+        settle().await;
+        let mut queued = Vec::new();
+        for i in 0..MAX_QUEUED {
+            queued.push(r.get(&format!("h{}/img{i}", i % 7)));
+        }
+        settle().await;
+        let err = r.resolve("late/img").await.unwrap_err();
+        assert_eq!(err, ResolverError::QueueFull { limit: MAX_QUEUED });
+        assert!(err.retriable());
+        s.gate.add_permits(MAX_QUEUED + 1);
+        assert!(first.wait().await.is_ok());
+        for lookup in queued {
+            assert!(lookup.wait().await.is_ok());
+        }
+        assert_eq!(r.shared.slots.stats().hosts, 0);
+    }
+
     #[tokio::test]
     async fn bad_config_is_rejected() {
         let new = |c| Resolver::new(c, Fake(Arc::default())).err();
@@ -1092,7 +1277,12 @@ mod tests {
             burst: 0,
             ..config()
         };
+        let per_host = ResolverConfig {
+            workers_per_host: 0,
+            ..config()
+        };
         assert_eq!(new(workers), Some(ConfigError::NoWorkers));
+        assert_eq!(new(per_host), Some(ConfigError::NoWorkersPerHost));
         assert_eq!(new(rate), Some(ConfigError::BadRate(0.0)));
         assert_eq!(new(burst), Some(ConfigError::NoBurst));
         let slow = ResolverConfig {

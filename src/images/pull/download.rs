@@ -1,7 +1,8 @@
 //! Layers pulled by remora's own registry client ([`super::PullConfig::transfer`] unset):
-//! each layer blob downloaded at most once across concurrent pulls, bounded by the download
-//! semaphore, streamed into containerd's content store (resuming a broken transfer from
-//! containerd's ingest offset) and applied through `Diff` in order while the layers above
+//! each layer blob downloaded at most once across concurrent pulls, holding a download slot of
+//! its registry host ([`HostSlots`]), under a deadline that follows from its size
+//! ([`layer_deadline`]), streamed into containerd's content store (resuming a broken transfer
+//! from containerd's ingest offset) and applied through `Diff` in order while the layers above
 //! still download. Beside it, [`super::transfer`] is containerd's Transfer-service path.
 
 use std::collections::HashMap;
@@ -11,15 +12,15 @@ use std::time::Duration;
 
 use futures_util::future::{join_all, FutureExt};
 use futures_util::StreamExt;
-use tokio::sync::Semaphore;
 
 use super::{lease_id, open_writer, to_blob, Backend, Inner, PullError, LEASE_EXPIRY_SECS};
 use crate::containerd::error::ContainerdError;
 use crate::images::backend::Blob;
+use crate::images::host_slots::HostSlots;
 use crate::images::manifest::{Descriptor, ImageManifest, VerifyError};
 use crate::images::reference::Reference;
 use crate::images::registry::auth::Credentials;
-use crate::images::registry::{RegistryClient, RegistryError};
+use crate::images::registry::{RegistryClient, RegistryConfig, RegistryError};
 use crate::images::unpack::Unpacker;
 use crate::metrics::Metrics;
 use remora_host::backoff::Backoff;
@@ -30,6 +31,40 @@ const MAX_RESUMES: u32 = 3;
 const RESUME_BACKOFF_MIN: Duration = Duration::from_millis(200);
 /// Cap of that delay.
 const RESUME_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The deadline of one layer download, from the moment it has its slot: what a download that
+/// never falls below the stall floor (`stall_min_bytes` per `stall_timeout`) may take.
+///
+/// ```text
+/// deadline = (MAX_RESUMES + 1) × (request_timeout + stall_timeout)
+///          + MAX_RESUMES × RESUME_BACKOFF_MAX
+///          + ceil(size / stall_min_bytes) × stall_timeout
+/// ```
+///
+/// Each attempt (the first and every resume) may wait `request_timeout` for its headers and
+/// then run a full `stall_timeout` before the stall detector can judge it; the resumes wait
+/// their backoff; and the bytes themselves arrive at no less than the floor rate. A download
+/// past this is slower than the floor on average, though no single stall window caught it
+/// (bytes in bursts): it gives its slot back. With the defaults (30 s, 1 min, 64 KiB) a
+/// 64 MiB layer gets about 1,030 minutes, a 4 KiB one 7 minutes. `None` when stall detection
+/// is off (`stall_min_bytes = 0`): then nothing defines the floor.
+pub(super) fn layer_deadline(size: u64, config: &RegistryConfig) -> Option<Duration> {
+    if config.stall_min_bytes == 0 {
+        return None;
+    }
+    let attempts = MAX_RESUMES + 1;
+    let windows = size.div_ceil(config.stall_min_bytes);
+    let per_attempt = config.request_timeout.saturating_add(config.stall_timeout);
+    let at_floor = config
+        .stall_timeout
+        .saturating_mul(u32::try_from(windows).unwrap_or(u32::MAX));
+    Some(
+        per_attempt
+            .saturating_mul(attempts)
+            .saturating_add(RESUME_BACKOFF_MAX.saturating_mul(MAX_RESUMES))
+            .saturating_add(at_floor),
+    )
+}
 
 impl Inner {
     /// Downloads the layers through remora's registry client into containerd's content
@@ -145,7 +180,7 @@ struct BlobJob {
     metrics: Metrics,
     backend: Backend,
     registry: Arc<RegistryClient>,
-    downloads: Arc<Semaphore>,
+    downloads: HostSlots,
     reference: Reference,
     desc: Descriptor,
     creds: Credentials,
@@ -154,12 +189,15 @@ struct BlobJob {
 
 impl BlobJob {
     async fn run(self) -> Result<(), PullError> {
+        // Per registry (whichever mirror serves it): a registry trickling its layers holds
+        // only its own share of the slots.
         let _permit = self
             .downloads
-            .acquire()
+            .acquire(&self.reference.registry)
             .await
-            .map_err(|_| PullError::ShuttingDown {
+            .map_err(|source| PullError::DownloadsBusy {
                 reference: self.reference.to_string(),
+                source,
             })?;
         let lease = lease_id("blob");
         self.backend
@@ -168,7 +206,22 @@ impl BlobJob {
             .await
             .map_err(|e| self.containerd_err(e))?;
         let write_ref = format!("remora-{}", self.desc.digest);
-        let result = self.download(&lease, &write_ref).await;
+        let result = match layer_deadline(self.desc.size, self.registry.config()) {
+            // Dropping the download at its deadline drops its writer: containerd keeps what
+            // it received, for the next pull to resume.
+            Some(after) => {
+                match tokio::time::timeout(after, self.download(&lease, &write_ref)).await {
+                    Ok(result) => result,
+                    Err(_elapsed) => Err(PullError::LayerDeadline {
+                        reference: self.reference.to_string(),
+                        digest: self.desc.digest.to_string(),
+                        size: self.desc.size,
+                        after,
+                    }),
+                }
+            }
+            None => self.download(&lease, &write_ref).await,
+        };
         if result.is_ok() {
             // Test hook (only `kill` is meaningful here): die with a blob stored under a lease.
             let _ = crate::failpoint::hit("pull.after_blob", &self.reference.to_string()).await;
@@ -274,5 +327,33 @@ pub(super) fn is_bad_data(e: &PullError) -> bool {
         // containerd refuses a commit whose digest or size does not match.
         PullError::Containerd { source, .. } => source.is_content_commit_refused(),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_deadline_follows_size_and_the_stall_floor() {
+        let config = RegistryConfig::default();
+        let min = |m: u64| Duration::from_secs(60 * m);
+        // 4 × (30 s + 1 min) + 3 × 2 s of attempts, and one window per 64 KiB.
+        let fixed = Duration::from_secs(4 * 90 + 6);
+        assert_eq!(layer_deadline(0, &config), Some(fixed));
+        assert_eq!(layer_deadline(1, &config), Some(fixed + min(1)));
+        assert_eq!(layer_deadline(64 << 10, &config), Some(fixed + min(1)));
+        assert_eq!(
+            layer_deadline((64 << 10) + 1, &config),
+            Some(fixed + min(2))
+        );
+        assert_eq!(layer_deadline(64 << 20, &config), Some(fixed + min(1024)));
+        // Absurd sizes saturate rather than overflow.
+        assert!(layer_deadline(u64::MAX, &config).is_some());
+        let off = RegistryConfig {
+            stall_min_bytes: 0,
+            ..RegistryConfig::default()
+        };
+        assert_eq!(layer_deadline(1 << 30, &off), None);
     }
 }

@@ -8,9 +8,10 @@
 //!   digest. A mirror gets one attempt and any failure moves on to the next host, because
 //!   the server behind it is the fallback and retrying a broken mirror only delays the pull.
 //!   The last host gets the full retry budget.
-//! * **Retries.** Connection failures, timeouts, 5xx and 429 are retried with
-//!   [`Backoff`](remora_host::backoff::Backoff) up to `max_attempts` (a 429's `Retry-After` seconds are waited at least).
-//!   401/403/404 fail at once: asking again will not change the answer.
+//! * **Retries.** Connection failures, timeouts, 5xx, 408 and 429 are retried with
+//!   [`Backoff`](remora_host::backoff::Backoff) up to `max_attempts` (a 429's `Retry-After`
+//!   seconds are waited at least, at most `retry_max`). A refused redirect (https to plain
+//!   http) and every other 4xx fail at once: asking again will not change the answer.
 //! * **Timeouts.** `request_timeout` bounds connecting and waiting for response headers,
 //!   and reading a manifest. A blob body has no overall deadline — a large layer on a slow
 //!   link is fine — but must keep making progress (`BlobStream`'s stall detection).
@@ -65,6 +66,11 @@ impl RegistryClient {
         Ok(Self {
             transport: Transport::new(config)?,
         })
+    }
+
+    /// The client's settings (the stall floor the layer deadline follows from).
+    pub fn config(&self) -> &RegistryConfig {
+        &self.transport.config
     }
 
     /// Whether `host` (`host[:port]`) has named a token realm that may not be sent the

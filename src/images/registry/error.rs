@@ -55,6 +55,19 @@ pub enum RegistryError {
         /// The error chain.
         cause: String,
     },
+    /// The registry redirected where remora will not follow (from https down to plain http, or
+    /// past the redirect limit). Permanent: the same request is redirected the same way.
+    #[error("{reference}: {what} from {host}: redirect refused: {cause}")]
+    RedirectRefused {
+        /// The image reference.
+        reference: String,
+        /// The host.
+        host: String,
+        /// `manifest <tag>` or `blob <digest>`.
+        what: String,
+        /// The error chain (names the refusal).
+        cause: String,
+    },
     /// No response (or no whole manifest) within `request_timeout`.
     #[error("{reference}: {what} from {host}: no response within {after:?}")]
     Timeout {
@@ -126,7 +139,8 @@ pub enum RegistryError {
         /// `manifest <tag>` or `blob <digest>`.
         what: String,
     },
-    /// Another status remora cannot act on (400, 416, ...).
+    /// Another status remora cannot act on (400, 416, ...; 408 is retried, see
+    /// [`RegistryError::is_retriable`]).
     #[error("{reference}: {what} from {host}: unexpected HTTP {status}: {message}")]
     UnexpectedStatus {
         /// The image reference.
@@ -217,7 +231,8 @@ pub enum RegistryError {
 
 impl RegistryError {
     /// True when the same request may succeed later: connection failures, timeouts, broken
-    /// transfers, 5xx, 429, unreachable token servers and stalls (resume from the offset).
+    /// transfers, 5xx, 408, 429, unreachable token servers and stalls (resume from the offset).
+    /// Not a refused redirect, nor any other 4xx: the registry would answer the same again.
     pub fn is_retriable(&self) -> bool {
         match self {
             RegistryError::Connect { .. }
@@ -226,6 +241,9 @@ impl RegistryError {
             | RegistryError::Server { .. }
             | RegistryError::TooManyRequests { .. }
             | RegistryError::Stalled { .. } => true,
+            // 408 Request Timeout: the server gave up waiting for the request; a new one may go
+            // through.
+            RegistryError::UnexpectedStatus { status, .. } => *status == 408,
             RegistryError::Auth { source, .. } => source.is_retriable(),
             _ => false,
         }
@@ -250,6 +268,14 @@ pub(super) struct Ctx<'a> {
 impl Ctx<'_> {
     pub(super) fn connect(&self, e: &reqwest::Error) -> RegistryError {
         RegistryError::Connect {
+            reference: self.reference.clone(),
+            host: self.host.to_owned(),
+            what: self.what.to_owned(),
+            cause: error_chain(e),
+        }
+    }
+    pub(super) fn redirect_refused(&self, e: &reqwest::Error) -> RegistryError {
+        RegistryError::RedirectRefused {
             reference: self.reference.clone(),
             host: self.host.to_owned(),
             what: self.what.to_owned(),

@@ -1032,3 +1032,113 @@ async fn authorization_cache_has_a_ttl_and_a_size_cap() {
     let last = format!("s{}", auth::MAX_CACHED + 99);
     assert!(a.cached("h", &last, &id).is_some());
 }
+
+/// An https registry that answers every request, on a connection of its own, with a redirect
+/// to `location`; counts the connections. Self-signed for 127.0.0.1 (hosts.toml skip_verify).
+async fn https_redirecting_to(location: String) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = rustls::pki_types::CertificateDer::from(ck.cert.der().to_vec());
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
+        ck.signing_key.serialize_der(),
+    ));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            let location = location.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 307 Temporary Redirect\r\nLocation: {location}\r\n\
+                     Content-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let _ = tls.write_all(answer.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (addr, connections)
+}
+
+/// Issue 43: a redirect from https down to plain http is refused, and the refusal is final —
+/// one request, not `max_attempts` of them as for a connection failure — reported as a
+/// refused redirect (not "connection failed").
+#[tokio::test]
+async fn refused_https_to_http_redirect_is_not_retried() {
+    use std::sync::atomic::Ordering;
+    let plain = Fake::start(|_h: &Hit| reply(200, "")).await;
+    let (addr, connections) = https_redirecting_to(format!(
+        "http://{}/v2/library/app/manifests/1",
+        plain.host()
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let host_dir = dir.path().join(REGISTRY);
+    std::fs::create_dir_all(&host_dir).unwrap();
+    std::fs::write(
+        host_dir.join("hosts.toml"),
+        format!("server = \"https://{addr}\"\nskip_verify = true\n"),
+    )
+    .unwrap();
+    let err = client(dir.path())
+        .resolve(&reference("library/app:1"), &anon())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RegistryError::RedirectRefused { .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_retriable());
+    assert!(err.to_string().contains("redirect refused"), "{err}");
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "asked once");
+    assert!(plain.hits().is_empty(), "the http target was not asked");
+}
+
+/// 408 is retried like a 5xx; other 4xx (here 400) are not.
+#[tokio::test]
+async fn request_timeout_is_retried_other_4xx_are_not() {
+    let fake = Fake::start(failing_first(2, || reply(408, ""))).await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    client(dir.path())
+        .resolve(&reference("library/app:1"), &anon())
+        .await
+        .unwrap();
+    assert_eq!(fake.hits().len(), 3);
+
+    let fake = Fake::start(|_h: &Hit| reply(400, "")).await;
+    let dir = hosts_dir(&fake.host(), &[]);
+    let err = client(dir.path())
+        .resolve(&reference("library/app:1"), &anon())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RegistryError::UnexpectedStatus { status: 400, .. }),
+        "{err:?}"
+    );
+    assert_eq!(fake.hits().len(), 1);
+}

@@ -284,6 +284,9 @@ impl Transport {
         match tokio::time::timeout(self.config.request_timeout, fut).await {
             Err(_) => Err(ctx.timeout(self.config.request_timeout)),
             Ok(Err(e)) if e.is_timeout() => Err(ctx.timeout(self.config.request_timeout)),
+            // Our redirect policy said no (https → http, too many): not a connection failure,
+            // and asking again is redirected the same way.
+            Ok(Err(e)) if e.is_redirect() => Err(ctx.redirect_refused(&e)),
             Ok(Err(e)) => Err(ctx.connect(&e)),
             Ok(Ok(r)) => Ok(r),
         }

@@ -1,9 +1,59 @@
 //! remora's own layer client path (`pull/download.rs`), through the same fixtures: blob
-//! downloads shared across pulls and bounded, a download outliving the pull that started it,
+//! downloads shared across pulls and bounded (per registry host too), a download outliving the pull that started it,
 //! resumed transfers, layers applied in order while later ones still download, and nothing
 //! left behind by a failure half-way.
 
 use super::*;
+
+/// Issue 43: an image whose layers are slow holds only its registry's share of the download
+/// slots; a pull from another registry finds one free and finishes while the slow one still
+/// downloads. (With one shared pool of 3, the slow image held all three and the other pull
+/// waited for them.)
+#[tokio::test]
+async fn a_slow_registry_holds_only_its_share_of_the_download_slots() {
+    let slow = TestImage::new(&[b"slow 1", b"slow 2", b"slow 3"], "");
+    let quick = TestImage::new(&[b"quick"], "");
+    let env = env(
+        &[&slow, &quick],
+        Opts {
+            max_concurrent_downloads: 3,
+            max_concurrent_downloads_per_host: Some(2),
+            ..Opts::default()
+        },
+    )
+    .await;
+    env.reg.push(REPO, "slow", &slow);
+    env.reg.push(REPO, "quick", &quick);
+    for i in 0..3 {
+        env.reg
+            .st()
+            .delay
+            .insert(slow.layer_digest(i), Duration::from_secs(1));
+    }
+    let puller = env.puller.clone();
+    let slow_pull = tokio::spawn(async move {
+        puller
+            .pull(&image_ref("slow"), Credentials::anonymous())
+            .await
+    });
+    // Until the slow image's downloads hold their registry's two slots.
+    for _ in 0..200 {
+        if env.reg.st().in_flight >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(env.reg.st().in_flight, 2, "the slow registry's share");
+    let quick_ref = format!("{OTHER_REGISTRY}/{REPO}:quick");
+    assert_eq!(env.pull(&quick_ref).await.unwrap().id, quick.id());
+    assert!(
+        !slow_pull.is_finished(),
+        "the other registry's pull finished only after the slow one"
+    );
+    assert_eq!(slow_pull.await.unwrap().unwrap().id, slow.id());
+    assert_eq!(env.reg.st().max_in_flight, 3);
+    assert!(env.leases().is_empty());
+}
 
 #[tokio::test]
 async fn a_base_layer_shared_by_two_images_is_downloaded_once() {

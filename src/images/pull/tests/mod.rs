@@ -702,6 +702,8 @@ struct Env {
 
 struct Opts {
     max_concurrent_downloads: usize,
+    /// `None`: as many as `max_concurrent_downloads`.
+    max_concurrent_downloads_per_host: Option<usize>,
     ttl: Duration,
 }
 
@@ -709,14 +711,25 @@ impl Default for Opts {
     fn default() -> Self {
         Self {
             max_concurrent_downloads: 3,
+            max_concurrent_downloads_per_host: None,
             ttl: Duration::from_secs(60),
         }
     }
 }
 
+/// A second registry name the fake serves too (its own host for the download slots).
+const OTHER_REGISTRY: &str = "other.test";
+
 async fn env(images: &[&TestImage], opts: Opts) -> Env {
     let reg = Registry::start().await;
     let hosts = fake::hosts_dir(&reg.fake.host(), &[]);
+    let other = hosts.path().join(OTHER_REGISTRY);
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(
+        other.join("hosts.toml"),
+        format!("server = \"http://{}\"\n", reg.fake.host()),
+    )
+    .unwrap();
     let registry = RegistryClient::new(RegistryConfig {
         // Slow test responses are deliberate, not stalls.
         stall_timeout: Duration::from_secs(5),
@@ -752,6 +765,9 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
             os: "linux".into(),
             architecture: "amd64".into(),
             max_concurrent_downloads: opts.max_concurrent_downloads,
+            max_concurrent_downloads_per_host: opts
+                .max_concurrent_downloads_per_host
+                .unwrap_or(opts.max_concurrent_downloads),
             transfer: None,
         },
         backend,
@@ -759,6 +775,7 @@ async fn env(images: &[&TestImage], opts: Opts) -> Env {
         index.clone(),
         ResolverConfig {
             workers: 2,
+            workers_per_host: 2,
             rate_per_sec: 1000.0,
             burst: 100,
             ttl: opts.ttl,

@@ -9,7 +9,8 @@
 # The suite (with a quick subset of Kubernetes' node e2e suite, scripts/node-e2e.sh; the kubelet
 # suite beside the node VM, which shares nothing with it) runs first with the handler remora
 # ships as its default, remora's shim; then a real node: the package on a Debian 12 VM with
-# systemd, cgroup v2 and AppArmor (scripts/node-test.sh). Then once more with the runtime
+# systemd, cgroup v2 and AppArmor (scripts/node-test.sh); then a kubeadm cluster on remora and
+# its smoke pass (scripts/cluster.sh). Then once more with the runtime
 # handler runc, containerd's Go shim (REMORA_IT_HANDLER=runc: the integration tests but the
 # kubelet suite, and the critest ratchet), and critest against containerd's own CRI with
 # remora's shim. REMORA_TEST_GO_SHIM=0 skips these last three passes.
@@ -129,6 +130,22 @@ cat "$kubelet_log" >&2
 rm -f "$kubelet_log"
 ((vm_rc == 0)) || die "the node VM test failed (exit $vm_rc)"
 ((kubelet_rc == 0)) || die "the kubelet suite failed (exit $kubelet_rc)"
+
+# A cluster: kubeadm init with remora as the node's CRI (the control plane as static pods on
+# remora), kube-proxy and CoreDNS, then the smoke pass a user would make (a Deployment rolled
+# to another image, a Service by name, kubectl exec/logs -f/attach/port-forward/cp, a Job, a
+# DaemonSet, a drain), then kubeadm reset, with nothing left behind. After the kubelet suite:
+# both run kubelet on this host (/run/remora-kubelet.lock). About 2 minutes here; Kubernetes'
+# conformance suite on the same cluster is `scripts/cluster.sh conformance` (hours, not here).
+phase "a kubeadm cluster on remora: up, smoke, down (scripts/cluster.sh)"
+cluster_rc=0
+# A cluster a killed run left would stop `up`.
+"$SCRIPTS_DIR/cluster.sh" down
+{ REMORA_BIN="$(cargo_target_dir)/debug/remora" "$SCRIPTS_DIR/cluster.sh" up --runtime remora &&
+	"$SCRIPTS_DIR/cluster.sh" smoke; } || cluster_rc=$?
+"$SCRIPTS_DIR/cluster.sh" down
+"$SCRIPTS_DIR/cluster.sh" check-clean
+((cluster_rc == 0)) || die "the cluster smoke pass failed (exit $cluster_rc; logs in $TB_ROOT/cluster/logs)"
 
 if [[ "${REMORA_TEST_GO_SHIM:-1}" == 0 ]]; then
 	phase_end

@@ -110,9 +110,10 @@ pull_layers = "transfer"
 # registries (with "transfer", containerd's transfer plugin settings bound them).
 max_concurrent_downloads = 12
 # Of those, the most that download from one registry at once (a value above
-# max_concurrent_downloads counts as max_concurrent_downloads). A registry that trickles its layers holds only this many slots:
-# a pull from another registry finds one free unless max_concurrent_downloads /
-# max_concurrent_downloads_per_host registries trickle at the same moment.
+# max_concurrent_downloads counts as max_concurrent_downloads). A registry that trickles
+# its layers holds only this many slots: a pull from another registry finds one free unless
+# max_concurrent_downloads / max_concurrent_downloads_per_host registries trickle at the
+# same moment.
 max_concurrent_downloads_per_host = 3
 # A download that receives fewer than stall_min_bytes within stall_timeout is aborted
 # (a trickle does not keep it alive). A layer download also has an overall deadline that
@@ -126,10 +127,10 @@ digest_cache_ttl = "10s"
 # Tag-to-digest resolutions running at once, across all registries.
 resolver_workers = 32
 # Of those, the most that run against one registry at once (a value above resolver_workers
-# counts as resolver_workers). A registry that never answers holds only this many until resolve_timeout: a lookup at
-# another registry starts at once unless resolver_workers / resolver_workers_per_host
-# registries stall at the same moment. Registries with lookups queued take turns, the one
-# holding the fewest first.
+# counts as resolver_workers). A registry that never answers holds only this many until
+# resolve_timeout: a lookup at another registry starts at once unless resolver_workers /
+# resolver_workers_per_host registries stall at the same moment. Registries with lookups
+# queued take turns, the one holding the fewest first.
 resolver_workers_per_host = 4
 # Tag-to-digest resolutions started per second, at most, per registry.
 resolver_rate = 10

@@ -63,59 +63,6 @@ kc() { kubectl --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 
 # ---- daemons ----------------------------------------------------------------------------
 
-# start_daemon NAME LOG CMD...: CMD in its own session, no descriptor beyond stdio, its pid in
-# $CL_RUN/NAME.pid (as testbed.sh starts its daemons). With LOCK=path set, the daemon holds an
-# exclusive flock on that file for its lifetime (inherited fd 9), or does not start.
-start_daemon() {
-	local name=$1 log=$2 pf
-	shift 2
-	pf=$(pidfile "$name")
-	rm -f "$pf"
-	mkdir -p "$(dirname "$log")"
-	printf '\n==== %s: starting %s\n' "$(date -u +%FT%TZ)" "$*" >>"$log"
-	# shellcheck disable=SC2016 # $$ and $1 belong to the inner shell
-	setsid -f bash -c '
-		for fd in /proc/$$/fd/*; do
-			fd=${fd##*/}
-			if [[ $fd -gt 2 ]]; then eval "exec $fd>&-"; fi
-		done
-		if [[ -n "$LOCK" ]]; then
-			exec 9>"$LOCK"
-			flock -n 9 || { echo "$LOCK is held: another kubelet runs on this machine" >&2; exit 75; }
-		fi
-		echo $$ >"$1"; shift; exec "$@"' start-daemon "$pf" "$@" \
-		</dev/null >>"$log" 2>&1
-	local i
-	for ((i = 0; i < 50; i++)); do
-		[[ -s "$pf" ]] && return 0
-		sleep 0.1
-	done
-	tail -n 20 "$log" >&2 || true
-	die "$name did not start (see $log)"
-}
-
-stop_daemon() { # NAME [SECONDS]
-	local name=$1 secs=${2:-20} pf pid i
-	pf=$(pidfile "$name")
-	if ! pid_alive "$pf"; then
-		rm -f "$pf"
-		return 0
-	fi
-	pid=$(<"$pf")
-	info "stopping $name (pid $pid)"
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < secs * 10; i++)); do
-		proc_running "$pid" || break
-		sleep 0.1
-	done
-	if proc_running "$pid"; then
-		warn "$name did not stop after ${secs}s; sending SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		sleep 0.5
-	fi
-	rm -f "$pf"
-}
-
 # wait_until WHAT SECONDS CMD...: polls CMD every second until it succeeds.
 wait_until() {
 	local what=$1 secs=$2 start=$SECONDS

@@ -77,6 +77,65 @@ pid_alive() {
 	proc_running "$pid"
 }
 
+# start_daemon NAME LOGFILE CMD...: runs CMD in its own session (it outlives the calling script
+# and has no terminal), output appended to LOGFILE, its pid in the file `pidfile NAME` names
+# (each script that uses this defines pidfile). setsid -f rather than `&`: background jobs of a
+# non-interactive shell ignore SIGINT, and daemons would pass that on. With LOCK=PATH in the
+# environment, the daemon holds an exclusive flock on PATH for its whole life (an inherited
+# descriptor), or does not start.
+start_daemon() {
+	local name=$1 log=$2 pf
+	shift 2
+	pf=$(pidfile "$name")
+	rm -f "$pf"
+	mkdir -p "$(dirname "$log")"
+	printf '\n==== %s: starting %s\n' "$(date -u +%FT%TZ)" "$*" >>"$log"
+	# The daemon gets no descriptor beyond stdio (and LOCK's): one inherited from the caller would
+	# outlive it, e.g. the caller's `flock /tmp/remora-bed.lock` lock, held by the daemon for good.
+	# shellcheck disable=SC2016 # $$ and $1 belong to the inner shell
+	LOCK=${LOCK:-} setsid -f bash -c '
+		for fd in /proc/$$/fd/*; do
+			fd=${fd##*/}
+			if [[ $fd -gt 2 ]]; then eval "exec $fd>&-"; fi
+		done
+		if [[ -n "$LOCK" ]]; then
+			exec 9>"$LOCK"
+			flock -n 9 || { echo "$LOCK is held by another process" >&2; exit 75; }
+		fi
+		echo $$ >"$1"; shift; exec "$@"' start-daemon "$pf" "$@" \
+		</dev/null >>"$log" 2>&1
+	local i
+	for ((i = 0; i < 50; i++)); do
+		[[ -s "$pf" ]] && return 0
+		sleep 0.1
+	done
+	tail -n 20 "$log" >&2 || true
+	die "$name did not start (see $log)"
+}
+
+# stop_daemon NAME [SECONDS]: SIGTERM, wait (15 s by default), then SIGKILL.
+stop_daemon() {
+	local name=$1 secs=${2:-15} pf pid i
+	pf=$(pidfile "$name")
+	if ! pid_alive "$pf"; then
+		rm -f "$pf"
+		return 0
+	fi
+	pid=$(<"$pf")
+	info "stopping $name (pid $pid)"
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < secs * 10; i++)); do
+		proc_running "$pid" || break
+		sleep 0.1
+	done
+	if proc_running "$pid"; then
+		warn "$name did not stop after ${secs}s; sending SIGKILL"
+		kill -KILL "$pid" 2>/dev/null || true
+		sleep 0.5
+	fi
+	rm -f "$pf"
+}
+
 # cargo_target_dir: cargo's target directory for this repo (honours CARGO_TARGET_DIR and
 # .cargo/config).
 cargo_target_dir() {

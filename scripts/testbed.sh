@@ -310,34 +310,6 @@ $conflicts
 Two bridges on one subnet break host-port traffic to pods (\"No route to host\"). Remove that network first (e.g. another test bed, or a runtime's own bridge such as cni0)."
 }
 
-# start_daemon NAME LOGFILE CMD...: runs CMD in its own session (it outlives
-# this script and has no terminal), output appended to LOGFILE, pid in
-# $TB_RUN/NAME.pid. setsid -f rather than `&`: background jobs of a
-# non-interactive shell ignore SIGINT, and daemons would pass that on.
-start_daemon() {
-	local name=$1 log=$2 pf
-	shift 2
-	pf=$(pidfile "$name")
-	rm -f "$pf"
-	printf '\n==== %s: starting %s\n' "$(date -u +%FT%TZ)" "$*" >>"$log"
-	# The daemon gets no descriptor beyond stdio: one inherited from the caller would outlive
-	# it, e.g. the caller's `flock /tmp/remora-bed.lock` lock, held by the daemon for good.
-	# shellcheck disable=SC2016 # $$ and $1 belong to the inner shell
-	setsid -f bash -c '
-		for fd in /proc/$$/fd/*; do
-			fd=${fd##*/}
-			if [[ $fd -gt 2 ]]; then eval "exec $fd>&-"; fi
-		done
-		echo $$ >"$1"; shift; exec "$@"' start-daemon "$pf" "$@" \
-		</dev/null >>"$log" 2>&1
-	local i
-	for ((i = 0; i < 50; i++)); do
-		[[ -s "$pf" ]] && return 0
-		sleep 0.1
-	done
-	die "$name did not start (see $log)"
-}
-
 # wait_for NAME LOGFILE SECONDS CMD...: polls CMD until it succeeds; fails
 # early, with the end of the log, when the daemon has died.
 wait_for() {
@@ -355,29 +327,6 @@ wait_for() {
 	done
 	tail -n 40 "$log" >&2 || true
 	die "$name did not answer within ${secs}s (log: $log)"
-}
-
-# stop_daemon NAME [SECONDS]: SIGTERM, wait, then SIGKILL.
-stop_daemon() {
-	local name=$1 secs=${2:-15} pf pid i
-	pf=$(pidfile "$name")
-	if ! pid_alive "$pf"; then
-		rm -f "$pf"
-		return 0
-	fi
-	pid=$(<"$pf")
-	info "stopping $name (pid $pid)"
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < secs * 10; i++)); do
-		proc_running "$pid" || break
-		sleep 0.1
-	done
-	if proc_running "$pid"; then
-		warn "$name did not stop after ${secs}s; sending SIGKILL"
-		kill -KILL "$pid" 2>/dev/null || true
-		sleep 0.5
-	fi
-	rm -f "$pf"
 }
 
 registry_answers() { curl -fsS -o /dev/null --max-time 2 "$REGISTRY_URL/v2/" 2>/dev/null; }

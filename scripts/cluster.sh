@@ -474,6 +474,11 @@ node_ready() {
 
 # ---- down ---------------------------------------------------------------------------------
 
+# The mount points of kubelet's root and of the node's directories, one a line.
+cluster_mounts() {
+	awk '$5 ~ "^(/var/lib/kubelet(/|$)|'"$CL_RUN"'/|'"$CL_ROOT"'/)" {print $5}' /proc/self/mountinfo
+}
+
 cmd_down() {
 	local runtime sock
 	runtime=$(cat "$RUNTIME_FILE" 2>/dev/null || echo remora)
@@ -502,7 +507,7 @@ cmd_down() {
 	host_down
 	# Mounts left under kubelet's and the node's directories (a killed run).
 	local m
-	awk '$5 ~ "^(/var/lib/kubelet(/|$)|'"$CL_RUN"'/|'"$CL_ROOT"'/)" {print $5}' /proc/self/mountinfo | sort -r |
+	cluster_mounts | sort -r |
 		while read -r m; do
 			umount -l "$m" 2>/dev/null || true
 		done
@@ -520,8 +525,10 @@ cmd_check_clean() {
 		warn "$n KUBE-* chains left"
 		bad=1
 	fi
-	if awk '$5 ~ "^(/var/lib/kubelet(/|$)|'"$CL_RUN"'/|'"$CL_ROOT"'/)"' /proc/self/mountinfo | grep -q .; then
-		warn "mounts left: $(awk '$5 ~ "^(/var/lib/kubelet(/|$)|'"$CL_RUN"'/|'"$CL_ROOT"'/)" {print $5}' /proc/self/mountinfo | tr '\n' ' ')"
+	local left
+	left=$(cluster_mounts)
+	if [[ -n "$left" ]]; then
+		warn "mounts left: $(tr '\n' ' ' <<<"$left")"
 		bad=1
 	fi
 	if ip link show "$POD_BRIDGE" >/dev/null 2>&1 || ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then
@@ -534,12 +541,14 @@ cmd_check_clean() {
 			bad=1
 		fi
 	done
-	if pgrep -f "containerd-shim.* -address $CL_CONTAINERD_SOCK" >/dev/null; then
-		warn "shims of the node's containerd left: $(pgrep -f "containerd-shim.* -address $CL_CONTAINERD_SOCK" | tr '\n' ' ')"
+	left=$(pgrep -f "containerd-shim.* -address $CL_CONTAINERD_SOCK" || true)
+	if [[ -n "$left" ]]; then
+		warn "shims of the node's containerd left: $(tr '\n' ' ' <<<"$left")"
 		bad=1
 	fi
-	if pgrep -f "kube-apiserver|etcd --advertise|kube-proxy|coredns -conf" >/dev/null; then
-		warn "cluster processes left: $(pgrep -af 'kube-apiserver|etcd --advertise|kube-proxy|coredns -conf' | cut -c1-80 | tr '\n' ';')"
+	left=$(pgrep -af "kube-apiserver|etcd --advertise|kube-proxy|coredns -conf" || true)
+	if [[ -n "$left" ]]; then
+		warn "cluster processes left: $(cut -c1-80 <<<"$left" | tr '\n' ';')"
 		bad=1
 	fi
 	((bad == 0)) || die "the teardown left the above behind"

@@ -22,6 +22,10 @@ RUST_VERSION=1.95.0       # must match rust-toolchain.toml; only checked
 # the Go module proxy; the Kubernetes binaries come from k8s.io/kubernetes at KUBELET_VERSION.
 ETCD_VERSION=v3.7.0     # go.etcd.io/etcd/server/v3, image registry.k8s.io/etcd:3.7.0-0
 COREDNS_VERSION=v1.14.6 # github.com/coredns/coredns, image registry.k8s.io/coredns/coredns:v1.14.6
+# k8s.io/sample-apiserver for the conformance suite's image e2e-test-images/sample-apiserver:1.29.2.
+# Upstream's image carries v0.33.7, which the module proxy does not serve; this is the release
+# of the kubelet's minor.
+SAMPLE_APISERVER_VERSION=v0.37.2
 # The .proto files remora compiles (k8s.io/cri-api) are pinned in protos/sources.txt.
 # The newest `go` line of the modules built here: cri-tools v1.37.0 (containerd v2.3.4 asks
 # for 1.26.3, k8s.io/kubernetes v1.37.2 for 1.26.0).
@@ -51,6 +55,9 @@ APT_PACKAGES=(
 	# apparmor_parser: the unit test and package-test.sh parse remora's default AppArmor
 	# profile with it (-Q, no kernel needed). Installing it loads nothing without AppArmor.
 	apparmor
+	# dig, for the e2e images' DNS probes (agnhost, glibc-dns-testing: upstream's carry
+	# bind-tools and dnsutils; the conformance suite's DNS tests run `dig` in them).
+	bind9-dnsutils
 )
 # The node VM (scripts/node-vm.sh): a stock Debian 12 node booted under qemu. Bump
 # NODE_IMAGE_VERSION whenever build_node_image changes what it writes; the package list is part
@@ -213,7 +220,7 @@ build_nri_stub_logger() {
 k8s_stamped() { # NAME: the binary NAME is built at KUBELET_VERSION
 	[[ -x "$TOOLS_BIN/$1" && -f "$STAMPS/$1" && "$(<"$STAMPS/$1")" == "$KUBELET_VERSION" ]] &&
 		[[ "$1" != e2e_node.test || -x "$TOOLS_BIN/ginkgo" ]] &&
-		[[ "$1" != e2e.test || -x "$TOOLS_BIN/ginkgo" ]] &&
+		[[ "$1" != e2e.test || (-x "$TOOLS_BIN/ginkgo" && -f "$TOOLS/e2e-images/nautilus/data.json") ]] &&
 		[[ "$1" != agnhost || -f "$TOOLS/agnhost/localhost.key" ]]
 }
 
@@ -265,6 +272,12 @@ build_kubernetes() { # NAME...: kubelet, agnhost, e2e_node.test, the cluster's, 
 			e2e.test)
 				run_logged "$log" "${go[@]}" test -c -ldflags "$ldflags" -o "$TOOLS_BIN/e2e.test" ./test/e2e
 				run_logged "$log" "${go[@]}" build -o "$TOOLS_BIN/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+				# The files of upstream's kitten and nautilus images (data.json and a picture), for
+				# scripts/images/e2e.json.
+				rm -rf "$TOOLS/e2e-images"
+				mkdir -p "$TOOLS/e2e-images"
+				cp -r test/images/kitten/html "$TOOLS/e2e-images/kitten"
+				cp -r test/images/nautilus/html "$TOOLS/e2e-images/nautilus"
 				;;
 			*) die "build_kubernetes: unknown binary $name" ;;
 			esac
@@ -615,7 +628,10 @@ node-e2e) build_kubernetes kubelet agnhost e2e_node.test ;;
 # The cluster's binaries (scripts/cluster.sh up runs this), and Kubernetes' conformance suite
 # (scripts/cluster.sh conformance runs this).
 cluster) build_cluster ;;
-cluster-e2e) build_kubernetes e2e.test ;;
+cluster-e2e)
+	build_kubernetes e2e.test
+	go_module_build sample-apiserver k8s.io/sample-apiserver "$SAMPLE_APISERVER_VERSION" .
+	;;
 # Only the .proto files of protos/sources.txt (after a line there changed).
 protos) fetch_protos ;;
 # Only remora-nri's test plugin (crates/remora-nri/tests/launched_logger.rs runs it).

@@ -17,6 +17,9 @@ Everything is deterministic (sorted entries, fixed mtimes, uid/gid 0, gzip
 without timestamps, canonical JSON), so a re-run produces the same digests and
 skips every push whose tag already points at the right index.
 
+A spec may name other specs in "layers_from" (file names beside it) to use
+their layers; only its own images are built.
+
 Layer entry types (all paths are inside the image, without a leading "/"):
   {"dir": P, "mode": "0755"}
   {"file": P, "lines": [TEXT...] | "content": TEXT | "src": HOSTPATH,
@@ -373,6 +376,12 @@ def main():
 
     with open(args.spec) as f:
         spec = json.load(f)
+    # "layers_from": other specs (beside this one) whose layers this spec's images may use; a
+    # layer this spec defines itself wins. Their images are not built.
+    for other in spec.get("layers_from", []):
+        with open(os.path.join(os.path.dirname(os.path.abspath(args.spec)), other)) as f:
+            for name, entries in json.load(f)["layers"].items():
+                spec["layers"].setdefault(name, entries)
     builder = Builder(spec, args.cache, tools)
     registry = Registry(args.registry)
 

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio_stream::StreamExt;
 
 use super::queue::{HandleError, Handler, OrderedQueue};
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::containerd::event_stream::{Event, EventStream};
 use crate::containerd::health::Reachability;
 use crate::images::backend::{Content, Images};
@@ -30,12 +30,12 @@ use remora_host::backoff::Backoff;
 #[tonic::async_trait]
 pub trait EventSource: Send + Sync + 'static {
     /// A stream of events whose topic starts with one of `topics`, in remora's namespace.
-    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, ContainerdError>;
+    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, BackendError>;
 }
 
 #[tonic::async_trait]
 impl EventSource for crate::containerd::Client {
-    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, ContainerdError> {
+    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, BackendError> {
         crate::containerd::Client::subscribe(self, topics).await
     }
 }
@@ -178,7 +178,7 @@ pub struct ImageEvents {
 pub enum RefreshError {
     /// containerd failed.
     #[error(transparent)]
-    Containerd(#[from] ContainerdError),
+    Containerd(#[from] BackendError),
     /// The image's manifest or config could not be loaded.
     #[error("indexing image {name}: {source}")]
     Index {
@@ -211,7 +211,7 @@ impl ImageEvents {
 
     /// Indexes every image record containerd has, directly (not through the queue). For
     /// start-up, before any event is dispatched; later resyncs go through the queue.
-    pub async fn load_all(&self) -> Result<usize, ContainerdError> {
+    pub async fn load_all(&self) -> Result<usize, BackendError> {
         let records = self.images.list().await?;
         let mut loaded = 0;
         for r in &records {
@@ -226,7 +226,7 @@ impl ImageEvents {
     /// queueing a refresh for each name on the same per-name queue as events. Each refresh
     /// reads containerd's record at handling time, so a resync racing with a pull or with
     /// events can neither drop a reference that exists nor keep one that is gone.
-    pub async fn resync(&self, queue: &OrderedQueue<Event>) -> Result<usize, ContainerdError> {
+    pub async fn resync(&self, queue: &OrderedQueue<Event>) -> Result<usize, BackendError> {
         let mut names: std::collections::BTreeSet<String> = self
             .images
             .list()
@@ -327,17 +327,17 @@ mod tests {
 
     /// Each subscribe hands out the next scripted stream (items then end); then fails.
     struct Scripted {
-        streams: Mutex<VecDeque<Vec<Result<Envelope, ContainerdError>>>>,
+        streams: Mutex<VecDeque<Vec<Result<Envelope, BackendError>>>>,
         subscribes: AtomicUsize,
     }
 
     #[tonic::async_trait]
     impl EventSource for Scripted {
-        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, ContainerdError> {
+        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, BackendError> {
             self.subscribes.fetch_add(1, Ordering::SeqCst);
             match self.streams.lock().unwrap().pop_front() {
                 Some(items) => Ok(Box::pin(tokio_stream::iter(items))),
-                None => Err(ContainerdError::Timeout {
+                None => Err(BackendError::Timeout {
                     address: "/c.sock".into(),
                     after: Duration::from_secs(1),
                 }),
@@ -361,7 +361,7 @@ mod tests {
         }
     }
 
-    fn env(ns: &str, name: &str) -> Result<Envelope, ContainerdError> {
+    fn env(ns: &str, name: &str) -> Result<Envelope, BackendError> {
         Ok(Envelope {
             namespace: ns.into(),
             topic: "/images/create".into(),
@@ -453,11 +453,11 @@ mod tests {
     }
 
     impl Outage {
-        fn down(&self) -> Option<ContainerdError> {
-            (tokio::time::Instant::now() < self.up_at).then(|| ContainerdError::Call {
+        fn down(&self) -> Option<BackendError> {
+            (tokio::time::Instant::now() < self.up_at).then(|| BackendError::Call {
                 address: "/c.sock".into(),
                 op: "test",
-                code: tonic::Code::Unavailable,
+                code: crate::backend_error::BackendCode::Unavailable,
                 message: "connection refused".into(),
             })
         }
@@ -465,7 +465,7 @@ mod tests {
 
     #[tonic::async_trait]
     impl EventSource for Outage {
-        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, ContainerdError> {
+        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, BackendError> {
             if let Some(e) = self.down() {
                 return Err(e);
             }
@@ -482,7 +482,7 @@ mod tests {
         async fn version(
             &self,
             _timeout: Duration,
-        ) -> Result<crate::containerd::ContainerdVersion, ContainerdError> {
+        ) -> Result<crate::containerd::ContainerdVersion, BackendError> {
             match self.down() {
                 Some(e) => Err(e),
                 None => Ok(crate::containerd::ContainerdVersion {

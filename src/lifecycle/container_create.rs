@@ -241,7 +241,7 @@ impl Pods {
                 tx.on_undo("tell NRI plugins the container is gone", async move {
                     nri.stop_container(&pod, &ctr).await;
                     nri.remove_container(&pod, &ctr).await;
-                    Ok::<(), crate::containerd::error::ContainerdError>(())
+                    Ok::<(), crate::backend_error::BackendError>(())
                 });
                 steps.mark("nri");
                 Some(block)

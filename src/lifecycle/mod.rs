@@ -93,7 +93,7 @@ pub(crate) use error::{ContainerError, SandboxError, UndoError};
 pub(crate) use handlers::{HandlerRuntime, RuntimeHandlers};
 pub(crate) use sandbox_run::RunSandbox;
 
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 
 /// How long a SIGKILLed task gets to exit.
 const KILL_WAIT: Duration = Duration::from_secs(10);
@@ -476,7 +476,7 @@ impl Pods {
     pub(crate) async fn creation_lease(
         &self,
         tx: &mut impl tx::UndoLog,
-    ) -> Result<String, ContainerdError> {
+    ) -> Result<String, BackendError> {
         let lease = creation_lease_id(tx.id());
         self.leases.create(&lease, 3600).await?;
         let (leases, l) = (self.leases.clone(), lease.clone());
@@ -514,7 +514,7 @@ impl Pods {
         &self,
         id: &str,
         signal: u32,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         match self
             .tasks
             .kill(id, signal, signal == libc::SIGKILL as u32)
@@ -531,7 +531,7 @@ impl Pods {
 /// there when containerd is back) for as long as `still_waiting` holds — at once when the health
 /// monitor sees containerd answer again, or after a backoff if it never left. With
 /// `shim_gone_ends_it`, containerd saying the task's shim is gone ends the wait too (the
-/// caller reaps what the shim left; see [`ContainerdError::is_shim_gone`]); without it, the
+/// caller reaps what the shim left; see [`BackendError::is_shim_gone`]); without it, the
 /// wait goes on until containerd's own dead-shim cleanup deletes the task.
 pub(crate) async fn wait_through_outages(
     tasks: &dyn Tasks,
@@ -539,7 +539,7 @@ pub(crate) async fn wait_through_outages(
     mut reachability: crate::containerd::health::Reachability,
     shim_gone_ends_it: bool,
     still_waiting: impl Fn() -> bool,
-) -> Result<Exit, ContainerdError> {
+) -> Result<Exit, BackendError> {
     let mut backoff =
         remora_host::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
@@ -570,7 +570,7 @@ pub(crate) fn creation_lease_id(id: &str) -> String {
 
 /// SIGKILLs every process of task `id`, waits (at most [`KILL_WAIT`]) for it to exit and
 /// deletes it: the teardown of a task nobody will use (a rollback, a half-made object).
-pub(crate) async fn kill_and_delete(tasks: &dyn Tasks, id: &str) -> Result<(), ContainerdError> {
+pub(crate) async fn kill_and_delete(tasks: &dyn Tasks, id: &str) -> Result<(), BackendError> {
     let _ = tasks.kill(id, libc::SIGKILL as u32, true).await;
     let _ = tokio::time::timeout(KILL_WAIT, tasks.wait(id)).await;
     tasks.delete(id).await.map(|_| ())

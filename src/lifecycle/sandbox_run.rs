@@ -261,7 +261,7 @@ impl Pods {
                 let (nri, pod) = (nri.clone(), sandbox.snapshot());
                 tx.on_undo("tell NRI plugins the pod is gone", async move {
                     nri.remove_pod_sandbox(&pod).await;
-                    Ok::<(), crate::containerd::error::ContainerdError>(())
+                    Ok::<(), crate::backend_error::BackendError>(())
                 });
                 steps.mark("nri");
                 Some(block)

@@ -541,7 +541,7 @@ fn spawn_event_monitor(
             ),
         ]
     });
-    pods.set_exit_queue(queue.clone());
+    pods.set_exit_queue(Arc::new(queue.clone()));
     let resync_log = log.clone();
     let resync_queue = queue.clone();
     let resync_pods = pods.clone();
@@ -675,7 +675,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
             .map(|pods| pods.state_gauges())
             .unwrap_or_default()
     });
-    pods.set_reachability(health.reachability());
+    pods.set_reachability(Box::new(health.reachability()));
     // In the background: a create that needs the profile meanwhile waits for this load.
     tokio::spawn({
         let pods = pods.clone();

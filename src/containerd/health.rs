@@ -102,6 +102,23 @@ impl Reachability {
     }
 }
 
+/// lifecycle's port, for exit monitors waiting out an outage.
+#[tonic::async_trait]
+impl crate::lifecycle::backend::Reachability for Reachability {
+    fn suspect(&self) {
+        Reachability::suspect(self)
+    }
+    fn mark_seen(&mut self) {
+        Reachability::mark_seen(self)
+    }
+    async fn back(&mut self) {
+        Reachability::back(self).await
+    }
+    fn handle(&self) -> Box<dyn crate::lifecycle::backend::Reachability> {
+        Box::new(self.clone())
+    }
+}
+
 impl HealthMonitor {
     /// A monitor in state [`Health::Unknown`]; nothing runs until [`HealthMonitor::run`].
     pub fn new(api: Arc<dyn VersionApi>, schedule: ProbeSchedule, log: Logger) -> Self {

@@ -20,10 +20,10 @@ use tokio_stream::StreamExt;
 use super::queue::{HandleError, Handler, OrderedQueue};
 use crate::backend_error::BackendError;
 use crate::containerd::event_stream::{Event, EventStream};
-use crate::containerd::health::Reachability;
 use crate::images::backend::{Content, Images};
 use crate::images::pull::load_image;
 use crate::images::store::ImageIndex;
+use crate::lifecycle::backend::Reachability;
 use remora_host::backoff::Backoff;
 
 /// Where events come from (containerd; fakes in tests).
@@ -55,7 +55,7 @@ pub struct Subscription {
     /// Cap of the re-subscribe delay.
     pub backoff_max: Duration,
     /// containerd's comings and goings, from the health monitor.
-    pub reachability: Reachability,
+    pub reachability: Box<dyn Reachability>,
     /// Counts re-established streams (`remora_containerd_reconnects_total`).
     pub metrics: crate::metrics::Metrics,
 }
@@ -316,6 +316,20 @@ impl Handler<Event> for RuntimeEvents {
     }
 }
 
+/// lifecycle's exit queue: an exit monitor's exit, as the event it is queued as.
+impl crate::lifecycle::backend::ExitQueue for OrderedQueue<Event> {
+    fn push_exit(&self, container_id: &str, exit: crate::lifecycle::backend::Exit) {
+        self.push(
+            container_id,
+            Event::ContainerExited {
+                container_id: container_id.to_string(),
+                exit_status: exit.status,
+                exited_at: exit.at,
+            },
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,7 +416,7 @@ mod tests {
                 namespace: "remora".into(),
                 backoff_min: Duration::from_millis(100),
                 backoff_max: Duration::from_secs(1),
-                reachability: Reachability::never(),
+                reachability: Box::new(crate::lifecycle::backend::NeverBack),
             },
             queue,
             resync,
@@ -528,7 +542,7 @@ mod tests {
                 // The defaults: a backoff alone would be 10 s apart by the end of the outage.
                 backoff_min: Duration::from_millis(100),
                 backoff_max: Duration::from_secs(10),
-                reachability: health.reachability(),
+                reachability: Box::new(health.reachability()),
             },
             OrderedQueue::new(Arc::new(Seen::default()), QueueConfig::default()),
             resync,

@@ -134,6 +134,51 @@ pub struct Exit {
     pub at: Option<SystemTime>,
 }
 
+/// Where exit monitors queue the exits they see, so that an exit is recorded in order with
+/// the container's other events and retried with backoff (the event monitor's queue, which
+/// hands it back to [`crate::lifecycle::Pods::handle_exit`]).
+pub trait ExitQueue: Send + Sync {
+    /// Queues the exit of container `container_id`'s init process.
+    fn push_exit(&self, container_id: &str, exit: Exit);
+}
+
+/// containerd's reachability, for those who wait out an outage (the health monitor's handle,
+/// `crate::containerd::health`): each handle remembers which transitions it has seen.
+#[tonic::async_trait]
+pub trait Reachability: Send + Sync + std::fmt::Debug {
+    /// Something failed as if containerd were gone: probe now rather than at the next tick.
+    fn suspect(&self);
+    /// Forgets transitions published so far: [`Reachability::back`] waits for a later one.
+    fn mark_seen(&mut self);
+    /// Resolves at the next transition to reachable not yet seen by this handle (containerd
+    /// answering after it did not).
+    async fn back(&mut self);
+    /// Another handle on the same monitor, having seen what this one has.
+    fn handle(&self) -> Box<dyn Reachability>;
+}
+
+impl Clone for Box<dyn Reachability> {
+    fn clone(&self) -> Self {
+        self.handle()
+    }
+}
+
+/// A [`Reachability`] without a monitor (tests, tools): it never reports containerd back.
+#[derive(Debug, Clone, Copy)]
+pub struct NeverBack;
+
+#[tonic::async_trait]
+impl Reachability for NeverBack {
+    fn suspect(&self) {}
+    fn mark_seen(&mut self) {}
+    async fn back(&mut self) {
+        std::future::pending().await
+    }
+    fn handle(&self) -> Box<dyn Reachability> {
+        Box::new(NeverBack)
+    }
+}
+
 /// containerd's container records.
 #[tonic::async_trait]
 pub trait Containers: Send + Sync + 'static {

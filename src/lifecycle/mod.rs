@@ -125,10 +125,9 @@ pub struct Pods {
     /// Where pods' network namespaces are (the network makes them there).
     netns_dir: PathBuf,
     /// Where exit monitors queue the exits they see (set once the event monitor runs).
-    exit_queue:
-        OnceLock<crate::events::queue::OrderedQueue<crate::containerd::event_stream::Event>>,
+    exit_queue: OnceLock<Arc<dyn backend::ExitQueue>>,
     /// containerd's reachability, for exit monitors waiting out an outage.
-    reachability: OnceLock<crate::containerd::health::Reachability>,
+    reachability: OnceLock<Box<dyn backend::Reachability>>,
     /// Containers whose exit monitor is attached (their exits reach the queue from it).
     monitored: Mutex<HashSet<String>>,
     /// Containers whose exit is being recorded (`handle_exit` running, its task delete last).
@@ -319,23 +318,20 @@ impl Pods {
 
     /// Tells exit monitors when containerd is back after an outage (set once the health
     /// monitor runs; without it they retry on their own backoff alone).
-    pub fn set_reachability(&self, reachability: crate::containerd::health::Reachability) {
+    pub fn set_reachability(&self, reachability: Box<dyn backend::Reachability>) {
         let _ = self.reachability.set(reachability);
     }
 
     /// A handle on containerd's reachability (one that never fires without a monitor).
-    pub(crate) fn reachability(&self) -> crate::containerd::health::Reachability {
-        self.reachability
-            .get()
-            .cloned()
-            .unwrap_or_else(crate::containerd::health::Reachability::never)
+    pub(crate) fn reachability(&self) -> Box<dyn backend::Reachability> {
+        match self.reachability.get() {
+            Some(r) => r.handle(),
+            None => Box::new(backend::NeverBack),
+        }
     }
 
     /// Routes exit monitors' exits through the event queue (ordered per container, retried).
-    pub fn set_exit_queue(
-        &self,
-        queue: crate::events::queue::OrderedQueue<crate::containerd::event_stream::Event>,
-    ) {
+    pub fn set_exit_queue(&self, queue: Arc<dyn backend::ExitQueue>) {
         let _ = self.exit_queue.set(queue);
     }
 
@@ -536,7 +532,7 @@ impl Pods {
 pub(crate) async fn wait_through_outages(
     tasks: &dyn Tasks,
     id: &str,
-    mut reachability: crate::containerd::health::Reachability,
+    mut reachability: Box<dyn backend::Reachability>,
     shim_gone_ends_it: bool,
     still_waiting: impl Fn() -> bool,
 ) -> Result<Exit, BackendError> {

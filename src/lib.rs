@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub(crate) mod backend_error;
+pub(crate) mod bounded;
 pub(crate) mod cdi;
 pub mod config;
 pub(crate) mod containerd;

@@ -37,13 +37,14 @@ use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
 use crate::images::ImageRuntime;
 use crate::lifecycle::backend::{RuncOptions, ShimRuntime};
+use crate::lifecycle::handlers::HandlerFeatures;
 use crate::lifecycle::host::host_facts;
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::metrics::{GaugeFamily, Metrics};
 use crate::net::host_network::HostNetwork;
 use crate::net::{PodNetwork, PodNetworkConfig};
 use crate::notify::Notifier;
-use crate::oci::features::{self as oci_features, HandlerFeatures};
+use crate::oci::features as oci_features;
 use crate::stream::server::{StreamConfig, StreamServer, TlsFiles};
 
 /// Failures setting up or running the CRI socket server.

@@ -225,7 +225,7 @@ mod tests {
     use crate::backend_error::BackendError;
     use crate::containerd::health::ProbeSchedule;
     use crate::containerd::{ContainerdVersion, VersionApi};
-    use crate::oci::features::HandlerFeatures;
+    use crate::lifecycle::handlers::HandlerFeatures;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::Duration;

@@ -350,7 +350,7 @@ pub trait LocalImages: Send + Sync + 'static {
 pub trait PodNetwork: Send + Sync + 'static {
     /// Creates pod `id`'s network namespace; returns its path. With `user` (a pod with a user
     /// namespace of its own), the namespace is owned by a new user namespace with those maps,
-    /// pinned beside it (`crate::net::netns::userns_pin`) and removed with it.
+    /// pinned beside it (`crate::spec::namespaces::userns_pin`) and removed with it.
     async fn create_netns(
         &self,
         id: &str,

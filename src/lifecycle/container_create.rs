@@ -445,8 +445,8 @@ fn check_fits_pod(
             None => "the host's".to_string(),
             Some(u) => format!(
                 "uids {}, gids {}",
-                super::userns::idmap(u.uids).label(),
-                super::userns::idmap(u.gids).label()
+                crate::spec::idmap(u.uids).label(),
+                crate::spec::idmap(u.gids).label()
             ),
         };
         return Err(ContainerError::UserNamespaceMismatch {

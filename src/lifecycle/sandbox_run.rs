@@ -564,7 +564,7 @@ impl Pods {
             netns_path,
             userns_path: user
                 .and(netns_path)
-                .map(crate::net::netns::userns_pin)
+                .map(crate::spec::namespaces::userns_pin)
                 .as_deref(),
             files: &files,
             host: &self.host,

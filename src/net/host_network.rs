@@ -41,12 +41,8 @@ impl PodNetwork for HostNetwork {
             .await?;
         match user {
             Some(u) => {
-                dir.create_in_userns(
-                    id,
-                    crate::lifecycle::userns::idmap(u.uids),
-                    crate::lifecycle::userns::idmap(u.gids),
-                )
-                .await
+                dir.create_in_userns(id, crate::spec::idmap(u.uids), crate::spec::idmap(u.gids))
+                    .await
             }
             None => dir.create(id).await,
         }

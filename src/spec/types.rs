@@ -50,6 +50,15 @@ pub struct IdMapping {
     pub length: u32,
 }
 
+/// A spec mapping as the host-side helper's.
+pub fn idmap(m: IdMapping) -> remora_host::userns::IdMap {
+    remora_host::userns::IdMap {
+        inside: m.container_id,
+        outside: m.host_id,
+        length: m.length,
+    }
+}
+
 /// A user namespace of the pod's own, with one uid and one gid mapping line, each mapping
 /// container ID 0 (the adapter checks): containerd's rule, because the rootfs is shifted from
 /// container ID 0 by the snapshotter's single-range idmap labels.

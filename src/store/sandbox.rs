@@ -76,7 +76,7 @@ pub struct SandboxMetadata {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub updated_resources: Option<PodResources>,
     /// The pod has no pause container: its IPC and UTS namespaces are pinned beside its
-    /// network namespace (`crate::net::netns::ipc_pin`, `uts_pin`), its containers join them,
+    /// network namespace (`crate::spec::namespaces::ipc_pin`, `uts_pin`), its containers join them,
     /// and it has no task of its own. Absent (false) in records of pods with a pause container,
     /// and in every record written before pods could have none.
     #[serde(skip_serializing_if = "std::ops::Not::not")]

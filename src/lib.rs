@@ -20,6 +20,7 @@ mod docs;
 pub(crate) mod events;
 pub(crate) mod failpoint;
 pub mod grpc;
+pub(crate) mod host_network;
 pub(crate) mod images;
 pub(crate) mod io;
 #[cfg(test)]

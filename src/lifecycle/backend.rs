@@ -345,7 +345,7 @@ pub trait LocalImages: Send + Sync + 'static {
 }
 
 /// The pod network as sandboxes use it: a network namespace per pod and CNI ADD/DEL in it.
-/// Implemented over the host by [`crate::net::host_network::HostNetwork`].
+/// Implemented over the host by [`crate::host_network::HostNetwork`].
 #[tonic::async_trait]
 pub trait PodNetwork: Send + Sync + 'static {
     /// Creates pod `id`'s network namespace; returns its path. With `user` (a pod with a user

@@ -21,7 +21,7 @@
 //! | (restart: sweep and recovery) | `recover.rs` |
 //!
 //! - `backend`: what lifecycle needs from below, as narrow traits (containerd's records and
-//!   tasks, the local images, the pod network); `crate::net::host_network` implements the
+//!   tasks, the local images, the pod network); `crate::host_network` implements the
 //!   pod network, `crate::oci` the OCI runtime's command line.
 //! - `tx`: a mutating operation's intent (`journal`) and undo list; `error`: why an
 //!   operation failed, with a failed rollback reported beside the failure.

@@ -1,5 +1,7 @@
 //! The pod network over the host: network namespaces bind-mounted under the state dir, and the
-//! CNI plugins run against them.
+//! CNI plugins run against them. The adapter from `crate::net` to lifecycle's pod network
+//! (`crate::lifecycle::backend::PodNetwork`), above both, so that net does not depend on
+//! lifecycle.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -45,7 +45,8 @@ use remora_nri::api;
 
 use crate::spec::namespaces::{ipc_pin, userns_pin, uts_pin};
 use crate::spec::NamespaceMode;
-use crate::store::sandbox::{LinuxResources as RecordedResources, SandboxMetadata};
+use crate::store::resources::LinuxResources as RecordedResources;
+use crate::store::sandbox::SandboxMetadata;
 use crate::store::status::ContainerState;
 use crate::store::{ContainerSnapshot, SandboxSnapshot};
 

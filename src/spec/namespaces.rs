@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceBuilder, LinuxNamespaceType};
 
-use super::types::{NamespaceMode, NamespaceOptions};
+use super::types::{NamespaceMode, NamespaceOptions, SandboxInfo};
 use super::SpecError;
 
 fn ns(typ: LinuxNamespaceType, path: Option<PathBuf>) -> Result<LinuxNamespace, SpecError> {
@@ -78,6 +78,26 @@ pub enum PodNamespacesAt<'a> {
         /// The pod's network namespace bind mount.
         netns: &'a Path,
     },
+}
+
+/// A container joins the namespaces of its pod as [`PodNamespacesAt`] says.
+impl SandboxInfo {
+    /// Where the pod's containers join its namespaces.
+    pub fn namespaces_at(&self) -> Result<PodNamespacesAt<'_>, SpecError> {
+        Ok(if self.pinned {
+            PodNamespacesAt::Pinned {
+                netns: self
+                    .netns_path
+                    .as_deref()
+                    .ok_or(SpecError::PinnedWithoutNetns)?,
+            }
+        } else {
+            PodNamespacesAt::Pause {
+                pid: self.pid,
+                netns: self.netns_path.as_deref(),
+            }
+        })
+    }
 }
 
 /// The namespaces of a container of the pod whose namespaces are `pod`; `target_pid` is the

@@ -419,28 +419,6 @@ pub struct SandboxInfo {
     pub files: SandboxFiles,
 }
 
-impl SandboxInfo {
-    /// Where the pod's containers join its namespaces.
-    pub fn namespaces_at(
-        &self,
-    ) -> Result<super::namespaces::PodNamespacesAt<'_>, super::SpecError> {
-        use super::namespaces::PodNamespacesAt;
-        Ok(if self.pinned {
-            PodNamespacesAt::Pinned {
-                netns: self
-                    .netns_path
-                    .as_deref()
-                    .ok_or(super::SpecError::PinnedWithoutNetns)?,
-            }
-        } else {
-            PodNamespacesAt::Pause {
-                pid: self.pid,
-                netns: self.netns_path.as_deref(),
-            }
-        })
-    }
-}
-
 /// Facts about the host that change what a spec may contain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostFacts {

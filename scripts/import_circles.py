@@ -14,7 +14,7 @@ that exists, and prints the strongly connected components of two graphs:
 For each circle it prints, per edge, the items one side takes from the other, so the fix
 (moving the shared items to the module both use) can be read off. A child naming its parent
 (`super::Item`) is how a submodule uses the module it belongs to, and does not count.
-Exit status 0 always: this is a report, not a gate.
+Exit status 1 when it finds a circle (scripts/test.sh's lint phase runs it as a gate), else 0.
 """
 import os
 import re
@@ -157,3 +157,4 @@ for d in dirs:
         else None,
     )
 print(f"{n} circle(s)")
+sys.exit(1 if n else 0)

@@ -63,9 +63,12 @@ trap 'phase_report; disk_report' EXIT
 disk_report
 
 if [[ $lint == 1 ]]; then
-	phase "lint: cargo fmt --check, cargo clippy --workspace -- -D warnings, shellcheck"
+	phase "lint: cargo fmt --check, cargo clippy --workspace -- -D warnings, import circles, shellcheck"
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
+	# No module of the daemon imports, through others, one that imports it (the report
+	# names each circle's edges and the items that make them).
+	python3 scripts/import_circles.py src
 	# The shim runs once per pod, so it links none of the daemon's network stack: a new
 	# dependency that brings one in fails here (the crate boundary already keeps it from
 	# using the daemon's code).

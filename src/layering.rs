@@ -1,6 +1,7 @@
 //! The layering rules, checked on the source tree: only the CRI adapter and what wires it up
-//! (`server.rs`, `main.rs`, `lib.rs`) may use `crate::cri`, the containerd error module is
-//! a leaf that uses nothing of remora's, and `images/` matches no gRPC code.
+//! (`server.rs`, `main.rs`, `lib.rs`) may use `crate::cri`, the ports' error module
+//! (`backend_error.rs`) is a leaf that uses nothing of remora's, and `images/` matches no gRPC
+//! code.
 
 use std::path::{Path, PathBuf};
 
@@ -89,8 +90,8 @@ fn nothing_below_cri_uses_cri() {
 }
 
 #[test]
-fn the_containerd_error_module_is_a_leaf() {
-    let path = src().join("containerd").join("error.rs");
+fn the_backend_error_module_is_a_leaf() {
+    let path = src().join("backend_error.rs");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let uses: Vec<&str> = text
         .lines()
@@ -98,11 +99,11 @@ fn the_containerd_error_module_is_a_leaf() {
         .collect();
     assert!(
         uses.is_empty(),
-        "containerd/error.rs uses remora modules: {uses:?}"
+        "backend_error.rs uses remora modules: {uses:?}"
     );
 }
 
-/// Image code decides on containerd's answers through `ContainerdError`'s predicates
+/// Image code decides on containerd's answers through `BackendError`'s predicates
 /// (`is_not_found`, `is_unavailable`, …): gRPC codes are matched only in `containerd/` and
 /// `cri/`. Test code (a `tests.rs`, a `tests/` directory, or what follows a file's first
 /// `#[cfg(test)]`) may still

@@ -8,6 +8,8 @@
 
 #![warn(missing_docs)]
 
+pub(crate) mod backend_error;
+pub(crate) mod bounded;
 pub(crate) mod cdi;
 pub mod config;
 pub(crate) mod containerd;
@@ -18,6 +20,7 @@ mod docs;
 pub(crate) mod events;
 pub(crate) mod failpoint;
 pub mod grpc;
+pub(crate) mod host_network;
 pub(crate) mod images;
 pub(crate) mod io;
 #[cfg(test)]

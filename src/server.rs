@@ -31,19 +31,20 @@ use crate::cri::Subsystems;
 use crate::events;
 use crate::events::monitor::{ImageEvents, Resync, RuntimeEvents, Subscription};
 use crate::events::queue::{OrderedQueue, QueueConfig};
+use crate::host_network::HostNetwork;
 use crate::images::pull::{Backend, PullConfig, Puller, TransferConfig};
 use crate::images::registry::{RegistryClient, RegistryConfig};
 use crate::images::resolver::ResolverConfig;
 use crate::images::store::ImageIndex;
 use crate::images::ImageRuntime;
 use crate::lifecycle::backend::{RuncOptions, ShimRuntime};
+use crate::lifecycle::handlers::HandlerFeatures;
 use crate::lifecycle::host::host_facts;
 use crate::lifecycle::{Backends, HandlerRuntime, Pods, PodsConfig, RuntimeHandlers};
 use crate::metrics::{GaugeFamily, Metrics};
-use crate::net::host_network::HostNetwork;
 use crate::net::{PodNetwork, PodNetworkConfig};
 use crate::notify::Notifier;
-use crate::oci::features::{self as oci_features, HandlerFeatures};
+use crate::oci::features as oci_features;
 use crate::stream::server::{StreamConfig, StreamServer, TlsFiles};
 
 /// Failures setting up or running the CRI socket server.
@@ -541,7 +542,7 @@ fn spawn_event_monitor(
             ),
         ]
     });
-    pods.set_exit_queue(queue.clone());
+    pods.set_exit_queue(Arc::new(queue.clone()));
     let resync_log = log.clone();
     let resync_queue = queue.clone();
     let resync_pods = pods.clone();
@@ -675,7 +676,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
             .map(|pods| pods.state_gauges())
             .unwrap_or_default()
     });
-    pods.set_reachability(health.reachability());
+    pods.set_reachability(Box::new(health.reachability()));
     // In the background: a create that needs the profile meanwhile waits for this load.
     tokio::spawn({
         let pods = pods.clone();

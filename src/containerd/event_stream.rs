@@ -12,7 +12,7 @@ use prost::Message;
 use tokio_stream::{Stream, StreamExt};
 
 use super::Client;
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::{BackendCode, BackendError};
 
 /// An event remora handles.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +100,7 @@ pub struct Envelope {
 }
 
 /// A stream of events; ends (or yields an error) when the connection to containerd breaks.
-pub type EventStream = Pin<Box<dyn Stream<Item = Result<Envelope, ContainerdError>> + Send>>;
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<Envelope, BackendError>> + Send>>;
 
 fn decode(type_url: &str, value: &[u8]) -> Option<Event> {
     // containerd names event types by their protobuf full name; match on the last segment
@@ -145,7 +145,7 @@ impl Client {
     /// caller unable to tell whether it is subscribed yet. So remora publishes a ping event to
     /// itself until the subscription delivers it: when this returns, the subscription is live
     /// and whatever happens from now on is seen (the ping itself is filtered out).
-    pub async fn subscribe(&self, topic_prefixes: &[&str]) -> Result<EventStream, ContainerdError> {
+    pub async fn subscribe(&self, topic_prefixes: &[&str]) -> Result<EventStream, BackendError> {
         let ns = self.namespace().to_string();
         let filters = topic_prefixes
             .iter()
@@ -167,7 +167,7 @@ impl Client {
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {
                     if started.elapsed() > CONFIRM_LIMIT {
                         pending.abort();
-                        return Err(ContainerdError::Timeout {
+                        return Err(BackendError::Timeout {
                             address: self.address().to_path_buf(),
                             after: CONFIRM_LIMIT,
                         });
@@ -200,7 +200,7 @@ impl Client {
         Ok(Box::pin(events))
     }
 
-    async fn publish_ping(&self) -> Result<(), ContainerdError> {
+    async fn publish_ping(&self) -> Result<(), BackendError> {
         let mut c = EventsClient::new(self.channel());
         let req = self.request(
             PublishRequest {
@@ -218,11 +218,11 @@ impl Client {
         Ok(())
     }
 
-    fn closed_stream(&self, why: &str) -> ContainerdError {
-        ContainerdError::Call {
+    fn closed_stream(&self, why: &str) -> BackendError {
+        BackendError::Call {
             address: self.address().to_path_buf(),
             op: "Events.Subscribe",
-            code: tonic::Code::Unavailable,
+            code: BackendCode::Unavailable,
             message: format!("subscription task failed: {why}"),
         }
     }

@@ -18,7 +18,7 @@ use slog::{info, warn, Logger};
 use tokio::sync::{watch, Notify};
 
 use super::{ContainerdVersion, VersionApi};
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 
 /// What the last probe found.
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ pub enum Health {
     /// containerd answered.
     Reachable(ContainerdVersion),
     /// containerd did not answer; the error says why.
-    Unreachable(ContainerdError),
+    Unreachable(BackendError),
 }
 
 /// Probe pacing, from `[containerd]` in the config.
@@ -102,6 +102,23 @@ impl Reachability {
     }
 }
 
+/// lifecycle's port, for exit monitors waiting out an outage.
+#[tonic::async_trait]
+impl crate::lifecycle::backend::Reachability for Reachability {
+    fn suspect(&self) {
+        Reachability::suspect(self)
+    }
+    fn mark_seen(&mut self) {
+        Reachability::mark_seen(self)
+    }
+    async fn back(&mut self) {
+        Reachability::back(self).await
+    }
+    fn handle(&self) -> Box<dyn crate::lifecycle::backend::Reachability> {
+        Box::new(self.clone())
+    }
+}
+
 impl HealthMonitor {
     /// A monitor in state [`Health::Unknown`]; nothing runs until [`HealthMonitor::run`].
     pub fn new(api: Arc<dyn VersionApi>, schedule: ProbeSchedule, log: Logger) -> Self {
@@ -129,7 +146,7 @@ impl HealthMonitor {
     }
 
     /// Probes containerd now, records the result, and returns it.
-    pub async fn probe(&self) -> Result<ContainerdVersion, ContainerdError> {
+    pub async fn probe(&self) -> Result<ContainerdVersion, BackendError> {
         let result = self.api.version(self.schedule.timeout).await;
         let next = match &result {
             Ok(v) => Health::Reachable(v.clone()),
@@ -201,7 +218,7 @@ mod tests {
 
     #[tonic::async_trait]
     impl VersionApi for Scripted {
-        async fn version(&self, _timeout: Duration) -> Result<ContainerdVersion, ContainerdError> {
+        async fn version(&self, _timeout: Duration) -> Result<ContainerdVersion, BackendError> {
             self.calls.lock().unwrap().push(Instant::now());
             let up = self.answers.lock().unwrap().pop_front().unwrap_or(true);
             if up {
@@ -210,10 +227,10 @@ mod tests {
                     revision: "r".into(),
                 })
             } else {
-                Err(ContainerdError::Call {
+                Err(BackendError::Call {
                     address: "/c.sock".into(),
                     op: "Version.Version",
-                    code: tonic::Code::Unavailable,
+                    code: crate::backend_error::BackendCode::Unavailable,
                     message: "connection refused".into(),
                 })
             }

@@ -27,7 +27,7 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 use super::Client;
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::{BackendCode, BackendError};
 use crate::images::backend::{
     Blob, ChunkStream, Content, ContentInfo, ContentWriter, Differ, ImageRecord, Images, Leases,
     Mount, Snapshots, Usage,
@@ -73,13 +73,9 @@ fn mounts_from_pb(m: Vec<PbMount>) -> Vec<Mount> {
         .collect()
 }
 
-fn is_code(e: &ContainerdError, code: Code) -> bool {
-    matches!(e, ContainerdError::Call { code: c, .. } if *c == code)
-}
-
 #[tonic::async_trait]
 impl Content for Client {
-    async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, ContainerdError> {
+    async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, BackendError> {
         let mut c = self.content_client();
         let req = self.request(
             InfoRequest {
@@ -95,7 +91,7 @@ impl Content for Client {
         }))
     }
 
-    async fn read_chunks(&self, digest: &str, size: u64) -> Result<ChunkStream, ContainerdError> {
+    async fn read_chunks(&self, digest: &str, size: u64) -> Result<ChunkStream, BackendError> {
         let mut c = self.content_client();
         // containerd answers in messages of at most 1 MiB; it reads `size` bytes (0 would
         // mean "to the end", so an empty blob needs no call).
@@ -145,7 +141,7 @@ impl Content for Client {
         lease: &str,
         write_ref: &str,
         blob: &Blob,
-    ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
+    ) -> Result<Option<Box<dyn ContentWriter>>, BackendError> {
         // A blob of more than one message gets a connection of its own (see
         // dedicated_content_client); the Writer keeps it until the commit.
         let mut c = if blob.size > WRITE_CHUNK as i64 {
@@ -192,7 +188,7 @@ impl Content for Client {
         })))
     }
 
-    async fn abort(&self, write_ref: &str) -> Result<(), ContainerdError> {
+    async fn abort(&self, write_ref: &str) -> Result<(), BackendError> {
         let mut c = self.content_client();
         let req = self.request(
             AbortRequest {
@@ -208,7 +204,7 @@ impl Content for Client {
         &self,
         digest: &str,
         labels: HashMap<String, String>,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         let mut c = self.content_client();
         let paths = labels.keys().map(|k| format!("labels.{k}")).collect();
         let req = self.request(
@@ -230,11 +226,11 @@ impl Content for Client {
 }
 
 impl Client {
-    fn closed_write(&self, step: &str) -> ContainerdError {
-        ContainerdError::Call {
+    fn closed_write(&self, step: &str) -> BackendError {
+        BackendError::Call {
             address: self.address().to_path_buf(),
             op: "Content.Write",
-            code: Code::Unavailable,
+            code: BackendCode::Unavailable,
             message: format!("write stream closed by containerd during {step}"),
         }
     }
@@ -305,7 +301,7 @@ impl Writer {
         &mut self,
         req: WriteContentRequest,
         step: &str,
-    ) -> Result<WriteContentResponse, ContainerdError> {
+    ) -> Result<WriteContentResponse, BackendError> {
         self.tx
             .send(req)
             .await
@@ -319,7 +315,7 @@ impl Writer {
 
     /// Sends `data` as one Write message after what was sent before, once fewer than
     /// [`WRITE_WINDOW`] messages await their answer.
-    async fn send(&mut self, data: Vec<u8>) -> Result<(), ContainerdError> {
+    async fn send(&mut self, data: Vec<u8>) -> Result<(), BackendError> {
         while self.in_flight.len() >= WRITE_WINDOW {
             self.acknowledge().await?;
         }
@@ -342,7 +338,7 @@ impl Writer {
     }
 
     /// Reads containerd's answer to the oldest unanswered data message.
-    async fn acknowledge(&mut self) -> Result<(), ContainerdError> {
+    async fn acknowledge(&mut self) -> Result<(), BackendError> {
         match self.responses.next().await {
             Some(Ok(_)) => {
                 self.offset += self.in_flight.pop_front().unwrap_or(0);
@@ -362,7 +358,7 @@ impl ContentWriter for Writer {
         self.offset + self.in_flight.iter().sum::<u64>() + self.batch.len() as u64
     }
 
-    async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError> {
+    async fn write(&mut self, data: Bytes) -> Result<(), BackendError> {
         let mut rest = &data[..];
         while !rest.is_empty() {
             if let Some(chunk) = self.batch.fill(&mut rest) {
@@ -375,7 +371,7 @@ impl ContentWriter for Writer {
     async fn commit(
         mut self: Box<Self>,
         labels: HashMap<String, String>,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         let last = self.batch.take();
         if !last.is_empty() {
             self.send(last).await?;
@@ -395,7 +391,7 @@ impl ContentWriter for Writer {
         match self.round_trip(req, "commit").await {
             Ok(_) => Ok(()),
             // Another writer committed the same blob first: it is stored, which is the goal.
-            Err(e) if is_code(&e, Code::AlreadyExists) => Ok(()),
+            Err(e) if e.is_already_exists() => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -403,7 +399,7 @@ impl ContentWriter for Writer {
 
 #[tonic::async_trait]
 impl Images for Client {
-    async fn get(&self, name: &str) -> Result<Option<ImageRecord>, ContainerdError> {
+    async fn get(&self, name: &str) -> Result<Option<ImageRecord>, BackendError> {
         let mut c = self.images_client();
         let req = self.request(
             GetImageRequest {
@@ -415,7 +411,7 @@ impl Images for Client {
         Ok(r.and_then(|r| r.image).map(record_from_pb))
     }
 
-    async fn list(&self) -> Result<Vec<ImageRecord>, ContainerdError> {
+    async fn list(&self) -> Result<Vec<ImageRecord>, BackendError> {
         let mut c = self.images_client();
         let req = self.request(ListImagesRequest { filters: vec![] }, None);
         let r = c
@@ -429,7 +425,7 @@ impl Images for Client {
             .collect())
     }
 
-    async fn put(&self, record: ImageRecord) -> Result<(), ContainerdError> {
+    async fn put(&self, record: ImageRecord) -> Result<(), BackendError> {
         let mut c = self.images_client();
         let image = Image {
             name: record.name.clone(),
@@ -467,7 +463,7 @@ impl Images for Client {
         }
     }
 
-    async fn delete(&self, name: &str) -> Result<(), ContainerdError> {
+    async fn delete(&self, name: &str) -> Result<(), BackendError> {
         let mut c = self.images_client();
         let req = self.request(
             DeleteImageRequest {
@@ -484,7 +480,7 @@ impl Images for Client {
 
 #[tonic::async_trait]
 impl Leases for Client {
-    async fn create(&self, id: &str, expire_secs: u64) -> Result<(), ContainerdError> {
+    async fn create(&self, id: &str, expire_secs: u64) -> Result<(), BackendError> {
         let mut c = self.leases_client();
         let expire = std::time::SystemTime::now() + std::time::Duration::from_secs(expire_secs);
         let expire = humantime::format_rfc3339_seconds(expire).to_string();
@@ -502,7 +498,7 @@ impl Leases for Client {
         Ok(())
     }
 
-    async fn delete(&self, id: &str, sync: bool) -> Result<(), ContainerdError> {
+    async fn delete(&self, id: &str, sync: bool) -> Result<(), BackendError> {
         let mut c = self.leases_client();
         let req = self.request(
             DeleteLeaseRequest {
@@ -515,7 +511,7 @@ impl Leases for Client {
         Ok(())
     }
 
-    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError> {
+    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, BackendError> {
         let mut c = self.leases_client();
         let req = self.request(
             containerd_client::services::v1::ListRequest {
@@ -543,7 +539,7 @@ impl Leases for Client {
             .collect())
     }
 
-    async fn add_content(&self, id: &str, digest: &str) -> Result<(), ContainerdError> {
+    async fn add_content(&self, id: &str, digest: &str) -> Result<(), BackendError> {
         let mut c = self.leases_client();
         let req = self.request(
             AddResourceRequest {
@@ -564,7 +560,7 @@ impl Leases for Client {
 
 #[tonic::async_trait]
 impl Snapshots for Client {
-    async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, ContainerdError> {
+    async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, BackendError> {
         let mut c = self.snapshots_client();
         let req = self.request(
             StatSnapshotRequest {
@@ -583,7 +579,7 @@ impl Snapshots for Client {
         key: &str,
         parent: &str,
         labels: &HashMap<String, String>,
-    ) -> Result<Vec<Mount>, ContainerdError> {
+    ) -> Result<Vec<Mount>, BackendError> {
         let mut c = self.snapshots_client();
         let req = self.request(
             PrepareSnapshotRequest {
@@ -608,7 +604,7 @@ impl Snapshots for Client {
         key: &str,
         parent: &str,
         labels: &HashMap<String, String>,
-    ) -> Result<Vec<Mount>, ContainerdError> {
+    ) -> Result<Vec<Mount>, BackendError> {
         let mut c = self.snapshots_client();
         let req = self.request(
             ViewSnapshotRequest {
@@ -626,7 +622,7 @@ impl Snapshots for Client {
         Ok(mounts_from_pb(r.into_inner().mounts))
     }
 
-    async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
+    async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, BackendError> {
         let mut c = self.snapshots_client();
         let req = self.request(
             MountsRequest {
@@ -649,7 +645,7 @@ impl Snapshots for Client {
         name: &str,
         key: &str,
         labels: HashMap<String, String>,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         let mut c = self.snapshots_client();
         let req = self.request(
             CommitSnapshotRequest {
@@ -666,7 +662,7 @@ impl Snapshots for Client {
         Ok(())
     }
 
-    async fn remove(&self, snapshotter: &str, key: &str) -> Result<(), ContainerdError> {
+    async fn remove(&self, snapshotter: &str, key: &str) -> Result<(), BackendError> {
         let mut c = self.snapshots_client();
         let req = self.request(
             RemoveSnapshotRequest {
@@ -679,7 +675,7 @@ impl Snapshots for Client {
         Ok(())
     }
 
-    async fn list(&self, snapshotter: &str) -> Result<Vec<String>, ContainerdError> {
+    async fn list(&self, snapshotter: &str) -> Result<Vec<String>, BackendError> {
         let mut c = self.snapshots_client();
         let req = self.request(
             ListSnapshotsRequest {
@@ -701,7 +697,7 @@ impl Snapshots for Client {
         Ok(names)
     }
 
-    async fn usage(&self, snapshotter: &str, key: &str) -> Result<Usage, ContainerdError> {
+    async fn usage(&self, snapshotter: &str, key: &str) -> Result<Usage, BackendError> {
         let mut c = self.snapshots_client();
         let req = self.request(
             UsageRequest {
@@ -721,7 +717,7 @@ impl Snapshots for Client {
         })
     }
 
-    async fn root(&self, snapshotter: &str) -> Result<Option<PathBuf>, ContainerdError> {
+    async fn root(&self, snapshotter: &str) -> Result<Option<PathBuf>, BackendError> {
         let mut c = IntrospectionClient::new(self.channel());
         let req = self.request(
             PluginsRequest {
@@ -744,7 +740,7 @@ impl Snapshots for Client {
 
 #[tonic::async_trait]
 impl Differ for Client {
-    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, ContainerdError> {
+    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, BackendError> {
         let mut c = DiffClient::new(self.channel());
         let req = self.request(
             ApplyRequest {

@@ -24,20 +24,7 @@ use containerd_client::services::v1::tasks_client::TasksClient;
 use containerd_client::services::v1::version_client::VersionClient;
 use tonic::transport::Channel;
 
-pub use error::ContainerdError;
-
-/// An id for a containerd object remora names (a lease, a stream, a snapshot key):
-/// `<prefix>-<nanos>-<seq>`, unique in this process (the sequence) and across restarts (the
-/// time).
-pub fn unique_id(prefix: &str) -> String {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("{prefix}-{nanos}-{seq}")
-}
+use crate::backend_error::BackendError;
 
 /// containerd's answer to `Version`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +39,7 @@ pub struct ContainerdVersion {
 #[tonic::async_trait]
 pub trait VersionApi: Send + Sync + 'static {
     /// One `Version` call bounded by `timeout`.
-    async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, ContainerdError>;
+    async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, BackendError>;
 }
 
 /// A connection to containerd over its unix socket.
@@ -173,7 +160,7 @@ impl Client {
         &self,
         op: &'static str,
         result: Result<tonic::Response<T>, tonic::Status>,
-    ) -> Result<Option<T>, ContainerdError> {
+    ) -> Result<Option<T>, BackendError> {
         match result {
             Ok(r) => Ok(Some(r.into_inner())),
             Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
@@ -181,7 +168,7 @@ impl Client {
         }
     }
 
-    pub(crate) fn call_error(&self, op: &'static str, status: tonic::Status) -> ContainerdError {
+    pub(crate) fn call_error(&self, op: &'static str, status: tonic::Status) -> BackendError {
         // A transport failure hides its cause (e.g. "No such file or directory") in the
         // source chain; include it so the message says why.
         let mut message = status.message().to_string();
@@ -195,10 +182,10 @@ impl Client {
             }
             source = s.source();
         }
-        ContainerdError::Call {
+        BackendError::Call {
             address: self.address.clone(),
             op,
-            code: call_error_code(&status),
+            code: error::backend_code(call_error_code(&status)),
             message,
         }
     }
@@ -219,11 +206,11 @@ fn call_error_code(status: &tonic::Status) -> tonic::Code {
 
 #[tonic::async_trait]
 impl VersionApi for Client {
-    async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, ContainerdError> {
+    async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, BackendError> {
         let mut client = VersionClient::new(self.channel.clone());
         let call = client.version(());
         match tokio::time::timeout(timeout, call).await {
-            Err(_elapsed) => Err(ContainerdError::Timeout {
+            Err(_elapsed) => Err(BackendError::Timeout {
                 address: self.address.clone(),
                 after: timeout,
             }),

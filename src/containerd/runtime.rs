@@ -19,7 +19,7 @@ use containerd_client::types::Mount as PbMount;
 use tonic::Code;
 
 use super::Client;
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::lifecycle::backend::{
     ContainerRecord, Containers, ExecStdio, Exit, RuncOptions, ShimRuntime, TaskSpec, TaskState,
     TaskStatus, Tasks,
@@ -113,7 +113,7 @@ impl Client {
     /// so the real exit status is still there for `Task.Wait`/`Tasks.Get` once it is back.
     /// The record starts nothing; it goes with the task ([`Tasks::delete`]) or the container
     /// record ([`Containers::delete`]).
-    async fn keep_exit(&self, id: &str) -> Result<(), ContainerdError> {
+    async fn keep_exit(&self, id: &str) -> Result<(), BackendError> {
         let mut c = self.sandbox_store_client();
         let req = self.request(
             StoreCreateRequest {
@@ -138,7 +138,7 @@ impl Client {
     }
 
     /// Drops task `id`'s exit-keeper record; absent is not an error.
-    async fn release_exit(&self, id: &str) -> Result<(), ContainerdError> {
+    async fn release_exit(&self, id: &str) -> Result<(), BackendError> {
         let mut c = self.sandbox_store_client();
         let req = self.request(
             StoreDeleteRequest {
@@ -211,7 +211,7 @@ fn record_to_pb(r: ContainerRecord) -> Container {
 
 #[tonic::async_trait]
 impl Containers for Client {
-    async fn create(&self, record: ContainerRecord) -> Result<(), ContainerdError> {
+    async fn create(&self, record: ContainerRecord) -> Result<(), BackendError> {
         let mut c = self.containers_client();
         let req = self.request(
             CreateContainerRequest {
@@ -225,14 +225,14 @@ impl Containers for Client {
         Ok(())
     }
 
-    async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, ContainerdError> {
+    async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError> {
         let mut c = self.containers_client();
         let req = self.request(GetContainerRequest { id: id.to_string() }, None);
         let r = self.found("Containers.Get", c.get(req).await)?;
         Ok(r.and_then(|r| r.container).map(record_from_pb))
     }
 
-    async fn list(&self) -> Result<Vec<ContainerRecord>, ContainerdError> {
+    async fn list(&self) -> Result<Vec<ContainerRecord>, BackendError> {
         let mut c = self.containers_client();
         let req = self.request(ListContainersRequest { filters: vec![] }, None);
         let r = c
@@ -246,12 +246,7 @@ impl Containers for Client {
             .collect())
     }
 
-    async fn set_extension(
-        &self,
-        id: &str,
-        key: &str,
-        value: Vec<u8>,
-    ) -> Result<(), ContainerdError> {
+    async fn set_extension(&self, id: &str, key: &str, value: Vec<u8>) -> Result<(), BackendError> {
         let mut c = self.containers_client();
         let container = Container {
             id: id.to_string(),
@@ -279,7 +274,7 @@ impl Containers for Client {
         Ok(())
     }
 
-    async fn delete(&self, id: &str) -> Result<(), ContainerdError> {
+    async fn delete(&self, id: &str) -> Result<(), BackendError> {
         let mut c = self.containers_client();
         let req = self.request(DeleteContainerRequest { id: id.to_string() }, None);
         self.found("Containers.Delete", c.delete(req).await)?;
@@ -288,7 +283,7 @@ impl Containers for Client {
         self.release_exit(id).await
     }
 
-    async fn sweep_orphans(&self) -> Result<usize, ContainerdError> {
+    async fn sweep_orphans(&self) -> Result<usize, BackendError> {
         let mut c = self.sandbox_store_client();
         let req = self.request(
             StoreListRequest {
@@ -320,7 +315,7 @@ impl Containers for Client {
 
 #[tonic::async_trait]
 impl Tasks for Client {
-    async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError> {
+    async fn create(&self, spec: TaskSpec) -> Result<u32, BackendError> {
         let id = spec.container_id.clone();
         let mut c = self.tasks_client();
         let req = self.request(
@@ -363,7 +358,7 @@ impl Tasks for Client {
         }
     }
 
-    async fn start(&self, container_id: &str) -> Result<u32, ContainerdError> {
+    async fn start(&self, container_id: &str) -> Result<u32, BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             StartRequest {
@@ -379,12 +374,7 @@ impl Tasks for Client {
         Ok(r.into_inner().pid)
     }
 
-    async fn kill(
-        &self,
-        container_id: &str,
-        signal: u32,
-        all: bool,
-    ) -> Result<(), ContainerdError> {
+    async fn kill(&self, container_id: &str, signal: u32, all: bool) -> Result<(), BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             KillRequest {
@@ -401,7 +391,7 @@ impl Tasks for Client {
         Ok(())
     }
 
-    async fn wait(&self, container_id: &str) -> Result<Exit, ContainerdError> {
+    async fn wait(&self, container_id: &str) -> Result<Exit, BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             WaitRequest {
@@ -421,7 +411,7 @@ impl Tasks for Client {
         })
     }
 
-    async fn state(&self, container_id: &str) -> Result<Option<TaskState>, ContainerdError> {
+    async fn state(&self, container_id: &str) -> Result<Option<TaskState>, BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             GetRequest {
@@ -457,7 +447,7 @@ impl Tasks for Client {
         exec_id: &str,
         process: Vec<u8>,
         stdio: ExecStdio,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             ExecProcessRequest {
@@ -480,7 +470,7 @@ impl Tasks for Client {
         Ok(())
     }
 
-    async fn start_exec(&self, container_id: &str, exec_id: &str) -> Result<u32, ContainerdError> {
+    async fn start_exec(&self, container_id: &str, exec_id: &str) -> Result<u32, BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             StartRequest {
@@ -496,7 +486,7 @@ impl Tasks for Client {
         Ok(r.into_inner().pid)
     }
 
-    async fn wait_exec(&self, container_id: &str, exec_id: &str) -> Result<Exit, ContainerdError> {
+    async fn wait_exec(&self, container_id: &str, exec_id: &str) -> Result<Exit, BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             WaitRequest {
@@ -521,7 +511,7 @@ impl Tasks for Client {
         container_id: &str,
         exec_id: &str,
         signal: u32,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             KillRequest {
@@ -543,7 +533,7 @@ impl Tasks for Client {
         container_id: &str,
         exec_id: &str,
         size: (u32, u32),
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             ResizePtyRequest {
@@ -560,7 +550,7 @@ impl Tasks for Client {
         Ok(())
     }
 
-    async fn close_stdin(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError> {
+    async fn close_stdin(&self, container_id: &str, exec_id: &str) -> Result<(), BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             CloseIoRequest {
@@ -580,7 +570,7 @@ impl Tasks for Client {
         &self,
         container_id: &str,
         resources: Vec<u8>,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             UpdateTaskRequest {
@@ -599,7 +589,7 @@ impl Tasks for Client {
         Ok(())
     }
 
-    async fn delete_exec(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError> {
+    async fn delete_exec(&self, container_id: &str, exec_id: &str) -> Result<(), BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             DeleteProcessRequest {
@@ -612,7 +602,7 @@ impl Tasks for Client {
         Ok(())
     }
 
-    async fn delete(&self, container_id: &str) -> Result<Option<Exit>, ContainerdError> {
+    async fn delete(&self, container_id: &str) -> Result<Option<Exit>, BackendError> {
         let mut c = self.tasks_client();
         let req = self.request(
             DeleteTaskRequest {

@@ -28,7 +28,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
 use super::Client;
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::images::backend::{Transfer, TransferAuth, TransferProgress, TransferPull};
 
 const STREAM_INIT: &str = "containerd.services.streaming.v1.StreamInit";
@@ -60,7 +60,7 @@ fn is_type(any: &Any, name: &str) -> bool {
 
 /// A stream id of `kind`, unique across pulls and restarts.
 fn stream_id(kind: &str) -> String {
-    super::unique_id(&format!("remora-{kind}"))
+    crate::images::backend::unique_id(&format!("remora-{kind}"))
 }
 
 /// Whether containerd's `AuthRequest` for `host` may be answered with the pull's credentials.
@@ -106,7 +106,7 @@ struct OpenStream {
 
 impl Client {
     /// Opens a stream registered in containerd as `id` and waits for its acknowledgement.
-    async fn open_stream(&self, id: &str) -> Result<OpenStream, ContainerdError> {
+    async fn open_stream(&self, id: &str) -> Result<OpenStream, BackendError> {
         let (outbound, rx) = mpsc::channel(8);
         // The channel was just made with room for 8: the first send cannot fail or wait.
         let _ = outbound.try_send(to_any(STREAM_INIT, &StreamInit { id: id.to_string() }));
@@ -130,7 +130,7 @@ impl Client {
         };
         let inbound = tokio::time::timeout(STREAM_OPEN_TIMEOUT, open)
             .await
-            .map_err(|_| ContainerdError::Timeout {
+            .map_err(|_| BackendError::Timeout {
                 address: self.address().to_path_buf(),
                 after: STREAM_OPEN_TIMEOUT,
             })??;
@@ -154,7 +154,7 @@ impl Transfer for Client {
         &self,
         request: TransferPull,
         progress: mpsc::UnboundedSender<TransferProgress>,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         let progress_id = stream_id("progress");
         let OpenStream {
             outbound: progress_out,

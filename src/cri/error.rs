@@ -2,14 +2,14 @@
 //! (`From<CriError> for tonic::Status`).
 //!
 //! Each failure has a named variant (no catch-all string variant). The layers below return
-//! their own errors (`ContainerdError`, `PullError`, `SandboxError`, `ContainerError`,
+//! their own errors (`BackendError`, `PullError`, `SandboxError`, `ContainerError`,
 //! `StoreError`); this module maps them to gRPC codes.
 
 use crate::cdi::CdiError;
 use thiserror::Error;
 use tonic::Code;
 
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::{BackendCode, BackendError};
 use crate::images::pull::{PullError, TransferFailure};
 use crate::images::registry::client::RegistryError;
 use crate::io::cri_log::LogError;
@@ -75,7 +75,7 @@ pub enum CriError {
     },
     /// containerd could not be reached or failed.
     #[error(transparent)]
-    Containerd(#[from] ContainerdError),
+    Containerd(#[from] BackendError),
     /// A request field is missing or malformed.
     #[error("invalid {what}: {reason}")]
     InvalidArgument {
@@ -162,10 +162,10 @@ fn pull_code(e: &PullError) -> Code {
     }
 }
 
-fn containerd_error_code(e: &ContainerdError) -> Code {
+fn containerd_error_code(e: &BackendError) -> Code {
     match e {
-        ContainerdError::Timeout { .. } => Code::Unavailable,
-        ContainerdError::Call { code, .. } => containerd_code(*code),
+        BackendError::Timeout { .. } => Code::Unavailable,
+        BackendError::Call { code, .. } => containerd_code(*code),
     }
 }
 
@@ -183,8 +183,8 @@ impl CriError {
     pub fn code(&self) -> Code {
         match self {
             CriError::Unimplemented { .. } => Code::Unimplemented,
-            CriError::Containerd(ContainerdError::Timeout { .. }) => Code::Unavailable,
-            CriError::Containerd(ContainerdError::Call { code, .. }) => containerd_code(*code),
+            CriError::Containerd(BackendError::Timeout { .. }) => Code::Unavailable,
+            CriError::Containerd(BackendError::Call { code, .. }) => containerd_code(*code),
             CriError::InvalidArgument { .. } => Code::InvalidArgument,
             CriError::Pull(e) => pull_code(e),
             CriError::Convert(_) => Code::InvalidArgument,
@@ -320,14 +320,27 @@ impl From<SandboxError> for CriError {
     }
 }
 
-fn containerd_code(code: Code) -> Code {
+fn containerd_code(code: BackendCode) -> Code {
     match code {
         // Transport failures (made `Unavailable` where they are seen: `Client::call_error`)
         // and containerd shutting down are retriable for kubelet. containerd's own `Unknown`
         // (an OCI runtime's refusal, a shim's error) stays `Unknown`, as containerd's CRI
         // answers it: it is no outage, and a retry meets the same refusal.
-        Code::Unavailable | Code::Cancelled => Code::Unavailable,
-        other => other,
+        BackendCode::Unavailable | BackendCode::Cancelled => Code::Unavailable,
+        BackendCode::Unknown => Code::Unknown,
+        BackendCode::InvalidArgument => Code::InvalidArgument,
+        BackendCode::DeadlineExceeded => Code::DeadlineExceeded,
+        BackendCode::NotFound => Code::NotFound,
+        BackendCode::AlreadyExists => Code::AlreadyExists,
+        BackendCode::PermissionDenied => Code::PermissionDenied,
+        BackendCode::ResourceExhausted => Code::ResourceExhausted,
+        BackendCode::FailedPrecondition => Code::FailedPrecondition,
+        BackendCode::Aborted => Code::Aborted,
+        BackendCode::OutOfRange => Code::OutOfRange,
+        BackendCode::Unimplemented => Code::Unimplemented,
+        BackendCode::Internal => Code::Internal,
+        BackendCode::DataLoss => Code::DataLoss,
+        BackendCode::Unauthenticated => Code::Unauthenticated,
     }
 }
 
@@ -427,29 +440,66 @@ mod tests {
     }
 
     #[test]
+    fn each_code_containerd_answers_reaches_the_cri_caller_as_before() {
+        // Through the port's words and back: containerd's code, except that its `Cancelled`
+        // (containerd shutting down) is retriable `Unavailable`.
+        for code in [
+            Code::Cancelled,
+            Code::Unknown,
+            Code::InvalidArgument,
+            Code::DeadlineExceeded,
+            Code::NotFound,
+            Code::AlreadyExists,
+            Code::PermissionDenied,
+            Code::ResourceExhausted,
+            Code::FailedPrecondition,
+            Code::Aborted,
+            Code::OutOfRange,
+            Code::Unimplemented,
+            Code::Internal,
+            Code::Unavailable,
+            Code::DataLoss,
+            Code::Unauthenticated,
+        ] {
+            let s: tonic::Status = CriError::from(BackendError::Call {
+                address: "/run/c.sock".into(),
+                op: "Tasks.Start",
+                code: crate::containerd::error::backend_code(code),
+                message: "m".into(),
+            })
+            .into();
+            let expected = match code {
+                Code::Cancelled => Code::Unavailable,
+                other => other,
+            };
+            assert_eq!(s.code(), expected, "{code:?}");
+        }
+    }
+
+    #[test]
     fn containerd_transport_failure_is_unavailable_and_its_unknown_stays_unknown() {
-        let s: tonic::Status = CriError::from(ContainerdError::Call {
+        let s: tonic::Status = CriError::from(BackendError::Call {
             address: "/run/c.sock".into(),
             op: "Version.Version",
-            code: Code::Unavailable,
+            code: BackendCode::Unavailable,
             message: "transport error".into(),
         })
         .into();
         assert_eq!(s.code(), Code::Unavailable);
         assert!(s.message().contains("/run/c.sock"));
         // runc refusing a create reaches remora as containerd's Unknown: no outage.
-        let s: tonic::Status = CriError::from(ContainerdError::Call {
+        let s: tonic::Status = CriError::from(BackendError::Call {
             address: "/run/c.sock".into(),
             op: "Tasks.Create",
-            code: Code::Unknown,
+            code: BackendCode::Unknown,
             message: "failed to create shim task: OCI runtime create failed".into(),
         })
         .into();
         assert_eq!(s.code(), Code::Unknown);
-        let s: tonic::Status = CriError::from(ContainerdError::Call {
+        let s: tonic::Status = CriError::from(BackendError::Call {
             address: "/run/c.sock".into(),
             op: "Containers.Get",
-            code: Code::NotFound,
+            code: BackendCode::NotFound,
             message: "no such container".into(),
         })
         .into();

@@ -23,8 +23,8 @@ use std::sync::Arc;
 
 use slog::Logger;
 
+use crate::backend_error::BackendError;
 use crate::config::Config;
-use crate::containerd::error::ContainerdError;
 use crate::containerd::health::HealthMonitor;
 use crate::images::image_fs_info::{SnapshotTotals, SnapshotWalk};
 use crate::lifecycle::snapshot_usage::SnapshotUsage;
@@ -76,7 +76,7 @@ impl crate::lifecycle::backend::LocalImages for ImageRuntime {
 /// ImageFsInfo reads lifecycle's periodic snapshot walk.
 #[tonic::async_trait]
 impl SnapshotTotals for Arc<SnapshotUsage> {
-    async fn latest(&self) -> Result<SnapshotWalk, ContainerdError> {
+    async fn latest(&self) -> Result<SnapshotWalk, BackendError> {
         let c = SnapshotUsage::latest(self).await?;
         Ok(SnapshotWalk {
             timestamp_ns: c.timestamp_ns,

@@ -222,10 +222,10 @@ fn ready(kind: &'static str) -> Condition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::containerd::error::ContainerdError;
+    use crate::backend_error::BackendError;
     use crate::containerd::health::ProbeSchedule;
     use crate::containerd::{ContainerdVersion, VersionApi};
-    use crate::oci::features::HandlerFeatures;
+    use crate::lifecycle::handlers::HandlerFeatures;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
@@ -234,14 +234,14 @@ mod tests {
 
     #[tonic::async_trait]
     impl VersionApi for Switch {
-        async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, ContainerdError> {
+        async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, BackendError> {
             if self.0.load(Ordering::SeqCst) {
                 Ok(ContainerdVersion {
                     version: "v2.3.4".into(),
                     revision: "abc".into(),
                 })
             } else {
-                Err(ContainerdError::Timeout {
+                Err(BackendError::Timeout {
                     address: "/run/c.sock".into(),
                     after: timeout,
                 })

@@ -18,24 +18,24 @@ use tokio::sync::watch;
 use tokio_stream::StreamExt;
 
 use super::queue::{HandleError, Handler, OrderedQueue};
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::containerd::event_stream::{Event, EventStream};
-use crate::containerd::health::Reachability;
 use crate::images::backend::{Content, Images};
 use crate::images::pull::load_image;
 use crate::images::store::ImageIndex;
+use crate::lifecycle::backend::Reachability;
 use remora_host::backoff::Backoff;
 
 /// Where events come from (containerd; fakes in tests).
 #[tonic::async_trait]
 pub trait EventSource: Send + Sync + 'static {
     /// A stream of events whose topic starts with one of `topics`, in remora's namespace.
-    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, ContainerdError>;
+    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, BackendError>;
 }
 
 #[tonic::async_trait]
 impl EventSource for crate::containerd::Client {
-    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, ContainerdError> {
+    async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, BackendError> {
         crate::containerd::Client::subscribe(self, topics).await
     }
 }
@@ -55,7 +55,7 @@ pub struct Subscription {
     /// Cap of the re-subscribe delay.
     pub backoff_max: Duration,
     /// containerd's comings and goings, from the health monitor.
-    pub reachability: Reachability,
+    pub reachability: Box<dyn Reachability>,
     /// Counts re-established streams (`remora_containerd_reconnects_total`).
     pub metrics: crate::metrics::Metrics,
 }
@@ -178,7 +178,7 @@ pub struct ImageEvents {
 pub enum RefreshError {
     /// containerd failed.
     #[error(transparent)]
-    Containerd(#[from] ContainerdError),
+    Containerd(#[from] BackendError),
     /// The image's manifest or config could not be loaded.
     #[error("indexing image {name}: {source}")]
     Index {
@@ -211,7 +211,7 @@ impl ImageEvents {
 
     /// Indexes every image record containerd has, directly (not through the queue). For
     /// start-up, before any event is dispatched; later resyncs go through the queue.
-    pub async fn load_all(&self) -> Result<usize, ContainerdError> {
+    pub async fn load_all(&self) -> Result<usize, BackendError> {
         let records = self.images.list().await?;
         let mut loaded = 0;
         for r in &records {
@@ -226,7 +226,7 @@ impl ImageEvents {
     /// queueing a refresh for each name on the same per-name queue as events. Each refresh
     /// reads containerd's record at handling time, so a resync racing with a pull or with
     /// events can neither drop a reference that exists nor keep one that is gone.
-    pub async fn resync(&self, queue: &OrderedQueue<Event>) -> Result<usize, ContainerdError> {
+    pub async fn resync(&self, queue: &OrderedQueue<Event>) -> Result<usize, BackendError> {
         let mut names: std::collections::BTreeSet<String> = self
             .images
             .list()
@@ -316,6 +316,20 @@ impl Handler<Event> for RuntimeEvents {
     }
 }
 
+/// lifecycle's exit queue: an exit monitor's exit, as the event it is queued as.
+impl crate::lifecycle::backend::ExitQueue for OrderedQueue<Event> {
+    fn push_exit(&self, container_id: &str, exit: crate::lifecycle::backend::Exit) {
+        self.push(
+            container_id,
+            Event::ContainerExited {
+                container_id: container_id.to_string(),
+                exit_status: exit.status,
+                exited_at: exit.at,
+            },
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,17 +341,17 @@ mod tests {
 
     /// Each subscribe hands out the next scripted stream (items then end); then fails.
     struct Scripted {
-        streams: Mutex<VecDeque<Vec<Result<Envelope, ContainerdError>>>>,
+        streams: Mutex<VecDeque<Vec<Result<Envelope, BackendError>>>>,
         subscribes: AtomicUsize,
     }
 
     #[tonic::async_trait]
     impl EventSource for Scripted {
-        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, ContainerdError> {
+        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, BackendError> {
             self.subscribes.fetch_add(1, Ordering::SeqCst);
             match self.streams.lock().unwrap().pop_front() {
                 Some(items) => Ok(Box::pin(tokio_stream::iter(items))),
-                None => Err(ContainerdError::Timeout {
+                None => Err(BackendError::Timeout {
                     address: "/c.sock".into(),
                     after: Duration::from_secs(1),
                 }),
@@ -361,7 +375,7 @@ mod tests {
         }
     }
 
-    fn env(ns: &str, name: &str) -> Result<Envelope, ContainerdError> {
+    fn env(ns: &str, name: &str) -> Result<Envelope, BackendError> {
         Ok(Envelope {
             namespace: ns.into(),
             topic: "/images/create".into(),
@@ -402,7 +416,7 @@ mod tests {
                 namespace: "remora".into(),
                 backoff_min: Duration::from_millis(100),
                 backoff_max: Duration::from_secs(1),
-                reachability: Reachability::never(),
+                reachability: Box::new(crate::lifecycle::backend::NeverBack),
             },
             queue,
             resync,
@@ -453,11 +467,11 @@ mod tests {
     }
 
     impl Outage {
-        fn down(&self) -> Option<ContainerdError> {
-            (tokio::time::Instant::now() < self.up_at).then(|| ContainerdError::Call {
+        fn down(&self) -> Option<BackendError> {
+            (tokio::time::Instant::now() < self.up_at).then(|| BackendError::Call {
                 address: "/c.sock".into(),
                 op: "test",
-                code: tonic::Code::Unavailable,
+                code: crate::backend_error::BackendCode::Unavailable,
                 message: "connection refused".into(),
             })
         }
@@ -465,7 +479,7 @@ mod tests {
 
     #[tonic::async_trait]
     impl EventSource for Outage {
-        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, ContainerdError> {
+        async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, BackendError> {
             if let Some(e) = self.down() {
                 return Err(e);
             }
@@ -482,7 +496,7 @@ mod tests {
         async fn version(
             &self,
             _timeout: Duration,
-        ) -> Result<crate::containerd::ContainerdVersion, ContainerdError> {
+        ) -> Result<crate::containerd::ContainerdVersion, BackendError> {
             match self.down() {
                 Some(e) => Err(e),
                 None => Ok(crate::containerd::ContainerdVersion {
@@ -528,7 +542,7 @@ mod tests {
                 // The defaults: a backoff alone would be 10 s apart by the end of the outage.
                 backoff_min: Duration::from_millis(100),
                 backoff_max: Duration::from_secs(10),
-                reachability: health.reachability(),
+                reachability: Box::new(health.reachability()),
             },
             OrderedQueue::new(Arc::new(Seen::default()), QueueConfig::default()),
             resync,

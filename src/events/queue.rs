@@ -117,7 +117,7 @@ impl<E> QueueStatsReader<E> {
     }
 }
 
-/// See [`OrderedQueue::stats`].
+/// See [`QueueStatsReader::stats`].
 fn stats_of<E>(fifos: &Mutex<HashMap<String, Fifo<E>>>) -> QueueStats {
     let now = Instant::now();
     let fifos = lock(fifos);
@@ -180,7 +180,9 @@ impl<E: Clone + Send + Sync + 'static> OrderedQueue<E> {
         self
     }
 
-    /// Pending events, IDs in backoff and the oldest pending event's age, now.
+    /// Pending events, IDs in backoff and the oldest pending event's age, now (the daemon
+    /// reads them through [`OrderedQueue::downgrade`]).
+    #[cfg(test)]
     pub fn stats(&self) -> QueueStats {
         stats_of(&self.fifos)
     }
@@ -221,11 +223,13 @@ impl<E: Clone + Send + Sync + 'static> OrderedQueue<E> {
     }
 
     /// Events waiting (including the one being handled) for `id`.
+    #[cfg(test)]
     pub fn pending(&self, id: &str) -> usize {
         lock(&self.fifos).get(id).map_or(0, |f| f.events.len())
     }
 
     /// Total events waiting across all IDs.
+    #[cfg(test)]
     pub fn pending_total(&self) -> usize {
         lock(&self.fifos).values().map(|f| f.events.len()).sum()
     }

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 
 /// A blob's content as a stream of chunks.
-pub type ChunkStream = BoxStream<'static, Result<Bytes, ContainerdError>>;
+pub type ChunkStream = BoxStream<'static, Result<Bytes, BackendError>>;
 
 /// A content-addressed blob reference (OCI descriptor without platform details).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -73,33 +73,43 @@ pub struct Usage {
 
 /// An open content-store write. Dropping it without `commit` leaves the partial ingest, which a
 /// later writer with the same ref resumes (and containerd's GC removes if nobody does).
+/// An id for a containerd object remora names (a lease, a stream, a snapshot key):
+/// `<prefix>-<nanos>-<seq>`, unique in this process (the sequence) and across restarts (the
+/// time).
+pub fn unique_id(prefix: &str) -> String {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{nanos}-{seq}")
+}
+
 #[tonic::async_trait]
 pub trait ContentWriter: Send {
     /// Bytes already stored under this write's ref: resume the data from here.
     fn offset(&self) -> u64;
     /// Appends data.
-    async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError>;
+    async fn write(&mut self, data: Bytes) -> Result<(), BackendError>;
     /// Verifies the digest and size and makes the blob visible, with `labels`.
-    async fn commit(
-        self: Box<Self>,
-        labels: HashMap<String, String>,
-    ) -> Result<(), ContainerdError>;
+    async fn commit(self: Box<Self>, labels: HashMap<String, String>) -> Result<(), BackendError>;
 }
 
 /// containerd's content store.
 #[tonic::async_trait]
 pub trait Content: Send + Sync + 'static {
     /// The blob's info, or `None` if absent.
-    async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, ContainerdError>;
+    async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, BackendError>;
     /// The first `size` bytes of the blob, in the chunks containerd sends (at most 1 MiB
     /// each): its whole content when `size` is the size its descriptor states. Never more than
     /// `size` bytes in all, whatever the server sends.
-    async fn read_chunks(&self, digest: &str, size: u64) -> Result<ChunkStream, ContainerdError>;
+    async fn read_chunks(&self, digest: &str, size: u64) -> Result<ChunkStream, BackendError>;
     /// [`Content::read_chunks`] gathered into one buffer. For manifests and indexes only,
     /// whose size the caller has checked against its limit (`MAX_MANIFEST_SIZE`): nothing
     /// larger is read into memory whole (configs are parsed as they stream, see
     /// `images::config_stream`).
-    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, ContainerdError> {
+    async fn read(&self, digest: &str, size: u64) -> Result<Bytes, BackendError> {
         let mut chunks = self.read_chunks(digest, size).await?;
         let mut buf = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         while let Some(chunk) = chunks.next().await {
@@ -114,29 +124,29 @@ pub trait Content: Send + Sync + 'static {
         lease: &str,
         write_ref: &str,
         blob: &Blob,
-    ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError>;
+    ) -> Result<Option<Box<dyn ContentWriter>>, BackendError>;
     /// Discards the partial ingest of `write_ref` (absent is not an error), so the next
     /// writer starts from zero instead of resuming bad data.
-    async fn abort(&self, write_ref: &str) -> Result<(), ContainerdError>;
+    async fn abort(&self, write_ref: &str) -> Result<(), BackendError>;
     /// Sets (merges) labels on a stored blob.
     async fn set_labels(
         &self,
         digest: &str,
         labels: HashMap<String, String>,
-    ) -> Result<(), ContainerdError>;
+    ) -> Result<(), BackendError>;
 }
 
 /// containerd's image records.
 #[tonic::async_trait]
 pub trait Images: Send + Sync + 'static {
     /// One record, or `None`.
-    async fn get(&self, name: &str) -> Result<Option<ImageRecord>, ContainerdError>;
+    async fn get(&self, name: &str) -> Result<Option<ImageRecord>, BackendError>;
     /// Every record in the namespace.
-    async fn list(&self) -> Result<Vec<ImageRecord>, ContainerdError>;
+    async fn list(&self) -> Result<Vec<ImageRecord>, BackendError>;
     /// Creates the record, or updates its target and labels if it exists.
-    async fn put(&self, record: ImageRecord) -> Result<(), ContainerdError>;
+    async fn put(&self, record: ImageRecord) -> Result<(), BackendError>;
     /// Deletes a record; absent is not an error.
-    async fn delete(&self, name: &str) -> Result<(), ContainerdError>;
+    async fn delete(&self, name: &str) -> Result<(), BackendError>;
 }
 
 /// containerd's leases: keep what a pull writes safe from GC until the image references it.
@@ -144,22 +154,22 @@ pub trait Images: Send + Sync + 'static {
 pub trait Leases: Send + Sync + 'static {
     /// Creates a lease that containerd expires by itself after `expire_secs` (in case remora
     /// dies before deleting it).
-    async fn create(&self, id: &str, expire_secs: u64) -> Result<(), ContainerdError>;
+    async fn create(&self, id: &str, expire_secs: u64) -> Result<(), BackendError>;
     /// Deletes a lease; absent is not an error. With `sync`, containerd garbage-collects what
     /// the lease alone kept before answering (used when rolling back a failed pull).
-    async fn delete(&self, id: &str, sync: bool) -> Result<(), ContainerdError>;
+    async fn delete(&self, id: &str, sync: bool) -> Result<(), BackendError>;
     /// Adds a content blob to the lease, protecting it from GC even before it exists (a blob
     /// another pull is still downloading).
-    async fn add_content(&self, id: &str, digest: &str) -> Result<(), ContainerdError>;
+    async fn add_content(&self, id: &str, digest: &str) -> Result<(), BackendError>;
     /// Every lease in the namespace: id and creation time.
-    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError>;
+    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, BackendError>;
 }
 
 /// One snapshotter's snapshots.
 #[tonic::async_trait]
 pub trait Snapshots: Send + Sync + 'static {
     /// Whether a snapshot with this key or name exists.
-    async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, ContainerdError>;
+    async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, BackendError>;
     /// An active snapshot on `parent` ("" for none), within `lease`, with `labels` (the
     /// snapshotter reads some: the idmap labels of a user-namespaced pod's rootfs).
     async fn prepare(
@@ -169,7 +179,7 @@ pub trait Snapshots: Send + Sync + 'static {
         key: &str,
         parent: &str,
         labels: &HashMap<String, String>,
-    ) -> Result<Vec<Mount>, ContainerdError>;
+    ) -> Result<Vec<Mount>, BackendError>;
     /// A read-only view of committed snapshot `parent`, within `lease` (image volumes), with
     /// `labels` (the idmap labels of an image volume in a user-namespaced pod).
     async fn view(
@@ -179,9 +189,9 @@ pub trait Snapshots: Send + Sync + 'static {
         key: &str,
         parent: &str,
         labels: &HashMap<String, String>,
-    ) -> Result<Vec<Mount>, ContainerdError>;
+    ) -> Result<Vec<Mount>, BackendError>;
     /// The mounts of an existing (active) snapshot.
-    async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, ContainerdError>;
+    async fn mounts(&self, snapshotter: &str, key: &str) -> Result<Vec<Mount>, BackendError>;
     /// Commits active snapshot `key` as `name`, with `labels`.
     async fn commit(
         &self,
@@ -190,23 +200,23 @@ pub trait Snapshots: Send + Sync + 'static {
         name: &str,
         key: &str,
         labels: HashMap<String, String>,
-    ) -> Result<(), ContainerdError>;
+    ) -> Result<(), BackendError>;
     /// Removes a snapshot; absent is not an error.
-    async fn remove(&self, snapshotter: &str, key: &str) -> Result<(), ContainerdError>;
+    async fn remove(&self, snapshotter: &str, key: &str) -> Result<(), BackendError>;
     /// Names of all snapshots.
-    async fn list(&self, snapshotter: &str) -> Result<Vec<String>, ContainerdError>;
+    async fn list(&self, snapshotter: &str) -> Result<Vec<String>, BackendError>;
     /// Disk usage of one snapshot.
-    async fn usage(&self, snapshotter: &str, key: &str) -> Result<Usage, ContainerdError>;
+    async fn usage(&self, snapshotter: &str, key: &str) -> Result<Usage, BackendError>;
     /// The snapshotter's root directory, as containerd's plugin reports it (`None` if the
     /// plugin does not export one).
-    async fn root(&self, snapshotter: &str) -> Result<Option<std::path::PathBuf>, ContainerdError>;
+    async fn root(&self, snapshotter: &str) -> Result<Option<std::path::PathBuf>, BackendError>;
 }
 
 /// containerd's diff service.
 #[tonic::async_trait]
 pub trait Differ: Send + Sync + 'static {
     /// Applies the (compressed) layer blob onto `mounts`; returns the uncompressed digest.
-    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, ContainerdError>;
+    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, BackendError>;
 }
 
 /// Credentials containerd's Transfer service is given when a registry asks it for them.
@@ -289,5 +299,5 @@ pub trait Transfer: Send + Sync + 'static {
         &self,
         request: TransferPull,
         progress: tokio::sync::mpsc::UnboundedSender<TransferProgress>,
-    ) -> Result<(), ContainerdError>;
+    ) -> Result<(), BackendError>;
 }

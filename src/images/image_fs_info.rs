@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 
 /// One filesystem's usage.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,13 +35,13 @@ pub struct SnapshotWalk {
 #[tonic::async_trait]
 pub trait SnapshotTotals: Send + Sync {
     /// The last walk (waiting for the first one if none has run yet).
-    async fn latest(&self) -> Result<SnapshotWalk, ContainerdError>;
+    async fn latest(&self) -> Result<SnapshotWalk, BackendError>;
 }
 
 /// The usage of every snapshot in remora's namespace on the configured snapshotter, summed as
 /// containerd's CRI does (from the last walk); the mountpoint is the snapshotter's root
 /// directory.
-pub async fn image_fs_info(usage: &dyn SnapshotTotals) -> Result<FsUsage, ContainerdError> {
+pub async fn image_fs_info(usage: &dyn SnapshotTotals) -> Result<FsUsage, BackendError> {
     let walk = usage.latest().await?;
     Ok(FsUsage {
         timestamp_ns: walk.timestamp_ns,
@@ -59,7 +59,7 @@ mod tests {
 
     #[tonic::async_trait]
     impl SnapshotTotals for Walked {
-        async fn latest(&self) -> Result<SnapshotWalk, ContainerdError> {
+        async fn latest(&self) -> Result<SnapshotWalk, BackendError> {
             Ok(self.0.clone())
         }
     }

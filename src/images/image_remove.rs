@@ -4,7 +4,7 @@ use slog::{info, Logger};
 
 use super::image_status::find_image;
 use super::ImageRuntime;
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 
 /// Removes the image `image` names — every reference of it (all tags and digests), as CRI
 /// requires for removal by id, and as containerd's CRI does for removal by tag. Absent is
@@ -13,7 +13,7 @@ pub async fn remove_image(
     images: &ImageRuntime,
     image: &str,
     log: &Logger,
-) -> Result<(), ContainerdError> {
+) -> Result<(), BackendError> {
     let Some(found) = find_image(images, image) else {
         return Ok(());
     };

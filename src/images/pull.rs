@@ -62,7 +62,7 @@ use super::registry::{RegistryClient, RegistryError};
 use super::resolver::{Resolve, ResolveError, Resolver, ResolverError};
 use super::store::{ImageIndex, ImageInfo};
 use super::unpack::{chain_ids, UnpackError};
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::metrics::{GaugeFamily, Metrics};
 
 /// Label containerd's CRI puts on images it manages; kept for tool compatibility.
@@ -80,7 +80,7 @@ const MAX_QUEUED_DOWNLOADS: usize = 4096;
 
 /// A lease id of `kind`, unique across pulls and restarts.
 fn lease_id(kind: &str) -> String {
-    crate::containerd::unique_id(&format!("remora-{kind}"))
+    crate::images::backend::unique_id(&format!("remora-{kind}"))
 }
 
 /// Opens a content writer, waiting (bounded by [`REF_LOCK_WAIT`]) while containerd reports
@@ -91,7 +91,7 @@ async fn open_writer(
     lease: &str,
     write_ref: &str,
     blob: &Blob,
-) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
+) -> Result<Option<Box<dyn ContentWriter>>, BackendError> {
     let deadline = tokio::time::Instant::now() + REF_LOCK_WAIT;
     let mut delay = Duration::from_millis(10);
     loop {
@@ -128,7 +128,7 @@ pub enum PullError {
         /// The image.
         reference: String,
         /// containerd's error.
-        source: ContainerdError,
+        source: BackendError,
     },
     /// Unpacking into the snapshotter failed.
     #[error("{reference}: unpacking: {source}")]
@@ -145,7 +145,7 @@ pub enum PullError {
         /// What kind of failure containerd's message says it was.
         failure: TransferFailure,
         /// containerd's error.
-        source: ContainerdError,
+        source: BackendError,
     },
     /// The layer downloads of containerd's Transfer service made too little progress.
     #[error(
@@ -496,7 +496,7 @@ impl Puller {
 }
 
 impl Inner {
-    fn containerd_err(&self, reference: &Reference, source: ContainerdError) -> PullError {
+    fn containerd_err(&self, reference: &Reference, source: BackendError) -> PullError {
         PullError::Containerd {
             reference: reference.to_string(),
             source,
@@ -1061,7 +1061,7 @@ async fn parse_stored_config(
 pub enum LoadError {
     /// Content missing or containerd failed.
     #[error(transparent)]
-    Containerd(#[from] ContainerdError),
+    Containerd(#[from] BackendError),
     /// The stored manifest or config is unusable.
     #[error(transparent)]
     Manifest(#[from] ManifestError),

@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use super::backend::{Blob, Differ, Snapshots};
-use crate::containerd::error::ContainerdError;
+use super::backend::{unique_id, Blob, Differ, Snapshots};
+use crate::backend_error::BackendError;
 
 /// Why an unpack failed.
 #[derive(Debug, Error)]
@@ -57,7 +57,7 @@ pub enum UnpackError {
     },
     /// containerd failed.
     #[error(transparent)]
-    Containerd(#[from] ContainerdError),
+    Containerd(#[from] BackendError),
 }
 
 /// Chain IDs of a layer stack, bottom first.
@@ -77,7 +77,7 @@ pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
 }
 
 fn unique_key(chain_id: &str) -> String {
-    format!("{} {chain_id}", crate::containerd::unique_id("extract"))
+    format!("{} {chain_id}", unique_id("extract"))
 }
 
 /// Unpacks `layers` (with their config `diff_ids`) into `snapshotter` within `lease`; returns the
@@ -228,10 +228,10 @@ async fn apply_one(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::backend_error::BackendCode;
     use crate::images::backend::{Mount, Usage};
     use std::collections::BTreeMap;
     use std::sync::Mutex;
-    use tonic::Code;
 
     /// In-memory snapshotter: name -> (parent, committed).
     #[derive(Default)]
@@ -244,7 +244,7 @@ pub(crate) mod tests {
 
     #[tonic::async_trait]
     impl Snapshots for FakeSnapshots {
-        async fn exists(&self, _s: &str, key: &str) -> Result<bool, ContainerdError> {
+        async fn exists(&self, _s: &str, key: &str) -> Result<bool, BackendError> {
             Ok(self.snaps.lock().unwrap().contains_key(key))
         }
         async fn prepare(
@@ -254,7 +254,7 @@ pub(crate) mod tests {
             key: &str,
             parent: &str,
             _labels: &HashMap<String, String>,
-        ) -> Result<Vec<Mount>, ContainerdError> {
+        ) -> Result<Vec<Mount>, BackendError> {
             self.prepared.lock().unwrap().push(key.to_string());
             self.snaps
                 .lock()
@@ -274,16 +274,16 @@ pub(crate) mod tests {
             _key: &str,
             _parent: &str,
             _labels: &HashMap<String, String>,
-        ) -> Result<Vec<Mount>, ContainerdError> {
+        ) -> Result<Vec<Mount>, BackendError> {
             // Unpacking never makes views.
-            Err(ContainerdError::Call {
+            Err(BackendError::Call {
                 address: "/fake".into(),
                 op: "Snapshots.View",
-                code: Code::Unimplemented,
+                code: BackendCode::Unimplemented,
                 message: "the unpack fake makes no views".into(),
             })
         }
-        async fn mounts(&self, _s: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
+        async fn mounts(&self, _s: &str, key: &str) -> Result<Vec<Mount>, BackendError> {
             Ok(vec![Mount {
                 kind: "bind".into(),
                 source: key.into(),
@@ -298,13 +298,13 @@ pub(crate) mod tests {
             name: &str,
             key: &str,
             _labels: HashMap<String, String>,
-        ) -> Result<(), ContainerdError> {
+        ) -> Result<(), BackendError> {
             let mut snaps = self.snaps.lock().unwrap();
             if snaps.contains_key(name) {
-                return Err(ContainerdError::Call {
+                return Err(BackendError::Call {
                     address: "/fake".into(),
                     op: "Snapshots.Commit",
-                    code: Code::AlreadyExists,
+                    code: BackendCode::AlreadyExists,
                     message: "exists".into(),
                 });
             }
@@ -316,17 +316,17 @@ pub(crate) mod tests {
                 .push((name.to_string(), _l.to_string()));
             Ok(())
         }
-        async fn remove(&self, _s: &str, key: &str) -> Result<(), ContainerdError> {
+        async fn remove(&self, _s: &str, key: &str) -> Result<(), BackendError> {
             self.snaps.lock().unwrap().remove(key);
             Ok(())
         }
-        async fn list(&self, _s: &str) -> Result<Vec<String>, ContainerdError> {
+        async fn list(&self, _s: &str) -> Result<Vec<String>, BackendError> {
             Ok(self.snaps.lock().unwrap().keys().cloned().collect())
         }
-        async fn usage(&self, _s: &str, _k: &str) -> Result<Usage, ContainerdError> {
+        async fn usage(&self, _s: &str, _k: &str) -> Result<Usage, BackendError> {
             Ok(Usage::default())
         }
-        async fn root(&self, _s: &str) -> Result<Option<std::path::PathBuf>, ContainerdError> {
+        async fn root(&self, _s: &str) -> Result<Option<std::path::PathBuf>, BackendError> {
             Ok(Some("/fake/snapshots".into()))
         }
     }
@@ -336,14 +336,14 @@ pub(crate) mod tests {
 
     #[tonic::async_trait]
     impl Differ for FakeDiffer {
-        async fn apply(&self, layer: &Blob, _m: Vec<Mount>) -> Result<String, ContainerdError> {
+        async fn apply(&self, layer: &Blob, _m: Vec<Mount>) -> Result<String, BackendError> {
             self.0
                 .get(&layer.digest)
                 .cloned()
-                .ok_or_else(|| ContainerdError::Call {
+                .ok_or_else(|| BackendError::Call {
                     address: "/fake".into(),
                     op: "Diff.Apply",
-                    code: Code::NotFound,
+                    code: BackendCode::NotFound,
                     message: format!("no content {}", layer.digest),
                 })
         }

@@ -227,7 +227,7 @@ pub struct Parser;
 #[tonic::async_trait]
 impl ProfileLoader for Parser {
     async fn load(&self, path: &Path) -> Result<(), LoadError> {
-        let out = crate::oci::cli::output_within(
+        let out = crate::bounded::output_within(
             tokio::process::Command::new("apparmor_parser")
                 .arg("-Kr")
                 .arg(path),
@@ -235,10 +235,10 @@ impl ProfileLoader for Parser {
         )
         .await
         .map_err(|e| match e {
-            crate::oci::cli::Bounded::TimedOut => LoadError::TimedOut {
+            crate::bounded::Bounded::TimedOut => LoadError::TimedOut {
                 after: PARSER_TIMEOUT,
             },
-            crate::oci::cli::Bounded::Io(e) => LoadError::Spawn {
+            crate::bounded::Bounded::Io(e) => LoadError::Spawn {
                 reason: e.to_string(),
             },
         })?;

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::images::backend::Mount;
 use crate::images::pull::PullError;
 use crate::images::store::ImageInfo;
@@ -134,28 +134,68 @@ pub struct Exit {
     pub at: Option<SystemTime>,
 }
 
+/// Where exit monitors queue the exits they see, so that an exit is recorded in order with
+/// the container's other events and retried with backoff (the event monitor's queue, which
+/// hands it back to [`crate::lifecycle::Pods::handle_exit`]).
+pub trait ExitQueue: Send + Sync {
+    /// Queues the exit of container `container_id`'s init process.
+    fn push_exit(&self, container_id: &str, exit: Exit);
+}
+
+/// containerd's reachability, for those who wait out an outage (the health monitor's handle,
+/// `crate::containerd::health`): each handle remembers which transitions it has seen.
+#[tonic::async_trait]
+pub trait Reachability: Send + Sync + std::fmt::Debug {
+    /// Something failed as if containerd were gone: probe now rather than at the next tick.
+    fn suspect(&self);
+    /// Forgets transitions published so far: [`Reachability::back`] waits for a later one.
+    fn mark_seen(&mut self);
+    /// Resolves at the next transition to reachable not yet seen by this handle (containerd
+    /// answering after it did not).
+    async fn back(&mut self);
+    /// Another handle on the same monitor, having seen what this one has.
+    fn handle(&self) -> Box<dyn Reachability>;
+}
+
+impl Clone for Box<dyn Reachability> {
+    fn clone(&self) -> Self {
+        self.handle()
+    }
+}
+
+/// A [`Reachability`] without a monitor (tests, tools): it never reports containerd back.
+#[derive(Debug, Clone, Copy)]
+pub struct NeverBack;
+
+#[tonic::async_trait]
+impl Reachability for NeverBack {
+    fn suspect(&self) {}
+    fn mark_seen(&mut self) {}
+    async fn back(&mut self) {
+        std::future::pending().await
+    }
+    fn handle(&self) -> Box<dyn Reachability> {
+        Box::new(NeverBack)
+    }
+}
+
 /// containerd's container records.
 #[tonic::async_trait]
 pub trait Containers: Send + Sync + 'static {
     /// Creates a record; `AlreadyExists` if the id is taken.
-    async fn create(&self, record: ContainerRecord) -> Result<(), ContainerdError>;
+    async fn create(&self, record: ContainerRecord) -> Result<(), BackendError>;
     /// One record, or `None`.
-    async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, ContainerdError>;
+    async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError>;
     /// All records in the namespace.
-    async fn list(&self) -> Result<Vec<ContainerRecord>, ContainerdError>;
+    async fn list(&self) -> Result<Vec<ContainerRecord>, BackendError>;
     /// Replaces one extension of a record.
-    async fn set_extension(
-        &self,
-        id: &str,
-        key: &str,
-        value: Vec<u8>,
-    ) -> Result<(), ContainerdError>;
+    async fn set_extension(&self, id: &str, key: &str, value: Vec<u8>) -> Result<(), BackendError>;
     /// Deletes a record; absent is not an error.
-    async fn delete(&self, id: &str) -> Result<(), ContainerdError>;
+    async fn delete(&self, id: &str) -> Result<(), BackendError>;
     /// Drops bookkeeping the backend keeps per task whose container record is gone (left by
     /// a crash between deleting the record and the bookkeeping); returns how many. Backends
     /// that keep none have nothing to do.
-    async fn sweep_orphans(&self) -> Result<usize, ContainerdError> {
+    async fn sweep_orphans(&self) -> Result<usize, BackendError> {
         Ok(0)
     }
 }
@@ -227,18 +267,17 @@ pub enum OciCliError {
 pub trait Tasks: Send + Sync + 'static {
     /// Creates the task (the shim starts, the process is created but not started); returns
     /// the pid.
-    async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError>;
+    async fn create(&self, spec: TaskSpec) -> Result<u32, BackendError>;
     /// Starts the created task; returns the pid.
-    async fn start(&self, container_id: &str) -> Result<u32, ContainerdError>;
+    async fn start(&self, container_id: &str) -> Result<u32, BackendError>;
     /// Sends `signal` to the init process (`all`: to every process of the container).
-    async fn kill(&self, container_id: &str, signal: u32, all: bool)
-        -> Result<(), ContainerdError>;
+    async fn kill(&self, container_id: &str, signal: u32, all: bool) -> Result<(), BackendError>;
     /// Waits for the init process to exit. Returns at once if it already has.
-    async fn wait(&self, container_id: &str) -> Result<Exit, ContainerdError>;
+    async fn wait(&self, container_id: &str) -> Result<Exit, BackendError>;
     /// The task's state, or `None` if there is no task.
-    async fn state(&self, container_id: &str) -> Result<Option<TaskState>, ContainerdError>;
+    async fn state(&self, container_id: &str) -> Result<Option<TaskState>, BackendError>;
     /// Deletes the (stopped) task and its shim; `None` if there was no task.
-    async fn delete(&self, container_id: &str) -> Result<Option<Exit>, ContainerdError>;
+    async fn delete(&self, container_id: &str) -> Result<Option<Exit>, BackendError>;
     /// Adds process `exec_id` (an OCI process spec as JSON) to the running task, with stdio
     /// FIFOs as in [`TaskSpec`]. Not started yet.
     async fn exec(
@@ -247,37 +286,37 @@ pub trait Tasks: Send + Sync + 'static {
         exec_id: &str,
         process: Vec<u8>,
         stdio: ExecStdio,
-    ) -> Result<(), ContainerdError>;
+    ) -> Result<(), BackendError>;
     /// Starts exec process `exec_id`; returns its pid.
-    async fn start_exec(&self, container_id: &str, exec_id: &str) -> Result<u32, ContainerdError>;
+    async fn start_exec(&self, container_id: &str, exec_id: &str) -> Result<u32, BackendError>;
     /// Waits for exec process `exec_id` to exit.
-    async fn wait_exec(&self, container_id: &str, exec_id: &str) -> Result<Exit, ContainerdError>;
+    async fn wait_exec(&self, container_id: &str, exec_id: &str) -> Result<Exit, BackendError>;
     /// Signals exec process `exec_id`.
     async fn kill_exec(
         &self,
         container_id: &str,
         exec_id: &str,
         signal: u32,
-    ) -> Result<(), ContainerdError>;
+    ) -> Result<(), BackendError>;
     /// Sets the terminal size (columns, rows) of process `exec_id` ("" for the init process).
     async fn resize_pty(
         &self,
         container_id: &str,
         exec_id: &str,
         size: (u32, u32),
-    ) -> Result<(), ContainerdError>;
+    ) -> Result<(), BackendError>;
     /// Closes the stdin of process `exec_id` ("" for the init process): the process reads EOF
     /// once what is already in its stdin FIFO is read. The shims keep the FIFO open
     /// themselves, so closing remora's end alone is not enough.
-    async fn close_stdin(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError>;
+    async fn close_stdin(&self, container_id: &str, exec_id: &str) -> Result<(), BackendError>;
     /// Applies new resource limits (an OCI `LinuxResources` as JSON) to the running task.
     async fn update_resources(
         &self,
         container_id: &str,
         resources: Vec<u8>,
-    ) -> Result<(), ContainerdError>;
+    ) -> Result<(), BackendError>;
     /// Deletes exec process `exec_id`; absent is not an error.
-    async fn delete_exec(&self, container_id: &str, exec_id: &str) -> Result<(), ContainerdError>;
+    async fn delete_exec(&self, container_id: &str, exec_id: &str) -> Result<(), BackendError>;
 }
 
 /// Stdio of an exec process (FIFO paths; "" for none).
@@ -306,12 +345,12 @@ pub trait LocalImages: Send + Sync + 'static {
 }
 
 /// The pod network as sandboxes use it: a network namespace per pod and CNI ADD/DEL in it.
-/// Implemented over the host by [`crate::net::host_network::HostNetwork`].
+/// Implemented over the host by [`crate::host_network::HostNetwork`].
 #[tonic::async_trait]
 pub trait PodNetwork: Send + Sync + 'static {
     /// Creates pod `id`'s network namespace; returns its path. With `user` (a pod with a user
     /// namespace of its own), the namespace is owned by a new user namespace with those maps,
-    /// pinned beside it (`crate::net::netns::userns_pin`) and removed with it.
+    /// pinned beside it (`crate::spec::namespaces::userns_pin`) and removed with it.
     async fn create_netns(
         &self,
         id: &str,

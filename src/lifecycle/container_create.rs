@@ -241,7 +241,7 @@ impl Pods {
                 tx.on_undo("tell NRI plugins the container is gone", async move {
                     nri.stop_container(&pod, &ctr).await;
                     nri.remove_container(&pod, &ctr).await;
-                    Ok::<(), crate::containerd::error::ContainerdError>(())
+                    Ok::<(), crate::backend_error::BackendError>(())
                 });
                 steps.mark("nri");
                 Some(block)
@@ -445,8 +445,8 @@ fn check_fits_pod(
             None => "the host's".to_string(),
             Some(u) => format!(
                 "uids {}, gids {}",
-                super::userns::idmap(u.uids).label(),
-                super::userns::idmap(u.gids).label()
+                crate::spec::idmap(u.uids).label(),
+                crate::spec::idmap(u.gids).label()
             ),
         };
         return Err(ContainerError::UserNamespaceMismatch {

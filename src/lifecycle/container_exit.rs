@@ -320,14 +320,7 @@ impl Pods {
                     // Recorded by the event queue, in order with the container's other events
                     // and retried with backoff if handling fails; directly without a queue.
                     match me.exit_queue.get() {
-                        Some(q) => q.push(
-                            &id,
-                            crate::containerd::event_stream::Event::ContainerExited {
-                                container_id: id.clone(),
-                                exit_status: exit.status,
-                                exited_at: exit.at,
-                            },
-                        ),
+                        Some(q) => q.push_exit(&id, exit),
                         None => {
                             if let Err(e) = me.handle_exit(&id, exit.status, exit.at).await {
                                 warn!(log, "cannot record the exit"; "error" => %e);

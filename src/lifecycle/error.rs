@@ -10,7 +10,7 @@ use thiserror::Error;
 use super::apparmor::AppArmorError;
 use super::mount::MountError;
 use super::sandbox_files::FilesError;
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::failpoint::Fired;
 use crate::images::pull::PullError;
 use crate::io::{FifoError, LogError};
@@ -62,7 +62,7 @@ pub enum SandboxError {
     Encode(#[source] serde_json::Error),
     /// containerd failed.
     #[error(transparent)]
-    Containerd(#[from] ContainerdError),
+    Containerd(#[from] BackendError),
     /// The index refused.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -268,7 +268,7 @@ pub enum ContainerError {
     Encode(#[source] serde_json::Error),
     /// containerd failed.
     #[error(transparent)]
-    Containerd(#[from] ContainerdError),
+    Containerd(#[from] BackendError),
     /// The index refused (not found, wrong state).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -316,7 +316,7 @@ pub enum ContainerError {
 pub enum UndoError {
     /// containerd failed.
     #[error(transparent)]
-    Containerd(#[from] ContainerdError),
+    Containerd(#[from] BackendError),
     /// The network namespace could not be removed.
     #[error(transparent)]
     Netns(#[from] NetnsError),

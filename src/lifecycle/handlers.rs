@@ -11,7 +11,16 @@
 use std::collections::BTreeMap;
 
 use super::backend::ShimRuntime;
-use crate::oci::features::HandlerFeatures;
+
+/// The optional features of one handler's OCI runtime (probed at start by
+/// `crate::oci::features`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HandlerFeatures {
+    /// Recursive read-only mounts (the `rro` mount option).
+    pub recursive_read_only_mounts: bool,
+    /// Pods in user namespaces of their own.
+    pub user_namespaces: bool,
+}
 
 /// One handler: what its pods' container records and tasks are created with.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,7 +29,7 @@ pub struct HandlerRuntime {
     pub runtime: ShimRuntime,
     /// Absolute path of the shim binary ("" = containerd resolves the runtime type).
     pub runtime_path: String,
-    /// What its OCI runtime supports ([`crate::oci::features`]).
+    /// What its OCI runtime supports.
     pub features: HandlerFeatures,
     /// The pod and container annotations its pods' specs carry ([`crate::spec::passthrough`]).
     pub pass_through: crate::spec::PassThrough,

@@ -21,7 +21,7 @@
 //! | (restart: sweep and recovery) | `recover.rs` |
 //!
 //! - `backend`: what lifecycle needs from below, as narrow traits (containerd's records and
-//!   tasks, the local images, the pod network); `crate::net::host_network` implements the
+//!   tasks, the local images, the pod network); `crate::host_network` implements the
 //!   pod network, `crate::oci` the OCI runtime's command line.
 //! - `tx`: a mutating operation's intent (`journal`) and undo list; `error`: why an
 //!   operation failed, with a failed rollback reported beside the failure.
@@ -93,7 +93,7 @@ pub(crate) use error::{ContainerError, SandboxError, UndoError};
 pub(crate) use handlers::{HandlerRuntime, RuntimeHandlers};
 pub(crate) use sandbox_run::RunSandbox;
 
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 
 /// How long a SIGKILLed task gets to exit.
 const KILL_WAIT: Duration = Duration::from_secs(10);
@@ -125,10 +125,9 @@ pub struct Pods {
     /// Where pods' network namespaces are (the network makes them there).
     netns_dir: PathBuf,
     /// Where exit monitors queue the exits they see (set once the event monitor runs).
-    exit_queue:
-        OnceLock<crate::events::queue::OrderedQueue<crate::containerd::event_stream::Event>>,
+    exit_queue: OnceLock<Arc<dyn backend::ExitQueue>>,
     /// containerd's reachability, for exit monitors waiting out an outage.
-    reachability: OnceLock<crate::containerd::health::Reachability>,
+    reachability: OnceLock<Box<dyn backend::Reachability>>,
     /// Containers whose exit monitor is attached (their exits reach the queue from it).
     monitored: Mutex<HashSet<String>>,
     /// Containers whose exit is being recorded (`handle_exit` running, its task delete last).
@@ -319,23 +318,20 @@ impl Pods {
 
     /// Tells exit monitors when containerd is back after an outage (set once the health
     /// monitor runs; without it they retry on their own backoff alone).
-    pub fn set_reachability(&self, reachability: crate::containerd::health::Reachability) {
+    pub fn set_reachability(&self, reachability: Box<dyn backend::Reachability>) {
         let _ = self.reachability.set(reachability);
     }
 
     /// A handle on containerd's reachability (one that never fires without a monitor).
-    pub(crate) fn reachability(&self) -> crate::containerd::health::Reachability {
-        self.reachability
-            .get()
-            .cloned()
-            .unwrap_or_else(crate::containerd::health::Reachability::never)
+    pub(crate) fn reachability(&self) -> Box<dyn backend::Reachability> {
+        match self.reachability.get() {
+            Some(r) => r.handle(),
+            None => Box::new(backend::NeverBack),
+        }
     }
 
     /// Routes exit monitors' exits through the event queue (ordered per container, retried).
-    pub fn set_exit_queue(
-        &self,
-        queue: crate::events::queue::OrderedQueue<crate::containerd::event_stream::Event>,
-    ) {
+    pub fn set_exit_queue(&self, queue: Arc<dyn backend::ExitQueue>) {
         let _ = self.exit_queue.set(queue);
     }
 
@@ -476,7 +472,7 @@ impl Pods {
     pub(crate) async fn creation_lease(
         &self,
         tx: &mut impl tx::UndoLog,
-    ) -> Result<String, ContainerdError> {
+    ) -> Result<String, BackendError> {
         let lease = creation_lease_id(tx.id());
         self.leases.create(&lease, 3600).await?;
         let (leases, l) = (self.leases.clone(), lease.clone());
@@ -514,7 +510,7 @@ impl Pods {
         &self,
         id: &str,
         signal: u32,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         match self
             .tasks
             .kill(id, signal, signal == libc::SIGKILL as u32)
@@ -531,15 +527,15 @@ impl Pods {
 /// there when containerd is back) for as long as `still_waiting` holds — at once when the health
 /// monitor sees containerd answer again, or after a backoff if it never left. With
 /// `shim_gone_ends_it`, containerd saying the task's shim is gone ends the wait too (the
-/// caller reaps what the shim left; see [`ContainerdError::is_shim_gone`]); without it, the
+/// caller reaps what the shim left; see [`BackendError::is_shim_gone`]); without it, the
 /// wait goes on until containerd's own dead-shim cleanup deletes the task.
 pub(crate) async fn wait_through_outages(
     tasks: &dyn Tasks,
     id: &str,
-    mut reachability: crate::containerd::health::Reachability,
+    mut reachability: Box<dyn backend::Reachability>,
     shim_gone_ends_it: bool,
     still_waiting: impl Fn() -> bool,
-) -> Result<Exit, ContainerdError> {
+) -> Result<Exit, BackendError> {
     let mut backoff =
         remora_host::backoff::Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
@@ -570,7 +566,7 @@ pub(crate) fn creation_lease_id(id: &str) -> String {
 
 /// SIGKILLs every process of task `id`, waits (at most [`KILL_WAIT`]) for it to exit and
 /// deletes it: the teardown of a task nobody will use (a rollback, a half-made object).
-pub(crate) async fn kill_and_delete(tasks: &dyn Tasks, id: &str) -> Result<(), ContainerdError> {
+pub(crate) async fn kill_and_delete(tasks: &dyn Tasks, id: &str) -> Result<(), BackendError> {
     let _ = tasks.kill(id, libc::SIGKILL as u32, true).await;
     let _ = tokio::time::timeout(KILL_WAIT, tasks.wait(id)).await;
     tasks.delete(id).await.map(|_| ())

@@ -16,7 +16,7 @@ use super::backend::{ContainerRecord, TaskState, TaskStatus};
 use super::container_events::EventKind;
 use super::journal::Intent;
 use super::{creation_lease_id, exit_ns, kill_and_delete, now_ns, ContainerError, Pods, UndoError};
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::io::{copy_stream, split_log_path, FifoSet, FifoSpec, LogWriter, StreamKind};
 use crate::store::persist::{
     CONTAINER_EXTENSION, KIND_CONTAINER, KIND_SANDBOX, LABEL_CONTAINER_NAME, LABEL_KIND,
@@ -296,7 +296,7 @@ impl Pods {
     }
 
     /// One recovery/reconcile pass over containerd's records.
-    pub async fn recover(self: &Arc<Self>) -> Result<Recovered, ContainerdError> {
+    pub async fn recover(self: &Arc<Self>) -> Result<Recovered, BackendError> {
         let mut done = Recovered::default();
         let records = self.containers.list().await?;
         for r in records
@@ -323,7 +323,7 @@ impl Pods {
         self: &Arc<Self>,
         r: &ContainerRecord,
         done: &mut Recovered,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         if self.sandboxes.get(&r.id).is_ok() || self.journal.is_stale(&r.id) {
             return Ok(());
         }
@@ -390,7 +390,7 @@ impl Pods {
         self: &Arc<Self>,
         r: &ContainerRecord,
         done: &mut Recovered,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         // A crash's half-made container is the sweep's; a removed one's cleanup is in
         // flight: neither comes back.
         if self.journal.is_stale(&r.id) || self.is_being_removed(&r.id) {

@@ -261,7 +261,7 @@ impl Pods {
                 let (nri, pod) = (nri.clone(), sandbox.snapshot());
                 tx.on_undo("tell NRI plugins the pod is gone", async move {
                     nri.remove_pod_sandbox(&pod).await;
-                    Ok::<(), crate::containerd::error::ContainerdError>(())
+                    Ok::<(), crate::backend_error::BackendError>(())
                 });
                 steps.mark("nri");
                 Some(block)
@@ -564,7 +564,7 @@ impl Pods {
             netns_path,
             userns_path: user
                 .and(netns_path)
-                .map(crate::net::netns::userns_pin)
+                .map(crate::spec::namespaces::userns_pin)
                 .as_deref(),
             files: &files,
             host: &self.host,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use slog::{warn, Logger};
 
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::images::backend::Snapshots;
 
 /// How old a walk may be before a caller starts a new one (containerd's default
@@ -83,7 +83,7 @@ impl SnapshotUsage {
 
     /// The last walk: at once if there is one (a stale one starts a new walk in the
     /// background); otherwise after a walk made now (shared with concurrent callers).
-    pub async fn latest(self: &Arc<Self>) -> Result<Arc<Collected>, ContainerdError> {
+    pub async fn latest(self: &Arc<Self>) -> Result<Arc<Collected>, BackendError> {
         if let Some((at, collected)) = self.last() {
             if at.elapsed() >= self.period {
                 self.renew_in_background();
@@ -137,7 +137,7 @@ impl SnapshotUsage {
     }
 
     /// Walks every snapshot (the caller holds `walking`) and keeps the result.
-    async fn walk(&self) -> Result<Arc<Collected>, ContainerdError> {
+    async fn walk(&self) -> Result<Arc<Collected>, BackendError> {
         let started = Instant::now();
         let timestamp_ns = super::now_ns();
         let keys = self.snapshots.list(&self.snapshotter).await?;
@@ -191,10 +191,11 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+    use crate::backend_error::BackendCode;
     use crate::images::backend::{Mount, Usage};
 
     /// A snapshot's bytes and inodes, or the code its usage call fails with.
-    type Figures = Result<(i64, i64), tonic::Code>;
+    type Figures = Result<(i64, i64), BackendCode>;
 
     /// Snapshots with set usages; counts list and usage calls; a key can be made to fail.
     #[derive(Default)]
@@ -210,8 +211,8 @@ mod tests {
         }
     }
 
-    fn error(code: tonic::Code) -> ContainerdError {
-        ContainerdError::Call {
+    fn error(code: BackendCode) -> BackendError {
+        BackendError::Call {
             address: PathBuf::from("/fake"),
             op: "Snapshots.Usage",
             code,
@@ -221,7 +222,7 @@ mod tests {
 
     #[tonic::async_trait]
     impl Snapshots for Fake {
-        async fn exists(&self, _: &str, _: &str) -> Result<bool, ContainerdError> {
+        async fn exists(&self, _: &str, _: &str) -> Result<bool, BackendError> {
             Ok(false)
         }
         async fn prepare(
@@ -231,7 +232,7 @@ mod tests {
             _: &str,
             _: &str,
             _: &HashMap<String, String>,
-        ) -> Result<Vec<Mount>, ContainerdError> {
+        ) -> Result<Vec<Mount>, BackendError> {
             Ok(Vec::new())
         }
         async fn view(
@@ -241,10 +242,10 @@ mod tests {
             _: &str,
             _: &str,
             _: &HashMap<String, String>,
-        ) -> Result<Vec<Mount>, ContainerdError> {
+        ) -> Result<Vec<Mount>, BackendError> {
             Ok(Vec::new())
         }
-        async fn mounts(&self, _: &str, _: &str) -> Result<Vec<Mount>, ContainerdError> {
+        async fn mounts(&self, _: &str, _: &str) -> Result<Vec<Mount>, BackendError> {
             Ok(Vec::new())
         }
         async fn commit(
@@ -254,19 +255,19 @@ mod tests {
             _: &str,
             _: &str,
             _: HashMap<String, String>,
-        ) -> Result<(), ContainerdError> {
+        ) -> Result<(), BackendError> {
             Ok(())
         }
-        async fn remove(&self, _: &str, _: &str) -> Result<(), ContainerdError> {
+        async fn remove(&self, _: &str, _: &str) -> Result<(), BackendError> {
             Ok(())
         }
-        async fn list(&self, _: &str) -> Result<Vec<String>, ContainerdError> {
+        async fn list(&self, _: &str) -> Result<Vec<String>, BackendError> {
             self.lists.fetch_add(1, Ordering::SeqCst);
             let mut keys: Vec<String> = self.usage.lock().unwrap().keys().cloned().collect();
             keys.sort();
             Ok(keys)
         }
-        async fn usage(&self, _: &str, key: &str) -> Result<Usage, ContainerdError> {
+        async fn usage(&self, _: &str, key: &str) -> Result<Usage, BackendError> {
             self.usages.fetch_add(1, Ordering::SeqCst);
             // Let the other calls of a walk run between them.
             tokio::task::yield_now().await;
@@ -276,10 +277,10 @@ mod tests {
                     inodes: *inodes,
                 }),
                 Some(Err(code)) => Err(error(*code)),
-                None => Err(error(tonic::Code::NotFound)),
+                None => Err(error(BackendCode::NotFound)),
             }
         }
-        async fn root(&self, _: &str) -> Result<Option<PathBuf>, ContainerdError> {
+        async fn root(&self, _: &str) -> Result<Option<PathBuf>, BackendError> {
             Ok(Some(PathBuf::from("/snapshots/root")))
         }
     }
@@ -300,7 +301,7 @@ mod tests {
         fake.set("b", Ok((20, 2)));
         // Negative figures (containerd's "unknown") count as nothing.
         fake.set("c", Ok((-1, -1)));
-        fake.set("gone", Err(tonic::Code::NotFound));
+        fake.set("gone", Err(BackendCode::NotFound));
         let c = cache(&fake, COLLECT_PERIOD).latest().await.unwrap();
         assert_eq!((c.used_bytes, c.inodes_used), (120, 5));
         assert_eq!(
@@ -357,8 +358,8 @@ mod tests {
         fake.set("b", Ok((7, 2)));
         let usage = cache(&fake, Duration::ZERO);
         usage.latest().await.unwrap();
-        fake.set("b", Err(tonic::Code::Unavailable));
-        fake.set("new", Err(tonic::Code::Unavailable));
+        fake.set("b", Err(BackendCode::Unavailable));
+        fake.set("new", Err(BackendCode::Unavailable));
         let _guard = usage.walking.lock().await;
         let c = usage.walk().await.unwrap();
         assert_eq!((c.used_bytes, c.inodes_used), (17, 3));

@@ -16,21 +16,12 @@
 use std::collections::HashMap;
 
 use crate::images::backend::Mount;
-use crate::spec::{IdMapping, UserNamespace};
+use crate::spec::{idmap, UserNamespace};
 
 /// containerd's snapshot label for the uid map of a remapped rootfs.
 pub const LABEL_UID_MAPPING: &str = "containerd.io/snapshot/uidmapping";
 /// containerd's snapshot label for the gid map of a remapped rootfs.
 pub const LABEL_GID_MAPPING: &str = "containerd.io/snapshot/gidmapping";
-
-/// A spec mapping as the host-side helper's.
-pub fn idmap(m: IdMapping) -> remora_host::userns::IdMap {
-    remora_host::userns::IdMap {
-        inside: m.container_id,
-        outside: m.host_id,
-        length: m.length,
-    }
-}
 
 /// The rootfs snapshot's labels for a pod with user namespace `user` (none without one).
 pub fn snapshot_labels(user: Option<&UserNamespace>) -> HashMap<String, String> {
@@ -55,6 +46,7 @@ pub fn idmapped(mounts: &[Mount]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::IdMapping;
 
     #[test]
     fn labels_name_each_map_from_container_id_0() {

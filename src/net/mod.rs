@@ -1,9 +1,8 @@
 //! Pod networking: a network namespace per pod ([`netns`]), CNI plugins run against it
-//! ([`cni`]), and the facade the sandbox code calls ([`PodNetwork`]); [`host_network`] puts
-//! the two together as lifecycle's pod network ([`crate::lifecycle::PodNetwork`]).
+//! ([`cni`]), and the facade the sandbox code calls ([`PodNetwork`]); `crate::host_network`
+//! puts the two together as lifecycle's pod network (`crate::lifecycle::PodNetwork`).
 
 pub mod cni;
-pub mod host_network;
 pub mod netns;
 pub mod pod_network;
 

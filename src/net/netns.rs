@@ -27,6 +27,8 @@ use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
 use nix::sys::statfs::{statfs, NSFS_MAGIC};
 use thiserror::Error;
 
+use crate::spec::namespaces::{ipc_pin, userns_pin, uts_pin};
+
 /// Why a network namespace operation failed.
 #[derive(Debug, Error)]
 pub enum NetnsError {
@@ -161,30 +163,6 @@ impl NetnsDir {
         blocking(move || create_in_userns_at(&p, uids, gids)).await??;
         Ok(path)
     }
-}
-
-/// Where the user namespace owning the network namespace at `netns` is pinned (a bind mount
-/// beside it), for a pod with a user namespace of its own; see [`NetnsDir::create_in_userns`].
-pub fn userns_pin(netns: &Path) -> PathBuf {
-    beside(netns, ".userns")
-}
-
-/// Where the IPC namespace of a pod without a pause container is pinned, beside its network
-/// namespace at `netns` ([`pin_pod_namespaces`]).
-pub fn ipc_pin(netns: &Path) -> PathBuf {
-    beside(netns, ".ipc")
-}
-
-/// Where the UTS namespace of a pod without a pause container is pinned, beside its network
-/// namespace at `netns` ([`pin_pod_namespaces`]).
-pub fn uts_pin(netns: &Path) -> PathBuf {
-    beside(netns, ".uts")
-}
-
-fn beside(netns: &Path, suffix: &str) -> PathBuf {
-    let mut p = netns.as_os_str().to_owned();
-    p.push(suffix);
-    PathBuf::from(p)
 }
 
 /// What the namespaces of a pod without a pause container start with: what runc would have

@@ -14,7 +14,7 @@
 //!
 //! What comes from where:
 //! - A pod's namespaces are the ones its containers join, from the metadata, so a pod without
-//!   a pause container gets its pinned IPC and UTS namespaces (`net::netns::ipc_pin`,
+//!   a pause container gets its pinned IPC and UTS namespaces (`spec::namespaces::ipc_pin`,
 //!   `uts_pin`), and a pod with one the pause process's `/proc/<pid>/ns/*` (an empty path
 //!   while it has no pid: containerd's pause spec has none either). The network namespace is
 //!   its bind mount, left out for host network or when there is none (containerd drops a
@@ -43,9 +43,10 @@ use oci_spec::runtime as oci;
 use protobuf::MessageField;
 use remora_nri::api;
 
-use crate::net::netns::{ipc_pin, userns_pin, uts_pin};
+use crate::spec::namespaces::{ipc_pin, userns_pin, uts_pin};
 use crate::spec::NamespaceMode;
-use crate::store::sandbox::{LinuxResources as RecordedResources, SandboxMetadata};
+use crate::store::resources::LinuxResources as RecordedResources;
+use crate::store::sandbox::SandboxMetadata;
 use crate::store::status::ContainerState;
 use crate::store::{ContainerSnapshot, SandboxSnapshot};
 

@@ -22,16 +22,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use thiserror::Error;
 
-use super::cli::{output_within, Bounded};
-
-/// The optional features of one handler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct HandlerFeatures {
-    /// Recursive read-only mounts (the `rro` mount option).
-    pub recursive_read_only_mounts: bool,
-    /// Pods in user namespaces of their own.
-    pub user_namespaces: bool,
-}
+use crate::bounded::{output_within, Bounded};
+use crate::lifecycle::handlers::HandlerFeatures;
 
 /// Why a runtime's features could not be read.
 #[derive(Debug, Error)]

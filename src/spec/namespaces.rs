@@ -10,7 +10,7 @@
 //! namespace; its containers join those ([`PodNamespacesAt::Pinned`]).
 //!
 //! A pod with a user namespace of its own: the pause container joins the user namespace that
-//! owns the pod's network namespace (pinned beside it, see `crate::net::netns::userns_pin`),
+//! owns the pod's network namespace (pinned beside it, see [`userns_pin`]),
 //! or makes a new one on the host's network; containers join the pause process's, as in
 //! containerd (`WithPodNamespaces`). The spec carries the maps too (`linux.uidMappings`), which
 //! runc checks against the namespace it joins.
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceBuilder, LinuxNamespaceType};
 
-use super::types::{NamespaceMode, NamespaceOptions};
+use super::types::{NamespaceMode, NamespaceOptions, SandboxInfo};
 use super::SpecError;
 
 fn ns(typ: LinuxNamespaceType, path: Option<PathBuf>) -> Result<LinuxNamespace, SpecError> {
@@ -35,6 +35,31 @@ fn proc_ns(pid: u32, name: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/ns/{name}"))
 }
 
+/// Where the user namespace owning the network namespace at `netns` is pinned (a bind mount
+/// beside it), for a pod with a user namespace of its own; see
+/// `crate::net::netns::NetnsDir::create_in_userns`.
+pub fn userns_pin(netns: &Path) -> PathBuf {
+    beside(netns, ".userns")
+}
+
+/// Where the IPC namespace of a pod without a pause container is pinned, beside its network
+/// namespace at `netns` (`crate::net::netns::pin_pod_namespaces`).
+pub fn ipc_pin(netns: &Path) -> PathBuf {
+    beside(netns, ".ipc")
+}
+
+/// Where the UTS namespace of a pod without a pause container is pinned, beside its network
+/// namespace at `netns` (`crate::net::netns::pin_pod_namespaces`).
+pub fn uts_pin(netns: &Path) -> PathBuf {
+    beside(netns, ".uts")
+}
+
+fn beside(netns: &Path, suffix: &str) -> PathBuf {
+    let mut p = netns.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
 /// Where a container joins its pod's namespaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodNamespacesAt<'a> {
@@ -47,12 +72,32 @@ pub enum PodNamespacesAt<'a> {
         netns: Option<&'a Path>,
     },
     /// A pod without a pause container: its network namespace's bind mount and the IPC and
-    /// UTS namespaces pinned beside it (`crate::net::netns::ipc_pin`, `uts_pin`). Such a pod
+    /// UTS namespaces pinned beside it ([`ipc_pin`], [`uts_pin`]). Such a pod
     /// has no user namespace or shared PID namespace of its own (they need a process).
     Pinned {
         /// The pod's network namespace bind mount.
         netns: &'a Path,
     },
+}
+
+/// A container joins the namespaces of its pod as [`PodNamespacesAt`] says.
+impl SandboxInfo {
+    /// Where the pod's containers join its namespaces.
+    pub fn namespaces_at(&self) -> Result<PodNamespacesAt<'_>, SpecError> {
+        Ok(if self.pinned {
+            PodNamespacesAt::Pinned {
+                netns: self
+                    .netns_path
+                    .as_deref()
+                    .ok_or(SpecError::PinnedWithoutNetns)?,
+            }
+        } else {
+            PodNamespacesAt::Pause {
+                pid: self.pid,
+                netns: self.netns_path.as_deref(),
+            }
+        })
+    }
 }
 
 /// The namespaces of a container of the pod whose namespaces are `pod`; `target_pid` is the
@@ -69,8 +114,8 @@ pub fn container_namespaces(
             PodNamespacesAt::Pause { pid, .. } => Ok(proc_ns(pid, name)),
             PodNamespacesAt::Pinned { netns } => match name {
                 "net" => Ok(netns.to_path_buf()),
-                "ipc" => Ok(crate::net::netns::ipc_pin(netns)),
-                "uts" => Ok(crate::net::netns::uts_pin(netns)),
+                "ipc" => Ok(ipc_pin(netns)),
+                "uts" => Ok(uts_pin(netns)),
                 _ => Err(SpecError::NoPodNamespace(name)),
             },
         }

@@ -50,6 +50,15 @@ pub struct IdMapping {
     pub length: u32,
 }
 
+/// A spec mapping as the host-side helper's.
+pub fn idmap(m: IdMapping) -> remora_host::userns::IdMap {
+    remora_host::userns::IdMap {
+        inside: m.container_id,
+        outside: m.host_id,
+        length: m.length,
+    }
+}
+
 /// A user namespace of the pod's own, with one uid and one gid mapping line, each mapping
 /// container ID 0 (the adapter checks): containerd's rule, because the rootfs is shifted from
 /// container ID 0 by the snapshotter's single-range idmap labels.
@@ -408,28 +417,6 @@ pub struct SandboxInfo {
     pub config: SandboxConfig,
     /// Files prepared for the pod.
     pub files: SandboxFiles,
-}
-
-impl SandboxInfo {
-    /// Where the pod's containers join its namespaces.
-    pub fn namespaces_at(
-        &self,
-    ) -> Result<super::namespaces::PodNamespacesAt<'_>, super::SpecError> {
-        use super::namespaces::PodNamespacesAt;
-        Ok(if self.pinned {
-            PodNamespacesAt::Pinned {
-                netns: self
-                    .netns_path
-                    .as_deref()
-                    .ok_or(super::SpecError::PinnedWithoutNetns)?,
-            }
-        } else {
-            PodNamespacesAt::Pause {
-                pid: self.pid,
-                netns: self.netns_path.as_deref(),
-            }
-        })
-    }
 }
 
 /// Facts about the host that change what a spec may contain.

@@ -271,7 +271,7 @@ impl Container {
     }
 
     /// Records the resources its spec applies now (see [`ContainerStatus::resources`]).
-    pub fn set_resources(&self, resources: super::sandbox::LinuxResources) {
+    pub fn set_resources(&self, resources: super::resources::LinuxResources) {
         self.update(|s| s.resources = Some(resources))
     }
 

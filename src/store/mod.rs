@@ -22,6 +22,7 @@ pub mod container;
 mod index;
 pub mod name;
 pub mod persist;
+pub mod resources;
 pub mod sandbox;
 pub mod status;
 
@@ -36,9 +37,10 @@ pub use container::{
 };
 pub use name::{container_name_key, sandbox_name_key, NameError, NameIndex};
 pub use persist::{decode_extension, encode_extension, to_labels};
+pub use resources::{HugepageLimitRecord, LinuxResources};
 pub use sandbox::{
-    HugepageLimitRecord, LinuxResources, PodResources, Sandbox, SandboxFilter, SandboxMetadata,
-    SandboxSnapshot, SandboxState, SandboxStatus, SandboxStore,
+    PodResources, Sandbox, SandboxFilter, SandboxMetadata, SandboxSnapshot, SandboxState,
+    SandboxStatus, SandboxStore,
 };
 pub use status::{ContainerState, ContainerStatus, ExitOutcome, OomOutcome, TransitionError};
 

@@ -15,16 +15,17 @@
 //! CRI shows UNKNOWN as NOTREADY. NOTREADY is final: a pod is re-created, never restarted, so
 //! neither `set_ready` nor `mark_unknown` leave it; the first recorded pause exit wins.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
 
 use super::index::SharedIndex;
 use super::name::sandbox_name_key;
+use super::resources::LinuxResources;
 use super::status::ExitOutcome;
 use super::{labels_match, StoreError};
-use crate::spec::{NamespaceOptions, Resources};
+use crate::spec::NamespaceOptions;
 
 /// Everything CRI said about a sandbox and what remora set up for it. Persisted in the
 /// containerd container record of the sandbox (the pause container's, or a record without a
@@ -76,7 +77,7 @@ pub struct SandboxMetadata {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub updated_resources: Option<PodResources>,
     /// The pod has no pause container: its IPC and UTS namespaces are pinned beside its
-    /// network namespace (`crate::net::netns::ipc_pin`, `uts_pin`), its containers join them,
+    /// network namespace (`crate::spec::namespaces::ipc_pin`, `uts_pin`), its containers join them,
     /// and it has no task of its own. Absent (false) in records of pods with a pause container,
     /// and in every record written before pods could have none.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -95,86 +96,6 @@ pub struct PodResources {
     /// The sum of the pod's containers' resources.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<LinuxResources>,
-}
-
-/// CRI `LinuxContainerResources` in the JSON form containerd reports it in (the protobuf
-/// field names; zero and empty fields left out, as Go's `omitempty`). Defined here, not
-/// derived from the spec types, so the stored form does not change with them.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct LinuxResources {
-    /// CFS period (µs).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub cpu_period: i64,
-    /// CFS quota (µs).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub cpu_quota: i64,
-    /// CPU shares.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub cpu_shares: i64,
-    /// Memory limit (bytes).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub memory_limit_in_bytes: i64,
-    /// OOM score adjustment.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub oom_score_adj: i64,
-    /// cpuset CPUs.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub cpuset_cpus: String,
-    /// cpuset memory nodes.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub cpuset_mems: String,
-    /// Hugepage limits.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub hugepage_limits: Vec<HugepageLimitRecord>,
-    /// cgroup v2 unified key/values (sorted, so the stored JSON is stable).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub unified: BTreeMap<String, String>,
-    /// Memory + swap limit (bytes).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub memory_swap_limit_in_bytes: i64,
-}
-
-/// CRI `HugepageLimit` as stored.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct HugepageLimitRecord {
-    /// Page size, e.g. `2MB`.
-    pub page_size: String,
-    /// Limit in bytes.
-    pub limit: u64,
-}
-
-fn is_zero(v: &i64) -> bool {
-    *v == 0
-}
-
-impl From<&Resources> for LinuxResources {
-    fn from(r: &Resources) -> Self {
-        LinuxResources {
-            cpu_period: r.cpu_period,
-            cpu_quota: r.cpu_quota,
-            cpu_shares: r.cpu_shares,
-            memory_limit_in_bytes: r.memory_limit_in_bytes,
-            oom_score_adj: r.oom_score_adj,
-            cpuset_cpus: r.cpuset_cpus.clone(),
-            cpuset_mems: r.cpuset_mems.clone(),
-            hugepage_limits: r
-                .hugepage_limits
-                .iter()
-                .map(|h| HugepageLimitRecord {
-                    page_size: h.page_size.clone(),
-                    limit: h.limit,
-                })
-                .collect(),
-            unified: r
-                .unified
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            memory_swap_limit_in_bytes: r.memory_swap_limit_in_bytes,
-        }
-    }
 }
 
 impl SandboxMetadata {

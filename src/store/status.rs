@@ -192,7 +192,7 @@ pub struct ContainerStatus {
     /// each UpdateContainerResources, reported in `ContainerStatus.resources`. `None` in
     /// records written before remora kept them (and then not reported).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resources: Option<super::sandbox::LinuxResources>,
+    pub resources: Option<super::resources::LinuxResources>,
     /// A start is in progress. Volatile: not persisted, a restart ends every start.
     #[serde(skip)]
     pub starting: bool,

@@ -14,7 +14,7 @@ use futures_util::future::{join_all, FutureExt};
 use futures_util::StreamExt;
 
 use super::{lease_id, open_writer, to_blob, Backend, Inner, PullError, LEASE_EXPIRY_SECS};
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::images::backend::Blob;
 use crate::images::host_slots::HostSlots;
 use crate::images::manifest::{Descriptor, ImageManifest, VerifyError};
@@ -241,7 +241,7 @@ impl BlobJob {
         cleanup.map_err(|e| self.containerd_err(e))
     }
 
-    fn containerd_err(&self, source: ContainerdError) -> PullError {
+    fn containerd_err(&self, source: BackendError) -> PullError {
         PullError::Containerd {
             reference: self.reference.to_string(),
             source,

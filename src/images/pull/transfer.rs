@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::{
     Inner, PullError, TransferAuth, TransferConfig, TransferProgress, TransferPull, LABEL_MANAGED,
 };
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::BackendError;
 use crate::images::manifest::{normalize_arch, Descriptor};
 use crate::images::reference::Reference;
 use crate::images::registry::auth::Credentials;
@@ -39,7 +39,7 @@ pub enum TransferFailure {
 
 impl TransferFailure {
     /// Classifies containerd's answer to `Transfer.Transfer`.
-    pub fn of(e: &ContainerdError) -> Self {
+    pub fn of(e: &BackendError) -> Self {
         let Some(message) = e.message() else {
             return TransferFailure::Unreachable;
         };
@@ -267,7 +267,7 @@ impl ProgressWatch {
 
 /// Why a watched transfer ended without success.
 pub(super) enum Watched {
-    Failed(ContainerdError),
+    Failed(BackendError),
     Stalled(Stall),
 }
 
@@ -289,7 +289,7 @@ pub(super) async fn watch<F>(
     image: &str,
 ) -> Result<(), Watched>
 where
-    F: Future<Output = Result<(), ContainerdError>>,
+    F: Future<Output = Result<(), BackendError>>,
 {
     tokio::pin!(transfer);
     let ended = loop {
@@ -414,6 +414,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend_error::BackendCode;
 
     fn report(event: &str, digest: &str, progress: i64, total: i64) -> TransferProgress {
         TransferProgress {
@@ -424,8 +425,8 @@ mod tests {
         }
     }
 
-    fn call(code: tonic::Code, message: &str) -> ContainerdError {
-        ContainerdError::Call {
+    fn call(code: BackendCode, message: &str) -> BackendError {
+        BackendError::Call {
             address: "/run/c.sock".into(),
             op: "Transfer.Transfer",
             code,
@@ -440,7 +441,7 @@ mod tests {
         metrics: &Metrics,
     ) -> Result<(), Watched>
     where
-        F: Future<Output = Result<(), ContainerdError>>,
+        F: Future<Output = Result<(), BackendError>>,
     {
         let progress = ProgressWatch::new(1, Duration::from_secs(60), Instant::now());
         watch(transfer, reports, progress, metrics, "img").await
@@ -617,7 +618,7 @@ mod tests {
         let transfer = async move {
             tx.send(report("downloading", "sha256:a", 4096, 8192)).ok();
             tokio::time::sleep(Duration::from_millis(10)).await;
-            Err(call(tonic::Code::Unknown, "failed to copy: unexpected EOF"))
+            Err(call(BackendCode::Unknown, "failed to copy: unexpected EOF"))
         };
         let out = watch_without_stalls(transfer, rx, &metrics).await;
         let Err(Watched::Failed(e)) = out else {
@@ -629,26 +630,25 @@ mod tests {
 
     #[test]
     fn containerd_messages_are_classified() {
-        use tonic::Code;
         for (code, msg, want) in [
             (
-                Code::FailedPrecondition,
+                BackendCode::FailedPrecondition,
                 "failed commit on ref \"layer-sha256:ab\": unexpected commit digest sha256:cd, expected sha256:ab: failed precondition",
                 TransferFailure::Verify,
             ),
             (
-                Code::FailedPrecondition,
+                BackendCode::FailedPrecondition,
                 "failed commit on ref \"layer-sha256:ab\": unexpected commit size 10, expected 30: failed precondition",
                 TransferFailure::Verify,
             ),
-            (Code::NotFound, "failed to resolve image: x: not found", TransferFailure::NotFound),
+            (BackendCode::NotFound, "failed to resolve image: x: not found", TransferFailure::NotFound),
             (
-                Code::Unknown,
+                BackendCode::Unknown,
                 "dial tcp 127.0.0.1:9: connect: connection refused",
                 TransferFailure::Unreachable,
             ),
-            (Code::Unavailable, "connection error", TransferFailure::Unreachable),
-            (Code::InvalidArgument, "bad platform", TransferFailure::Other),
+            (BackendCode::Unavailable, "connection error", TransferFailure::Unreachable),
+            (BackendCode::InvalidArgument, "bad platform", TransferFailure::Other),
         ] {
             assert_eq!(TransferFailure::of(&call(code, msg)), want, "{msg}");
         }

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::containerd::error::ContainerdError;
+use crate::backend_error::{BackendCode, BackendError};
 use crate::images::backend::{Leases, Mount, Snapshots, Usage};
 use crate::images::pull::PullError;
 use crate::images::store::ImageInfo;
@@ -231,21 +231,21 @@ impl CallLog {
     }
 }
 
-fn failed(op: &'static str) -> ContainerdError {
-    ContainerdError::Call {
+fn failed(op: &'static str) -> BackendError {
+    BackendError::Call {
         address: "/fake/containerd.sock".into(),
         op,
-        code: tonic::Code::Unavailable,
+        code: BackendCode::Unavailable,
         message: "scripted failure".into(),
     }
 }
 
 /// containerd's answer for a task whose shim connection is closed (a dead shim).
-fn shim_closed(op: &'static str) -> ContainerdError {
-    ContainerdError::Call {
+fn shim_closed(op: &'static str) -> BackendError {
+    BackendError::Call {
         address: "/fake/containerd.sock".into(),
         op,
-        code: tonic::Code::Unknown,
+        code: BackendCode::Unknown,
         message: "ttrpc: closed".into(),
     }
 }
@@ -289,7 +289,7 @@ impl FakeContainerd {
         *Self::lock(&self.idmaps) = false;
     }
 
-    fn check(&self, call: Call) -> Result<(), ContainerdError> {
+    fn check(&self, call: Call) -> Result<(), BackendError> {
         let op = call.op();
         if self.log.record(call) {
             return Err(failed(op));
@@ -298,7 +298,7 @@ impl FakeContainerd {
     }
 
     /// [`FakeContainerd::check`] with a hold point.
-    async fn check_held(&self, call: Call) -> Result<(), ContainerdError> {
+    async fn check_held(&self, call: Call) -> Result<(), BackendError> {
         let op = call.op();
         if self.log.record_held(call).await {
             return Err(failed(op));
@@ -355,7 +355,7 @@ impl FakeContainerd {
         }
     }
 
-    fn shim_is_dead(&self, id: &str, op: &'static str) -> Result<(), ContainerdError> {
+    fn shim_is_dead(&self, id: &str, op: &'static str) -> Result<(), BackendError> {
         if Self::lock(&self.dead_shims).contains(id) {
             return Err(shim_closed(op));
         }
@@ -379,24 +379,19 @@ impl FakeContainerd {
 
 #[tonic::async_trait]
 impl Containers for FakeContainerd {
-    async fn create(&self, record: ContainerRecord) -> Result<(), ContainerdError> {
+    async fn create(&self, record: ContainerRecord) -> Result<(), BackendError> {
         self.check(Call::RecordCreate(record.id.clone()))?;
         Self::lock(&self.records).insert(record.id.clone(), record);
         Ok(())
     }
-    async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, ContainerdError> {
+    async fn get(&self, id: &str) -> Result<Option<ContainerRecord>, BackendError> {
         self.check(Call::RecordGet(id.into()))?;
         Ok(Self::lock(&self.records).get(id).cloned())
     }
-    async fn list(&self) -> Result<Vec<ContainerRecord>, ContainerdError> {
+    async fn list(&self) -> Result<Vec<ContainerRecord>, BackendError> {
         Ok(Self::lock(&self.records).values().cloned().collect())
     }
-    async fn set_extension(
-        &self,
-        id: &str,
-        key: &str,
-        value: Vec<u8>,
-    ) -> Result<(), ContainerdError> {
+    async fn set_extension(&self, id: &str, key: &str, value: Vec<u8>) -> Result<(), BackendError> {
         self.check_held(Call::RecordSetExtension(id.into(), key.into()))
             .await?;
         if let Some(r) = Self::lock(&self.records).get_mut(id) {
@@ -404,7 +399,7 @@ impl Containers for FakeContainerd {
         }
         Ok(())
     }
-    async fn delete(&self, id: &str) -> Result<(), ContainerdError> {
+    async fn delete(&self, id: &str) -> Result<(), BackendError> {
         self.check(Call::RecordDelete(id.into()))?;
         Self::lock(&self.records).remove(id);
         Ok(())
@@ -413,7 +408,7 @@ impl Containers for FakeContainerd {
 
 #[tonic::async_trait]
 impl Tasks for FakeContainerd {
-    async fn create(&self, spec: TaskSpec) -> Result<u32, ContainerdError> {
+    async fn create(&self, spec: TaskSpec) -> Result<u32, BackendError> {
         self.check_held(Call::TaskCreate(spec.container_id.clone()))
             .await?;
         let state = TaskState {
@@ -427,14 +422,14 @@ impl Tasks for FakeContainerd {
         Self::lock(&self.tasks).insert(spec.container_id, state);
         Ok(4242)
     }
-    async fn start(&self, id: &str) -> Result<u32, ContainerdError> {
+    async fn start(&self, id: &str) -> Result<u32, BackendError> {
         self.check(Call::TaskStart(id.into()))?;
         if let Some(t) = Self::lock(&self.tasks).get_mut(id) {
             t.status = TaskStatus::Running;
         }
         Ok(4242)
     }
-    async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), ContainerdError> {
+    async fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), BackendError> {
         self.check(Call::TaskKill(id.into(), signal, all))?;
         self.shim_is_dead(id, "Tasks.Kill")?;
         if let Some(t) = Self::lock(&self.tasks).get_mut(id) {
@@ -443,7 +438,7 @@ impl Tasks for FakeContainerd {
         }
         Ok(())
     }
-    async fn wait(&self, id: &str) -> Result<Exit, ContainerdError> {
+    async fn wait(&self, id: &str) -> Result<Exit, BackendError> {
         self.check(Call::TaskWait(id.into()))?;
         loop {
             self.shim_is_dead(id, "Tasks.Wait")?;
@@ -452,10 +447,10 @@ impl Tasks for FakeContainerd {
             }
             match Self::lock(&self.tasks).get(id) {
                 None => {
-                    return Err(ContainerdError::Call {
+                    return Err(BackendError::Call {
                         address: "/fake/containerd.sock".into(),
                         op: "Tasks.Wait",
-                        code: tonic::Code::NotFound,
+                        code: BackendCode::NotFound,
                         message: "no task".into(),
                     })
                 }
@@ -470,7 +465,7 @@ impl Tasks for FakeContainerd {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }
-    async fn state(&self, id: &str) -> Result<Option<TaskState>, ContainerdError> {
+    async fn state(&self, id: &str) -> Result<Option<TaskState>, BackendError> {
         self.check(Call::TaskState(id.into()))?;
         // containerd 2.3.4 maps the closed shim connection of `State` to NotFound.
         if Self::lock(&self.dead_shims).contains(id) {
@@ -478,7 +473,7 @@ impl Tasks for FakeContainerd {
         }
         Ok(Self::lock(&self.tasks).get(id).copied())
     }
-    async fn delete(&self, id: &str) -> Result<Option<Exit>, ContainerdError> {
+    async fn delete(&self, id: &str) -> Result<Option<Exit>, BackendError> {
         self.check(Call::TaskDelete(id.into()))?;
         let task = Self::lock(&self.tasks).remove(id);
         // containerd 2.3.4 drops the task of a dead shim, and fails the delete.
@@ -496,35 +491,35 @@ impl Tasks for FakeContainerd {
         _exec_id: &str,
         _process: Vec<u8>,
         _stdio: ExecStdio,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         Err(failed("Tasks.Exec"))
     }
-    async fn start_exec(&self, _: &str, _: &str) -> Result<u32, ContainerdError> {
+    async fn start_exec(&self, _: &str, _: &str) -> Result<u32, BackendError> {
         Err(failed("Tasks.Start"))
     }
-    async fn wait_exec(&self, _: &str, _: &str) -> Result<Exit, ContainerdError> {
+    async fn wait_exec(&self, _: &str, _: &str) -> Result<Exit, BackendError> {
         Err(failed("Tasks.Wait"))
     }
-    async fn kill_exec(&self, _: &str, _: &str, _: u32) -> Result<(), ContainerdError> {
+    async fn kill_exec(&self, _: &str, _: &str, _: u32) -> Result<(), BackendError> {
         Err(failed("Tasks.Kill"))
     }
-    async fn resize_pty(&self, _: &str, _: &str, _: (u32, u32)) -> Result<(), ContainerdError> {
+    async fn resize_pty(&self, _: &str, _: &str, _: (u32, u32)) -> Result<(), BackendError> {
         Err(failed("Tasks.ResizePty"))
     }
-    async fn close_stdin(&self, _: &str, _: &str) -> Result<(), ContainerdError> {
+    async fn close_stdin(&self, _: &str, _: &str) -> Result<(), BackendError> {
         Err(failed("Tasks.CloseIO"))
     }
-    async fn update_resources(&self, _: &str, _: Vec<u8>) -> Result<(), ContainerdError> {
+    async fn update_resources(&self, _: &str, _: Vec<u8>) -> Result<(), BackendError> {
         Err(failed("Tasks.Update"))
     }
-    async fn delete_exec(&self, _: &str, _: &str) -> Result<(), ContainerdError> {
+    async fn delete_exec(&self, _: &str, _: &str) -> Result<(), BackendError> {
         Ok(())
     }
 }
 
 #[tonic::async_trait]
 impl Snapshots for FakeContainerd {
-    async fn exists(&self, _: &str, _: &str) -> Result<bool, ContainerdError> {
+    async fn exists(&self, _: &str, _: &str) -> Result<bool, BackendError> {
         Ok(false)
     }
     async fn prepare(
@@ -534,7 +529,7 @@ impl Snapshots for FakeContainerd {
         key: &str,
         parent: &str,
         labels: &HashMap<String, String>,
-    ) -> Result<Vec<Mount>, ContainerdError> {
+    ) -> Result<Vec<Mount>, BackendError> {
         let mut sorted: Vec<(String, String)> =
             labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         sorted.sort();
@@ -565,7 +560,7 @@ impl Snapshots for FakeContainerd {
         key: &str,
         parent: &str,
         labels: &HashMap<String, String>,
-    ) -> Result<Vec<Mount>, ContainerdError> {
+    ) -> Result<Vec<Mount>, BackendError> {
         let mut sorted: Vec<(String, String)> =
             labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         sorted.sort();
@@ -588,7 +583,7 @@ impl Snapshots for FakeContainerd {
         }
         Ok(mounts)
     }
-    async fn mounts(&self, _: &str, key: &str) -> Result<Vec<Mount>, ContainerdError> {
+    async fn mounts(&self, _: &str, key: &str) -> Result<Vec<Mount>, BackendError> {
         self.check(Call::SnapshotMounts(key.into()))?;
         Ok(self.mounts())
     }
@@ -599,35 +594,35 @@ impl Snapshots for FakeContainerd {
         _: &str,
         _: &str,
         _: HashMap<String, String>,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         Err(failed("Snapshots.Commit"))
     }
-    async fn remove(&self, _: &str, key: &str) -> Result<(), ContainerdError> {
+    async fn remove(&self, _: &str, key: &str) -> Result<(), BackendError> {
         self.check(Call::SnapshotRemove(key.into()))
     }
-    async fn list(&self, _: &str) -> Result<Vec<String>, ContainerdError> {
+    async fn list(&self, _: &str) -> Result<Vec<String>, BackendError> {
         Ok(Vec::new())
     }
-    async fn usage(&self, _: &str, _: &str) -> Result<Usage, ContainerdError> {
+    async fn usage(&self, _: &str, _: &str) -> Result<Usage, BackendError> {
         Ok(Usage::default())
     }
-    async fn root(&self, _: &str) -> Result<Option<PathBuf>, ContainerdError> {
+    async fn root(&self, _: &str) -> Result<Option<PathBuf>, BackendError> {
         Ok(None)
     }
 }
 
 #[tonic::async_trait]
 impl Leases for FakeContainerd {
-    async fn create(&self, id: &str, _expire_secs: u64) -> Result<(), ContainerdError> {
+    async fn create(&self, id: &str, _expire_secs: u64) -> Result<(), BackendError> {
         self.check_held(Call::LeaseCreate(id.into())).await
     }
-    async fn delete(&self, id: &str, _sync: bool) -> Result<(), ContainerdError> {
+    async fn delete(&self, id: &str, _sync: bool) -> Result<(), BackendError> {
         self.check(Call::LeaseDelete(id.into()))
     }
-    async fn add_content(&self, _: &str, _: &str) -> Result<(), ContainerdError> {
+    async fn add_content(&self, _: &str, _: &str) -> Result<(), BackendError> {
         Ok(())
     }
-    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError> {
+    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, BackendError> {
         Ok(Vec::new())
     }
 }

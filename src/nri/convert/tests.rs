@@ -7,8 +7,9 @@ use super::*;
 use crate::spec::{NamespaceMode, NamespaceOptions};
 use crate::store::container::tests::meta as container_meta;
 use crate::store::container::{ContainerUser, ImageRefs};
+use crate::store::resources::HugepageLimitRecord;
 use crate::store::sandbox::tests::meta as sandbox_meta;
-use crate::store::sandbox::{HugepageLimitRecord, PodResources, SandboxStatus};
+use crate::store::sandbox::{PodResources, SandboxStatus};
 use crate::store::{ContainerMetadata, ContainerStatus};
 
 fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {

@@ -9,11 +9,11 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::backend_error::BackendCode;
 use bytes::Bytes;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper::Response;
-use tonic::Code;
 
 use super::download::is_bad_data;
 use super::*;
@@ -31,8 +31,8 @@ use crate::images::unpack::tests::{FakeDiffer, FakeSnapshots};
 // In-memory containerd: Content + Images + Leases over one state, so GC can see all three.
 // ---------------------------------------------------------------------------------------------
 
-fn call_err(op: &'static str, code: Code, message: impl Into<String>) -> ContainerdError {
-    ContainerdError::Call {
+fn call_err(op: &'static str, code: BackendCode, message: impl Into<String>) -> BackendError {
+    BackendError::Call {
         address: "/fake".into(),
         op,
         code,
@@ -156,7 +156,7 @@ impl ContentWriter for FakeWriter {
         self.offset
     }
 
-    async fn write(&mut self, data: Bytes) -> Result<(), ContainerdError> {
+    async fn write(&mut self, data: Bytes) -> Result<(), BackendError> {
         let mut st = self.state.lock().unwrap();
         let ingest = st.ingests.entry(self.write_ref.clone()).or_default();
         ingest.data.extend_from_slice(&data);
@@ -164,17 +164,14 @@ impl ContentWriter for FakeWriter {
         Ok(())
     }
 
-    async fn commit(
-        self: Box<Self>,
-        labels: HashMap<String, String>,
-    ) -> Result<(), ContainerdError> {
+    async fn commit(self: Box<Self>, labels: HashMap<String, String>) -> Result<(), BackendError> {
         let mut st = self.state.lock().unwrap();
         // containerd adds committed content to the writer's lease; a lease deleted meanwhile
         // fails the commit ("lease does not exist").
         if !st.leases.contains_key(&self.lease) {
             return Err(call_err(
                 "Content.Write",
-                Code::NotFound,
+                BackendCode::NotFound,
                 format!("lease {} does not exist", self.lease),
             ));
         }
@@ -191,7 +188,7 @@ impl ContentWriter for FakeWriter {
         if data.len() as i64 != self.blob.size {
             return Err(call_err(
                 "Content.Write",
-                Code::FailedPrecondition,
+                BackendCode::FailedPrecondition,
                 format!(
                     "unexpected commit size {}, expected {}",
                     data.len(),
@@ -203,7 +200,7 @@ impl ContentWriter for FakeWriter {
         if got != self.blob.digest {
             return Err(call_err(
                 "Content.Write",
-                Code::FailedPrecondition,
+                BackendCode::FailedPrecondition,
                 format!(
                     "unexpected commit digest {got}, expected {}",
                     self.blob.digest
@@ -222,7 +219,7 @@ impl ContentWriter for FakeWriter {
 
 #[tonic::async_trait]
 impl Content for FakeContainerd {
-    async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, ContainerdError> {
+    async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, BackendError> {
         Ok(self.st().blobs.get(digest).map(|b| ContentInfo {
             digest: digest.to_string(),
             size: b.data.len() as i64,
@@ -234,15 +231,15 @@ impl Content for FakeContainerd {
         &self,
         digest: &str,
         size: u64,
-    ) -> Result<crate::images::backend::ChunkStream, ContainerdError> {
+    ) -> Result<crate::images::backend::ChunkStream, BackendError> {
         let data = self
             .st()
             .blobs
             .get(digest)
             .map(|b| b.data.slice(..b.data.len().min(size as usize)))
-            .ok_or_else(|| call_err("Content.Read", Code::NotFound, digest.to_string()))?;
+            .ok_or_else(|| call_err("Content.Read", BackendCode::NotFound, digest.to_string()))?;
         // Small uneven chunks, so readers meet chunk boundaries everywhere.
-        let chunks: Vec<Result<Bytes, ContainerdError>> = (0..data.len())
+        let chunks: Vec<Result<Bytes, BackendError>> = (0..data.len())
             .step_by(READ_CHUNK)
             .map(|at| Ok(data.slice(at..(at + READ_CHUNK).min(data.len()))))
             .collect();
@@ -254,7 +251,7 @@ impl Content for FakeContainerd {
         lease: &str,
         write_ref: &str,
         blob: &Blob,
-    ) -> Result<Option<Box<dyn ContentWriter>>, ContainerdError> {
+    ) -> Result<Option<Box<dyn ContentWriter>>, BackendError> {
         let mut st = self.st();
         if st.blobs.contains_key(&blob.digest) {
             return Ok(None);
@@ -262,14 +259,14 @@ impl Content for FakeContainerd {
         if !st.leases.contains_key(lease) {
             return Err(call_err(
                 "Content.Write",
-                Code::NotFound,
+                BackendCode::NotFound,
                 format!("lease {lease} does not exist"),
             ));
         }
         if !st.locked.insert(write_ref.to_string()) {
             return Err(call_err(
                 "Content.Write",
-                Code::Unavailable,
+                BackendCode::Unavailable,
                 format!("ref {write_ref} locked"),
             ));
         }
@@ -289,7 +286,7 @@ impl Content for FakeContainerd {
         })))
     }
 
-    async fn abort(&self, write_ref: &str) -> Result<(), ContainerdError> {
+    async fn abort(&self, write_ref: &str) -> Result<(), BackendError> {
         self.st().ingests.remove(write_ref);
         Ok(())
     }
@@ -298,12 +295,12 @@ impl Content for FakeContainerd {
         &self,
         digest: &str,
         labels: HashMap<String, String>,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         let mut st = self.st();
         let b = st
             .blobs
             .get_mut(digest)
-            .ok_or_else(|| call_err("Content.Update", Code::NotFound, digest.to_string()))?;
+            .ok_or_else(|| call_err("Content.Update", BackendCode::NotFound, digest.to_string()))?;
         b.labels.extend(labels);
         Ok(())
     }
@@ -311,17 +308,17 @@ impl Content for FakeContainerd {
 
 #[tonic::async_trait]
 impl Images for FakeContainerd {
-    async fn get(&self, name: &str) -> Result<Option<ImageRecord>, ContainerdError> {
+    async fn get(&self, name: &str) -> Result<Option<ImageRecord>, BackendError> {
         Ok(self.st().images.get(name).cloned())
     }
-    async fn list(&self) -> Result<Vec<ImageRecord>, ContainerdError> {
+    async fn list(&self) -> Result<Vec<ImageRecord>, BackendError> {
         Ok(self.st().images.values().cloned().collect())
     }
-    async fn put(&self, record: ImageRecord) -> Result<(), ContainerdError> {
+    async fn put(&self, record: ImageRecord) -> Result<(), BackendError> {
         self.st().images.insert(record.name.clone(), record);
         Ok(())
     }
-    async fn delete(&self, name: &str) -> Result<(), ContainerdError> {
+    async fn delete(&self, name: &str) -> Result<(), BackendError> {
         self.st().images.remove(name);
         Ok(())
     }
@@ -329,15 +326,15 @@ impl Images for FakeContainerd {
 
 #[tonic::async_trait]
 impl Leases for FakeContainerd {
-    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, ContainerdError> {
+    async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, BackendError> {
         Ok(self.st().leases.keys().map(|k| (k.clone(), None)).collect())
     }
-    async fn create(&self, id: &str, _expire_secs: u64) -> Result<(), ContainerdError> {
+    async fn create(&self, id: &str, _expire_secs: u64) -> Result<(), BackendError> {
         let mut st = self.st();
         if st.leases.contains_key(id) {
             return Err(call_err(
                 "Leases.Create",
-                Code::AlreadyExists,
+                BackendCode::AlreadyExists,
                 id.to_string(),
             ));
         }
@@ -348,7 +345,7 @@ impl Leases for FakeContainerd {
 
     /// GC runs at once whether or not `sync` is set: containerd collects soon after either
     /// way, and `sync` only decides whether the call waits for it. The flag is recorded.
-    async fn delete(&self, id: &str, sync: bool) -> Result<(), ContainerdError> {
+    async fn delete(&self, id: &str, sync: bool) -> Result<(), BackendError> {
         let mut st = self.st();
         st.leases.remove(id);
         st.lease_log.push(LeaseEvent::Deleted {
@@ -359,11 +356,11 @@ impl Leases for FakeContainerd {
         Ok(())
     }
 
-    async fn add_content(&self, id: &str, digest: &str) -> Result<(), ContainerdError> {
+    async fn add_content(&self, id: &str, digest: &str) -> Result<(), BackendError> {
         self.st()
             .leases
             .get_mut(id)
-            .ok_or_else(|| call_err("Leases.AddResource", Code::NotFound, id.to_string()))?
+            .ok_or_else(|| call_err("Leases.AddResource", BackendCode::NotFound, id.to_string()))?
             .insert(digest.to_string());
         Ok(())
     }
@@ -660,7 +657,7 @@ impl Differ for RecordingDiffer {
         &self,
         layer: &Blob,
         mounts: Vec<crate::images::backend::Mount>,
-    ) -> Result<String, ContainerdError> {
+    ) -> Result<String, BackendError> {
         let stored = self.ctr.blob_digests().into_iter().collect();
         self.applied
             .lock()
@@ -680,10 +677,10 @@ impl crate::images::backend::Transfer for NoTransfer {
         &self,
         _: crate::images::backend::TransferPull,
         _: tokio::sync::mpsc::UnboundedSender<crate::images::backend::TransferProgress>,
-    ) -> Result<(), ContainerdError> {
+    ) -> Result<(), BackendError> {
         Err(call_err(
             "Transfer.Transfer",
-            Code::Unimplemented,
+            BackendCode::Unimplemented,
             "these tests pull through remora's client",
         ))
     }

@@ -1,5 +1,7 @@
 //! The pod network over the host: network namespaces bind-mounted under the state dir, and the
-//! CNI plugins run against them.
+//! CNI plugins run against them. The adapter from `crate::net` to lifecycle's pod network
+//! (`crate::lifecycle::backend::PodNetwork`), above both, so that net does not depend on
+//! lifecycle.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -41,12 +43,8 @@ impl PodNetwork for HostNetwork {
             .await?;
         match user {
             Some(u) => {
-                dir.create_in_userns(
-                    id,
-                    crate::lifecycle::userns::idmap(u.uids),
-                    crate::lifecycle::userns::idmap(u.gids),
-                )
-                .await
+                dir.create_in_userns(id, crate::spec::idmap(u.uids), crate::spec::idmap(u.gids))
+                    .await
             }
             None => dir.create(id).await,
         }

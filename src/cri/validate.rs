@@ -297,6 +297,13 @@ pub fn resources(prefix: &str, r: &crate::spec::Resources) -> Result<(), Convert
                 "must not be negative",
             ))
         }
+        Err(crate::spec::SpecError::CpuQuotaBelowNoLimit { value }) => {
+            return Err(invalid(
+                format!("{prefix}.cpu_quota"),
+                &value.to_string(),
+                "must be -1 (no limit) or not negative",
+            ))
+        }
         Err(crate::spec::SpecError::InvalidOomScoreAdj { value }) => {
             return Err(invalid(
                 format!("{prefix}.oom_score_adj"),
@@ -304,7 +311,7 @@ pub fn resources(prefix: &str, r: &crate::spec::Resources) -> Result<(), Convert
                 "must be between -1000 and 1000",
             ))
         }
-        // `check` returns only the two errors above.
+        // `check` returns only the three errors above.
         Err(_) => return Err(invalid(prefix.to_string(), "", "is not valid")),
     }
     for (field, value) in [
@@ -473,7 +480,7 @@ mod tests {
             edit(&mut r);
             field(recorded_resources("resources", &r))
         };
-        assert_eq!(with(|r| r.cpu_quota = -1), "resources.cpu_quota");
+        assert_eq!(with(|r| r.cpu_quota = -2), "resources.cpu_quota");
         assert_eq!(
             with(|r| r.cpuset_mems = "0,".repeat(600)),
             "resources.cpuset_mems"
@@ -591,6 +598,14 @@ mod tests {
     fn resource_values() {
         use crate::spec::Resources;
         assert_eq!(resources("r", &Resources::default()), Ok(()));
+        // kubelet's "no quota": UpdatePodSandboxResources for a pod without a CPU limit, in an
+        // in-place resize (the conformance test "resize pod via the replace endpoint").
+        let no_limit = Resources {
+            cpu_quota: -1,
+            cpu_period: 100_000,
+            ..Default::default()
+        };
+        assert_eq!(resources("r", &no_limit), Ok(()));
         for (f, r) in [
             (
                 "r.cpu_shares",
@@ -602,7 +617,7 @@ mod tests {
             (
                 "r.cpu_quota",
                 Resources {
-                    cpu_quota: -1,
+                    cpu_quota: -2,
                     ..Default::default()
                 },
             ),

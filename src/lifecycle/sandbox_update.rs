@@ -1,7 +1,8 @@
 //! UpdatePodSandboxResources (KEP-1287, in-place pod resize).
 //!
-//! kubelet calls it after it has resized the pod's cgroup itself, and treats a failure as
-//! best effort. remora never makes a pod cgroup: kubelet names it in `cgroup_parent` and owns
+//! kubelet calls it after it has resized the pod's cgroup itself; kubelet 1.37 rejects the
+//! resize when the call fails ("failed to notify runtime for UpdatePodSandboxResources"), so a
+//! refusal here stops every in-place resize of the pod. remora never makes a pod cgroup: kubelet names it in `cgroup_parent` and owns
 //! it; the pause container's cgroup is a child of it that the OCI runtime makes (or, without a
 //! parent, the runtime's default, which is the pause container's alone). So nothing is
 //! written to a cgroup here: the call validates (the sandbox must exist), then records the

@@ -166,6 +166,12 @@ pub enum SpecError {
         /// Its value.
         value: i64,
     },
+    /// A CPU quota below -1, kubelet's (and cgroup v1's) "no quota".
+    #[error("invalid resource cpu_quota: {value} (the quota is -1 for no limit, or not negative)")]
+    CpuQuotaBelowNoLimit {
+        /// Its value.
+        value: i64,
+    },
     /// A resource value the OCI spec cannot hold.
     #[error("invalid resource {field}: {value} is too large")]
     ResourceTooLarge {

@@ -33,12 +33,19 @@ pub fn oom_score_adj(requested: i64, min: i32) -> Result<i32, SpecError> {
     Ok((requested as i32).max(min))
 }
 
-/// The value rules of [`Resources`]: no negative CPU or memory value, an `oom_score_adj`
-/// within -1000..=1000. The CRI adapter applies them before anything is made; the spec
-/// generator applies them again for any other caller.
+/// The value rules of [`Resources`]: no negative CPU or memory value but a CPU quota of -1,
+/// an `oom_score_adj` within -1000..=1000. The CRI adapter applies them before anything is
+/// made; the spec generator applies them again for any other caller.
+///
+/// A quota of -1 is "no limit": kubelet sends it for a pod whose CPU is not limited
+/// (`UpdatePodSandboxResources` in an in-place resize) and for a container whose quota it
+/// turns off; the OCI runtime writes it as cgroup v1's `cpu.cfs_quota_us` -1 or v2's `max`,
+/// and containerd's CRI and CRI-O pass it on as sent.
 pub fn check(r: &Resources) -> Result<(), SpecError> {
     non_negative("cpu_period", r.cpu_period)?;
-    non_negative("cpu_quota", r.cpu_quota)?;
+    if r.cpu_quota < -1 {
+        return Err(SpecError::CpuQuotaBelowNoLimit { value: r.cpu_quota });
+    }
     non_negative("cpu_shares", r.cpu_shares)?;
     non_negative("memory_limit_in_bytes", r.memory_limit_in_bytes)?;
     non_negative("memory_swap_limit_in_bytes", r.memory_swap_limit_in_bytes)?;
@@ -48,7 +55,7 @@ pub fn check(r: &Resources) -> Result<(), SpecError> {
 /// The cgroup resources of a container (without device rules, see [`super::devices`]).
 pub fn linux_resources(r: &Resources, host: &HostFacts) -> Result<LinuxResources, SpecError> {
     check(r)?;
-    // All non-negative, checked above.
+    // All non-negative but a quota of -1 (no limit), checked above.
     let (period, quota, shares) = (r.cpu_period, r.cpu_quota, r.cpu_shares);
     let (limit, swap) = (r.memory_limit_in_bytes, r.memory_swap_limit_in_bytes);
 
@@ -197,13 +204,6 @@ mod tests {
             ),
             (
                 Resources {
-                    cpu_quota: -1,
-                    ..Resources::default()
-                },
-                "cpu_quota",
-            ),
-            (
-                Resources {
                     cpu_period: -5,
                     ..Resources::default()
                 },
@@ -231,6 +231,24 @@ mod tests {
             );
             assert!(err.to_string().contains(field));
         }
+    }
+
+    #[test]
+    fn a_cpu_quota_of_minus_one_is_no_limit_and_below_it_is_refused() {
+        let r = Resources {
+            cpu_quota: -1,
+            cpu_period: 100_000,
+            ..Resources::default()
+        };
+        let res = linux_resources(&r, &host()).unwrap();
+        assert_eq!(res.cpu().as_ref().unwrap().quota(), Some(-1));
+        let r = Resources {
+            cpu_quota: -2,
+            ..Resources::default()
+        };
+        let err = linux_resources(&r, &host()).unwrap_err();
+        assert!(matches!(err, SpecError::CpuQuotaBelowNoLimit { value: -2 }));
+        assert!(err.to_string().contains("cpu_quota"), "{err}");
     }
 
     #[test]

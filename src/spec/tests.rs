@@ -479,13 +479,10 @@ fn container_errors_surface() {
     ));
 
     let mut cfg = config();
-    cfg.resources.as_mut().unwrap().cpu_quota = -1;
+    cfg.resources.as_mut().unwrap().cpu_quota = -2;
     assert!(matches!(
         build(&cfg, &sandbox(), &host()),
-        Err(SpecError::NegativeResource {
-            field: "cpu_quota",
-            ..
-        })
+        Err(SpecError::CpuQuotaBelowNoLimit { value: -2 })
     ));
 
     let mut cfg = config();

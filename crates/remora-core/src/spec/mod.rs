@@ -540,7 +540,7 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
 }
 
 /// The sysctls of a pod without a pause container, written where runc would have written the
-/// pause container's (`crate::net::netns::pin_pod_namespaces`): the pod's, each refused unless
+/// pause container's (`remora::net::netns::pin_pod_namespaces`): the pod's, each refused unless
 /// it lives in a namespace the pod owns ([`sysctl`]).
 pub fn pod_sysctls(cfg: &SandboxConfig) -> Result<Vec<(String, String)>, SpecError> {
     let ns = &cfg.security.namespaces;

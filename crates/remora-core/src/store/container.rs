@@ -128,7 +128,7 @@ pub struct ContainerMetadata {
     pub stdin_once: bool,
     /// Its first process's identity; `None` in records written before remora kept it.
     pub user: Option<ContainerUser>,
-    /// The signal StopContainer sends first, as the daemon's `signal::Signal` writes it
+    /// The signal StopContainer sends first, as [`crate::signal::Signal`] writes it
     /// (`SIGQUIT`, `SIGRTMIN+3`; a number for 32 and 33): the one CRI configured, else the
     /// image's `StopSignal`, else SIGTERM, resolved at creation so that removing the image
     /// does not change it. Empty in records written before remora kept it: StopContainer then

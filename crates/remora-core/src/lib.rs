@@ -8,6 +8,8 @@
 //! none of them, so `cargo tree -p remora-core -e normal` lists no tonic, hyper, reqwest or
 //! prost, and a use of an adapter from here is a compile error (STYLE 4).
 
+#![warn(missing_docs)]
+
 pub mod backend_error;
 pub mod bounded;
 pub mod cdi;

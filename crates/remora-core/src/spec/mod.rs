@@ -121,6 +121,7 @@ pub enum SpecError {
     ReadUserDb {
         /// The file.
         path: PathBuf,
+        /// The cause.
         source: std::io::Error,
     },
     /// A mount destination that is not a clean absolute path inside the container.
@@ -144,6 +145,7 @@ pub enum SpecError {
     DeviceLookup {
         /// The host path.
         host_path: PathBuf,
+        /// The cause.
         source: std::io::Error,
     },
     /// Device permissions other than a combination of `r`, `w`, `m`.
@@ -200,6 +202,7 @@ pub enum SpecError {
     SeccompProfileRead {
         /// The profile path.
         path: PathBuf,
+        /// The cause.
         source: std::io::Error,
     },
     /// A `Localhost` seccomp profile that is not an OCI `LinuxSeccomp` JSON object.

@@ -76,6 +76,12 @@ if [[ $lint == 1 ]]; then
 		grep -E '^(tonic|hyper|reqwest|rustls|prost) '; then
 		die "remora-shim links the daemon's dependencies above (cargo tree -p remora-shim -e normal)"
 	fi
+	# The core (crates/remora-core) compiles without gRPC: the adapters' protocol stacks stay in
+	# the daemon, so a dependency that brings one in fails here.
+	if cargo tree --locked -p remora-core -e normal --prefix none |
+		grep -E '^(tonic|hyper|reqwest|prost) '; then
+		die "remora-core links gRPC or HTTP above (cargo tree -p remora-core -e normal)"
+	fi
 	# -x follows the `source` lines (common.sh); the scripts carry their own directives.
 	shellcheck -x scripts/*.sh scripts/node/*.sh .ci/run
 fi

@@ -30,7 +30,7 @@ impl HostNetwork {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl PodNetwork for HostNetwork {
     async fn create_netns(
         &self,

@@ -103,7 +103,7 @@ impl Reachability {
 }
 
 /// lifecycle's port, for exit monitors waiting out an outage.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl crate::lifecycle::backend::Reachability for Reachability {
     fn suspect(&self) {
         Reachability::suspect(self)
@@ -216,7 +216,7 @@ mod tests {
         }
     }
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl VersionApi for Scripted {
         async fn version(&self, _timeout: Duration) -> Result<ContainerdVersion, BackendError> {
             self.calls.lock().unwrap().push(Instant::now());

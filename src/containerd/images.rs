@@ -73,7 +73,7 @@ fn mounts_from_pb(m: Vec<PbMount>) -> Vec<Mount> {
         .collect()
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Content for Client {
     async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, BackendError> {
         let mut c = self.content_client();
@@ -350,7 +350,7 @@ impl Writer {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl ContentWriter for Writer {
     fn offset(&self) -> u64 {
         // Sent and batched bytes count: they go out before the commit, so a resumed transfer
@@ -397,7 +397,7 @@ impl ContentWriter for Writer {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Images for Client {
     async fn get(&self, name: &str) -> Result<Option<ImageRecord>, BackendError> {
         let mut c = self.images_client();
@@ -478,7 +478,7 @@ impl Images for Client {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Leases for Client {
     async fn create(&self, id: &str, expire_secs: u64) -> Result<(), BackendError> {
         let mut c = self.leases_client();
@@ -558,7 +558,7 @@ impl Leases for Client {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Snapshots for Client {
     async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, BackendError> {
         let mut c = self.snapshots_client();
@@ -738,7 +738,7 @@ impl Snapshots for Client {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Differ for Client {
     async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, BackendError> {
         let mut c = DiffClient::new(self.channel());

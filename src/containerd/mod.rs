@@ -36,7 +36,7 @@ pub struct ContainerdVersion {
 }
 
 /// Asks containerd for its version: the cheapest call that proves it answers.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait VersionApi: Send + Sync + 'static {
     /// One `Version` call bounded by `timeout`.
     async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, BackendError>;
@@ -204,7 +204,7 @@ fn call_error_code(status: &tonic::Status) -> tonic::Code {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl VersionApi for Client {
     async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, BackendError> {
         let mut client = VersionClient::new(self.channel.clone());

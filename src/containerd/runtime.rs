@@ -209,7 +209,7 @@ fn record_to_pb(r: ContainerRecord) -> Container {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Containers for Client {
     async fn create(&self, record: ContainerRecord) -> Result<(), BackendError> {
         let mut c = self.containers_client();
@@ -313,7 +313,7 @@ impl Containers for Client {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Tasks for Client {
     async fn create(&self, spec: TaskSpec) -> Result<u32, BackendError> {
         let id = spec.container_id.clone();

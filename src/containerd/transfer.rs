@@ -148,7 +148,7 @@ impl Drop for AbortOnDrop {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Transfer for Client {
     async fn pull(
         &self,

@@ -13,6 +13,7 @@ use crate::backend_error::{BackendCode, BackendError};
 use crate::images::pull::{PullError, TransferFailure};
 use crate::images::registry::client::RegistryError;
 use crate::io::cri_log::LogError;
+use crate::lifecycle::nri::PluginCode;
 use crate::lifecycle::sandbox_stats::StatsError;
 use crate::lifecycle::ContainerError;
 use crate::lifecycle::SandboxError;
@@ -269,7 +270,7 @@ fn container_code(e: &ContainerError) -> Code {
         | ContainerError::Journal { .. }
         | ContainerError::MountTable { .. } => Code::Internal,
         ContainerError::Failpoint(_) => Code::Unavailable,
-        ContainerError::Nri(n) => n.code(),
+        ContainerError::Nri(n) => plugin_code(n.code()),
     }
 }
 
@@ -298,7 +299,7 @@ fn sandbox_code(e: &SandboxError) -> Code {
         | SandboxError::Container { .. }
         | SandboxError::Journal { .. } => Code::Internal,
         SandboxError::Failpoint(_) => Code::Unavailable,
-        SandboxError::Nri(n) => n.code(),
+        SandboxError::Nri(n) => plugin_code(n.code()),
     }
 }
 
@@ -317,6 +318,29 @@ impl From<ContainerError> for CriError {
 impl From<SandboxError> for CriError {
     fn from(e: SandboxError) -> Self {
         CriError::Sandbox(Box::new(e))
+    }
+}
+
+/// An NRI plugin's code passes through to the CRI call unchanged.
+fn plugin_code(code: PluginCode) -> Code {
+    match code {
+        PluginCode::Ok => Code::Ok,
+        PluginCode::Cancelled => Code::Cancelled,
+        PluginCode::Unknown => Code::Unknown,
+        PluginCode::InvalidArgument => Code::InvalidArgument,
+        PluginCode::DeadlineExceeded => Code::DeadlineExceeded,
+        PluginCode::NotFound => Code::NotFound,
+        PluginCode::AlreadyExists => Code::AlreadyExists,
+        PluginCode::PermissionDenied => Code::PermissionDenied,
+        PluginCode::ResourceExhausted => Code::ResourceExhausted,
+        PluginCode::FailedPrecondition => Code::FailedPrecondition,
+        PluginCode::Aborted => Code::Aborted,
+        PluginCode::OutOfRange => Code::OutOfRange,
+        PluginCode::Unimplemented => Code::Unimplemented,
+        PluginCode::Internal => Code::Internal,
+        PluginCode::Unavailable => Code::Unavailable,
+        PluginCode::DataLoss => Code::DataLoss,
+        PluginCode::Unauthenticated => Code::Unauthenticated,
     }
 }
 

@@ -50,7 +50,7 @@ pub struct Subsystems {
     pub metrics: crate::metrics::Metrics,
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl crate::lifecycle::backend::LocalImages for ImageRuntime {
     fn find(&self, image: &str) -> Option<crate::images::store::ImageInfo> {
         self.index.find(image)
@@ -74,7 +74,7 @@ impl crate::lifecycle::backend::LocalImages for ImageRuntime {
 }
 
 /// ImageFsInfo reads lifecycle's periodic snapshot walk.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl SnapshotTotals for Arc<SnapshotUsage> {
     async fn latest(&self) -> Result<SnapshotWalk, BackendError> {
         let c = SnapshotUsage::latest(self).await?;

@@ -232,7 +232,7 @@ mod tests {
 
     struct Switch(AtomicBool);
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl VersionApi for Switch {
         async fn version(&self, timeout: Duration) -> Result<ContainerdVersion, BackendError> {
             if self.0.load(Ordering::SeqCst) {

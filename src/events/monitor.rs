@@ -27,13 +27,13 @@ use crate::lifecycle::backend::Reachability;
 use remora_host::backoff::Backoff;
 
 /// Where events come from (containerd; fakes in tests).
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait EventSource: Send + Sync + 'static {
     /// A stream of events whose topic starts with one of `topics`, in remora's namespace.
     async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, BackendError>;
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl EventSource for crate::containerd::Client {
     async fn subscribe(&self, topics: &[&str]) -> Result<EventStream, BackendError> {
         crate::containerd::Client::subscribe(self, topics).await
@@ -345,7 +345,7 @@ mod tests {
         subscribes: AtomicUsize,
     }
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl EventSource for Scripted {
         async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, BackendError> {
             self.subscribes.fetch_add(1, Ordering::SeqCst);
@@ -477,7 +477,7 @@ mod tests {
         }
     }
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl EventSource for Outage {
         async fn subscribe(&self, _topics: &[&str]) -> Result<EventStream, BackendError> {
             if let Some(e) = self.down() {
@@ -491,7 +491,7 @@ mod tests {
         }
     }
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl crate::containerd::VersionApi for Outage {
         async fn version(
             &self,

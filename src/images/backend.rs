@@ -86,7 +86,7 @@ pub fn unique_id(prefix: &str) -> String {
     format!("{prefix}-{nanos}-{seq}")
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait ContentWriter: Send {
     /// Bytes already stored under this write's ref: resume the data from here.
     fn offset(&self) -> u64;
@@ -97,7 +97,7 @@ pub trait ContentWriter: Send {
 }
 
 /// containerd's content store.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Content: Send + Sync + 'static {
     /// The blob's info, or `None` if absent.
     async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, BackendError>;
@@ -137,7 +137,7 @@ pub trait Content: Send + Sync + 'static {
 }
 
 /// containerd's image records.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Images: Send + Sync + 'static {
     /// One record, or `None`.
     async fn get(&self, name: &str) -> Result<Option<ImageRecord>, BackendError>;
@@ -150,7 +150,7 @@ pub trait Images: Send + Sync + 'static {
 }
 
 /// containerd's leases: keep what a pull writes safe from GC until the image references it.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Leases: Send + Sync + 'static {
     /// Creates a lease that containerd expires by itself after `expire_secs` (in case remora
     /// dies before deleting it).
@@ -166,7 +166,7 @@ pub trait Leases: Send + Sync + 'static {
 }
 
 /// One snapshotter's snapshots.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Snapshots: Send + Sync + 'static {
     /// Whether a snapshot with this key or name exists.
     async fn exists(&self, snapshotter: &str, key: &str) -> Result<bool, BackendError>;
@@ -213,7 +213,7 @@ pub trait Snapshots: Send + Sync + 'static {
 }
 
 /// containerd's diff service.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Differ: Send + Sync + 'static {
     /// Applies the (compressed) layer blob onto `mounts`; returns the uncompressed digest.
     async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, BackendError>;
@@ -291,7 +291,7 @@ pub struct TransferProgress {
 }
 
 /// containerd's Transfer service, for pulls.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Transfer: Send + Sync + 'static {
     /// Runs the pull to its end, sending progress reports to `progress` while it runs.
     /// Dropping the future cancels the transfer in containerd.

@@ -32,7 +32,7 @@ pub struct SnapshotWalk {
 
 /// Where ImageFsInfo reads the snapshotter's usage: the last periodic walk
 /// (`crate::lifecycle::snapshot_usage`, wired in by the CRI layer).
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait SnapshotTotals: Send + Sync {
     /// The last walk (waiting for the first one if none has run yet).
     async fn latest(&self) -> Result<SnapshotWalk, BackendError>;
@@ -57,7 +57,7 @@ mod tests {
 
     struct Walked(SnapshotWalk);
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl SnapshotTotals for Walked {
         async fn latest(&self) -> Result<SnapshotWalk, BackendError> {
             Ok(self.0.clone())

@@ -342,7 +342,7 @@ struct RegistryResolve {
     creds: Arc<Mutex<HashMap<String, HeldCreds>>>,
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Resolve for RegistryResolve {
     /// The registry the reference names (`docker.io`, `127.0.0.1:5000`): lookups share slots
     /// and rate per registry, whichever mirror serves it. A key that does not parse fails its

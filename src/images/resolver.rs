@@ -169,7 +169,7 @@ pub enum ConfigError {
 }
 
 /// The lookup itself (in production: a manifest `HEAD` against the registry).
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Resolve: Send + Sync + 'static {
     /// Resolves `key` (an image reference) to a value (a manifest digest).
     async fn resolve(&self, key: &str) -> Result<String, ResolveError>;
@@ -734,7 +734,7 @@ mod tests {
 
     struct Fake(Arc<FakeState>);
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl Resolve for Fake {
         /// `host/rest` is looked up at `host`; a key without a slash at "".
         fn host(&self, key: &str) -> String {

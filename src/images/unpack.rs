@@ -242,7 +242,7 @@ pub(crate) mod tests {
         pub committed: Mutex<Vec<(String, String)>>,
     }
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl Snapshots for FakeSnapshots {
         async fn exists(&self, _s: &str, key: &str) -> Result<bool, BackendError> {
             Ok(self.snaps.lock().unwrap().contains_key(key))
@@ -334,7 +334,7 @@ pub(crate) mod tests {
     /// Applies by reporting a diff ID from a table keyed by layer digest.
     pub struct FakeDiffer(pub HashMap<String, String>);
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl Differ for FakeDiffer {
         async fn apply(&self, layer: &Blob, _m: Vec<Mount>) -> Result<String, BackendError> {
             self.0

@@ -214,7 +214,7 @@ pub enum LoadError {
 }
 
 /// Loads a profile file into the kernel. Implemented by [`Parser`]; tests use a fake.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait ProfileLoader: Send + Sync {
     /// Loads (or replaces) the profile(s) in the file at `path`.
     async fn load(&self, path: &Path) -> Result<(), LoadError>;
@@ -224,7 +224,7 @@ pub trait ProfileLoader: Send + Sync {
 /// remora's, rewritten each time).
 pub struct Parser;
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl ProfileLoader for Parser {
     async fn load(&self, path: &Path) -> Result<(), LoadError> {
         let out = crate::bounded::output_within(
@@ -503,7 +503,7 @@ pub(crate) mod fake {
         }
     }
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl ProfileLoader for FakeLoader {
         async fn load(&self, path: &Path) -> Result<(), LoadError> {
             let text = std::fs::read_to_string(path).unwrap();

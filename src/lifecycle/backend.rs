@@ -144,7 +144,7 @@ pub trait ExitQueue: Send + Sync {
 
 /// containerd's reachability, for those who wait out an outage (the health monitor's handle,
 /// `crate::containerd::health`): each handle remembers which transitions it has seen.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Reachability: Send + Sync + std::fmt::Debug {
     /// Something failed as if containerd were gone: probe now rather than at the next tick.
     fn suspect(&self);
@@ -167,7 +167,7 @@ impl Clone for Box<dyn Reachability> {
 #[derive(Debug, Clone, Copy)]
 pub struct NeverBack;
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Reachability for NeverBack {
     fn suspect(&self) {}
     fn mark_seen(&mut self) {}
@@ -180,7 +180,7 @@ impl Reachability for NeverBack {
 }
 
 /// containerd's container records.
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Containers: Send + Sync + 'static {
     /// Creates a record; `AlreadyExists` if the id is taken.
     async fn create(&self, record: ContainerRecord) -> Result<(), BackendError>;
@@ -214,7 +214,7 @@ pub enum ForceDeleted {
 /// The OCI runtime's (runc's, crun's) own command line, for the one thing no shim is left to
 /// do: a container whose shim died while containerd kept running (see
 /// [`ContainerRecord::sandbox`]).
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait OciRuntime: Send + Sync + 'static {
     /// `<runtime> --root <root>/<namespace> delete --force <id>` with the binary and root the
     /// shim used (`runtime`'s options, else the shims' defaults): SIGKILLs the container's
@@ -263,7 +263,7 @@ pub enum OciCliError {
 }
 
 /// containerd's tasks (running processes of containers).
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait Tasks: Send + Sync + 'static {
     /// Creates the task (the shim starts, the process is created but not started); returns
     /// the pid.
@@ -334,7 +334,7 @@ pub struct ExecStdio {
 
 /// The local images lifecycle reads (image configs, snapshot parents), and the pull of the
 /// pause image. Implemented by the image side (`crate::images::ImageRuntime`).
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait LocalImages: Send + Sync + 'static {
     /// A local image by any reference form or id.
     fn find(&self, image: &str) -> Option<ImageInfo>;
@@ -346,7 +346,7 @@ pub trait LocalImages: Send + Sync + 'static {
 
 /// The pod network as sandboxes use it: a network namespace per pod and CNI ADD/DEL in it.
 /// Implemented over the host by [`crate::host_network::HostNetwork`].
-#[tonic::async_trait]
+#[async_trait::async_trait]
 pub trait PodNetwork: Send + Sync + 'static {
     /// Creates pod `id`'s network namespace; returns its path. With `user` (a pod with a user
     /// namespace of its own), the namespace is owned by a new user namespace with those maps,

@@ -220,7 +220,7 @@ mod tests {
         }
     }
 
-    #[tonic::async_trait]
+    #[async_trait::async_trait]
     impl Snapshots for Fake {
         async fn exists(&self, _: &str, _: &str) -> Result<bool, BackendError> {
             Ok(false)

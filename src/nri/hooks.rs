@@ -12,7 +12,7 @@ use remora_nri::registry::{HookError, Registry, RuntimeHandle, SyncSource};
 use slog::{info, warn, Logger};
 
 use super::convert;
-use crate::lifecycle::nri::{NriError, NriHooks, SyncBlock};
+use crate::lifecycle::nri::{NriError, NriHooks, PluginCode, SyncBlock};
 use crate::lifecycle::Pods;
 use crate::spec;
 use crate::store::{ContainerFilter, ContainerSnapshot, SandboxFilter, SandboxSnapshot};
@@ -56,8 +56,32 @@ fn hook_error(e: HookError) -> NriError {
     NriError::Plugin {
         plugin: e.plugin,
         event: format!("{:?}", e.event),
-        code: tonic::Code::from_i32(protobuf::Enum::value(&e.code)),
+        code: plugin_code(protobuf::Enum::value(&e.code)),
         message: e.message,
+    }
+}
+
+/// A ttrpc status code (gRPC's numbering) in lifecycle's words; a number gRPC does not
+/// define is `Unknown`, as gRPC reads one.
+fn plugin_code(code: i32) -> PluginCode {
+    match code {
+        0 => PluginCode::Ok,
+        1 => PluginCode::Cancelled,
+        3 => PluginCode::InvalidArgument,
+        4 => PluginCode::DeadlineExceeded,
+        5 => PluginCode::NotFound,
+        6 => PluginCode::AlreadyExists,
+        7 => PluginCode::PermissionDenied,
+        8 => PluginCode::ResourceExhausted,
+        9 => PluginCode::FailedPrecondition,
+        10 => PluginCode::Aborted,
+        11 => PluginCode::OutOfRange,
+        12 => PluginCode::Unimplemented,
+        13 => PluginCode::Internal,
+        14 => PluginCode::Unavailable,
+        15 => PluginCode::DataLoss,
+        16 => PluginCode::Unauthenticated,
+        _ => PluginCode::Unknown,
     }
 }
 
@@ -319,5 +343,23 @@ impl RuntimeHandle for PodsView {
             });
         }
         failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plugin_code;
+
+    #[test]
+    fn a_plugin_code_reads_as_grpc_reads_the_number() {
+        // The variants are named as tonic names gRPC's codes: the code the CRI call fails
+        // with (`cri::error`) is the one tonic would read from the plugin's number.
+        for n in -1..=20 {
+            assert_eq!(
+                format!("{:?}", plugin_code(n)),
+                format!("{:?}", tonic::Code::from_i32(n)),
+                "{n}"
+            );
+        }
     }
 }

@@ -128,7 +128,7 @@ fn parse_state(stdout: &[u8]) -> ForceDeleted {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl OciRuntime for OciCli {
     async fn force_delete(
         &self,

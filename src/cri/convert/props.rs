@@ -32,7 +32,31 @@ use crate::lifecycle::ContainerError;
 use crate::lifecycle::SandboxError;
 use crate::spec::{self, HostDevice, NamespaceMode, SandboxFiles, SandboxInfo, SpecError};
 
-use crate::spec::props::{config, on_big_stack, CASES};
+/// Cases per property, as in remora-core's `spec::props`.
+const CASES: u32 = 256;
+
+/// The runner config of remora's property suites (here and in remora-core's `spec::props`).
+fn config() -> Config {
+    Config {
+        cases: CASES,
+        // No persistence file: the suites run from the library's tests, not a crate dir.
+        failure_persistence: None,
+        ..Config::default()
+    }
+}
+
+/// Runs `f` on a thread with a large stack: the request strategies nest deeply, and their
+/// value trees overflow the default 2 MiB test thread stack in debug builds.
+fn on_big_stack(f: impl FnOnce() + Send) {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .stack_size(64 << 20)
+            .spawn_scoped(scope, f)
+            .expect("spawn test thread")
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    });
+}
 
 fn strings(values: &'static [&'static str]) -> impl Strategy<Value = String> {
     prop::sample::select(values).prop_map(String::from)

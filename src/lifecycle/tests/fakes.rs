@@ -377,7 +377,7 @@ impl FakeContainerd {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Containers for FakeContainerd {
     async fn create(&self, record: ContainerRecord) -> Result<(), BackendError> {
         self.check(Call::RecordCreate(record.id.clone()))?;
@@ -406,7 +406,7 @@ impl Containers for FakeContainerd {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Tasks for FakeContainerd {
     async fn create(&self, spec: TaskSpec) -> Result<u32, BackendError> {
         self.check_held(Call::TaskCreate(spec.container_id.clone()))
@@ -517,7 +517,7 @@ impl Tasks for FakeContainerd {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Snapshots for FakeContainerd {
     async fn exists(&self, _: &str, _: &str) -> Result<bool, BackendError> {
         Ok(false)
@@ -611,7 +611,7 @@ impl Snapshots for FakeContainerd {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Leases for FakeContainerd {
     async fn create(&self, id: &str, _expire_secs: u64) -> Result<(), BackendError> {
         self.check_held(Call::LeaseCreate(id.into())).await
@@ -648,7 +648,7 @@ fn netns_failed(path: &Path) -> NetnsError {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl PodNetwork for FakeNetwork {
     async fn create_netns(
         &self,
@@ -713,7 +713,7 @@ impl FakeImages {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl LocalImages for FakeImages {
     fn find(&self, image: &str) -> Option<ImageInfo> {
         self.get(image)
@@ -754,7 +754,7 @@ impl FakeOci {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl OciRuntime for FakeOci {
     async fn force_delete(
         &self,
@@ -813,7 +813,7 @@ impl FakeNri {
             return Err(NriError::Plugin {
                 plugin: "00-fake".into(),
                 event: op.into(),
-                code: tonic::Code::Unknown,
+                code: crate::lifecycle::nri::PluginCode::Unknown,
                 message: "scripted failure".into(),
             });
         }

@@ -5,12 +5,44 @@ use remora_nri::api;
 
 use super::*;
 use crate::spec::{NamespaceMode, NamespaceOptions};
-use crate::store::container::tests::meta as container_meta;
 use crate::store::container::{ContainerUser, ImageRefs};
 use crate::store::resources::HugepageLimitRecord;
-use crate::store::sandbox::tests::meta as sandbox_meta;
 use crate::store::sandbox::{PodResources, SandboxStatus};
-use crate::store::{ContainerMetadata, ContainerStatus};
+use crate::store::{ContainerMetadata, ContainerStatus, PodRef, SandboxMetadata};
+
+/// A container record as the store's own tests make one (remora-core's `store::container`).
+fn container_meta(id: &str, sandbox_id: &str, labels: &[(&str, &str)]) -> ContainerMetadata {
+    ContainerMetadata {
+        id: id.into(),
+        sandbox_id: sandbox_id.into(),
+        name: format!("name-{id}"),
+        pod: PodRef {
+            name: "web".into(),
+            namespace: "default".into(),
+            uid: "u1".into(),
+        },
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A sandbox record as the store's own tests make one (remora-core's `store::sandbox`).
+fn sandbox_meta(id: &str, name: &str, labels: &[(&str, &str)]) -> SandboxMetadata {
+    SandboxMetadata {
+        id: id.into(),
+        name: name.into(),
+        namespace: "default".into(),
+        uid: format!("uid-{name}"),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    }
+}
 
 fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs

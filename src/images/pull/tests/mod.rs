@@ -150,7 +150,7 @@ impl Drop for FakeWriter {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl ContentWriter for FakeWriter {
     fn offset(&self) -> u64 {
         self.offset
@@ -217,7 +217,7 @@ impl ContentWriter for FakeWriter {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Content for FakeContainerd {
     async fn info(&self, digest: &str) -> Result<Option<ContentInfo>, BackendError> {
         Ok(self.st().blobs.get(digest).map(|b| ContentInfo {
@@ -306,7 +306,7 @@ impl Content for FakeContainerd {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Images for FakeContainerd {
     async fn get(&self, name: &str) -> Result<Option<ImageRecord>, BackendError> {
         Ok(self.st().images.get(name).cloned())
@@ -324,7 +324,7 @@ impl Images for FakeContainerd {
     }
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Leases for FakeContainerd {
     async fn list(&self) -> Result<Vec<(String, Option<std::time::SystemTime>)>, BackendError> {
         Ok(self.st().leases.keys().map(|k| (k.clone(), None)).collect())
@@ -651,7 +651,7 @@ struct RecordingDiffer {
     applied: Mutex<Vec<(String, BTreeSet<String>)>>,
 }
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl Differ for RecordingDiffer {
     async fn apply(
         &self,
@@ -671,7 +671,7 @@ impl Differ for RecordingDiffer {
 /// the Transfer service is a defect, answered as containerd answers an unknown method.
 struct NoTransfer;
 
-#[tonic::async_trait]
+#[async_trait::async_trait]
 impl crate::images::backend::Transfer for NoTransfer {
     async fn pull(
         &self,

@@ -82,6 +82,7 @@ pub enum CdiError {
         path: String,
         /// Host path.
         host_path: String,
+        /// The cause.
         source: std::io::Error,
     },
     /// A device node whose type disagrees with the host's node.

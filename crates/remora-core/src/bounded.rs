@@ -1,7 +1,7 @@
 //! A command run to its end within a time limit, killed with its whole process group when
 //! the limit passes or the caller gives up: the OCI runtime's command line
-//! (`crate::oci::cli`), its features probe (`crate::oci::features`) and AppArmor's parser
-//! (`crate::lifecycle::apparmor`) run through it. A leaf: it uses nothing of remora's.
+//! (`remora::oci::cli`), its features probe (`remora::oci::features`) and AppArmor's parser
+//! (`remora::lifecycle::apparmor`) run through it. A leaf: it uses nothing of remora's.
 
 use std::process::Output;
 use std::time::Duration;

@@ -121,6 +121,7 @@ pub enum SpecError {
     ReadUserDb {
         /// The file.
         path: PathBuf,
+        /// The cause.
         source: std::io::Error,
     },
     /// A mount destination that is not a clean absolute path inside the container.
@@ -144,6 +145,7 @@ pub enum SpecError {
     DeviceLookup {
         /// The host path.
         host_path: PathBuf,
+        /// The cause.
         source: std::io::Error,
     },
     /// Device permissions other than a combination of `r`, `w`, `m`.
@@ -206,6 +208,7 @@ pub enum SpecError {
     SeccompProfileRead {
         /// The profile path.
         path: PathBuf,
+        /// The cause.
         source: std::io::Error,
     },
     /// A `Localhost` seccomp profile that is not an OCI `LinuxSeccomp` JSON object.
@@ -546,7 +549,7 @@ pub fn container_spec(inputs: &ContainerInputs<'_>) -> Result<ContainerSpec, Spe
 }
 
 /// The sysctls of a pod without a pause container, written where runc would have written the
-/// pause container's (`crate::net::netns::pin_pod_namespaces`): the pod's, each refused unless
+/// pause container's (`remora::net::netns::pin_pod_namespaces`): the pod's, each refused unless
 /// it lives in a namespace the pod owns ([`sysctl`]).
 pub fn pod_sysctls(cfg: &SandboxConfig) -> Result<Vec<(String, String)>, SpecError> {
     let ns = &cfg.security.namespaces;

@@ -21,7 +21,7 @@ use super::*;
 /// towards the interesting values), few enough to keep `cargo test --lib` quick.
 pub(crate) const CASES: u32 = 256;
 
-/// The runner config of remora's property suites (here and in `cri::convert::props`).
+/// The runner config of remora's property suites (here and in the daemon's `cri::convert::props`).
 pub(crate) fn config() -> Config {
     Config {
         cases: CASES,

@@ -61,6 +61,7 @@ pub enum FifoError {
     CreateDir {
         /// The directory.
         dir: PathBuf,
+        /// The cause.
         source: io::Error,
     },
     /// `mkfifo` failed.
@@ -68,6 +69,7 @@ pub enum FifoError {
     Mkfifo {
         /// The FIFO path.
         path: PathBuf,
+        /// The error number.
         errno: Errno,
     },
     /// Something other than a FIFO is in the way.
@@ -81,6 +83,7 @@ pub enum FifoError {
     Open {
         /// The FIFO path.
         path: PathBuf,
+        /// The cause.
         source: io::Error,
     },
     /// Removing a FIFO failed (other than it being gone already).
@@ -88,6 +91,7 @@ pub enum FifoError {
     Remove {
         /// The FIFO path.
         path: PathBuf,
+        /// The cause.
         source: io::Error,
     },
 }

@@ -207,6 +207,7 @@ pub enum LogError {
     CreateDir {
         /// The directory.
         dir: PathBuf,
+        /// The cause.
         source: std::io::Error,
     },
     /// The log file could not be opened.
@@ -214,6 +215,7 @@ pub enum LogError {
     Open {
         /// The log file.
         path: PathBuf,
+        /// The cause.
         source: std::io::Error,
     },
     /// The log path is a symlink: refused, not followed (whoever can write the log directory,
@@ -236,6 +238,7 @@ pub enum LogError {
     OpenAborted {
         /// The log file.
         path: PathBuf,
+        /// The cause.
         source: tokio::task::JoinError,
     },
     /// The log path is not a regular file (a FIFO, a device, a directory).
@@ -251,6 +254,7 @@ pub enum LogError {
     Write {
         /// The log file.
         path: PathBuf,
+        /// The cause.
         source: std::io::Error,
     },
     /// The writer was closed.

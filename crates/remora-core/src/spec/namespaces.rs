@@ -6,7 +6,7 @@
 //! host's is simply left out of the spec. Every container gets a new mount namespace.
 //!
 //! A pod without a pause container (`[runtime] pause_container = "when-needed"`, see
-//! `crate::lifecycle::sandbox_run`) has its IPC and UTS namespaces pinned beside its network
+//! `remora::lifecycle::sandbox_run`) has its IPC and UTS namespaces pinned beside its network
 //! namespace; its containers join those ([`PodNamespacesAt::Pinned`]).
 //!
 //! A pod with a user namespace of its own: the pause container joins the user namespace that
@@ -37,19 +37,19 @@ fn proc_ns(pid: u32, name: &str) -> PathBuf {
 
 /// Where the user namespace owning the network namespace at `netns` is pinned (a bind mount
 /// beside it), for a pod with a user namespace of its own; see
-/// `crate::net::netns::NetnsDir::create_in_userns`.
+/// `remora::net::netns::NetnsDir::create_in_userns`.
 pub fn userns_pin(netns: &Path) -> PathBuf {
     beside(netns, ".userns")
 }
 
 /// Where the IPC namespace of a pod without a pause container is pinned, beside its network
-/// namespace at `netns` (`crate::net::netns::pin_pod_namespaces`).
+/// namespace at `netns` (`remora::net::netns::pin_pod_namespaces`).
 pub fn ipc_pin(netns: &Path) -> PathBuf {
     beside(netns, ".ipc")
 }
 
 /// Where the UTS namespace of a pod without a pause container is pinned, beside its network
-/// namespace at `netns` (`crate::net::netns::pin_pod_namespaces`).
+/// namespace at `netns` (`remora::net::netns::pin_pod_namespaces`).
 pub fn uts_pin(netns: &Path) -> PathBuf {
     beside(netns, ".uts")
 }

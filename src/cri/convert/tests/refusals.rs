@@ -216,7 +216,7 @@ fn bad_container_values_are_refused_naming_the_field() {
             "config.annotations",
         ),
         (
-            Box::new(|c| resources_mut(c).cpu_quota = -1),
+            Box::new(|c| resources_mut(c).cpu_quota = -2),
             "config.linux.resources.cpu_quota",
         ),
         (

@@ -112,6 +112,7 @@ const CRITEST_WS: &str = "integration/critest-expected-pass-websocket.txt";
 const CRITEST_NODE: &str = "integration/critest-node-expected-pass.txt";
 const NODE_E2E: &str = "integration/node-e2e-expected-pass.txt";
 const NODE_E2E_QUICK: &str = "integration/node-e2e-quick.txt";
+const CONFORMANCE: &str = "integration/conformance-expected-pass.txt";
 
 /// The counts the docs state: `(name, file, only)` is the number of names `file` lists, or of
 /// those containing `only`; `{name}` stands for it in [`COUNTED`].
@@ -125,6 +126,7 @@ const RATCHETS: &[(&str, &str, Option<&str>)] = &[
     ("critest_node_stats", CRITEST_NODE, Some("stats")),
     ("node_e2e", NODE_E2E, None),
     ("node_e2e_quick", NODE_E2E_QUICK, None),
+    ("conformance", CONFORMANCE, None),
 ];
 
 /// Where the docs state a ratchet's count: a file and a passage of it, `{name}` standing for
@@ -175,6 +177,15 @@ const COUNTED: &[(&str, &str)] = &[
         "remora with the Go shim: {node_e2e_quick} of the {node_e2e}, the ones",
     ),
     ("docs/nri.md", "critest's {critest_nri} NRI specs"),
+    (
+        "docs/conformance.md",
+        "The ratchet `integration/conformance-expected-pass.txt` lists the {conformance} tests",
+    ),
+    (
+        "README.md",
+        "Kubernetes' `[Conformance]` suite: remora passes the {conformance} tests containerd's CRI \
+         passes on the same one-node cluster (the ratchet)",
+    ),
     (
         "docs/operating.md",
         "AppArmor ({critest_node_apparmor}), OOM ({critest_node_oom}) and stats \

@@ -720,9 +720,10 @@ fn check_container(
         prop_assert!(spec::mounts::clean_destination(&m.container_path).is_ok());
     }
     if let Some(r) = &cfg.resources {
+        // A CPU quota of -1 is no limit (kubelet's "no quota"); nothing else may be negative.
+        prop_assert!(r.cpu_quota >= -1);
         for v in [
             r.cpu_period,
-            r.cpu_quota,
             r.cpu_shares,
             r.memory_limit_in_bytes,
             r.memory_swap_limit_in_bytes,

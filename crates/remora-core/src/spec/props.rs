@@ -318,7 +318,8 @@ fn check_linux(spec: &Spec, ns: &NamespaceOptions, min_oom: i32) -> Result<(), T
         .and_then(|l| l.resources().as_ref())
         .and_then(|r| r.cpu().as_ref())
     {
-        prop_assert!(cpu.quota().is_none_or(|q| q >= 0));
+        // -1 is no limit (kubelet's, passed on as the OCI runtime takes it).
+        prop_assert!(cpu.quota().is_none_or(|q| q >= -1));
     }
     Ok(())
 }

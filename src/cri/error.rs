@@ -13,7 +13,6 @@ use crate::backend_error::{BackendCode, BackendError};
 use crate::images::pull::{PullError, TransferFailure};
 use crate::images::registry::client::RegistryError;
 use crate::io::cri_log::LogError;
-use crate::lifecycle::nri::PluginCode;
 use crate::lifecycle::sandbox_stats::StatsError;
 use crate::lifecycle::ContainerError;
 use crate::lifecycle::SandboxError;
@@ -321,27 +320,9 @@ impl From<SandboxError> for CriError {
     }
 }
 
-/// An NRI plugin's code passes through to the CRI call unchanged.
-fn plugin_code(code: PluginCode) -> Code {
-    match code {
-        PluginCode::Ok => Code::Ok,
-        PluginCode::Cancelled => Code::Cancelled,
-        PluginCode::Unknown => Code::Unknown,
-        PluginCode::InvalidArgument => Code::InvalidArgument,
-        PluginCode::DeadlineExceeded => Code::DeadlineExceeded,
-        PluginCode::NotFound => Code::NotFound,
-        PluginCode::AlreadyExists => Code::AlreadyExists,
-        PluginCode::PermissionDenied => Code::PermissionDenied,
-        PluginCode::ResourceExhausted => Code::ResourceExhausted,
-        PluginCode::FailedPrecondition => Code::FailedPrecondition,
-        PluginCode::Aborted => Code::Aborted,
-        PluginCode::OutOfRange => Code::OutOfRange,
-        PluginCode::Unimplemented => Code::Unimplemented,
-        PluginCode::Internal => Code::Internal,
-        PluginCode::Unavailable => Code::Unavailable,
-        PluginCode::DataLoss => Code::DataLoss,
-        PluginCode::Unauthenticated => Code::Unauthenticated,
-    }
+/// An NRI plugin's code passes through to the CRI call unchanged (`None`: OK).
+fn plugin_code(code: Option<BackendCode>) -> Code {
+    code.map_or(Code::Ok, |c| Code::from_i32(c.grpc_number()))
 }
 
 fn containerd_code(code: BackendCode) -> Code {

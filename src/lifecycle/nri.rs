@@ -25,6 +25,7 @@
 use async_trait::async_trait;
 use thiserror::Error;
 
+use crate::backend_error::BackendCode;
 use crate::spec;
 use crate::store::{ContainerSnapshot, SandboxSnapshot};
 
@@ -38,9 +39,11 @@ pub enum NriError {
         plugin: String,
         /// The event.
         event: String,
-        /// The plugin's own status code, or `Unavailable` when it did not answer; the CRI
-        /// call fails with the same code.
-        code: PluginCode,
+        /// The plugin's own status code (gRPC's classes: NRI speaks ttrpc, whose codes are
+        /// gRPC's), or `Unavailable` when it did not answer; the CRI call fails with the same
+        /// code. `None`: the plugin failed the call with OK (0), passed through as containerd
+        /// would.
+        code: Option<BackendCode>,
         /// What it said.
         message: String,
     },
@@ -59,56 +62,13 @@ pub enum NriError {
 
 impl NriError {
     /// The code of the failed CRI call (the CRI adapter turns it into a gRPC code).
-    pub fn code(&self) -> PluginCode {
+    pub fn code(&self) -> Option<BackendCode> {
         match self {
             NriError::Plugin { code, .. } => *code,
             // The node's plugins, not the caller's request.
-            NriError::Merge { .. } | NriError::Adjust(_) => PluginCode::FailedPrecondition,
+            NriError::Merge { .. } | NriError::Adjust(_) => Some(BackendCode::FailedPrecondition),
         }
     }
-}
-
-/// A plugin's status code, in lifecycle's words: NRI speaks ttrpc, whose codes are gRPC's,
-/// and a plugin's code is passed through to the CRI call it fails, so each code has a variant
-/// (`Ok` too: a plugin that fails a call with it is passed through as containerd would).
-/// The NRI adapter (`src/nri/hooks.rs`) makes one from ttrpc's code, and the CRI adapter
-/// (`src/cri/error.rs`) turns one into a gRPC code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PluginCode {
-    /// No error code (a plugin's malformed failure).
-    Ok,
-    /// The call was cancelled.
-    Cancelled,
-    /// An error the plugin does not classify, or a code unknown to gRPC.
-    Unknown,
-    /// The request was malformed.
-    InvalidArgument,
-    /// The call's deadline passed.
-    DeadlineExceeded,
-    /// The object does not exist.
-    NotFound,
-    /// The object already exists.
-    AlreadyExists,
-    /// The caller may not do this.
-    PermissionDenied,
-    /// A resource ran out.
-    ResourceExhausted,
-    /// The object is not in a state that allows the call.
-    FailedPrecondition,
-    /// The call was aborted (a conflict).
-    Aborted,
-    /// A value was out of range.
-    OutOfRange,
-    /// The plugin does not implement the call.
-    Unimplemented,
-    /// The plugin failed internally.
-    Internal,
-    /// The plugin is unavailable (it did not answer).
-    Unavailable,
-    /// Data was lost or corrupted.
-    DataLoss,
-    /// The caller is not authenticated.
-    Unauthenticated,
 }
 
 /// A held block on plugin synchronization (see [`NriHooks::block_sync`]); released on drop.

@@ -12,7 +12,8 @@ use remora_nri::registry::{HookError, Registry, RuntimeHandle, SyncSource};
 use slog::{info, warn, Logger};
 
 use super::convert;
-use crate::lifecycle::nri::{NriError, NriHooks, PluginCode, SyncBlock};
+use crate::backend_error::BackendCode;
+use crate::lifecycle::nri::{NriError, NriHooks, SyncBlock};
 use crate::lifecycle::Pods;
 use crate::spec;
 use crate::store::{ContainerFilter, ContainerSnapshot, SandboxFilter, SandboxSnapshot};
@@ -56,32 +57,9 @@ fn hook_error(e: HookError) -> NriError {
     NriError::Plugin {
         plugin: e.plugin,
         event: format!("{:?}", e.event),
-        code: plugin_code(protobuf::Enum::value(&e.code)),
+        // ttrpc's codes are gRPC's numbers.
+        code: BackendCode::from_grpc_number(protobuf::Enum::value(&e.code)),
         message: e.message,
-    }
-}
-
-/// A ttrpc status code (gRPC's numbering) in lifecycle's words; a number gRPC does not
-/// define is `Unknown`, as gRPC reads one.
-fn plugin_code(code: i32) -> PluginCode {
-    match code {
-        0 => PluginCode::Ok,
-        1 => PluginCode::Cancelled,
-        3 => PluginCode::InvalidArgument,
-        4 => PluginCode::DeadlineExceeded,
-        5 => PluginCode::NotFound,
-        6 => PluginCode::AlreadyExists,
-        7 => PluginCode::PermissionDenied,
-        8 => PluginCode::ResourceExhausted,
-        9 => PluginCode::FailedPrecondition,
-        10 => PluginCode::Aborted,
-        11 => PluginCode::OutOfRange,
-        12 => PluginCode::Unimplemented,
-        13 => PluginCode::Internal,
-        14 => PluginCode::Unavailable,
-        15 => PluginCode::DataLoss,
-        16 => PluginCode::Unauthenticated,
-        _ => PluginCode::Unknown,
     }
 }
 
@@ -348,18 +326,16 @@ impl RuntimeHandle for PodsView {
 
 #[cfg(test)]
 mod tests {
-    use super::plugin_code;
+    use crate::backend_error::BackendCode;
 
     #[test]
     fn a_plugin_code_reads_as_grpc_reads_the_number() {
-        // The variants are named as tonic names gRPC's codes: the code the CRI call fails
-        // with (`cri::error`) is the one tonic would read from the plugin's number.
+        // The code the CRI call fails with (`cri::error`) is the one tonic would read from the
+        // plugin's number.
         for n in -1..=20 {
-            assert_eq!(
-                format!("{:?}", plugin_code(n)),
-                format!("{:?}", tonic::Code::from_i32(n)),
-                "{n}"
-            );
+            let read = BackendCode::from_grpc_number(n)
+                .map_or(tonic::Code::Ok, |c| tonic::Code::from_i32(c.grpc_number()));
+            assert_eq!(read, tonic::Code::from_i32(n), "{n}");
         }
     }
 }

@@ -72,6 +72,53 @@ pub enum BackendCode {
     Unauthenticated,
 }
 
+/// gRPC's numbering of the codes (containerd's and NRI's plugins' wire codes): the one table
+/// both directions read.
+const GRPC_NUMBERS: [(i32, BackendCode); 16] = [
+    (1, BackendCode::Cancelled),
+    (2, BackendCode::Unknown),
+    (3, BackendCode::InvalidArgument),
+    (4, BackendCode::DeadlineExceeded),
+    (5, BackendCode::NotFound),
+    (6, BackendCode::AlreadyExists),
+    (7, BackendCode::PermissionDenied),
+    (8, BackendCode::ResourceExhausted),
+    (9, BackendCode::FailedPrecondition),
+    (10, BackendCode::Aborted),
+    (11, BackendCode::OutOfRange),
+    (12, BackendCode::Unimplemented),
+    (13, BackendCode::Internal),
+    (14, BackendCode::Unavailable),
+    (15, BackendCode::DataLoss),
+    (16, BackendCode::Unauthenticated),
+];
+
+impl BackendCode {
+    /// The code gRPC's number `n` stands for: `None` for 0 (OK, no error), `Unknown` for a
+    /// number gRPC does not define, as gRPC reads one.
+    pub fn from_grpc_number(n: i32) -> Option<BackendCode> {
+        if n == 0 {
+            return None;
+        }
+        Some(
+            GRPC_NUMBERS
+                .iter()
+                .find(|(number, _)| *number == n)
+                .map_or(BackendCode::Unknown, |(_, code)| *code),
+        )
+    }
+
+    /// gRPC's number for this code.
+    pub fn grpc_number(self) -> i32 {
+        GRPC_NUMBERS
+            .iter()
+            .find(|(_, code)| *code == self)
+            // Every variant is in the table (the test `every_code_has_one_number` checks it);
+            // 2 is gRPC's Unknown.
+            .map_or(2, |(number, _)| *number)
+    }
+}
+
 impl BackendError {
     /// Whether containerd answered that the object does not exist (lifecycle treats a task or
     /// record that is already gone as done).
@@ -164,6 +211,23 @@ mod tests {
             message: "ttrpc: closed".into(),
         };
         assert!(!transport.is_shim_gone());
+    }
+
+    #[test]
+    fn every_code_has_one_number() {
+        for (number, code) in GRPC_NUMBERS {
+            assert_eq!(code.grpc_number(), number, "{code:?}");
+            assert_eq!(BackendCode::from_grpc_number(number), Some(code));
+        }
+        assert_eq!(BackendCode::from_grpc_number(0), None);
+        assert_eq!(
+            BackendCode::from_grpc_number(17),
+            Some(BackendCode::Unknown)
+        );
+        assert_eq!(
+            BackendCode::from_grpc_number(-1),
+            Some(BackendCode::Unknown)
+        );
     }
 
     #[test]

@@ -813,7 +813,7 @@ impl FakeNri {
             return Err(NriError::Plugin {
                 plugin: "00-fake".into(),
                 event: op.into(),
-                code: crate::lifecycle::nri::PluginCode::Unknown,
+                code: Some(crate::backend_error::BackendCode::Unknown),
                 message: "scripted failure".into(),
             });
         }

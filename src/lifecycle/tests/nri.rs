@@ -4,7 +4,7 @@
 
 use super::fakes::{Call, FakeNri};
 use super::*;
-use crate::lifecycle::nri::PluginCode;
+use crate::backend_error::BackendCode;
 
 /// The position of the first call equal to `call`; panics naming it when absent.
 fn position(calls: &[Call], call: &Call) -> usize {
@@ -49,7 +49,9 @@ async fn a_refused_run_pod_sandbox_fails_undoes_the_pod_and_a_retry_works() {
     b.log.fail("nri.run_pod_sandbox", 1);
     let (err, id, netns) = run_sandbox_failing(&b).await;
     match &err {
-        SandboxError::Nri(nri) => assert_eq!(nri.code(), PluginCode::Unknown, "its own code"),
+        SandboxError::Nri(nri) => {
+            assert_eq!(nri.code(), Some(BackendCode::Unknown), "its own code")
+        }
         other => panic!("{other:?}"),
     }
     // Everything the pod was made of, undone newest first.

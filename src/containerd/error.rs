@@ -9,26 +9,9 @@ use crate::backend_error::BackendCode;
 
 /// The port's words for the code of a failed call.
 pub fn backend_code(code: Code) -> BackendCode {
-    match code {
-        Code::Cancelled => BackendCode::Cancelled,
-        // A failed call never answers `Ok` (tonic makes a status of `Ok` a success); should
-        // one, it is as unclassified as `Unknown`.
-        Code::Ok | Code::Unknown => BackendCode::Unknown,
-        Code::InvalidArgument => BackendCode::InvalidArgument,
-        Code::DeadlineExceeded => BackendCode::DeadlineExceeded,
-        Code::NotFound => BackendCode::NotFound,
-        Code::AlreadyExists => BackendCode::AlreadyExists,
-        Code::PermissionDenied => BackendCode::PermissionDenied,
-        Code::ResourceExhausted => BackendCode::ResourceExhausted,
-        Code::FailedPrecondition => BackendCode::FailedPrecondition,
-        Code::Aborted => BackendCode::Aborted,
-        Code::OutOfRange => BackendCode::OutOfRange,
-        Code::Unimplemented => BackendCode::Unimplemented,
-        Code::Internal => BackendCode::Internal,
-        Code::Unavailable => BackendCode::Unavailable,
-        Code::DataLoss => BackendCode::DataLoss,
-        Code::Unauthenticated => BackendCode::Unauthenticated,
-    }
+    // A failed call never answers `Ok` (tonic makes a status of `Ok` a success); should one,
+    // it is as unclassified as `Unknown`.
+    BackendCode::from_grpc_number(i32::from(code)).unwrap_or(BackendCode::Unknown)
 }
 
 #[cfg(test)]

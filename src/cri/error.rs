@@ -332,20 +332,7 @@ fn containerd_code(code: BackendCode) -> Code {
         // (an OCI runtime's refusal, a shim's error) stays `Unknown`, as containerd's CRI
         // answers it: it is no outage, and a retry meets the same refusal.
         BackendCode::Unavailable | BackendCode::Cancelled => Code::Unavailable,
-        BackendCode::Unknown => Code::Unknown,
-        BackendCode::InvalidArgument => Code::InvalidArgument,
-        BackendCode::DeadlineExceeded => Code::DeadlineExceeded,
-        BackendCode::NotFound => Code::NotFound,
-        BackendCode::AlreadyExists => Code::AlreadyExists,
-        BackendCode::PermissionDenied => Code::PermissionDenied,
-        BackendCode::ResourceExhausted => Code::ResourceExhausted,
-        BackendCode::FailedPrecondition => Code::FailedPrecondition,
-        BackendCode::Aborted => Code::Aborted,
-        BackendCode::OutOfRange => Code::OutOfRange,
-        BackendCode::Unimplemented => Code::Unimplemented,
-        BackendCode::Internal => Code::Internal,
-        BackendCode::DataLoss => Code::DataLoss,
-        BackendCode::Unauthenticated => Code::Unauthenticated,
+        other => Code::from_i32(other.grpc_number()),
     }
 }
 

@@ -346,10 +346,12 @@ kube_chains() {
 
 # ---- up -----------------------------------------------------------------------------------
 
-cluster_images() {
-	info "building and pushing the cluster's images (log: $LOGS/images.log)"
+# push_images SPEC WHAT: builds SPEC's images (scripts/images/SPEC) and pushes them to the test
+# bed's registry.
+push_images() {
+	info "building and pushing $2 (log: $LOGS/images.log)"
 	run_logged "$LOGS/images.log" python3 "$SCRIPTS_DIR/images/build_push.py" \
-		--registry "$REGISTRY_URL" --spec "$SCRIPTS_DIR/images/cluster.json" \
+		--registry "$REGISTRY_URL" --spec "$SCRIPTS_DIR/images/$1" \
 		--cache "$TOOLS/images-cache"
 }
 
@@ -396,7 +398,7 @@ cmd_up() {
 	"$SCRIPTS_DIR/setup.sh" cluster
 	mkdir -p "$LOGS" "$CL_RUN"
 	echo "$runtime" >"$RUNTIME_FILE"
-	cluster_images
+	push_images cluster.json "the cluster's images"
 	host_up
 	write_cni_config
 	write_containerd_config
@@ -593,10 +595,7 @@ cmd_conformance() {
 	"$SCRIPTS_DIR/setup.sh" cluster-e2e
 	# The suite's images the test bed's images.json does not have (kitten, nautilus,
 	# sample-apiserver: scripts/images/e2e.json).
-	info "building and pushing the conformance suite's images (log: $LOGS/images.log)"
-	run_logged "$LOGS/images.log" python3 "$SCRIPTS_DIR/images/build_push.py" \
-		--registry "$REGISTRY_URL" --spec "$SCRIPTS_DIR/images/e2e.json" \
-		--cache "$TOOLS/images-cache"
+	push_images e2e.json "the conformance suite's images"
 	local runtime out results
 	runtime=$(cat "$RUNTIME_FILE" 2>/dev/null || echo remora)
 	out="$CL_ROOT/conformance-$runtime"

@@ -273,17 +273,42 @@ mod tests {
             .expect("spawn sleep")
     }
 
+    /// Waits (10 s at most) until `pid` is what a scan reads: `sleep` with `CNI_CONTAINERID=<id>`
+    /// in its environment. `spawn` returns once the child's exec has begun, and `/proc/<pid>/exe`
+    /// names the new program before the kernel has placed its environment (`begin_new_exec`
+    /// comes before `create_elf_tables`): in between `environ` reads empty, and a scan then
+    /// finds nothing. Under load that window was hit (`found: 0` where a plugin ran).
+    async fn until_scannable(pid: i32, id: &str) {
+        let want = format!("CNI_CONTAINERID={id}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let exe_is_sleep = std::fs::read_link(format!("/proc/{pid}/exe"))
+                .is_ok_and(|exe| exe.ends_with("sleep"));
+            let env_is_set = std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == want.as_bytes()));
+            if exe_is_sleep && env_is_set {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pid} never ran sleep with {want}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Reaps `child` from another thread, so it leaves no zombie while the scan looks.
     fn reap(mut child: std::process::Child) -> std::thread::JoinHandle<std::process::ExitStatus> {
         std::thread::spawn(move || child.wait().expect("wait"))
     }
 
-    #[test]
-    fn a_scan_finds_the_process_by_its_environment_only() {
+    #[tokio::test]
+    async fn a_scan_finds_the_process_by_its_environment_only() {
         let id = unique_id("scan");
         let child = plugin(&id, "30");
         let pid = i32::try_from(child.id()).unwrap();
         let waiter = reap(child);
+        until_scannable(pid, &id).await;
         let dirs = sleep_dir();
         let found = scan(Path::new("/proc"), &id, &dirs);
         assert_eq!(found, vec![Found { pid, pgid: pid }]);
@@ -295,7 +320,10 @@ mod tests {
     #[tokio::test]
     async fn plugins_that_end_in_time_are_waited_for_not_killed() {
         let id = unique_id("ends");
-        let waiter = reap(plugin(&id, "0.3"));
+        let child = plugin(&id, "1");
+        let pid = i32::try_from(child.id()).unwrap();
+        let waiter = reap(child);
+        until_scannable(pid, &id).await;
         let outcome = await_orphans(&id, Duration::from_secs(20), &sleep_dir())
             .await
             .unwrap();
@@ -312,7 +340,10 @@ mod tests {
     #[tokio::test]
     async fn plugins_past_the_limit_are_killed_as_a_group() {
         let id = unique_id("killed");
-        let waiter = reap(plugin(&id, "30"));
+        let child = plugin(&id, "30");
+        let pid = i32::try_from(child.id()).unwrap();
+        let waiter = reap(child);
+        until_scannable(pid, &id).await;
         let outcome = await_orphans(&id, Duration::from_millis(200), &sleep_dir())
             .await
             .unwrap();
@@ -341,6 +372,8 @@ mod tests {
         let child = plugin(&id, "30");
         let pid = i32::try_from(child.id()).unwrap();
         let waiter = reap(child);
+        // Else "not found" could be the exec window, not the trust rule.
+        until_scannable(pid, &id).await;
         let elsewhere = tempfile::tempdir().expect("temp dir");
         let outcome = await_orphans(
             &id,
@@ -369,6 +402,7 @@ mod tests {
             .expect("spawn sleep as nobody");
         let pid = i32::try_from(child.id()).unwrap();
         let waiter = reap(child);
+        until_scannable(pid, &id).await;
         let outcome = await_orphans(&id, Duration::from_millis(200), &sleep_dir())
             .await
             .unwrap();
@@ -401,16 +435,7 @@ mod tests {
         let member: i32 = line.trim().parse().expect("a pid");
         let waiter = reap(leader);
         // `$!` is the forked shell until it has exec'd env and then sleep.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::fs::read_link(format!("/proc/{member}/exe"))
-            .map_or(true, |exe| !exe.ends_with("sleep"))
-        {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{member} never became sleep"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        until_scannable(member, &id).await;
         let err = await_orphans(&id, Duration::from_millis(200), &sleep_dir())
             .await
             .expect_err("found, not killed, still there");

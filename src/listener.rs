@@ -78,6 +78,118 @@ impl ConnectionCap {
     }
 }
 
+/// A listener [`serve_requests`] takes connections from: TCP (the metrics endpoint) or a unix
+/// socket (the status socket).
+pub trait Accept: Send + 'static {
+    /// One accepted connection.
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    /// The next connection and its peer, for the log.
+    fn accept_one(&self) -> impl Future<Output = std::io::Result<(Self::Io, String)>> + Send;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn accept_one(&self) -> std::io::Result<(Self::Io, String)> {
+        let (stream, peer) = self.accept().await?;
+        Ok((stream, peer.to_string()))
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+    async fn accept_one(&self) -> std::io::Result<(Self::Io, String)> {
+        let (stream, _) = self.accept().await?;
+        // Unix peers have no address; the credentials say who it is.
+        let peer = match stream.peer_cred() {
+            Ok(cred) => format!("pid {:?} uid {}", cred.pid(), cred.uid()),
+            Err(_) => "unix peer".to_string(),
+        };
+        Ok((stream, peer))
+    }
+}
+
+/// The limits of a listener that answers one small request per connection.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLimits {
+    /// How long a client gets to send its request head.
+    pub header_read_timeout: Duration,
+    /// How long one connection may last, answer included.
+    pub connection_timeout: Duration,
+    /// Connections open at once; more are closed at once.
+    pub max_connections: usize,
+}
+
+/// Answers requests on `listener` with `respond` until `stop` turns true: one request per
+/// connection, within `limits`; a connection over the cap is closed at once and `refused` is
+/// called. `what` names the listener in the log.
+pub async fn serve_requests<L, F>(
+    listener: L,
+    limits: RequestLimits,
+    respond: F,
+    refused: impl Fn() + Send + 'static,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    log: slog::Logger,
+    what: &'static str,
+) where
+    L: Accept,
+    F: Fn(
+            &hyper::Request<hyper::body::Incoming>,
+        ) -> hyper::Response<http_body_util::Full<bytes::Bytes>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    let cap = ConnectionCap::new(limits.max_connections);
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept_one() => a,
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors, say: the listener itself stays usable.
+                slog::warn!(log, "cannot accept a connection"; "listener" => what, "error" => %e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(permit) = cap.try_admit() else {
+            refused();
+            slog::debug!(log, "connection refused: too many open"; "listener" => what, "peer" => &peer, "max" => limits.max_connections);
+            drop(stream);
+            continue;
+        };
+        let respond = respond.clone();
+        let log = log.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = hyper::service::service_fn(move |req| {
+                let resp = respond(&req);
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let conn = http1_builder(limits.header_read_timeout)
+                .keep_alive(false)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            match tokio::time::timeout(limits.connection_timeout, conn).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    slog::debug!(log, "connection ended with an error"; "listener" => what, "peer" => &peer, "error" => %e)
+                }
+                Err(_) => {
+                    slog::debug!(log, "connection timed out"; "listener" => what, "peer" => &peer)
+                }
+            }
+        });
+    }
+}
+
 /// An io that fails with `TimedOut` once nothing was read from or written to it for
 /// `timeout`. The deadline is checked when a read waits (every session here keeps a read
 /// pending while it runs), and pushed back lazily: progress records an instant, and the timer

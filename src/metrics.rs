@@ -16,14 +16,12 @@
 //! - The endpoint ([`serve`]) is plain HTTP/1.1 on hyper, `GET /metrics` only, in the
 //!   OpenMetrics text format; it is off unless `[metrics] address` is set.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -33,7 +31,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
-use slog::{debug, info, warn, Logger};
+use slog::{info, Logger};
 use thiserror::Error;
 use tokio::sync::watch;
 
@@ -557,58 +555,28 @@ pub const MAX_CONNECTIONS: usize = 32;
 pub async fn serve(
     metrics: Metrics,
     listener: tokio::net::TcpListener,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     log: Logger,
 ) {
     if let Ok(addr) = listener.local_addr() {
         info!(log, "serving metrics"; "address" => %addr);
     }
-    let cap = crate::listener::ConnectionCap::new(MAX_CONNECTIONS);
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    return;
-                }
-                continue;
-            }
-        };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // Out of file descriptors, say: the listener itself stays usable.
-                warn!(log, "cannot accept a metrics connection"; "error" => %e);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Some(permit) = cap.try_admit() else {
-            metrics.connection_refused("metrics");
-            debug!(log, "metrics connection refused: too many open"; "peer" => %peer, "max" => MAX_CONNECTIONS);
-            drop(stream);
-            continue;
-        };
-        let metrics = metrics.clone();
-        let log = log.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let resp = respond(&metrics, &req);
-                async move { Ok::<_, Infallible>(resp) }
-            });
-            let conn = crate::listener::http1_builder(HEADER_READ_TIMEOUT)
-                .keep_alive(false)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            match tokio::time::timeout(CONNECTION_TIMEOUT, conn).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    debug!(log, "metrics connection ended with an error"; "peer" => %peer, "error" => %e)
-                }
-                Err(_) => debug!(log, "metrics connection timed out"; "peer" => %peer),
-            }
-        });
-    }
+    let limits = crate::listener::RequestLimits {
+        header_read_timeout: HEADER_READ_TIMEOUT,
+        connection_timeout: CONNECTION_TIMEOUT,
+        max_connections: MAX_CONNECTIONS,
+    };
+    let counted = metrics.clone();
+    crate::listener::serve_requests(
+        listener,
+        limits,
+        move |req| respond(&metrics, req),
+        move || counted.connection_refused("metrics"),
+        stop,
+        log,
+        "metrics",
+    )
+    .await;
 }
 
 #[cfg(test)]

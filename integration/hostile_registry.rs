@@ -68,6 +68,10 @@ enum Answer {
     /// A 200 without a length whose body comes `bytes_per_sec` bytes a second until the
     /// client goes.
     Trickle { bytes_per_sec: usize },
+    /// The test bed registry's answer to a GET, its body paced at `bytes_per_sec` (a quarter
+    /// of it every 250 ms): a slow registry sending the right bytes. A HEAD or a ranged GET
+    /// is forwarded as it is.
+    Paced { bytes_per_sec: usize },
 }
 
 fn reply(status: &'static str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
@@ -166,6 +170,33 @@ impl Hostile {
                 }
             }
             Answer::Forward => head.forward_to_bed(&mut client).await,
+            Answer::Paced { .. } if method != "GET" || !header("Range").is_empty() => {
+                head.forward_to_bed(&mut client).await
+            }
+            Answer::Paced { bytes_per_sec } => {
+                let Ok(resp) = reqwest::get(format!("http://{TESTBED_REGISTRY}{path}")).await
+                else {
+                    return;
+                };
+                if !resp.status().is_success() {
+                    return;
+                }
+                let Ok(body) = resp.bytes().await else { return };
+                let h = head_of(
+                    "200 OK",
+                    &[("Content-Type".into(), "application/octet-stream".into())],
+                    Some(body.len()),
+                );
+                if client.write_all(h.as_bytes()).await.is_err() {
+                    return;
+                }
+                for chunk in body.chunks((bytes_per_sec / 4).max(1)) {
+                    if client.write_all(chunk).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
             Answer::SlowHeaders { every } => {
                 let mut sent = b"HTTP/1.1 200 OK\r\nX-Slow: ".iter().copied();
                 loop {
@@ -675,4 +706,199 @@ async fn a_good_pull_is_answered_while_five_hostile_pulls_stall() {
     }
     let log = bed.remora.log_text();
     assert!(!log.contains("panicked"), "remora's log shows a panic");
+}
+
+/// `remora pulls --json` against `bed`'s status socket: the pulls in flight, as JSON.
+fn remora_pulls_json(bed: &BedRemora) -> serde_json::Value {
+    let socket = remora::status::socket_path(&bed.remora.socket);
+    let out = std::process::Command::new(crate::harness::remora_bin())
+        .args(["pulls", "--json", "--socket"])
+        .arg(&socket)
+        .output()
+        .expect("run remora pulls");
+    assert!(
+        out.status.success(),
+        "remora pulls failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("remora pulls --json prints JSON")
+}
+
+/// The pull of `repository` in a `remora pulls --json` answer, if it is there.
+fn pull_of<'a>(pulls: &'a serde_json::Value, repository: &str) -> Option<&'a serde_json::Value> {
+    pulls["pulls"]
+        .as_array()?
+        .iter()
+        .find(|p| p["image"].as_str().is_some_and(|i| i.contains(repository)))
+}
+
+/// The value of the sample whose line starts with `series` (name and labels as written, or a
+/// prefix of the labels) in the metrics at `url`.
+async fn metric(url: &str, series: &str) -> Option<f64> {
+    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+    text.lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Issue 43: every pull shows its progress — its phase, its layers and bytes out of the
+/// total, its rate — on `remora pulls`, in the metrics and in the log, with layers by remora's
+/// own client and by containerd's Transfer service. A registry paces three layers of 384 KiB
+/// at 16 KiB/s each, so the pull takes about 25 s and is seen half done.
+#[tokio::test]
+async fn every_pull_shows_its_progress_on_remora_pulls_the_metrics_and_the_log() {
+    const LAYER: usize = 384 << 10;
+    for mode in ["remora", "transfer"] {
+        let image = push_image(3, LAYER).await;
+        let layers = image.layers.clone();
+        let paced = Hostile::start("127.0.0.1", move |s: &Seen| {
+            if layers.iter().any(|l| s.path.ends_with(l.as_str())) {
+                Answer::Paced {
+                    bytes_per_sec: 16 << 10,
+                }
+            } else {
+                Answer::Forward
+            }
+        });
+        let certs = certs_dir(&[("paced.registry.test", &format!("http://{}", paced.addr))]);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let bed = BedRemora::start_with_certs_edited(certs.path(), |config| {
+            let edited = config.replacen(
+                "[images]\n",
+                &format!("[images]\npull_layers = \"{mode}\"\n"),
+                1,
+            );
+            assert_ne!(
+                edited, config,
+                "the test bed template has an [images] table"
+            );
+            format!("{edited}\n[metrics]\naddress = \"127.0.0.1:{port}\"\n")
+        });
+        let metrics = format!("http://127.0.0.1:{port}/metrics");
+        assert_eq!(
+            remora_pulls_json(&bed)["pulls"].as_array().map(Vec::len),
+            Some(0),
+            "{mode}: no pull in flight yet"
+        );
+
+        let reference = format!("paced.registry.test/{}:v1", image.repository);
+        let mut client = bed.remora.images();
+        let asked = reference.clone();
+        let started = Instant::now();
+        let pull = tokio::spawn(async move {
+            client
+                .pull_image(v1::PullImageRequest {
+                    image: Some(cri::image_spec(&asked)),
+                    ..Default::default()
+                })
+                .await
+                .map(|r| r.into_inner().image_ref)
+        });
+
+        // Half done: downloading, the three layers known, some bytes there and not all.
+        let total = 3 * LAYER as u64;
+        let mut first = 0;
+        crate::harness::wait_until(
+            &format!("{mode}: remora pulls shows the pull downloading"),
+            Duration::from_secs(30),
+            || {
+                let pulls = remora_pulls_json(&bed);
+                let seen = pull_of(&pulls, &image.repository).is_some_and(|p| {
+                    let done = p["bytes_done"].as_u64().unwrap_or(0);
+                    first = done;
+                    p["phase"] == "downloading" && p["layers"] == 3 && done > 0 && done < total
+                });
+                async move { seen }
+            },
+        )
+        .await;
+        let pulls = remora_pulls_json(&bed);
+        let p = pull_of(&pulls, &image.repository).expect("still in flight");
+        assert!(
+            p["bytes"].as_u64().is_some_and(|b| b >= total),
+            "{mode}: the layers' size: {p}"
+        );
+        // It moves, and a rate shows once it has run a few seconds.
+        crate::harness::wait_until(
+            &format!("{mode}: the bytes move and a rate shows"),
+            Duration::from_secs(20),
+            || {
+                let pulls = remora_pulls_json(&bed);
+                let moved = pull_of(&pulls, &image.repository).is_some_and(|p| {
+                    p["bytes_done"].as_u64().unwrap_or(0) > first
+                        && p["rate_bytes_per_sec"].as_u64().is_some_and(|r| r > 0)
+                });
+                async move { moved }
+            },
+        )
+        .await;
+        // The metrics say the same.
+        assert_eq!(
+            metric(
+                &metrics,
+                "remora_image_pulls_in_flight{phase=\"downloading\"}"
+            )
+            .await,
+            Some(1.0),
+            "{mode}: one pull downloading"
+        );
+        let size = metric(
+            &metrics,
+            &format!("remora_image_pull_progress_bytes{{image=\"{reference}\""),
+        )
+        .await;
+        assert!(
+            size.is_some(),
+            "{mode}: the pull's bytes are in the metrics"
+        );
+        // The table an operator reads names it with its phase.
+        let table = std::process::Command::new(crate::harness::remora_bin())
+            .args(["pulls", "--socket"])
+            .arg(remora::status::socket_path(&bed.remora.socket))
+            .output()
+            .expect("run remora pulls");
+        let table = String::from_utf8_lossy(&table.stdout);
+        assert!(
+            table.contains(&image.repository) && table.contains("downloading"),
+            "{mode}: remora pulls:\n{table}"
+        );
+
+        let pulled = tokio::time::timeout(Duration::from_secs(120), pull)
+            .await
+            .unwrap_or_else(|_| panic!("{mode}: the paced pull did not end in 120 s"))
+            .expect("the pull task");
+        pulled.unwrap_or_else(|e| panic!("{mode}: the paced pull failed: {e:?}"));
+        let took = started.elapsed();
+        // Gone from the table and the gauges once it ended.
+        assert_eq!(
+            remora_pulls_json(&bed)["pulls"].as_array().map(Vec::len),
+            Some(0),
+            "{mode}: the pull left the table"
+        );
+        assert_eq!(
+            metric(
+                &metrics,
+                "remora_image_pulls_in_flight{phase=\"downloading\"}"
+            )
+            .await,
+            Some(0.0),
+            "{mode}"
+        );
+        // A pull of over 10 s was logged on its way, at most once every 10 s.
+        let log = bed.remora.log_text();
+        let lines = log
+            .lines()
+            .filter(|l| l.contains("pull in progress") && l.contains(&image.repository))
+            .count();
+        assert!(lines >= 1, "{mode}: no progress line in remora's log");
+        let most = took.as_secs() / 10 + 1;
+        assert!(
+            lines as u64 <= most,
+            "{mode}: {lines} progress lines for one pull of {took:?}"
+        );
+    }
 }

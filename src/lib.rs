@@ -32,4 +32,5 @@ pub(crate) mod notify;
 pub(crate) mod nri;
 pub(crate) mod oci;
 pub mod server;
+pub mod status;
 pub(crate) mod stream;

@@ -30,6 +30,19 @@ enum Command {
         #[command(subcommand)]
         action: AppArmorAction,
     },
+    /// Show the image pulls in flight: phase, layers, bytes, rate (from the running remora's
+    /// status socket, beside its CRI socket).
+    Pulls {
+        /// Print remora's JSON answer as it is.
+        #[arg(long)]
+        json: bool,
+        /// Show the table again every SECONDS until interrupted.
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<u64>,
+        /// The status socket; default: the one beside the config's CRI socket.
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -75,6 +88,37 @@ fn run() -> anyhow::Result<()> {
                 render_profile(DEFAULT_APPARMOR_PROFILE, Includes::ALL)
             );
             Ok(())
+        }
+        Some(Command::Pulls {
+            json,
+            watch,
+            socket,
+        }) => {
+            let socket = match socket {
+                Some(s) => s,
+                None => {
+                    remora::status::socket_path(&Config::load(cli.config.as_deref())?.server.socket)
+                }
+            };
+            loop {
+                let view = remora::status::fetch_pulls(&socket)?;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string(&view).context("printing the answer")?
+                    );
+                } else {
+                    if watch.is_some() {
+                        // Clear the terminal and go home, as watch(1) does.
+                        print!("\x1b[2J\x1b[H");
+                    }
+                    print!("{}", remora::status::render(&view));
+                }
+                match watch {
+                    Some(secs) => std::thread::sleep(std::time::Duration::from_secs(secs.max(1))),
+                    None => return Ok(()),
+                }
+            }
         }
         Some(Command::Config {
             action: ConfigAction::Check,

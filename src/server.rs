@@ -162,15 +162,21 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Owns the socket path for the daemon's life: holds the lock, removes the socket on drop.
 pub struct SocketGuard {
-    socket: PathBuf,
+    /// Held, never read: dropping it removes the socket.
+    _placed: PlacedSocket,
     /// Held, never read: dropping it releases the lock.
     _lock: Flock<File>,
+}
+
+/// A socket remora bound; dropping it removes the socket if it is still ours.
+pub struct PlacedSocket {
+    socket: PathBuf,
     /// (device, inode, ctime) of the socket we bound, so drop removes only our own socket
     /// (inode numbers alone are reused at once by a socket bound after ours was removed).
     identity: (u64, u64, i64, i64),
 }
 
-impl Drop for SocketGuard {
+impl Drop for PlacedSocket {
     fn drop(&mut self) {
         if let Ok(meta) = std::fs::symlink_metadata(&self.socket) {
             if identity(&meta) == self.identity {
@@ -244,21 +250,37 @@ pub fn bind_socket(socket: &Path) -> Result<(SocketGuard, tokio::net::UnixListen
         .map_err(socket_err("write lock file", &lock_path))?;
 
     // We hold the lock, so whatever is at the socket path was left by a dead process.
+    let (placed, listener) = place_socket(socket, 0o660)?;
+    Ok((
+        SocketGuard {
+            _placed: placed,
+            _lock: lock,
+        },
+        listener,
+    ))
+}
+
+/// Binds a unix socket at `socket` with `mode`, replacing what is there (the caller holds the
+/// CRI socket's lock, so that was left by a dead remora).
+pub fn place_socket(
+    socket: &Path,
+    mode: u32,
+) -> Result<(PlacedSocket, tokio::net::UnixListener), ServerError> {
     match std::fs::remove_file(socket) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(socket_err("remove stale socket", socket)(e)),
     }
-    // Bound under a temporary name and renamed into place once it is 0660, so the socket is
-    // never reachable with the umask's mode in between.
+    // Bound under a temporary name and renamed into place once it has its mode, so the socket
+    // is never reachable with the umask's mode in between.
     let mut tmp = socket.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
     let std_listener =
         std::os::unix::net::UnixListener::bind(&tmp).map_err(socket_err("bind", &tmp))?;
-    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o660))
-        .map_err(socket_err("set mode 0660 on", &tmp))
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
+        .map_err(socket_err("set the mode of", &tmp))
         .and_then(|()| {
             std::fs::rename(&tmp, socket).map_err(socket_err("rename into place", socket))
         });
@@ -273,9 +295,8 @@ pub fn bind_socket(socket: &Path) -> Result<(SocketGuard, tokio::net::UnixListen
     let listener = tokio::net::UnixListener::from_std(std_listener)
         .map_err(socket_err("listen on", socket))?;
     Ok((
-        SocketGuard {
+        PlacedSocket {
             socket: socket.to_path_buf(),
-            _lock: lock,
             identity: identity(&meta),
         },
         listener,
@@ -712,6 +733,21 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     .await
     .map_err(ServerError::StreamingBind)?;
     let stream_server = tokio::spawn(streaming.clone().serve(stream_listener, stop_rx.clone()));
+    // The status socket (`remora pulls`) and the pull progress log.
+    let (status_socket, status_listener) =
+        place_socket(&crate::status::socket_path(&config.server.socket), 0o600)?;
+    let progress = images.puller.progress().clone();
+    tokio::spawn(crate::images::progress::log_loop(
+        progress.clone(),
+        stop_rx.clone(),
+        log.new(slog::o!("component" => "pulls")),
+    ));
+    let status_server = tokio::spawn(crate::status::serve(
+        progress,
+        status_listener,
+        stop_rx.clone(),
+        log.new(slog::o!("component" => "status")),
+    ));
     let metrics_server = metrics_listener.map(|listener| {
         tokio::spawn(crate::metrics::serve(
             metrics.clone(),
@@ -784,10 +820,12 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
     let _ = monitor.await;
     let _ = events.await;
     let _ = stream_server.await;
+    let _ = status_server.await;
     if let Some(server) = metrics_server {
         let _ = server.await;
     }
     release_netns_dir(&config, &log);
+    drop(status_socket);
     drop(guard);
     info!(log, "stopped");
     Ok(())

@@ -25,6 +25,7 @@ pub mod image_pull;
 pub mod image_remove;
 pub mod image_status;
 pub mod manifest;
+pub mod progress;
 pub mod pull;
 pub mod reference;
 pub mod registry;

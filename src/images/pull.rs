@@ -56,6 +56,7 @@ use super::manifest::{
     is_index_media_type, select_platform, Descriptor, ImageConfig, ImageManifest, Manifest,
     ManifestError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
 };
+use super::progress::{Phase, Progress, PullHandle};
 use super::reference::{Reference, ReferenceError};
 use super::registry::auth::Credentials;
 use super::registry::{RegistryClient, RegistryError};
@@ -290,6 +291,8 @@ struct Inner {
     blobs: Coalescer<String, (), PullError>,
     /// Layer download slots, shared out per registry host.
     downloads: HostSlots,
+    /// The pulls in flight, for the log, the metrics and `remora pulls`.
+    progress: Progress,
     metrics: Metrics,
     log: Logger,
 }
@@ -424,6 +427,9 @@ impl Puller {
                 slots.stats().waiting as f64,
             )]
         });
+        let progress = Progress::new();
+        let in_flight = progress.clone();
+        metrics.add_gauges(move || progress_gauges(&in_flight));
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -436,6 +442,7 @@ impl Puller {
                 pulls: Coalescer::new(),
                 blobs: Coalescer::new(),
                 downloads,
+                progress,
                 metrics,
                 log,
             }),
@@ -465,7 +472,9 @@ impl Puller {
                 inner.metrics.pull_started();
                 async move {
                     let started = std::time::Instant::now();
-                    let result = inner.pull(reference, creds).await;
+                    // In the table for as long as the work runs, however it ends.
+                    let progress = inner.progress.start(&reference.to_string());
+                    let result = inner.pull(reference, creds, &progress).await;
                     inner
                         .metrics
                         .pull_finished(result.is_ok(), started.elapsed());
@@ -477,6 +486,11 @@ impl Puller {
             self.inner.metrics.pull_coalesced();
         }
         result
+    }
+
+    /// The pulls in flight and their progress.
+    pub fn progress(&self) -> &Progress {
+        &self.inner.progress
     }
 
     /// Pulls in flight (for tests and metrics).
@@ -558,7 +572,12 @@ impl Inner {
         }
     }
 
-    async fn pull(&self, reference: Reference, creds: Credentials) -> Result<ImageInfo, PullError> {
+    async fn pull(
+        &self,
+        reference: Reference,
+        creds: Credentials,
+        progress: &PullHandle,
+    ) -> Result<ImageInfo, PullError> {
         let target = self.resolve(&reference, &creds).await?;
         let digest_ref = format!("{}@{}", reference.name(), target.digest);
         if let Some(info) = self.index.get(&digest_ref) {
@@ -581,7 +600,7 @@ impl Inner {
             .await
             .map_err(|e| self.containerd_err(&reference, e))?;
         let result = self
-            .fetch_and_unpack(&reference, &target, &creds, &lease)
+            .fetch_and_unpack(&reference, &target, &creds, &lease, progress)
             .await;
         // Success: the image records now reference everything, the lease can go (async GC).
         // Failure: delete synchronously so GC removes what this pull alone wrote.
@@ -609,6 +628,7 @@ impl Inner {
         target: &Descriptor,
         creds: &Credentials,
         lease: &str,
+        progress: &PullHandle,
     ) -> Result<ImageInfo, PullError> {
         let (manifest_desc, manifest, index) =
             self.fetch_manifest(reference, target, creds, lease).await?;
@@ -633,13 +653,16 @@ impl Inner {
             });
         }
 
+        progress.layers(manifest.layers.iter().map(|l| (l.digest.as_str(), l.size)));
         let top = match &self.config.transfer {
             Some(transfer) => {
-                self.transfer_layers(reference, target, &diff_ids, creds, lease, transfer)
-                    .await?
+                self.transfer_layers(
+                    reference, target, &diff_ids, creds, lease, transfer, progress,
+                )
+                .await?
             }
             None => {
-                self.download_and_unpack(reference, &manifest, &diff_ids, creds, lease)
+                self.download_and_unpack(reference, &manifest, &diff_ids, creds, lease, progress)
                     .await?
             }
         };
@@ -1070,6 +1093,75 @@ pub enum LoadError {
 mod download;
 mod transfer;
 pub use transfer::TransferFailure;
+
+/// The metrics of the pulls in flight: how many are in each phase, and each tracked pull's
+/// bytes and layers (labelled by image and pull number; at most `progress::MAX_TRACKED`).
+fn progress_gauges(progress: &Progress) -> Vec<GaugeFamily> {
+    let view = progress.view(std::time::Instant::now());
+    let phases = Phase::ALL
+        .iter()
+        .map(|phase| {
+            let n = view.pulls.iter().filter(|p| p.phase == *phase).count();
+            (vec![("phase", phase.name().to_string())], n as f64)
+        })
+        .collect();
+    let labels = |p: &super::progress::PullView, extra: Option<(&'static str, &str)>| {
+        let mut l = vec![("image", p.image.clone()), ("pull", p.id.to_string())];
+        l.extend(extra.map(|(k, v)| (k, v.to_string())));
+        l
+    };
+    let mut bytes = Vec::new();
+    let mut layers = Vec::new();
+    for p in &view.pulls {
+        bytes.push((labels(p, Some(("of", "done"))), p.bytes_done as f64));
+        bytes.push((labels(p, Some(("of", "size"))), p.bytes as f64));
+        for (of, n) in [
+            ("all", p.layers),
+            ("stored", p.layers_stored),
+            ("present", p.layers_present),
+            ("unpacked", p.layers_unpacked),
+        ] {
+            layers.push((labels(p, Some(("of", of))), n as f64));
+        }
+    }
+    let rates = view
+        .pulls
+        .iter()
+        .filter_map(|p| Some((labels(p, None), p.rate_bytes_per_sec? as f64)))
+        .collect();
+    vec![
+        GaugeFamily {
+            name: "image_pulls_in_flight",
+            help: "Image pulls in flight by phase (resolving, downloading, unpacking)",
+            unit: None,
+            samples: phases,
+        },
+        GaugeFamily {
+            name: "image_pull_progress",
+            help: "Each pull in flight: its layers' compressed size (of=size) and the bytes there so far (of=done)",
+            unit: Some(prometheus_client::registry::Unit::Bytes),
+            samples: bytes,
+        },
+        GaugeFamily {
+            name: "image_pull_layers",
+            help: "Each pull in flight: its layers (of=all), those in the content store (stored), there before it (present), applied (unpacked)",
+            unit: None,
+            samples: layers,
+        },
+        GaugeFamily {
+            name: "image_pull_rate_bytes_per_second",
+            help: "Each pull in flight: bytes a second over the last 10 s",
+            unit: None,
+            samples: rates,
+        },
+        GaugeFamily::single(
+            "image_pulls_untracked",
+            "Pulls in flight beyond the tracked ones, shown in no other pull gauge",
+            None,
+            view.untracked as f64,
+        ),
+    ]
+}
 
 #[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@ use crate::backend_error::BackendError;
 use crate::images::backend::Blob;
 use crate::images::host_slots::HostSlots;
 use crate::images::manifest::{Descriptor, ImageManifest, VerifyError};
+use crate::images::progress::{BlobBytes, LayerState, PullHandle};
 use crate::images::reference::Reference;
 use crate::images::registry::auth::Credentials;
 use crate::images::registry::{RegistryClient, RegistryConfig, RegistryError};
@@ -76,6 +77,7 @@ impl Inner {
         diff_ids: &[String],
         creds: &Credentials,
         lease: &str,
+        progress: &PullHandle,
     ) -> Result<String, PullError> {
         // Layers download concurrently, de-duplicated by digest across pulls and bounded by
         // the download semaphore; each is applied as soon as it and every layer below it are
@@ -94,7 +96,7 @@ impl Inner {
                     ("containerd.io/uncompressed".to_string(), diff_id.clone()),
                     (source_label.clone(), source_repo.clone()),
                 ]);
-                self.layer(reference, layer, creds, lease, labels)
+                self.layer(reference, layer, creds, lease, labels, progress)
                     .boxed()
                     .shared()
             })
@@ -108,7 +110,7 @@ impl Inner {
                 &self.config.snapshotter,
                 diff_ids,
             );
-            for (blob, fetched) in layer_blobs.iter().zip(&fetches) {
+            for (i, (blob, fetched)) in layer_blobs.iter().zip(&fetches).enumerate() {
                 // A failed download stops the unpacking; the join reports it.
                 fetched.clone().await?;
                 unpacker
@@ -118,6 +120,7 @@ impl Inner {
                         reference: reference.to_string(),
                         source: Arc::new(e),
                     })?;
+                progress.unpacked(i);
             }
             Ok::<String, PullError>(unpacker.into_top())
         };
@@ -142,13 +145,16 @@ impl Inner {
         creds: &Credentials,
         lease: &str,
         labels: HashMap<String, String>,
+        progress: &PullHandle,
     ) -> Result<(), PullError> {
         let digest = desc.digest.to_string();
         if self.protect(reference, lease, &digest).await? {
             self.metrics.blob_dedup_hit("stored");
+            progress.layer(&digest, LayerState::Present);
             return Ok(());
         }
         let job = BlobJob {
+            bytes: self.progress.blob(&digest),
             metrics: self.metrics.clone(),
             backend: self.backend.clone(),
             registry: self.registry.clone(),
@@ -161,13 +167,16 @@ impl Inner {
         let led = AtomicBool::new(false);
         let result = self
             .blobs
-            .run(digest, |_cancel| {
+            .run(digest.clone(), |_cancel| {
                 led.store(true, Ordering::Relaxed);
                 job.run()
             })
             .await;
         if !led.load(Ordering::Relaxed) {
             self.metrics.blob_dedup_hit("in_flight");
+        }
+        if result.is_ok() {
+            progress.layer(&digest, LayerState::Stored);
         }
         result
     }
@@ -177,6 +186,8 @@ impl Inner {
 /// single waiter. It writes under a lease of its own: the waiting pulls protect the blob with
 /// their leases, and any of them may fail and delete its lease while the download goes on.
 struct BlobJob {
+    /// The blob's byte counter, which every pull of it reads (`images::progress`).
+    bytes: Arc<BlobBytes>,
     metrics: Metrics,
     backend: Backend,
     registry: Arc<RegistryClient>,
@@ -266,6 +277,7 @@ impl BlobJob {
         let mut resumes = 0;
         // The host the bytes came from, for a digest mismatch found at the commit.
         let mut host = self.reference.registry.clone();
+        self.bytes.at_least(writer.offset());
         while writer.offset() < self.desc.size {
             let result = async {
                 // Only containerd reads these bytes, and it hashes them as it writes them and
@@ -282,6 +294,7 @@ impl BlobJob {
                 while let Some(chunk) = stream.next().await {
                     let chunk = chunk?;
                     self.metrics.pull_bytes(chunk.len() as u64);
+                    self.bytes.add(chunk.len() as u64);
                     writer.write(chunk).await.map_err(cerr)?;
                 }
                 Ok::<(), PullError>(())

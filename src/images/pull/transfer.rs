@@ -16,6 +16,7 @@ use super::{
 };
 use crate::backend_error::BackendError;
 use crate::images::manifest::{normalize_arch, Descriptor};
+use crate::images::progress::{LayerState, PullHandle};
 use crate::images::reference::Reference;
 use crate::images::registry::auth::Credentials;
 use crate::images::registry::RegistryClient;
@@ -272,21 +273,50 @@ pub(super) enum Watched {
 }
 
 /// Gives `watch` one report and the pull metrics the bytes it adds.
-fn take(watch: &mut ProgressWatch, p: &TransferProgress, metrics: &Metrics) {
+fn take(
+    watch: &mut ProgressWatch,
+    p: &TransferProgress,
+    metrics: &Metrics,
+    progress: Option<&PullHandle>,
+) {
     let added = watch.report(p);
     if added > 0 {
         metrics.pull_bytes(added);
     }
+    if let (Some(progress), Some(digest)) = (progress, &p.digest) {
+        follow(progress, digest, p);
+    }
+}
+
+/// What a report of containerd's says about a layer of the pull, for `images::progress`:
+/// `downloading` carries the bytes there, `complete` a stored blob, `already exists` one that
+/// was there before, `extracted` one containerd has read to its end into the snapshot.
+fn follow(progress: &PullHandle, digest: &str, p: &TransferProgress) {
+    match p.event.as_str() {
+        "downloading" => {
+            if let (Some(bytes), Ok(offset)) =
+                (progress.bytes_of(digest), u64::try_from(p.progress))
+            {
+                bytes.at_least(offset);
+            }
+        }
+        "complete" | "extracting" => progress.layer(digest, LayerState::Stored),
+        "already exists" => progress.layer(digest, LayerState::Present),
+        "extracted" => progress.layer(digest, LayerState::Unpacked),
+        _ => {}
+    }
 }
 
 /// Runs `transfer` to its end while reading its progress from `reports`; a stall drops
-/// (cancels) it. `image` names the pull for the `pull.transfer_downloading` failpoint.
+/// (cancels) it. `image` names the pull for the `pull.transfer_downloading` failpoint;
+/// `progress`, the pull's entry in the table of pulls in flight, follows the reports.
 pub(super) async fn watch<F>(
     transfer: F,
     mut reports: mpsc::UnboundedReceiver<TransferProgress>,
     mut watch: ProgressWatch,
     metrics: &Metrics,
     image: &str,
+    progress: Option<&PullHandle>,
 ) -> Result<(), Watched>
 where
     F: Future<Output = Result<(), BackendError>>,
@@ -296,7 +326,7 @@ where
         tokio::select! {
             result = &mut transfer => break result.map_err(Watched::Failed),
             Some(p) = reports.recv() => {
-                take(&mut watch, &p, metrics);
+                take(&mut watch, &p, metrics, progress);
                 if p.event == "downloading" {
                     // Kill only: containerd is writing a blob in the pull's lease.
                     let _ = crate::failpoint::hit("pull.transfer_downloading", image).await;
@@ -311,7 +341,7 @@ where
     };
     // Reports sent before the transfer's answer are still queued.
     while let Ok(p) = reports.try_recv() {
-        take(&mut watch, &p, metrics);
+        take(&mut watch, &p, metrics, progress);
     }
     let rest = watch.settle(ended.is_ok());
     if rest > 0 {
@@ -324,6 +354,9 @@ impl Inner {
     /// Has containerd's Transfer service fetch and unpack the layers of `target` (the index or
     /// manifest remora resolved, whose manifest and config are in the content store already)
     /// in this pull's `lease`; returns the top snapshot's chain id.
+    // The pull's own parts (reference, target, layers, credentials, lease, progress) and the
+    // strategy's config: a struct of them would be built for this one call.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn transfer_layers(
         &self,
         reference: &Reference,
@@ -332,6 +365,7 @@ impl Inner {
         creds: &Credentials,
         lease: &str,
         transfer: &TransferConfig,
+        pull: &PullHandle,
     ) -> Result<String, PullError> {
         let (architecture, variant) = normalize_arch(&self.config.architecture, None);
         let name = format!("{}@{}", reference.name(), target.digest);
@@ -361,6 +395,7 @@ impl Inner {
             progress,
             &self.metrics,
             &reference.to_string(),
+            Some(pull),
         )
         .await;
         match pulled {
@@ -444,7 +479,51 @@ mod tests {
         F: Future<Output = Result<(), BackendError>>,
     {
         let progress = ProgressWatch::new(1, Duration::from_secs(60), Instant::now());
-        watch(transfer, reports, progress, metrics, "img").await
+        watch(transfer, reports, progress, metrics, "img", None).await
+    }
+
+    #[tokio::test]
+    async fn the_pulls_table_follows_containerds_reports() {
+        let table = crate::images::progress::Progress::new();
+        let pull = table.start("img");
+        pull.layers([("sha256:a", 100), ("sha256:b", 50), ("sha256:c", 10)]);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (go, seen) = tokio::sync::oneshot::channel::<()>();
+        let transfer = async move {
+            tx.send(report("downloading", "sha256:a", 30, 100)).ok();
+            tx.send(report("already exists", "sha256:c", 10, 10)).ok();
+            // Held until the table was read mid-transfer.
+            let _ = seen.await;
+            tx.send(report("complete", "sha256:a", 100, 100)).ok();
+            tx.send(report("complete", "sha256:b", 50, 50)).ok();
+            tx.send(report("extracted", "sha256:a", 100, 100)).ok();
+            Ok(())
+        };
+        let check = async {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let v = pull.view();
+                if v.bytes_done == 40 {
+                    assert_eq!((v.layers_stored, v.layers_present), (1, 1));
+                    assert_eq!(v.phase, crate::images::progress::Phase::Downloading);
+                    break;
+                }
+                assert!(Instant::now() < deadline, "never saw 30 + 10 bytes: {v:?}");
+                tokio::task::yield_now().await;
+            }
+            go.send(()).ok();
+        };
+        let progress = ProgressWatch::new(1, Duration::from_secs(60), Instant::now());
+        let metrics = Metrics::new();
+        let (out, ()) = tokio::join!(
+            watch(transfer, rx, progress, &metrics, "img", Some(&pull)),
+            check
+        );
+        assert!(out.is_ok());
+        let v = pull.view();
+        assert_eq!((v.bytes_done, v.bytes), (160, 160));
+        assert_eq!((v.layers_stored, v.layers_unpacked), (3, 1));
+        assert_eq!(v.phase, crate::images::progress::Phase::Unpacking);
     }
 
     #[test]
@@ -595,6 +674,7 @@ mod tests {
             ProgressWatch::new(65536, period, started),
             &Metrics::new(),
             "img",
+            None,
         )
         .await;
         match out {

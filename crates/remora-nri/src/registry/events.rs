@@ -1,14 +1,23 @@
-//! One call per NRI event, and the one way every event reaches the plugins
-//! ([`Registry::dispatch`]): in order, one call at a time per plugin, each within the request
-//! timeout, a fatal failure removing the plugin.
+//! One call per NRI event, and the one way every event reaches the plugins.
+//!
+//! The thirteen events differ only in a few facts: their request and plugin RPC, whether a
+//! plugin's error status fails the runtime's call, whether the plugins' answers are kept
+//! (the adjustments and updates of CreateContainer, UpdateContainer and StopContainer),
+//! which objects the request carries, and whether NRI falls back to the deprecated
+//! StateChange for a plugin that answers UNIMPLEMENTED. Those facts are one table (the
+//! `events!` rows below, one [`Event`] impl each); [`Registry::dispatch`] calls the plugins
+//! for any event the same way: in order, one call at a time per plugin, each within the
+//! request timeout, a fatal failure removing the plugin. The public methods only build the
+//! request from the runtime's objects.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use protobuf::Enum as _;
+use protobuf::{Enum as _, MessageField};
 use slog::warn;
 use tokio::time::Instant;
+use ttrpc::context::Context;
 
 use super::call::{bounded, context_until, CallError};
 use super::{lock, HookError, Plugin, Registry};
@@ -17,9 +26,8 @@ use crate::api;
 impl Registry {
     /// RunPodSandbox: a plugin's error fails it.
     pub async fn run_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), HookError> {
-        let mut req = api::RunPodSandboxRequest::new();
-        req.pod = Some(pod.clone()).into();
-        self.dispatch(Call::RunPodSandbox(req)).await.map(drop)
+        let req = api::RunPodSandboxRequest::for_pod(pod);
+        self.dispatch(req).await.map(drop)
     }
 
     /// UpdatePodSandbox: a plugin's error fails it (as NRI's adaptation and containerd do).
@@ -29,32 +37,27 @@ impl Registry {
         overhead: Option<&api::LinuxResources>,
         resources: Option<&api::LinuxResources>,
     ) -> Result<(), HookError> {
-        let mut req = api::UpdatePodSandboxRequest::new();
-        req.pod = Some(pod.clone()).into();
+        let mut req = api::UpdatePodSandboxRequest::for_pod(pod);
         req.overhead_linux_resources = overhead.cloned().into();
         req.linux_resources = resources.cloned().into();
-        self.dispatch(Call::UpdatePodSandbox(req)).await.map(drop)
+        self.dispatch(req).await.map(drop)
     }
 
     /// PostUpdatePodSandbox; plugin errors are logged.
     pub async fn post_update_pod_sandbox(&self, pod: &api::PodSandbox) {
-        let mut req = api::PostUpdatePodSandboxRequest::new();
-        req.pod = Some(pod.clone()).into();
-        self.notify(Call::PostUpdatePodSandbox(req)).await;
+        self.notify(api::PostUpdatePodSandboxRequest::for_pod(pod))
+            .await;
     }
 
     /// StopPodSandbox; plugin errors are logged.
     pub async fn stop_pod_sandbox(&self, pod: &api::PodSandbox) {
-        let mut req = api::StopPodSandboxRequest::new();
-        req.pod = Some(pod.clone()).into();
-        self.notify(Call::StopPodSandbox(req)).await;
+        self.notify(api::StopPodSandboxRequest::for_pod(pod)).await;
     }
 
     /// RemovePodSandbox; plugin errors are logged.
     pub async fn remove_pod_sandbox(&self, pod: &api::PodSandbox) {
-        let mut req = api::RemovePodSandboxRequest::new();
-        req.pod = Some(pod.clone()).into();
-        self.notify(Call::RemovePodSandbox(req)).await;
+        self.notify(api::RemovePodSandboxRequest::for_pod(pod))
+            .await;
     }
 
     /// CreateContainer: each subscribed plugin's response, in call order; a plugin's error
@@ -64,25 +67,14 @@ impl Registry {
         pod: &api::PodSandbox,
         container: &api::Container,
     ) -> Result<Vec<(String, api::CreateContainerResponse)>, HookError> {
-        let mut req = api::CreateContainerRequest::new();
-        req.pod = Some(pod.clone()).into();
-        req.container = Some(container.clone()).into();
-        let replies = self.dispatch(Call::CreateContainer(req)).await?;
-        Ok(replies
-            .into_iter()
-            .filter_map(|(name, reply)| match reply {
-                Reply::CreateContainer(r) => Some((name, r)),
-                _ => None,
-            })
-            .collect())
+        let req = api::CreateContainerRequest::for_container(pod, container);
+        self.dispatch(req).await
     }
 
     /// PostCreateContainer; plugin errors are logged.
     pub async fn post_create_container(&self, pod: &api::PodSandbox, container: &api::Container) {
-        let mut req = api::PostCreateContainerRequest::new();
-        req.pod = Some(pod.clone()).into();
-        req.container = Some(container.clone()).into();
-        self.notify(Call::PostCreateContainer(req)).await;
+        let req = api::PostCreateContainerRequest::for_container(pod, container);
+        self.notify(req).await;
     }
 
     /// StartContainer: a plugin's error fails it.
@@ -91,18 +83,14 @@ impl Registry {
         pod: &api::PodSandbox,
         container: &api::Container,
     ) -> Result<(), HookError> {
-        let mut req = api::StartContainerRequest::new();
-        req.pod = Some(pod.clone()).into();
-        req.container = Some(container.clone()).into();
-        self.dispatch(Call::StartContainer(req)).await.map(drop)
+        let req = api::StartContainerRequest::for_container(pod, container);
+        self.dispatch(req).await.map(drop)
     }
 
     /// PostStartContainer; plugin errors are logged.
     pub async fn post_start_container(&self, pod: &api::PodSandbox, container: &api::Container) {
-        let mut req = api::PostStartContainerRequest::new();
-        req.pod = Some(pod.clone()).into();
-        req.container = Some(container.clone()).into();
-        self.notify(Call::PostStartContainer(req)).await;
+        let req = api::PostStartContainerRequest::for_container(pod, container);
+        self.notify(req).await;
     }
 
     /// UpdateContainer: each subscribed plugin's response, in call order; a plugin's error
@@ -113,26 +101,15 @@ impl Registry {
         container: &api::Container,
         resources: &api::LinuxResources,
     ) -> Result<Vec<(String, api::UpdateContainerResponse)>, HookError> {
-        let mut req = api::UpdateContainerRequest::new();
-        req.pod = Some(pod.clone()).into();
-        req.container = Some(container.clone()).into();
+        let mut req = api::UpdateContainerRequest::for_container(pod, container);
         req.linux_resources = Some(resources.clone()).into();
-        let replies = self.dispatch(Call::UpdateContainer(req)).await?;
-        Ok(replies
-            .into_iter()
-            .filter_map(|(name, reply)| match reply {
-                Reply::UpdateContainer(r) => Some((name, r)),
-                _ => None,
-            })
-            .collect())
+        self.dispatch(req).await
     }
 
     /// PostUpdateContainer; plugin errors are logged.
     pub async fn post_update_container(&self, pod: &api::PodSandbox, container: &api::Container) {
-        let mut req = api::PostUpdateContainerRequest::new();
-        req.pod = Some(pod.clone()).into();
-        req.container = Some(container.clone()).into();
-        self.notify(Call::PostUpdateContainer(req)).await;
+        let req = api::PostUpdateContainerRequest::for_container(pod, container);
+        self.notify(req).await;
     }
 
     /// StopContainer: each subscribed plugin's response, in call order; plugin errors are
@@ -142,37 +119,26 @@ impl Registry {
         pod: &api::PodSandbox,
         container: &api::Container,
     ) -> Vec<(String, api::StopContainerResponse)> {
-        let mut req = api::StopContainerRequest::new();
-        req.pod = Some(pod.clone()).into();
-        req.container = Some(container.clone()).into();
-        self.notify(Call::StopContainer(req))
-            .await
-            .into_iter()
-            .filter_map(|(name, reply)| match reply {
-                Reply::StopContainer(r) => Some((name, r)),
-                _ => None,
-            })
-            .collect()
+        let req = api::StopContainerRequest::for_container(pod, container);
+        self.notify(req).await
     }
 
     /// RemoveContainer; plugin errors are logged.
     pub async fn remove_container(&self, pod: &api::PodSandbox, container: &api::Container) {
-        let mut req = api::RemoveContainerRequest::new();
-        req.pod = Some(pod.clone()).into();
-        req.container = Some(container.clone()).into();
-        self.notify(Call::RemoveContainer(req)).await;
+        let req = api::RemoveContainerRequest::for_container(pod, container);
+        self.notify(req).await;
     }
 
     /// Dispatches an event whose plugin errors are only logged.
-    async fn notify(&self, call: Call) -> Vec<(String, Reply)> {
-        debug_assert!(!call.fails_on_error());
+    async fn notify<E: Event>(&self, call: E) -> Vec<(String, E::Reply)> {
+        // Checked when this is compiled for `E`: only such events come here.
+        const { assert!(!E::FAILS_ON_ERROR) };
         // An event that does not fail on error never returns Err: `dispatch` logs instead.
         self.dispatch(call).await.unwrap_or_default()
     }
-
     /// Calls the active plugins subscribed to `call`'s event, in order.
-    async fn dispatch(&self, call: Call) -> Result<Vec<(String, Reply)>, HookError> {
-        let event = call.event();
+    async fn dispatch<E: Event>(&self, call: E) -> Result<Vec<(String, E::Reply)>, HookError> {
+        let event = E::EVENT;
         let bit = event_bit(event);
         let plugins: Vec<Arc<Plugin>> = lock(&self.plugins)
             .iter()
@@ -188,7 +154,7 @@ impl Registry {
                     // NRI goes on without the plugin; issue 30 asks that the call fail, as it
                     // does when the plugin answers with an error: a pod or container is not
                     // made without the plugin having had its say. Later calls skip it.
-                    if call.fails_on_error() {
+                    if E::FAILS_ON_ERROR {
                         return Err(HookError {
                             plugin: plugin.name.clone(),
                             event,
@@ -197,7 +163,7 @@ impl Registry {
                         });
                     }
                 }
-                Err(CallError::Status(status)) if call.fails_on_error() => {
+                Err(CallError::Status(status)) if E::FAILS_ON_ERROR => {
                     return Err(HookError {
                         plugin: plugin.name.clone(),
                         event,
@@ -221,32 +187,158 @@ impl Registry {
     /// plugin out of order, and Go's ttrpc server refuses a stream id lower than the last one
     /// ("StreamID cannot be re-used and must increment"), failing the call. NRI's adaptation
     /// holds one lock around every event, so its plugins never see two calls at once either.
-    async fn call_plugin(&self, plugin: &Plugin, call: &Call) -> Result<Reply, CallError> {
+    async fn call_plugin<E: Event>(
+        &self,
+        plugin: &Plugin,
+        call: &E,
+    ) -> Result<E::Reply, CallError> {
         let deadline = Instant::now() + self.config.request_timeout;
         let Ok(_turn) = tokio::time::timeout_at(deadline, plugin.turn.lock()).await else {
             return Err(CallError::Fatal(
                 "no answer within the request timeout (an earlier call to it was pending)".into(),
             ));
         };
-        match bounded(deadline, call.invoke(&plugin.client, deadline)).await {
+        match bounded(
+            deadline,
+            call.invoke(&plugin.client, context_until(deadline)),
+        )
+        .await
+        {
             Err(CallError::Status(status)) if status.code() == ttrpc::Code::UNIMPLEMENTED => {
                 let Some(change) = call.state_change() else {
                     return Err(CallError::Status(status));
                 };
                 if !plugin.warned_state_change.swap(true, Ordering::Relaxed) {
                     warn!(plugin.log, "NRI: plugin uses the deprecated StateChange";
-                        "event" => ?call.event());
+                        "event" => ?E::EVENT);
                 }
                 bounded(
                     deadline,
                     plugin.client.state_change(context_until(deadline), &change),
                 )
                 .await
-                .map(|_| Reply::Empty)
+                .map(|_| E::Reply::default())
             }
             other => other,
         }
     }
+}
+
+/// One NRI event's request: the facts about the event that [`Registry::dispatch`] needs.
+/// Implemented by the `events!` table only.
+trait Event: Send + Sync {
+    /// The event.
+    const EVENT: api::Event;
+    /// Whether a plugin's error status fails the runtime's call.
+    const FAILS_ON_ERROR: bool;
+    /// What is kept of a plugin's answer: its response for the events that return
+    /// adjustments or updates, nothing for the others (also what a StateChange answer gives).
+    type Reply: Default + Send;
+
+    /// The plugin RPC for this event, with the ttrpc context `ctx`.
+    fn invoke<'a>(
+        &'a self,
+        client: &'a api::PluginClient,
+        ctx: Context,
+    ) -> impl Future<Output = ttrpc::Result<Self::Reply>> + Send + 'a;
+
+    /// The deprecated StateChange for this event, for the events NRI falls back for
+    /// (pkg/adaptation/plugin_type.go): those that return nothing, except UpdatePodSandbox.
+    fn state_change(&self) -> Option<api::StateChangeEvent>;
+}
+
+/// Implements [`Event`] for each row, and the request's constructor from the objects it
+/// carries (`for_pod`, or `for_container` for a pod and a container).
+macro_rules! events {
+    (@fails fail) => { true };
+    (@fails log) => { false };
+    (@reply none) => { () };
+    (@reply $response:ident) => { api::$response };
+    (@keep none) => { drop };
+    (@keep $response:ident) => { std::convert::identity };
+    (@state_change $req:ident, $objects:ident, none) => { None };
+    (@state_change $req:ident, pod, state_change) => {
+        Some(state_change_event(Self::EVENT, &$req.pod, None))
+    };
+    (@state_change $req:ident, container, state_change) => {
+        Some(state_change_event(Self::EVENT, &$req.pod, Some(&$req.container)))
+    };
+    (@new $request:ident, pod) => {
+        impl api::$request {
+            fn for_pod(pod: &api::PodSandbox) -> Self {
+                let mut req = Self::new();
+                req.pod = Some(pod.clone()).into();
+                req
+            }
+        }
+    };
+    (@new $request:ident, container) => {
+        impl api::$request {
+            fn for_container(pod: &api::PodSandbox, container: &api::Container) -> Self {
+                let mut req = Self::new();
+                req.pod = Some(pod.clone()).into();
+                req.container = Some(container.clone()).into();
+                req
+            }
+        }
+    };
+    ($($request:ident: $rpc:ident, $event:ident, $on_error:ident, $reply:ident, $objects:ident,
+        $fallback:ident;)*) => {$(
+        impl Event for api::$request {
+            const EVENT: api::Event = api::Event::$event;
+            const FAILS_ON_ERROR: bool = events!(@fails $on_error);
+            type Reply = events!(@reply $reply);
+
+            fn invoke<'a>(
+                &'a self,
+                client: &'a api::PluginClient,
+                ctx: Context,
+            ) -> impl Future<Output = ttrpc::Result<Self::Reply>> + Send + 'a {
+                async move { client.$rpc(ctx, self).await.map(events!(@keep $reply)) }
+            }
+
+            fn state_change(&self) -> Option<api::StateChangeEvent> {
+                events!(@state_change self, $objects, $fallback)
+            }
+        }
+
+        events!(@new $request, $objects);
+    )*};
+}
+
+// On error: `fail` fails the runtime's call, `log` logs and goes on. Reply: the response kept,
+// or `none`. Objects: `pod`, or `container` (a pod and a container). Fallback: `state_change`
+// for the events NRI sends StateChange for when the RPC is unimplemented, else `none`.
+events! {
+    // request:                  plugin RPC,              event,                   on error, reply,                   objects,   fallback;
+    RunPodSandboxRequest:        run_pod_sandbox,         RUN_POD_SANDBOX,         fail,     none,                    pod,       state_change;
+    UpdatePodSandboxRequest:     update_pod_sandbox,      UPDATE_POD_SANDBOX,      fail,     none,                    pod,       none;
+    PostUpdatePodSandboxRequest: post_update_pod_sandbox, POST_UPDATE_POD_SANDBOX, log,      none,                    pod,       state_change;
+    StopPodSandboxRequest:       stop_pod_sandbox,        STOP_POD_SANDBOX,        log,      none,                    pod,       state_change;
+    RemovePodSandboxRequest:     remove_pod_sandbox,      REMOVE_POD_SANDBOX,      log,      none,                    pod,       state_change;
+    CreateContainerRequest:      create_container,        CREATE_CONTAINER,        fail,     CreateContainerResponse, container, none;
+    PostCreateContainerRequest:  post_create_container,   POST_CREATE_CONTAINER,   log,      none,                    container, state_change;
+    StartContainerRequest:       start_container,         START_CONTAINER,         fail,     none,                    container, state_change;
+    PostStartContainerRequest:   post_start_container,    POST_START_CONTAINER,    log,      none,                    container, state_change;
+    UpdateContainerRequest:      update_container,        UPDATE_CONTAINER,        fail,     UpdateContainerResponse, container, none;
+    PostUpdateContainerRequest:  post_update_container,   POST_UPDATE_CONTAINER,   log,      none,                    container, state_change;
+    StopContainerRequest:        stop_container,          STOP_CONTAINER,          log,      StopContainerResponse,   container, none;
+    RemoveContainerRequest:      remove_container,        REMOVE_CONTAINER,        log,      none,                    container, state_change;
+}
+
+/// The StateChange for `event` on `pod` (and `container`, for a container's event).
+fn state_change_event(
+    event: api::Event,
+    pod: &MessageField<api::PodSandbox>,
+    container: Option<&MessageField<api::Container>>,
+) -> api::StateChangeEvent {
+    let mut change = api::StateChangeEvent::new();
+    change.event = event.into();
+    change.pod = pod.clone();
+    if let Some(container) = container {
+        change.container = container.clone();
+    }
+    change
 }
 
 /// An event's bit in a plugin's mask.
@@ -254,150 +346,5 @@ fn event_bit(event: api::Event) -> u32 {
     match event.value() {
         e @ 1..=31 => 1 << (e - 1),
         _ => 0,
-    }
-}
-
-/// One NRI event, as its request.
-enum Call {
-    RunPodSandbox(api::RunPodSandboxRequest),
-    UpdatePodSandbox(api::UpdatePodSandboxRequest),
-    PostUpdatePodSandbox(api::PostUpdatePodSandboxRequest),
-    StopPodSandbox(api::StopPodSandboxRequest),
-    RemovePodSandbox(api::RemovePodSandboxRequest),
-    CreateContainer(api::CreateContainerRequest),
-    PostCreateContainer(api::PostCreateContainerRequest),
-    StartContainer(api::StartContainerRequest),
-    PostStartContainer(api::PostStartContainerRequest),
-    UpdateContainer(api::UpdateContainerRequest),
-    PostUpdateContainer(api::PostUpdateContainerRequest),
-    StopContainer(api::StopContainerRequest),
-    RemoveContainer(api::RemoveContainerRequest),
-}
-
-/// A plugin's answer to a [`Call`]; `Empty` for the events that return nothing.
-enum Reply {
-    Empty,
-    CreateContainer(api::CreateContainerResponse),
-    UpdateContainer(api::UpdateContainerResponse),
-    StopContainer(api::StopContainerResponse),
-}
-
-impl Call {
-    fn event(&self) -> api::Event {
-        use api::Event as E;
-        match self {
-            Call::RunPodSandbox(_) => E::RUN_POD_SANDBOX,
-            Call::UpdatePodSandbox(_) => E::UPDATE_POD_SANDBOX,
-            Call::PostUpdatePodSandbox(_) => E::POST_UPDATE_POD_SANDBOX,
-            Call::StopPodSandbox(_) => E::STOP_POD_SANDBOX,
-            Call::RemovePodSandbox(_) => E::REMOVE_POD_SANDBOX,
-            Call::CreateContainer(_) => E::CREATE_CONTAINER,
-            Call::PostCreateContainer(_) => E::POST_CREATE_CONTAINER,
-            Call::StartContainer(_) => E::START_CONTAINER,
-            Call::PostStartContainer(_) => E::POST_START_CONTAINER,
-            Call::UpdateContainer(_) => E::UPDATE_CONTAINER,
-            Call::PostUpdateContainer(_) => E::POST_UPDATE_CONTAINER,
-            Call::StopContainer(_) => E::STOP_CONTAINER,
-            Call::RemoveContainer(_) => E::REMOVE_CONTAINER,
-        }
-    }
-
-    /// Whether a plugin's error status fails the runtime's call.
-    fn fails_on_error(&self) -> bool {
-        matches!(
-            self,
-            Call::RunPodSandbox(_)
-                | Call::UpdatePodSandbox(_)
-                | Call::CreateContainer(_)
-                | Call::UpdateContainer(_)
-                | Call::StartContainer(_)
-        )
-    }
-
-    /// The deprecated StateChange for this event, for the events NRI falls back for
-    /// (pkg/adaptation/plugin_type.go): those that return nothing, except UpdatePodSandbox.
-    fn state_change(&self) -> Option<api::StateChangeEvent> {
-        let (pod, container) = match self {
-            Call::RunPodSandbox(r) => (&r.pod, None),
-            Call::PostUpdatePodSandbox(r) => (&r.pod, None),
-            Call::StopPodSandbox(r) => (&r.pod, None),
-            Call::RemovePodSandbox(r) => (&r.pod, None),
-            Call::PostCreateContainer(r) => (&r.pod, Some(&r.container)),
-            Call::StartContainer(r) => (&r.pod, Some(&r.container)),
-            Call::PostStartContainer(r) => (&r.pod, Some(&r.container)),
-            Call::PostUpdateContainer(r) => (&r.pod, Some(&r.container)),
-            Call::RemoveContainer(r) => (&r.pod, Some(&r.container)),
-            Call::UpdatePodSandbox(_)
-            | Call::CreateContainer(_)
-            | Call::UpdateContainer(_)
-            | Call::StopContainer(_) => return None,
-        };
-        let mut change = api::StateChangeEvent::new();
-        change.event = self.event().into();
-        change.pod = pod.clone();
-        if let Some(container) = container {
-            change.container = container.clone();
-        }
-        Some(change)
-    }
-
-    /// The plugin RPC for this event, with a ttrpc timeout ending at `deadline`.
-    fn invoke<'a>(
-        &'a self,
-        client: &'a api::PluginClient,
-        deadline: Instant,
-    ) -> impl Future<Output = ttrpc::Result<Reply>> + Send + 'a {
-        let ctx = context_until(deadline);
-        async move {
-            Ok(match self {
-                Call::RunPodSandbox(r) => {
-                    client.run_pod_sandbox(ctx, r).await.map(|_| Reply::Empty)?
-                }
-                Call::UpdatePodSandbox(r) => client
-                    .update_pod_sandbox(ctx, r)
-                    .await
-                    .map(|_| Reply::Empty)?,
-                Call::PostUpdatePodSandbox(r) => client
-                    .post_update_pod_sandbox(ctx, r)
-                    .await
-                    .map(|_| Reply::Empty)?,
-                Call::StopPodSandbox(r) => client
-                    .stop_pod_sandbox(ctx, r)
-                    .await
-                    .map(|_| Reply::Empty)?,
-                Call::RemovePodSandbox(r) => client
-                    .remove_pod_sandbox(ctx, r)
-                    .await
-                    .map(|_| Reply::Empty)?,
-                Call::CreateContainer(r) => {
-                    Reply::CreateContainer(client.create_container(ctx, r).await?)
-                }
-                Call::PostCreateContainer(r) => client
-                    .post_create_container(ctx, r)
-                    .await
-                    .map(|_| Reply::Empty)?,
-                Call::StartContainer(r) => {
-                    client.start_container(ctx, r).await.map(|_| Reply::Empty)?
-                }
-                Call::PostStartContainer(r) => client
-                    .post_start_container(ctx, r)
-                    .await
-                    .map(|_| Reply::Empty)?,
-                Call::UpdateContainer(r) => {
-                    Reply::UpdateContainer(client.update_container(ctx, r).await?)
-                }
-                Call::PostUpdateContainer(r) => client
-                    .post_update_container(ctx, r)
-                    .await
-                    .map(|_| Reply::Empty)?,
-                Call::StopContainer(r) => {
-                    Reply::StopContainer(client.stop_container(ctx, r).await?)
-                }
-                Call::RemoveContainer(r) => client
-                    .remove_container(ctx, r)
-                    .await
-                    .map(|_| Reply::Empty)?,
-            })
-        }
     }
 }

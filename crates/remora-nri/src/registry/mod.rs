@@ -65,7 +65,7 @@
 //!   Synchronize in chunks;
 //! - `runtime_service`: the Runtime service a plugin calls (RegisterPlugin,
 //!   UpdateContainers);
-//! - `events`: one call per NRI event;
+//! - `events`: one call per NRI event, from one table of the events' differences;
 //! - `call`: one request to one plugin within a deadline, and how it failed.
 
 use std::io;

@@ -44,7 +44,8 @@ use slog::{info, warn, Logger};
 use tokio::process::{Child, Command};
 use tokio::sync::{oneshot, watch};
 
-use super::{check_registration, lock};
+use super::lock;
+use super::runtime_service::check_registration;
 
 /// The most plugins launched from the plugin directory; the rest are skipped and logged. Half
 /// of [`super::MAX_PLUGINS`], which counts them too, so external plugins always have room.

@@ -68,10 +68,14 @@ enum Answer {
     /// A 200 without a length whose body comes `bytes_per_sec` bytes a second until the
     /// client goes.
     Trickle { bytes_per_sec: usize },
-    /// The test bed registry's answer to a GET, its body paced at `bytes_per_sec` (a quarter
-    /// of it every 250 ms): a slow registry sending the right bytes. A HEAD or a ranged GET
-    /// is forwarded as it is.
-    Paced { bytes_per_sec: usize },
+    /// The test bed registry's answer to a GET (a `Range` of it answered 206), its body paced
+    /// at `bytes_per_sec` (a quarter of it every 250 ms) across all the connections that
+    /// share `pace`: a slow registry sending the right bytes, however many ranges a client
+    /// fetches at once. Anything but a GET is forwarded as it is.
+    Paced {
+        bytes_per_sec: usize,
+        pace: Arc<tokio::sync::Mutex<()>>,
+    },
 }
 
 fn reply(status: &'static str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
@@ -170,10 +174,11 @@ impl Hostile {
                 }
             }
             Answer::Forward => head.forward_to_bed(&mut client).await,
-            Answer::Paced { .. } if method != "GET" || !header("Range").is_empty() => {
-                head.forward_to_bed(&mut client).await
-            }
-            Answer::Paced { bytes_per_sec } => {
+            Answer::Paced { .. } if method != "GET" => head.forward_to_bed(&mut client).await,
+            Answer::Paced {
+                bytes_per_sec,
+                pace,
+            } => {
                 let Ok(resp) = reqwest::get(format!("http://{TESTBED_REGISTRY}{path}")).await
                 else {
                     return;
@@ -181,16 +186,42 @@ impl Hostile {
                 if !resp.status().is_success() {
                     return;
                 }
-                let Ok(body) = resp.bytes().await else { return };
-                let h = head_of(
-                    "200 OK",
-                    &[("Content-Type".into(), "application/octet-stream".into())],
-                    Some(body.len()),
-                );
+                let Ok(blob) = resp.bytes().await else { return };
+                let total = blob.len();
+                // "bytes=START-END" (END inclusive) or "bytes=START-".
+                let range = header("Range");
+                let wanted = range.strip_prefix("bytes=").and_then(|r| {
+                    let (start, end) = r.split_once('-')?;
+                    let start: usize = start.parse().ok()?;
+                    let end = if end.is_empty() {
+                        total.checked_sub(1)?
+                    } else {
+                        end.parse::<usize>().ok()?.min(total.checked_sub(1)?)
+                    };
+                    (start <= end).then_some((start, end))
+                });
+                let (status, extra, body) = match wanted {
+                    Some((start, end)) => (
+                        "206 Partial Content",
+                        vec![(
+                            "Content-Range".to_string(),
+                            format!("bytes {start}-{end}/{total}"),
+                        )],
+                        blob.slice(start..=end),
+                    ),
+                    None => ("200 OK", Vec::new(), blob),
+                };
+                let mut headers = vec![(
+                    "Content-Type".to_string(),
+                    "application/octet-stream".to_string(),
+                )];
+                headers.extend(extra);
+                let h = head_of(status, &headers, Some(body.len()));
                 if client.write_all(h.as_bytes()).await.is_err() {
                     return;
                 }
                 for chunk in body.chunks((bytes_per_sec / 4).max(1)) {
+                    let _turn = pace.lock().await;
                     if client.write_all(chunk).await.is_err() {
                         return;
                     }
@@ -745,17 +776,20 @@ async fn metric(url: &str, series: &str) -> Option<f64> {
 /// Issue 43: every pull shows its progress — its phase, its layers and bytes out of the
 /// total, its rate — on `remora pulls`, in the metrics and in the log, with layers by remora's
 /// own client and by containerd's Transfer service. A registry paces three layers of 384 KiB
-/// at 16 KiB/s each, so the pull takes about 25 s and is seen half done.
+/// at 64 KiB/s in all, so the pull takes about 18 s and is seen half done.
 #[tokio::test]
 async fn every_pull_shows_its_progress_on_remora_pulls_the_metrics_and_the_log() {
     const LAYER: usize = 384 << 10;
-    for mode in ["remora", "transfer"] {
+    for mode in ["transfer", "remora"] {
         let image = push_image(3, LAYER).await;
         let layers = image.layers.clone();
+        let pace = Arc::new(tokio::sync::Mutex::new(()));
         let paced = Hostile::start("127.0.0.1", move |s: &Seen| {
-            if layers.iter().any(|l| s.path.ends_with(l.as_str())) {
+            // containerd adds `?ns=<registry>` to the path.
+            if layers.iter().any(|l| s.path.contains(l.as_str())) {
                 Answer::Paced {
-                    bytes_per_sec: 16 << 10,
+                    bytes_per_sec: 64 << 10,
+                    pace: pace.clone(),
                 }
             } else {
                 Answer::Forward
@@ -789,7 +823,7 @@ async fn every_pull_shows_its_progress_on_remora_pulls_the_metrics_and_the_log()
         let mut client = bed.remora.images();
         let asked = reference.clone();
         let started = Instant::now();
-        let pull = tokio::spawn(async move {
+        let mut pull = tokio::spawn(async move {
             client
                 .pull_image(v1::PullImageRequest {
                     image: Some(cri::image_spec(&asked)),
@@ -806,16 +840,22 @@ async fn every_pull_shows_its_progress_on_remora_pulls_the_metrics_and_the_log()
             &format!("{mode}: remora pulls shows the pull downloading"),
             Duration::from_secs(30),
             || {
+                let ended = pull.is_finished();
                 let pulls = remora_pulls_json(&bed);
-                let seen = pull_of(&pulls, &image.repository).is_some_and(|p| {
-                    let done = p["bytes_done"].as_u64().unwrap_or(0);
-                    first = done;
-                    p["phase"] == "downloading" && p["layers"] == 3 && done > 0 && done < total
-                });
+                let seen = ended
+                    || pull_of(&pulls, &image.repository).is_some_and(|p| {
+                        let done = p["bytes_done"].as_u64().unwrap_or(0);
+                        first = done;
+                        p["phase"] == "downloading" && p["layers"] == 3 && done > 0 && done < total
+                    });
                 async move { seen }
             },
         )
         .await;
+        if pull.is_finished() {
+            let ended = (&mut pull).await;
+            panic!("{mode}: the pull ended before it was seen half done: {ended:?}");
+        }
         let pulls = remora_pulls_json(&bed);
         let p = pull_of(&pulls, &image.repository).expect("still in flight");
         assert!(
@@ -867,7 +907,7 @@ async fn every_pull_shows_its_progress_on_remora_pulls_the_metrics_and_the_log()
             "{mode}: remora pulls:\n{table}"
         );
 
-        let pulled = tokio::time::timeout(Duration::from_secs(120), pull)
+        let pulled = tokio::time::timeout(Duration::from_secs(120), &mut pull)
             .await
             .unwrap_or_else(|_| panic!("{mode}: the paced pull did not end in 120 s"))
             .expect("the pull task");

@@ -34,9 +34,10 @@ use tokio::sync::watch;
 pub const MAX_TRACKED: usize = 256;
 /// The window the rate is measured over.
 pub const RATE_WINDOW: Duration = Duration::from_secs(10);
-/// How often a long pull is logged.
+/// How often a pull is logged: first once it has run this long, then again each time.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
-/// Pulls logged each [`LOG_EVERY`], longest first; the rest are summed up in one line.
+/// Lines logged a second at most, longest pulls first; a pull left out is logged the next
+/// second.
 pub const MAX_LOGGED: usize = 16;
 /// Samples kept per pull (one a second is taken at most).
 const MAX_SAMPLES: usize = 16;
@@ -142,6 +143,8 @@ struct PullState {
     layers: OnceLock<Vec<Layer>>,
     /// (when, bytes done then), oldest first.
     samples: Mutex<VecDeque<(Instant, u64)>>,
+    /// When it was last logged.
+    logged: Mutex<Option<Instant>>,
 }
 
 /// What one pull in flight has done: what `GET /pulls` answers for it.
@@ -216,6 +219,7 @@ impl Progress {
             started: Instant::now(),
             layers: OnceLock::new(),
             samples: Mutex::new(VecDeque::new()),
+            logged: Mutex::new(None),
         });
         let mut pulls = lock(&self.shared.pulls);
         let tracked = pulls.len() < MAX_TRACKED;
@@ -255,11 +259,41 @@ impl Progress {
 
     /// Every tracked pull as it is at `now`; takes a rate sample of each.
     pub fn view(&self, now: Instant) -> PullsView {
-        let pulls: Vec<Arc<PullState>> = lock(&self.shared.pulls).values().cloned().collect();
         PullsView {
-            pulls: pulls.iter().map(|p| p.view(now)).collect(),
+            pulls: self.states().iter().map(|p| p.view(now)).collect(),
             untracked: self.shared.untracked.load(Ordering::Relaxed),
         }
+    }
+
+    fn states(&self) -> Vec<Arc<PullState>> {
+        lock(&self.shared.pulls).values().cloned().collect()
+    }
+
+    /// The pulls to log at `now`, marked logged: each that has run [`LOG_EVERY`] and was not
+    /// logged in the last [`LOG_EVERY`], longest running first, [`MAX_LOGGED`] at most (the
+    /// others stay due). Takes a rate sample of each pull.
+    pub fn due_for_log(&self, now: Instant) -> Vec<PullView> {
+        let mut due: Vec<(Arc<PullState>, PullView)> = self
+            .states()
+            .into_iter()
+            .map(|state| {
+                let view = state.view(now);
+                (state, view)
+            })
+            .filter(|(state, view)| {
+                view.elapsed_secs >= LOG_EVERY.as_secs_f64()
+                    && lock(&state.logged)
+                        .is_none_or(|at| now.saturating_duration_since(at) >= LOG_EVERY)
+            })
+            .collect();
+        due.sort_by(|a, b| b.1.elapsed_secs.total_cmp(&a.1.elapsed_secs));
+        due.truncate(MAX_LOGGED);
+        due.into_iter()
+            .map(|(state, view)| {
+                *lock(&state.logged) = Some(now);
+                view
+            })
+            .collect()
     }
 }
 
@@ -406,26 +440,11 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
-/// The log lines for `view` at one [`LOG_EVERY`] tick: each pull running for at least
-/// [`LOG_EVERY`], longest first, at most [`MAX_LOGGED`]; the number left out.
-pub fn to_log(view: &PullsView) -> (Vec<&PullView>, usize) {
-    let mut long: Vec<&PullView> = view
-        .pulls
-        .iter()
-        .filter(|p| p.elapsed_secs >= LOG_EVERY.as_secs_f64())
-        .collect();
-    long.sort_by(|a, b| b.elapsed_secs.total_cmp(&a.elapsed_secs));
-    let left_out = long.len().saturating_sub(MAX_LOGGED) + view.untracked as usize;
-    long.truncate(MAX_LOGGED);
-    (long, left_out)
-}
-
-/// Samples every pull each second (the rate), and logs the long ones every [`LOG_EVERY`],
-/// until `stop` turns true.
+/// Samples every pull each second (the rate), and logs each pull every [`LOG_EVERY`] once it
+/// has run that long ([`Progress::due_for_log`]), until `stop` turns true.
 pub async fn log_loop(progress: Progress, mut stop: watch::Receiver<bool>, log: Logger) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_log = Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -436,14 +455,7 @@ pub async fn log_loop(progress: Progress, mut stop: watch::Receiver<bool>, log: 
                 continue;
             }
         }
-        let now = Instant::now();
-        let view = progress.view(now);
-        if now.duration_since(last_log) < LOG_EVERY {
-            continue;
-        }
-        last_log = now;
-        let (logged, left_out) = to_log(&view);
-        for p in logged {
+        for p in progress.due_for_log(Instant::now()) {
             info!(log, "pull in progress";
                 "image" => &p.image, "pull" => p.id, "phase" => p.phase.name(),
                 "layers" => format!("{}/{}", p.layers_stored, p.layers),
@@ -451,9 +463,6 @@ pub async fn log_loop(progress: Progress, mut stop: watch::Receiver<bool>, log: 
                 "bytes" => format!("{}/{}", human_bytes(p.bytes_done), human_bytes(p.bytes)),
                 "rate" => p.rate_bytes_per_sec.map(|r| format!("{}/s", human_bytes(r))).unwrap_or_default(),
                 "elapsed_s" => p.elapsed_secs as u64);
-        }
-        if left_out > 0 {
-            info!(log, "more pulls in progress"; "count" => left_out);
         }
     }
 }
@@ -573,35 +582,39 @@ mod tests {
     }
 
     #[test]
-    fn the_log_names_long_pulls_longest_first_and_counts_the_rest() {
-        let pull = |id, secs| PullView {
-            id,
-            image: format!("i{id}"),
-            phase: Phase::Downloading,
-            elapsed_secs: secs,
-            layers: 1,
-            layers_stored: 0,
-            layers_present: 0,
-            layers_unpacked: 0,
-            bytes: 1,
-            bytes_done: 0,
-            rate_bytes_per_sec: None,
-        };
-        let mut view = PullsView {
-            pulls: vec![pull(1, 3.0), pull(2, 12.0), pull(3, 40.0)],
-            untracked: 0,
-        };
-        let (logged, left_out) = to_log(&view);
-        assert_eq!(logged.iter().map(|p| p.id).collect::<Vec<_>>(), vec![3, 2]);
-        assert_eq!(left_out, 0);
-        view.pulls = (0..MAX_LOGGED as u64 + 5)
-            .map(|i| pull(i, 20.0 + i as f64))
+    fn each_pull_is_logged_every_ten_seconds_once_it_has_run_ten_longest_first() {
+        let progress = Progress::new();
+        let t0 = Instant::now();
+        let handles: Vec<_> = (0..MAX_LOGGED + 4)
+            .map(|i| progress.start(&format!("i{i}")))
             .collect();
-        view.untracked = 2;
-        let (logged, left_out) = to_log(&view);
-        assert_eq!(logged.len(), MAX_LOGGED);
-        assert_eq!(logged[0].id, MAX_LOGGED as u64 + 4);
-        assert_eq!(left_out, 5 + 2);
+        let ids = |v: Vec<PullView>| v.iter().map(|p| p.id).collect::<Vec<_>>();
+        assert!(
+            progress.due_for_log(t0 + Duration::from_secs(9)).is_empty(),
+            "too young"
+        );
+        let at10 = t0 + LOG_EVERY + Duration::from_millis(500);
+        let first = progress.due_for_log(at10);
+        assert_eq!(first.len(), MAX_LOGGED, "at most MAX_LOGGED at once");
+        // Started one after another: the first started has run longest.
+        assert_eq!(first[0].id, handles[0].view().id);
+        // The rest the next second; those logged are not due again for 10 s.
+        let second = ids(progress.due_for_log(at10 + Duration::from_secs(1)));
+        assert_eq!(second.len(), 4);
+        assert!(progress
+            .due_for_log(at10 + Duration::from_secs(2))
+            .is_empty());
+        assert!(progress
+            .due_for_log(at10 + Duration::from_secs(9))
+            .is_empty());
+        assert_eq!(
+            progress.due_for_log(at10 + Duration::from_secs(10)).len(),
+            MAX_LOGGED
+        );
+        drop(handles);
+        assert!(progress
+            .due_for_log(at10 + Duration::from_secs(60))
+            .is_empty());
     }
 
     #[test]

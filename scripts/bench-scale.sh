@@ -5,6 +5,7 @@
 #
 #   scripts/bench-scale.sh [--pods N] [--concurrent M] [--handler H] [--containerd-pods N]
 #                          [--only remora|containerd] [--bin PATH] [--samples K] [--share-pid]
+#                          [--kill]
 #
 #   --pods N             pods per runtime (default 300)
 #   --concurrent M       pods started at once (default 10)
@@ -18,6 +19,10 @@
 #                        shaped as kubelet sends a pod without it (PID mode CONTAINER for the
 #                        pod and its container), which remora runs without one
 #                        (`pause_container = "when-needed"`); containerd's CRI always makes one
+#   --kill               before remora's teardown, SIGKILL it at its load and start it again:
+#                        seconds from the kill to its first answer (crictl version), to every
+#                        container listed running again, to a new pod running; and its own
+#                        resync time (its log's "resync complete")
 #
 # Per runtime it reports:
 #   - pod start (RunPodSandbox + CreateContainer + StartContainer, three crictl calls): the
@@ -45,7 +50,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # pid_mode: the CRI NamespaceMode as a number (1 CONTAINER, 0 POD): crictl's JSON loader
 # refuses enum names.
-pods=300 m=10 handler='' ctrd_pods='' only='' bin='' samples=30 pid_mode=1
+pods=300 m=10 handler='' ctrd_pods='' only='' bin='' samples=30 pid_mode=1 kill_remora=''
 num() { [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "$1 needs a positive number"; }
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -54,6 +59,7 @@ while [[ $# -gt 0 ]]; do
 	--containerd-pods) num "$@" && ctrd_pods=$2 && shift 2 ;;
 	--samples) num "$@" && samples=$2 && shift 2 ;;
 	--share-pid) pid_mode=0 && shift ;;
+	--kill) kill_remora=1 && shift ;;
 	--handler)
 		[[ $# -ge 2 && $2 =~ ^[a-z0-9-]+$ ]] || die "--handler needs a handler name"
 		handler=$2
@@ -70,7 +76,7 @@ while [[ $# -gt 0 ]]; do
 		shift 2
 		;;
 	-h | --help)
-		sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument $1 (see --help)" ;;
@@ -111,15 +117,49 @@ start_remora() {
 	# Its metrics tell how long each call took inside remora, apart from crictl and gRPC.
 	t+=$'\n[metrics]\naddress = "'"$METRICS"$'"'
 	printf '%s\n' "$t" >"$work/remora.toml"
-	"$bin" --config "$work/remora.toml" </dev/null >"$work/remora.log" 2>&1 &
+	"$bin" --config "$work/remora.toml" </dev/null >>"$work/remora.log" 2>&1 &
 	remora_pid=$!
-	local i
-	for ((i = 0; i < 100; i++)); do
+	until_answering 0.2 || die "the benchmark's remora did not start"
+}
+
+# until_answering PERIOD: asks the private remora for its version every PERIOD seconds, 20 s
+# at most; fails (with its log's tail) if it never answers.
+until_answering() {
+	local t0=$EPOCHREALTIME
+	while awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a < 20) }'; do
 		"$CRICTL" --runtime-endpoint "unix://$work/remora.sock" --timeout 2s version >/dev/null 2>&1 && return 0
-		sleep 0.2
+		sleep "$1"
 	done
 	tail -n 20 "$work/remora.log" >&2
-	die "the benchmark's remora did not start"
+	return 1
+}
+
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; }
+
+# kill_and_recover: SIGKILLs the private remora at its current load and starts it again;
+# "what seconds" lines to $work/recovery: answering, every container that ran listed running
+# again, a new pod running (all from the kill), and remora's own resync time.
+kill_and_recover() {
+	local want t0 got
+	want=$(cri remora ps -q --state running | wc -l)
+	kill -KILL "$remora_pid"
+	wait "$remora_pid" 2>/dev/null || true
+	: >"$work/remora.log"
+	t0=$EPOCHREALTIME
+	"$bin" --config "$work/remora.toml" </dev/null >>"$work/remora.log" 2>&1 &
+	remora_pid=$!
+	until_answering 0.02 || die "remora did not answer again after the kill"
+	echo "answering $(since "$t0")" >"$work/recovery"
+	while got=$(cri remora ps -q --state running | wc -l) && ((got < want)); do
+		awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a > 60) }' &&
+			die "after the kill: $got of $want containers listed running after 60 s"
+		sleep 0.02
+	done
+	echo "listed $(since "$t0")" >>"$work/recovery"
+	one_pod remora "scale-remora-after-kill" || warn "remora: no new pod after the kill"
+	echo "new-pod $(since "$t0")" >>"$work/recovery"
+	echo "resync $(awk -F'took_ms' '/resync complete/ { sub(/^[^0-9]*/, "", $2); sub(/[^0-9].*/, "", $2); printf "%.2f", $2 / 1000; exit }' "$work/remora.log")" >>"$work/recovery"
+	info "remora: after a SIGKILL at $want running containers (s): $(tr '\n' ';' <"$work/recovery")"
 }
 
 endpoint() { if [[ $1 == remora ]]; then echo "unix://$work/remora.sock"; else echo "unix://$CONTAINERD_SOCK"; fi; }
@@ -378,6 +418,7 @@ for rt in remora containerd; do
 	list_readings "$rt" "+create"
 	wait "$more" || true
 	info "$rt: calls (label p50 p95 p99 inside-remora-mean, ms): $(tr '\n' ';' <"$work/lists-$rt")"
+	[[ $rt == remora && -n $kill_remora ]] && kill_and_recover
 	info "$rt: teardown"
 	teardown_s[$rt]=$(teardown "$rt")
 	if [[ $rt == remora ]]; then
@@ -426,6 +467,9 @@ for label in version ps-a-q pods-q inspect inspectp; do
 		done
 		row "  the call inside remora, mean (ms)" "$(col lists-remora "$label$sfx" 5)" ""
 	done
+done
+for what in answering listed new-pod resync; do
+	[[ -s $work/recovery ]] && row "after a SIGKILL: $what (s)" "$(col recovery "$what" 2)" ""
 done
 row "teardown (s)" "${teardown_s[remora]:-}" "${teardown_s[containerd]:-}"
 for what in shims containers tasks snapshots state-mounts; do

@@ -27,6 +27,18 @@ use crate::store::{
     ExitOutcome, Sandbox, SandboxMetadata, SandboxStatus,
 };
 
+/// Records recovered at once. Each asks containerd for its task's state, which containerd asks
+/// the task's shim for: one after another, 1,000 pods took seconds of round trips before remora
+/// served again. Bounded, so a restart at any scale keeps a fixed number of calls in flight.
+const RECOVERY_CONCURRENCY: usize = 32;
+
+/// The two kinds of records recovery indexes, sandboxes first.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Sandbox,
+    Container,
+}
+
 /// What a recovery pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Recovered {
@@ -38,6 +50,15 @@ pub struct Recovered {
     pub exits: usize,
     /// Records that could not be decoded (left alone).
     pub skipped: usize,
+}
+
+impl std::ops::AddAssign for Recovered {
+    fn add_assign(&mut self, other: Self) {
+        self.sandboxes += other.sandboxes;
+        self.containers += other.containers;
+        self.exits += other.exits;
+        self.skipped += other.skipped;
+    }
 }
 
 /// Whether the kernel OOM-killed a process of an exited (not yet deleted) container, from
@@ -295,26 +316,57 @@ impl Pods {
         Ok(())
     }
 
-    /// One recovery/reconcile pass over containerd's records.
+    /// One recovery/reconcile pass over containerd's records: the sandboxes, then (their
+    /// names need their sandboxes indexed) the containers, [`RECOVERY_CONCURRENCY`] records
+    /// at a time. Records are independent of each other within each kind. The first error
+    /// fails the pass once every record started has finished (a record is never left half
+    /// recovered).
     pub async fn recover(self: &Arc<Self>) -> Result<Recovered, BackendError> {
         let mut done = Recovered::default();
         let records = self.containers.list().await?;
-        for r in records
-            .iter()
-            .filter(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_SANDBOX))
-        {
-            self.recover_sandbox(r, &mut done).await?;
+        let (sandboxes, containers): (Vec<ContainerRecord>, Vec<ContainerRecord>) = records
+            .into_iter()
+            .filter(|r| {
+                matches!(
+                    r.labels.get(LABEL_KIND).map(String::as_str),
+                    Some(KIND_SANDBOX | KIND_CONTAINER)
+                )
+            })
+            .partition(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_SANDBOX));
+        for one in self.recover_all(sandboxes, Kind::Sandbox).await {
+            done += one?;
         }
-        for r in records
-            .iter()
-            .filter(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_CONTAINER))
-        {
-            self.recover_container(r, &mut done).await?;
+        for one in self.recover_all(containers, Kind::Container).await {
+            done += one?;
         }
         if done != Recovered::default() {
             info!(self.log, "recovered from containerd"; "sandboxes" => done.sandboxes, "containers" => done.containers, "exits_recorded" => done.exits, "skipped" => done.skipped);
         }
         Ok(done)
+    }
+
+    /// Recovers `records` of one kind, [`RECOVERY_CONCURRENCY`] at a time; every one's result.
+    async fn recover_all(
+        self: &Arc<Self>,
+        records: Vec<ContainerRecord>,
+        kind: Kind,
+    ) -> Vec<Result<Recovered, BackendError>> {
+        use futures_util::StreamExt;
+        futures_util::stream::iter(records)
+            .map(|r| {
+                let me = self.clone();
+                async move {
+                    let mut one = Recovered::default();
+                    match kind {
+                        Kind::Sandbox => me.recover_sandbox(&r, &mut one).await,
+                        Kind::Container => me.recover_container(&r, &mut one).await,
+                    }
+                    .map(|()| one)
+                }
+            })
+            .buffer_unordered(RECOVERY_CONCURRENCY)
+            .collect()
+            .await
     }
 
     /// Indexes sandbox record `r` if it is not yet (a stale intent's is the sweep's): READY
@@ -418,7 +470,11 @@ impl Pods {
             warn!(self.log, "cannot index a recovered container"; "container_id" => &r.id, "error" => %e);
             return Ok(());
         }
-        self.persist(&container).await;
+        // The record holds what was read from it: written again only if recovery changed it
+        // (an exit recorded, a start finished or undone). A running container's is as it was.
+        if container.snapshot().status != snap.status {
+            self.persist(&container).await;
+        }
         // Stamped when published (see `handle_exit`); the exit time is in the status.
         if recovered_stop {
             let at = now_ns();

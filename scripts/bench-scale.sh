@@ -32,8 +32,10 @@
 #     and PSS from /proc/PID/smaps_rollup;
 #   - list and status calls at N pods (crictl ps -a -q, pods -q, inspect, inspectp, and
 #     `version` for crictl's own cost), p50/p95/p99 over K calls each, idle and again while
-#     M more pods are being created; for remora also the mean time inside it (its metrics,
-#     served on 127.0.0.1:19338 for the run);
+#     M more pods are being created, kubelet's stats calls among them (stats -a, statsp,
+#     metricsp); for remora also the mean time inside it (its metrics, served on
+#     127.0.0.1:19338 for the run); and the CPU time per call of containerd, the shims and
+#     remora (for remora's run) together;
 #   - teardown time (stopp + rmp, M at a time) and what is left after it (shims, containers
 #     and snapshots in the namespace, pod netns and mounts).
 # The load stops early, and says where, when the node has less than 2 GiB available (before
@@ -76,7 +78,7 @@ while [[ $# -gt 0 ]]; do
 		shift 2
 		;;
 	-h | --help)
-		sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*) die "unknown argument $1 (see --help)" ;;
@@ -141,7 +143,7 @@ since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'; 
 # again, a new pod running (all from the kill), and remora's own resync time.
 kill_and_recover() {
 	local want t0 got
-	want=$(cri remora ps -q --state running | wc -l)
+	want=$(cri remora ps -q --state running 2>/dev/null | wc -l)
 	kill -KILL "$remora_pid"
 	wait "$remora_pid" 2>/dev/null || true
 	: >"$work/remora.log"
@@ -150,7 +152,7 @@ kill_and_recover() {
 	remora_pid=$!
 	until_answering 0.02 || die "remora did not answer again after the kill"
 	echo "answering $(since "$t0")" >"$work/recovery"
-	while got=$(cri remora ps -q --state running | wc -l) && ((got < want)); do
+	while got=$(cri remora ps -q --state running 2>/dev/null | wc -l) && ((got < want)); do
 		awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a > 60) }' &&
 			die "after the kill: $got of $want containers listed running after 60 s"
 		sleep 0.02
@@ -275,13 +277,28 @@ handler_totals() {
 		END { print s + 0, c + 0 }'
 }
 
-# time_calls RT LABEL METHOD ARGS...: K crictl calls; appends "LABEL p50 p95 p99 mean" (ms) to
-# $work/lists-RT, mean being the time inside remora (its metrics; "-" for containerd).
+# cpu_ticks RT: CPU time (clock ticks, utime + stime) so far of what serves RT's CRI calls:
+# containerd, remora for remora, and the run's shims (containerd's CRI asks each shim for its
+# container's stats).
+cpu_ticks() {
+	local pid files=("/proc/$(<"$TB_RUN/containerd.pid")/stat")
+	for pid in $(pgrep -f -- "containerd-shim.* -namespace $(namespace_of "$1") "); do
+		files+=("/proc/$pid/stat")
+	done
+	[[ $1 == remora ]] && files+=("/proc/$remora_pid/stat")
+	# A process gone meanwhile is left out.
+	{ cat "${files[@]}" 2>/dev/null || true; } | awk '{ sub(/^.*\) /, ""); t += $12 + $13 } END { print t + 0 }'
+}
+
+# time_calls RT LABEL METHOD ARGS...: K crictl calls; appends "LABEL p50 p95 p99 mean cpu"
+# (ms) to $work/lists-RT, mean being the time inside remora (its metrics; "-" for
+# containerd), cpu the CPU time per call of what serves it (cpu_ticks).
 time_calls() {
-	local rt=$1 label=$2 method=$3 k t0 f="$work/calls" before after
+	local rt=$1 label=$2 method=$3 k t0 f="$work/calls" before after ticks
 	shift 3
 	: >"$f"
 	[[ $rt == remora ]] && before=$(handler_totals "$method")
+	ticks=$(cpu_ticks "$rt")
 	for ((k = 0; k < samples; k++)); do
 		t0=$EPOCHREALTIME
 		cri "$rt" "$@" >/dev/null 2>&1 || warn "$rt: crictl $* failed"
@@ -294,7 +311,10 @@ time_calls() {
 			split(a, x, " "); split(b, y, " ")
 			if (y[2] > x[2]) printf "%.2f", (y[1] - x[1]) * 1000 / (y[2] - x[2]); else print "-" }')
 	fi
-	echo "$label $(percentiles "$f") $inside" >>"$work/lists-$rt"
+	local cpu
+	cpu=$(awk -v a="$ticks" -v b="$(cpu_ticks "$rt")" -v k="$samples" -v hz="$(getconf CLK_TCK)" \
+		'BEGIN { printf "%.1f", (b - a) * 1000 / hz / k }')
+	echo "$label $(percentiles "$f") $inside $cpu" >>"$work/lists-$rt"
 }
 
 # list_readings RT SUFFIX: the list and status calls at the current size.
@@ -308,6 +328,11 @@ list_readings() {
 	time_calls "$rt" "pods-q$sfx" ListPodSandbox pods -q
 	time_calls "$rt" "inspect$sfx" ContainerStatus inspect "$ctr"
 	time_calls "$rt" "inspectp$sfx" PodSandboxStatus inspectp "$pod"
+	# kubelet's stats calls (its /stats/summary and, with PodAndContainerStatsFromCRI,
+	# /metrics/cadvisor), every pod at once.
+	time_calls "$rt" "stats$sfx" ListContainerStats stats -a -o json
+	time_calls "$rt" "statsp$sfx" ListPodSandboxStats statsp -o json
+	time_calls "$rt" "metricsp$sfx" ListPodSandboxMetrics metricsp
 }
 
 # memory RT PID: node memory by process kind, "kind count rss_kib pss_kib" lines to $work/mem-RT.
@@ -459,13 +484,14 @@ node_pss() { awk '$1 != "containers" { s += $4 } END { if (NR) printf "%.1f", s 
 row "node PSS, containers' own excluded (MiB)" "$(node_pss remora)" "$(node_pss containerd)"
 per_pod() { awk -v t="$(node_pss "$1")" -v n="${n_started[$1]:-0}" 'BEGIN { if (t != "" && n > 0) printf "%.2f", t / n }'; }
 row "  per pod (MiB)" "$(per_pod remora)" "$(per_pod containerd)"
-for label in version ps-a-q pods-q inspect inspectp; do
+for label in version ps-a-q pods-q inspect inspectp stats statsp metricsp; do
 	for sfx in "" "+create"; do
 		for c in 2 3 4; do
 			name=$(case $c in 2) echo p50 ;; 3) echo p95 ;; 4) echo p99 ;; esac)
 			row "crictl $label$sfx $name (ms)" "$(col lists-remora "$label$sfx" "$c")" "$(col lists-containerd "$label$sfx" "$c")"
 		done
 		row "  the call inside remora, mean (ms)" "$(col lists-remora "$label$sfx" 5)" ""
+		row "  CPU per call, daemons and shims (ms)" "$(col lists-remora "$label$sfx" 6)" "$(col lists-containerd "$label$sfx" 6)"
 	done
 done
 for what in answering listed new-pod resync; do

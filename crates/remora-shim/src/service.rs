@@ -273,3 +273,6 @@ impl Task for Service {
         Ok(Empty::new())
     }
 }
+
+#[cfg(test)]
+mod tests;

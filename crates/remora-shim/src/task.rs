@@ -985,4 +985,6 @@ fn short(exec_id: &str) -> String {
 }
 
 #[cfg(test)]
+pub(crate) mod fakes;
+#[cfg(test)]
 mod tests;

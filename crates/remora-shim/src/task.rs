@@ -1,6 +1,8 @@
 //! The task logic of one pod's shim: its containers and exec processes, run through the OCI
 //! runtime, their exits and OOMs reported to containerd. Plain Rust over narrow ports
 //! ([`ports`]); the ttrpc `Task` service (`crate::service`) is a thin adapter over [`Tasks`].
+//! Here: [`Tasks`] and its calls; `create`: Create; `exit`: exits, OOM kills and a pod
+//! holder's end; [`ports`]: the OCI runtime, exits and events it reaches through.
 //!
 //! A process's life, as the shim tracks it:
 //!
@@ -29,36 +31,30 @@
 //! died reports the real code. Events go through [`Events`] (the shim's `Publisher`, which
 //! never drops one).
 
+mod create;
+mod exit;
 pub(crate) mod ports;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use containerd_shim_protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskOOM, TaskPaused,
-    TaskResumed, TaskStart,
+    TaskDelete, TaskExecAdded, TaskExecStarted, TaskPaused, TaskResumed, TaskStart,
 };
 use containerd_shim_protos::protobuf::well_known_types::any::Any;
 use containerd_shim_protos::protobuf::MessageField;
 use containerd_shim_protos::types::mount::Mount;
-use slog::{debug, info, o, warn, Logger};
-use tokio::sync::{mpsc, oneshot};
+use slog::{info, o, Logger};
+use tokio::sync::mpsc;
 
-use crate::bundle::{
-    has_own_pid_namespace, is_pod_holder, read_file, write_json, ExitRecord, EXIT_FILE,
-    OPTIONS_FILE,
-};
-use crate::cgroup::{Cgroup, CgroupReadings};
+use crate::cgroup::CgroupReadings;
 use crate::error::ShimError;
 use crate::io::{IoSpec, ProcessIo};
-use crate::oom::OomWatch;
-use crate::options::RuntimeOptions;
-use crate::process::{timestamp, to_ns, Container, Exited, Proc, ProcStatus};
-use crate::reaper::Exit;
-use crate::rootfs::{mount_rootfs, unmount};
-use crate::runc::{CreateOpts, ExecOpts, RuncError};
+use crate::process::{timestamp, Container, Exited, Proc, ProcStatus};
+use crate::rootfs::unmount;
+use crate::runc::{ExecOpts, RuncError};
 pub(crate) use ports::{Event, Events, ExitWatch, OciRuntime, Runtimes};
 
 /// How long an exit waits for its process's output to drain before TaskExit goes out anyway
@@ -181,26 +177,6 @@ impl Tasks {
         tasks
     }
 
-    /// Reports the OOM kills the containers' watches wake up for.
-    fn spawn_oom_reports(self, mut oom_rx: mpsc::UnboundedReceiver<String>) {
-        tokio::spawn(async move {
-            while let Some(id) = oom_rx.recv().await {
-                let c = self.containers().get(&id).cloned();
-                if let Some(c) = c {
-                    let reported = *c.ooms_reported.lock().unwrap_or_else(|e| e.into_inner());
-                    // Without a counter (kernels before 4.13) each wake-up is one kill.
-                    let kills = c
-                        .cgroup
-                        .as_ref()
-                        .and_then(|cg| cg.oom_kills().ok())
-                        .filter(|k| *k > 0)
-                        .unwrap_or(reported + 1);
-                    self.report_ooms(&c, kills);
-                }
-            }
-        });
-    }
-
     pub(crate) fn container(&self, id: &str) -> Result<Arc<Container>, ShimError> {
         self.containers()
             .get(id)
@@ -231,225 +207,6 @@ impl Tasks {
         self.inner.events.send(event);
     }
 
-    /// Publishes one TaskOOM when the container's OOM-kill count grew past what was reported.
-    fn report_ooms(&self, c: &Container, kills: u64) {
-        let mut reported = c.ooms_reported.lock().unwrap_or_else(|p| p.into_inner());
-        if kills > *reported {
-            *reported = kills;
-            let mut e = TaskOOM::new();
-            e.container_id = c.id.clone();
-            self.publish(Event::Oom(e));
-            info!(self.inner.log, "container OOM-killed"; "container_id" => &c.id, "oom_kills" => kills);
-        }
-    }
-    /// Create: the container's init process created through the OCI runtime (or a pod
-    /// holder's record); its pid.
-    pub(crate) async fn create(&self, req: NewTask) -> Result<u32, ShimError> {
-        let id = req.id.clone();
-        let log = self.inner.log.new(o!("container_id" => id.clone()));
-        if id.is_empty() {
-            return Err(ShimError::InvalidArgument {
-                field: "id",
-                reason: "empty".into(),
-            });
-        }
-        if self.containers().contains_key(&id) {
-            return Err(ShimError::AlreadyExists {
-                what: "container",
-                id,
-            });
-        }
-        if !req.checkpoint.is_empty() {
-            return Err(ShimError::Unimplemented("Create from a checkpoint"));
-        }
-        let bundle = PathBuf::from(&req.bundle);
-        let opts = RuntimeOptions::from_any(req.options.as_ref())?;
-        write_json(&bundle.join(OPTIONS_FILE), &opts)?;
-        let config = read_file(&bundle.join("config.json"))?;
-        if is_pod_holder(&config) {
-            return Ok(self.create_holder(id, bundle, &req, &opts, &log));
-        }
-        let kill_all_on_exit = !has_own_pid_namespace(&config);
-
-        let rootfs = bundle.join("rootfs");
-        let rootfs_mounted = !req.rootfs.is_empty();
-        if rootfs_mounted {
-            mount_rootfs(&id, &req.rootfs, &rootfs)?;
-        }
-        let runc = self
-            .inner
-            .runtimes
-            .runtime(&opts, &self.inner.namespace, &log);
-        let created = self
-            .run_init(&id, &bundle, runc.as_ref(), &opts, &req, &log)
-            .await;
-        let (pid, io, spawned_at) = match created {
-            Ok(v) => v,
-            Err(e) => {
-                if rootfs_mounted {
-                    // Best effort: the error that matters is the one returned.
-                    let _ = unmount(&id, &rootfs);
-                }
-                return Err(e);
-            }
-        };
-
-        let cgroup = match Cgroup::of_pid(pid) {
-            Ok(cg) => Some(cg),
-            Err(e) => {
-                warn!(log, "no cgroup: no OOM reports or stats"; "error" => %e);
-                None
-            }
-        };
-        let init = Arc::new(Proc::new(
-            String::new(),
-            IoSpec {
-                stdin: req.stdin.clone(),
-                stdout: req.stdout.clone(),
-                stderr: req.stderr.clone(),
-                terminal: req.terminal,
-                owner: opts.io_owner(),
-            },
-            Vec::new(),
-        ));
-        init.state().pid = pid;
-        *init.io.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(io));
-        let baseline = cgroup
-            .as_ref()
-            .and_then(|cg| cg.oom_kills().ok())
-            .unwrap_or(0);
-        let c = Arc::new(Container {
-            id: id.clone(),
-            bundle: bundle.clone(),
-            runc,
-            rootfs_mounted,
-            kill_all_on_exit,
-            lifecycle: tokio::sync::Mutex::new(()),
-            init: init.clone(),
-            execs: Mutex::new(HashMap::new()),
-            cgroup,
-            oom_watch: Mutex::new(None),
-            ooms_reported: Mutex::new(baseline),
-            io_owner: opts.io_owner(),
-            holder: false,
-        });
-        // Right after create, before the process runs user code: an early OOM is caught.
-        if let Some(cg) = &c.cgroup {
-            match OomWatch::start(cg, id.clone(), self.inner.oom_tx.clone(), log.clone()) {
-                Ok(w) => *c.oom_watch.lock().unwrap_or_else(|p| p.into_inner()) = Some(w),
-                Err(e) => warn!(log, "no OOM watch"; "error" => %e),
-            }
-        }
-        self.containers().insert(id.clone(), c.clone());
-
-        let mut e = TaskCreate::new();
-        e.container_id = id.clone();
-        e.bundle = req.bundle.clone();
-        e.rootfs = req.rootfs.clone();
-        let mut tio = TaskIO::new();
-        tio.stdin = req.stdin.clone();
-        tio.stdout = req.stdout.clone();
-        tio.stderr = req.stderr.clone();
-        tio.terminal = req.terminal;
-        e.io = MessageField::some(tio);
-        e.checkpoint = req.checkpoint.clone();
-        e.pid = pid;
-        self.publish(Event::Create(e));
-        // After TaskCreate: the exit task publishes only after it.
-        self.watch_exit(c, init, pid, spawned_at);
-        info!(log, "container created"; "pid" => pid);
-        Ok(pid)
-    }
-
-    /// Create of a pod holder: a task that runs nothing (no rootfs, no OCI runtime call) and
-    /// keeps this shim — and the containers containerd puts in it by the pod's id — until the
-    /// pod is stopped. Its pid is the shim's own.
-    fn create_holder(
-        &self,
-        id: String,
-        bundle: PathBuf,
-        req: &NewTask,
-        opts: &RuntimeOptions,
-        log: &Logger,
-    ) -> u32 {
-        let pid = std::process::id();
-        let init = Arc::new(Proc::new(
-            String::new(),
-            IoSpec {
-                stdin: String::new(),
-                stdout: String::new(),
-                stderr: String::new(),
-                terminal: false,
-                owner: None,
-            },
-            Vec::new(),
-        ));
-        init.state().pid = pid;
-        let c = Arc::new(Container {
-            id: id.clone(),
-            bundle,
-            runc: self
-                .inner
-                .runtimes
-                .runtime(opts, &self.inner.namespace, log),
-            rootfs_mounted: false,
-            kill_all_on_exit: false,
-            lifecycle: tokio::sync::Mutex::new(()),
-            init,
-            execs: Mutex::new(HashMap::new()),
-            cgroup: None,
-            oom_watch: Mutex::new(None),
-            ooms_reported: Mutex::new(0),
-            io_owner: None,
-            holder: true,
-        });
-        self.containers().insert(id.clone(), c);
-        let mut e = TaskCreate::new();
-        e.container_id = id;
-        e.bundle = req.bundle.clone();
-        e.pid = pid;
-        self.publish(Event::Create(e));
-        info!(log, "pod holder created (no process)"; "pid" => pid);
-        pid
-    }
-
-    /// A pod holder killed (any signal but 0): it ends at once with 128 + the signal, as a
-    /// pause process would, and its TaskExit goes out under its lifecycle lock.
-    async fn stop_holder(&self, c: &Container, signal: u32) {
-        let _order = c.lifecycle.lock().await;
-        let exited = Exited {
-            status: 128 + signal,
-            at: SystemTime::now(),
-        };
-        let pid = {
-            let mut st = c.init.state();
-            if st.status == ProcStatus::Stopped {
-                return;
-            }
-            st.status = ProcStatus::Stopped;
-            st.exit = Some(exited);
-            st.pid
-        };
-        let record = ExitRecord {
-            pid,
-            status: exited.status,
-            exited_at_ns: to_ns(exited.at),
-            oom_killed: false,
-        };
-        if let Err(e) = write_json(&c.bundle.join(EXIT_FILE), &record) {
-            warn!(self.inner.log, "exit not recorded in the bundle"; "container_id" => &c.id, "error" => %e);
-        }
-        let mut e = TaskExit::new();
-        e.container_id = c.id.clone();
-        e.id = c.id.clone();
-        e.pid = pid;
-        e.exit_status = exited.status;
-        e.exited_at = MessageField::some(timestamp(exited.at));
-        self.publish(Event::Exit(e));
-        c.init.exited.send_replace(Some(exited));
-        info!(self.inner.log, "pod holder stopped"; "container_id" => &c.id, "signal" => signal);
-    }
-
     /// Refuses what needs a process of a pod holder's.
     fn holder_has_no_process(c: &Container, action: &'static str) -> Result<(), ShimError> {
         if c.holder {
@@ -460,140 +217,6 @@ impl Tasks {
             });
         }
         Ok(())
-    }
-
-    async fn run_init(
-        &self,
-        id: &str,
-        bundle: &Path,
-        runc: &dyn OciRuntime,
-        opts: &RuntimeOptions,
-        req: &NewTask,
-        log: &Logger,
-    ) -> Result<(u32, ProcessIo, Instant), ShimError> {
-        let spec = IoSpec {
-            stdin: req.stdin.clone(),
-            stdout: req.stdout.clone(),
-            stderr: req.stderr.clone(),
-            terminal: req.terminal,
-            owner: opts.io_owner(),
-        };
-        let mut io = ProcessIo::prepare(
-            &spec,
-            id,
-            &self.inner.namespace,
-            Path::new(CONSOLE_DIR),
-            log.clone(),
-        )
-        .await?;
-        self.watch_logger(&io);
-        let create = CreateOpts {
-            pid_file: bundle.join("init.pid"),
-            console_socket: io.console_socket().map(Path::to_path_buf),
-            stdio: io.take_stdio(),
-            no_pivot: opts.no_pivot_root,
-            no_new_keyring: opts.no_new_keyring,
-        };
-        let spawned_at = Instant::now();
-        // The runtime returns the pid from its pid file; a failure after its container exists
-        // (the pid file, the IO) is rolled back below, and so is a failed create (the delete
-        // then finds nothing).
-        let started = async {
-            let pid = runc.create(id, bundle, create).await?;
-            io.start_copying().await?;
-            Ok::<u32, ShimError>(pid)
-        }
-        .await;
-        match started {
-            Ok(pid) => Ok((pid, io, spawned_at)),
-            Err(e) => {
-                let _ = runc.delete(id, true).await;
-                Err(e)
-            }
-        }
-    }
-
-    /// Reaps a `binary://` logger when it exits (the reaper takes every child).
-    fn watch_logger(&self, io: &ProcessIo) {
-        if let Some(pid) = io.logger_pid() {
-            let rx = self.inner.exits.watch(pid);
-            let log = self.inner.log.clone();
-            tokio::spawn(async move {
-                if let Ok(exit) = rx.await {
-                    debug!(log, "log driver exited"; "pid" => pid, "status" => exit.status);
-                }
-            });
-        }
-    }
-
-    /// Waits for the process's exit and reports it (module docs: order and OOM).
-    /// `spawned_at`: taken before the runtime started the process, so a kept exit of an
-    /// earlier process with the same pid is not mistaken for this one's.
-    fn watch_exit(&self, c: Arc<Container>, p: Arc<Proc>, pid: u32, spawned_at: Instant) {
-        let rx: oneshot::Receiver<Exit> = self.inner.exits.watch_spawned(pid as i32, spawned_at);
-        let tasks = self.clone();
-        tokio::spawn(async move {
-            let Ok(exit) = rx.await else {
-                // The reaper is gone only when the shim ends.
-                return;
-            };
-            tasks.on_exit(&c, &p, exit).await;
-        });
-    }
-
-    async fn on_exit(&self, c: &Container, p: &Proc, exit: Exit) {
-        let log = self
-            .inner
-            .log
-            .new(o!("container_id" => c.id.clone(), "exec_id" => p.exec_id.clone()));
-        if let Some(io) = p.io() {
-            if !io.wait_drained(IO_DRAIN).await {
-                warn!(log, "output not drained before the exit was reported"; "within" => ?IO_DRAIN);
-            }
-        }
-        let _order = c.lifecycle.lock().await;
-        let exited = Exited {
-            status: exit.status,
-            at: exit.at,
-        };
-        let is_init = p.exec_id.is_empty();
-        if is_init {
-            if let Some(kills) = c.cgroup.as_ref().and_then(|cg| cg.oom_kills().ok()) {
-                self.report_ooms(c, kills);
-            }
-            if c.kill_all_on_exit {
-                if let Err(e) = c.runc.kill(&c.id, libc::SIGKILL as u32, true).await {
-                    debug!(log, "kill the container's remaining processes"; "error" => %e);
-                }
-            }
-            let record = ExitRecord {
-                pid: exit.pid as u32,
-                status: exit.status,
-                exited_at_ns: to_ns(exit.at),
-                oom_killed: *c.ooms_reported.lock().unwrap_or_else(|e| e.into_inner()) > 0,
-            };
-            if let Err(e) = write_json(&c.bundle.join(EXIT_FILE), &record) {
-                warn!(log, "exit not recorded in the bundle"; "error" => %e);
-            }
-        }
-        {
-            let mut st = p.state();
-            st.status = ProcStatus::Stopped;
-            st.exit = Some(exited);
-        }
-        let mut e = TaskExit::new();
-        e.container_id = c.id.clone();
-        e.id = if is_init {
-            c.id.clone()
-        } else {
-            p.exec_id.clone()
-        };
-        e.pid = exit.pid as u32;
-        e.exit_status = exit.status;
-        e.exited_at = MessageField::some(timestamp(exit.at));
-        self.publish(Event::Exit(e));
-        p.exited.send_replace(Some(exited));
-        info!(log, "process exited"; "pid" => exit.pid, "status" => exit.status);
     }
 
     /// Start: the init process (or an exec process) run; its pid.

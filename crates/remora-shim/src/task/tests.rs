@@ -5,7 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use super::fakes::{Call, Harness, EXEC_PID, HOST_PID_NS, INIT_PID, OWN_PID_NS, POD_HOLDER};
 use super::*;
-use crate::bundle::ExitRecord;
+use crate::bundle::{ExitRecord, EXIT_FILE};
+use crate::process::to_ns;
 
 fn at(secs: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_nanos(123)

@@ -18,8 +18,9 @@
 //!   containerd is away; it never drops one.
 //! - `bootstrap`: the command line and the `start` / `delete` / `-info` protocol (containerd
 //!   2.3's protobuf bootstrap and the legacy flags and JSON reply), and the server mode.
-//! - `service`: the task service itself (the `Task` impl), over its records of containers
-//!   and processes (`process`), the task's runtime options (`options`), the container's rootfs
+//! - `service`: the task service (the ttrpc `Task` impl), a thin adapter over `task`: the
+//!   containers and their processes (their life, events, exits), over its records of them
+//!   (`process`), the task's runtime options (`options`), the container's rootfs
 //!   mounts (`rootfs`) and the shim's files in the bundle (`bundle`); `error`: its typed
 //!   errors, mapped to ttrpc statuses in one place.
 //!
@@ -43,6 +44,7 @@ mod reaper;
 mod rootfs;
 mod runc;
 mod service;
+mod task;
 
 /// The shim's entry point: parses the command line, runs the action, returns the exit code.
 pub fn main() -> i32 {

@@ -1,6 +1,6 @@
 //! The service's records of its containers and their processes (the init process and exec
 //! processes): status, pid, exit, IO, and the per-container lock that orders their events
-//! (see [`crate::service`]).
+//! (see [`crate::task`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,9 +15,9 @@ use crate::cgroup::Cgroup;
 use crate::error::ShimError;
 use crate::io::{IoSpec, ProcessIo};
 use crate::oom::OomWatch;
-use crate::runc::Runc;
+use crate::task::OciRuntime;
 
-/// Where a process is in its life (the diagram in [`crate::service`]).
+/// Where a process is in its life (the diagram in [`crate::task`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ProcStatus {
     Created,
@@ -118,7 +118,8 @@ impl Proc {
 pub(crate) struct Container {
     pub(crate) id: String,
     pub(crate) bundle: PathBuf,
-    pub(crate) runc: Runc,
+    /// Its OCI runtime.
+    pub(crate) runc: Arc<dyn OciRuntime>,
     pub(crate) rootfs_mounted: bool,
     /// The container shares the host's (or another) pid namespace: its processes do not die
     /// with its init, so they are killed when it exits (as Go shims do).

@@ -13,7 +13,8 @@ use tokio::sync::Notify;
 use super::{BootstrapError, Flags, FORWARD_TIMEOUT};
 use crate::publisher::{BackoffLimits, Forwarder, Publisher, TtrpcForwarder};
 use crate::reaper::Reaper;
-use crate::service::{Service, CONSOLE_DIR};
+use crate::service::Service;
+use crate::task::CONSOLE_DIR;
 
 /// How long Shutdown waits for containerd to take the last events.
 const SHUTDOWN_FLUSH: Duration = Duration::from_secs(10);

@@ -467,8 +467,11 @@ row "pods started" "${n_started[remora]:-}" "${n_started[containerd]:-}"
 row "wall time to all running (s)" "${wall[remora]:-}" "${wall[containerd]:-}"
 for q in 1 2; do
 	name=$([[ $q == 1 ]] && echo p50 || echo p95)
-	a=$([[ -s $work/start-remora ]] && percentiles "$work/start-remora" | cut -d' ' -f"$q")
-	b=$([[ -s $work/start-containerd ]] && percentiles "$work/start-containerd" | cut -d' ' -f"$q")
+	# With --only, the other runtime's file is empty: a failed `[[ ]]` inside `$()` ended the
+	# report there (set -e).
+	a='' b=''
+	if [[ -s $work/start-remora ]]; then a=$(percentiles "$work/start-remora" | cut -d' ' -f"$q"); fi
+	if [[ -s $work/start-containerd ]]; then b=$(percentiles "$work/start-containerd" | cut -d' ' -f"$q"); fi
 	row "one pod's start, $name (ms)" "$a" "$b"
 done
 for k in containerd daemon shims pause containers; do

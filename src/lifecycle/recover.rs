@@ -318,21 +318,19 @@ impl Pods {
 
     /// One recovery/reconcile pass over containerd's records: the sandboxes, then (their
     /// names need their sandboxes indexed) the containers, [`RECOVERY_CONCURRENCY`] records
-    /// at a time. Records are independent of each other within each kind. The first error
-    /// fails the pass once every record started has finished (a record is never left half
-    /// recovered).
+    /// at a time. Records are independent of each other within each kind. Every record of a
+    /// kind is tried, none left half recovered; then the first error, if any, fails the pass.
     pub async fn recover(self: &Arc<Self>) -> Result<Recovered, BackendError> {
         let mut done = Recovered::default();
         let records = self.containers.list().await?;
-        let (sandboxes, containers): (Vec<ContainerRecord>, Vec<ContainerRecord>) = records
-            .into_iter()
-            .filter(|r| {
-                matches!(
-                    r.labels.get(LABEL_KIND).map(String::as_str),
-                    Some(KIND_SANDBOX | KIND_CONTAINER)
-                )
-            })
-            .partition(|r| r.labels.get(LABEL_KIND).map(String::as_str) == Some(KIND_SANDBOX));
+        let (mut sandboxes, mut containers) = (Vec::new(), Vec::new());
+        for r in records {
+            match r.labels.get(LABEL_KIND).map(String::as_str) {
+                Some(KIND_SANDBOX) => sandboxes.push(r),
+                Some(KIND_CONTAINER) => containers.push(r),
+                _ => {}
+            }
+        }
         for one in self.recover_all(sandboxes, Kind::Sandbox).await {
             done += one?;
         }

@@ -10,7 +10,8 @@
 //!   registry host, so a stalling registry holds only its own share.
 //! - [`backend`] is what image management needs from containerd (narrow traits);
 //!   [`unpack`] applies layers into the snapshotter; [`store`] is the in-memory image index;
-//!   [`config_stream`] parses an image config as it streams by, never holding it whole.
+//!   [`config_stream`] parses an image config as it streams by, never holding it whole;
+//!   [`progress`] is the table of pulls in flight that `remora pulls` and the metrics read.
 //! - The image service's operations, one file per RPC group as in `lifecycle/`
 //!   ([`image_pull`], [`image_remove`], [`image_status`]: ImageStatus and ListImages,
 //!   [`image_fs_info`]), over [`ImageRuntime`] and domain types; the CRI layer unpacks the
@@ -40,6 +41,12 @@ use std::sync::Arc;
 
 use pull::{Backend, Puller};
 use store::ImageIndex;
+
+/// Locks `m`, poisoned or not. The puller's and the progress table's locks guard only map
+/// inserts, removals and lookups: a poisoned one still holds a usable map.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The image side of the runtime: what the image operations reach.
 pub struct ImageRuntime {

@@ -30,6 +30,8 @@ use serde::{Deserialize, Serialize};
 use slog::{info, Logger};
 use tokio::sync::watch;
 
+use super::lock;
+
 /// Pulls tracked at once; more run untracked.
 pub const MAX_TRACKED: usize = 256;
 /// The window the rate is measured over.
@@ -196,12 +198,6 @@ struct Shared {
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
     shared: Arc<Shared>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Only map inserts, removals and reads run under these locks; a poisoned one still holds a
-    // usable map.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Progress {

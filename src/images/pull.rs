@@ -52,6 +52,7 @@ use super::backend::{
 use super::coalesce::Coalescer;
 use super::config_stream::ConfigParser;
 use super::host_slots::{HostSlots, SlotsConfig, SlotsError};
+use super::lock;
 use super::manifest::{
     is_index_media_type, select_platform, Descriptor, ImageConfig, ImageManifest, Manifest,
     ManifestError, MAX_CONFIG_SIZE, MAX_MANIFEST_SIZE,
@@ -383,11 +384,6 @@ impl Resolve for RegistryResolve {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Only map inserts/lookups run under this lock; a poisoned one still holds a usable map.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Puller {

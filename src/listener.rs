@@ -78,6 +78,24 @@ impl ConnectionCap {
     }
 }
 
+/// A plain-text content type, for the small answers of [`serve_requests`]' listeners.
+pub const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
+
+/// An answer of `status` whose body, `body`, is of `content_type`.
+pub fn answer(
+    status: hyper::StatusCode,
+    content_type: &'static str,
+    body: impl Into<bytes::Bytes>,
+) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    let mut resp = hyper::Response::new(http_body_util::Full::new(body.into()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    resp
+}
+
 /// A listener [`serve_requests`] takes connections from: TCP (the metrics endpoint) or a unix
 /// socket (the status socket).
 pub trait Accept: Send + 'static {

@@ -510,15 +510,8 @@ pub async fn bind(address: SocketAddr) -> Result<tokio::net::TcpListener, StartE
 /// Answers one HTTP request: `GET /metrics` (or `HEAD`) with the registry, 404 elsewhere, 405
 /// for other methods on `/metrics`.
 fn respond<B>(metrics: &Metrics, req: &Request<B>) -> Response<Full<Bytes>> {
-    let plain = |status: StatusCode, text: &'static str| {
-        let mut resp = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
-        *resp.status_mut() = status;
-        resp.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        resp
-    };
+    use crate::listener::{answer, TEXT_PLAIN};
+    let plain = |status: StatusCode, text: &'static str| answer(status, TEXT_PLAIN, text);
     if req.uri().path() != "/metrics" {
         return plain(
             StatusCode::NOT_FOUND,
@@ -533,12 +526,7 @@ fn respond<B>(metrics: &Metrics, req: &Request<B>) -> Response<Full<Bytes>> {
         );
         return resp;
     }
-    let mut resp = Response::new(Full::new(Bytes::from(metrics.encode())));
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(CONTENT_TYPE),
-    );
-    resp
+    answer(StatusCode::OK, CONTENT_TYPE, metrics.encode())
 }
 
 /// How long a metrics client gets to send its request head.

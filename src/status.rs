@@ -20,6 +20,7 @@ use thiserror::Error;
 use tokio::sync::watch;
 
 use crate::images::progress::{human_bytes, Progress, PullView, PullsView};
+use crate::listener::{answer, TEXT_PLAIN};
 
 /// Connections open at once on the status socket.
 pub const MAX_CONNECTIONS: usize = 8;
@@ -40,33 +41,19 @@ pub fn socket_path(cri_socket: &Path) -> PathBuf {
 
 /// Answers one request: `GET /pulls` with the pulls in flight as JSON.
 fn respond<B>(progress: &Progress, req: &Request<B>) -> Response<Full<Bytes>> {
-    let answer = |status: StatusCode, content_type: &'static str, body: Vec<u8>| {
-        let mut resp = Response::new(Full::new(Bytes::from(body)));
-        *resp.status_mut() = status;
-        resp.headers_mut().insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static(content_type),
-        );
-        resp
-    };
-    const TEXT: &str = "text/plain; charset=utf-8";
     if req.uri().path() != "/pulls" {
-        return answer(
-            StatusCode::NOT_FOUND,
-            TEXT,
-            b"not found; try /pulls\n".to_vec(),
-        );
+        return answer(StatusCode::NOT_FOUND, TEXT_PLAIN, "not found; try /pulls\n");
     }
     if req.method() != Method::GET {
-        return answer(StatusCode::METHOD_NOT_ALLOWED, TEXT, b"only GET\n".to_vec());
+        return answer(StatusCode::METHOD_NOT_ALLOWED, TEXT_PLAIN, "only GET\n");
     }
     match serde_json::to_vec(&progress.view(Instant::now())) {
         Ok(body) => answer(StatusCode::OK, "application/json", body),
         // Plain structs of numbers and strings: serde_json does not fail on them.
         Err(e) => answer(
             StatusCode::INTERNAL_SERVER_ERROR,
-            TEXT,
-            format!("{e}\n").into_bytes(),
+            TEXT_PLAIN,
+            format!("{e}\n"),
         ),
     }
 }

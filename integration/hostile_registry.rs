@@ -22,6 +22,7 @@ use crate::cri;
 use crate::harness::{
     certs_dir, push_image, push_image_with, serve_on_thread_at, BedRemora, RequestHead,
 };
+use crate::metrics::{free_port, scrape};
 use crate::testbed::TESTBED_REGISTRY;
 
 /// The resolve deadline remora runs with here (`[images] resolve_timeout`).
@@ -776,16 +777,6 @@ fn pull_of<'a>(pulls: &'a serde_json::Value, repository: &str) -> Option<&'a ser
         .find(|p| p["image"].as_str().is_some_and(|i| i.contains(repository)))
 }
 
-/// The value of the sample whose line starts with `series` (name and labels as written, or a
-/// prefix of the labels) in the metrics at `url`.
-async fn metric(url: &str, series: &str) -> Option<f64> {
-    let text = reqwest::get(url).await.ok()?.text().await.ok()?;
-    text.lines()
-        .find(|l| l.starts_with(series))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 /// Issue 43: every pull shows its progress — its phase, its layers and bytes out of the
 /// total, its rate — on `remora pulls`, in the metrics and in the log, with layers by remora's
 /// own client and by containerd's Transfer service. A registry paces three layers of 512 KiB
@@ -821,10 +812,7 @@ async fn every_pull_shows_its_progress_on_remora_pulls_the_metrics_and_the_log()
             }
         });
         let certs = certs_dir(&[("paced.registry.test", &format!("http://{}", paced.addr))]);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let bed = BedRemora::start_with_certs_edited(certs.path(), |config| {
             let edited = config.replacen(
                 "[images]\n",
@@ -905,22 +893,19 @@ async fn every_pull_shows_its_progress_on_remora_pulls_the_metrics_and_the_log()
         )
         .await;
         // The metrics say the same.
+        let scraped = scrape(&metrics).await;
         assert_eq!(
-            metric(
-                &metrics,
-                "remora_image_pulls_in_flight{phase=\"downloading\"}"
-            )
-            .await,
+            scraped.get("remora_image_pulls_in_flight", &[("phase", "downloading")]),
             Some(1.0),
             "{mode}: one pull downloading"
         );
-        let size = metric(
-            &metrics,
-            &format!("remora_image_pull_progress_bytes{{image=\"{reference}\""),
-        )
-        .await;
         assert!(
-            size.is_some(),
+            scraped
+                .get(
+                    "remora_image_pull_progress_bytes",
+                    &[("image", &reference), ("of", "size")]
+                )
+                .is_some(),
             "{mode}: the pull's bytes are in the metrics"
         );
         // The table an operator reads names it with its phase.
@@ -967,11 +952,9 @@ async fn every_pull_shows_its_progress_on_remora_pulls_the_metrics_and_the_log()
             "{mode}: the pull left the table"
         );
         assert_eq!(
-            metric(
-                &metrics,
-                "remora_image_pulls_in_flight{phase=\"downloading\"}"
-            )
-            .await,
+            scrape(&metrics)
+                .await
+                .get("remora_image_pulls_in_flight", &[("phase", "downloading")]),
             Some(0.0),
             "{mode}"
         );

@@ -11,7 +11,7 @@ use crate::cri;
 use crate::harness::{push_image, remora_config, scratch, BedRemora, Containerd, Remora};
 
 /// A port free on 127.0.0.1 right now (the kernel's pick; released for remora to bind).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -19,7 +19,7 @@ fn free_port() -> u16 {
 }
 
 /// One scrape, parsed.
-struct Scrape {
+pub(crate) struct Scrape {
     text: String,
     parsed: prometheus_parse::Scrape,
 }
@@ -28,6 +28,11 @@ impl Scrape {
     /// The value of the sample `metric` whose labels include `labels` (0 if there is none:
     /// a labelled series appears with its first event).
     fn value(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
+        self.get(metric, labels).unwrap_or(0.0)
+    }
+
+    /// The value of the sample `metric` whose labels include `labels`, if there is one.
+    pub(crate) fn get(&self, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let matching: Vec<f64> = self
             .parsed
             .samples
@@ -47,7 +52,7 @@ impl Scrape {
             matching.len(),
             self.text
         );
-        matching.first().copied().unwrap_or(0.0)
+        matching.first().copied()
     }
 
     /// The sample count of histogram `metric` (its `_count` series) for `labels`.
@@ -56,7 +61,7 @@ impl Scrape {
     }
 }
 
-async fn scrape(url: &str) -> Scrape {
+pub(crate) async fn scrape(url: &str) -> Scrape {
     let resp = reqwest::get(url).await.expect("GET /metrics");
     assert_eq!(resp.status(), 200);
     let content_type = resp

@@ -96,6 +96,23 @@ pub fn answer(
     resp
 }
 
+/// A 405 for a method the resource does not take, with the `Allow` header naming the ones it
+/// does (RFC 9110 §15.5.6: a 405 must carry it).
+pub fn method_not_allowed(
+    allow: &'static str,
+) -> hyper::Response<http_body_util::Full<bytes::Bytes>> {
+    let mut resp = answer(
+        hyper::StatusCode::METHOD_NOT_ALLOWED,
+        TEXT_PLAIN,
+        format!("only {allow}\n"),
+    );
+    resp.headers_mut().insert(
+        hyper::header::ALLOW,
+        hyper::header::HeaderValue::from_static(allow),
+    );
+    resp
+}
+
 /// A listener [`serve_requests`] takes connections from: TCP (the metrics endpoint) or a unix
 /// socket (the status socket).
 pub trait Accept: Send + 'static {

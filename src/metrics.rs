@@ -519,12 +519,7 @@ fn respond<B>(metrics: &Metrics, req: &Request<B>) -> Response<Full<Bytes>> {
         );
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut resp = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
-        resp.headers_mut().insert(
-            hyper::header::ALLOW,
-            hyper::header::HeaderValue::from_static("GET, HEAD"),
-        );
-        return resp;
+        return crate::listener::method_not_allowed("GET, HEAD");
     }
     answer(StatusCode::OK, CONTENT_TYPE, metrics.encode())
 }

@@ -45,7 +45,7 @@ fn respond<B>(progress: &Progress, req: &Request<B>) -> Response<Full<Bytes>> {
         return answer(StatusCode::NOT_FOUND, TEXT_PLAIN, "not found; try /pulls\n");
     }
     if req.method() != Method::GET {
-        return answer(StatusCode::METHOD_NOT_ALLOWED, TEXT_PLAIN, "only GET\n");
+        return crate::listener::method_not_allowed("GET");
     }
     match serde_json::to_vec(&progress.view(Instant::now())) {
         Ok(body) => answer(StatusCode::OK, "application/json", body),
@@ -261,9 +261,14 @@ mod tests {
         let ok = get("/pulls", Method::GET);
         assert_eq!(ok.status(), StatusCode::OK);
         assert_eq!(get("/pull", Method::GET).status(), StatusCode::NOT_FOUND);
+        let post = get("/pulls", Method::POST);
+        assert_eq!(post.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(
-            get("/pulls", Method::POST).status(),
-            StatusCode::METHOD_NOT_ALLOWED
+            post.headers()
+                .get(hyper::header::ALLOW)
+                .map(|v| v.as_bytes()),
+            Some(&b"GET"[..]),
+            "a 405 names the methods the resource takes"
         );
     }
 

@@ -167,6 +167,40 @@ impl Blob {
     }
 }
 
+/// What one report of containerd's Transfer service says happened to a blob: its `event`
+/// words, read in one place for the stall watch and the table of pulls in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reported {
+    /// `waiting`: queued, with its size.
+    Waiting,
+    /// `downloading`: bytes up to the report's offset arrived.
+    Downloading,
+    /// `complete`: stored whole in the content store.
+    Complete,
+    /// `extracting`: being read into the snapshot (so stored whole).
+    Extracting,
+    /// `extracted`: read to its end into the snapshot.
+    Extracted,
+    /// `already exists`: in the content store before the pull.
+    AlreadyExists,
+    /// Anything else (the image's own events, words a newer containerd adds).
+    Other,
+}
+
+impl Reported {
+    fn of(event: &str) -> Self {
+        match event {
+            "waiting" => Self::Waiting,
+            "downloading" => Self::Downloading,
+            "complete" => Self::Complete,
+            "extracting" => Self::Extracting,
+            "extracted" => Self::Extracted,
+            "already exists" => Self::AlreadyExists,
+            _ => Self::Other,
+        }
+    }
+}
+
 impl ProgressWatch {
     pub(super) fn new(min_bytes: u64, period: Duration, now: Instant) -> Self {
         Self {
@@ -183,18 +217,18 @@ impl ProgressWatch {
     pub(super) fn report(&mut self, p: &TransferProgress) -> u64 {
         let Some(digest) = &p.digest else { return 0 };
         let blob = self.blobs.entry(digest.clone()).or_default();
-        let added = match p.event.as_str() {
-            "waiting" => {
+        let added = match Reported::of(&p.event) {
+            Reported::Waiting => {
                 blob.waiting.get_or_insert(p.total);
                 0
             }
-            "downloading" => {
+            Reported::Downloading => {
                 if p.total <= 0 || p.progress < p.total {
                     blob.advance(BlobState::Downloading);
                 }
                 blob.count(p.progress)
             }
-            "complete" | "extracting" | "extracted" => {
+            Reported::Complete | Reported::Extracting | Reported::Extracted => {
                 blob.advance(BlobState::Arrived);
                 // A blob seen downloading is counted to its end now; one that never was
                 // (fetched between two ticks) when the transfer ends, once an `already
@@ -206,11 +240,11 @@ impl ProgressWatch {
                     0
                 }
             }
-            "already exists" => {
+            Reported::AlreadyExists => {
                 blob.advance(BlobState::Present);
                 0
             }
-            _ => 0,
+            Reported::Other => 0,
         };
         self.window_bytes += added;
         added
@@ -292,18 +326,18 @@ fn take(
 /// `downloading` carries the bytes there, `complete` a stored blob, `already exists` one that
 /// was there before, `extracted` one containerd has read to its end into the snapshot.
 fn follow(progress: &PullHandle, digest: &str, p: &TransferProgress) {
-    match p.event.as_str() {
-        "downloading" => {
+    match Reported::of(&p.event) {
+        Reported::Downloading => {
             if let (Some(bytes), Ok(offset)) =
                 (progress.bytes_of(digest), u64::try_from(p.progress))
             {
                 bytes.at_least(offset);
             }
         }
-        "complete" | "extracting" => progress.layer(digest, LayerState::Stored),
-        "already exists" => progress.layer(digest, LayerState::Present),
-        "extracted" => progress.layer(digest, LayerState::Unpacked),
-        _ => {}
+        Reported::Complete | Reported::Extracting => progress.layer(digest, LayerState::Stored),
+        Reported::AlreadyExists => progress.layer(digest, LayerState::Present),
+        Reported::Extracted => progress.layer(digest, LayerState::Unpacked),
+        Reported::Waiting | Reported::Other => {}
     }
 }
 
@@ -327,7 +361,7 @@ where
             result = &mut transfer => break result.map_err(Watched::Failed),
             Some(p) = reports.recv() => {
                 take(&mut watch, &p, metrics, progress);
-                if p.event == "downloading" {
+                if Reported::of(&p.event) == Reported::Downloading {
                     // Kill only: containerd is writing a blob in the pull's lease.
                     let _ = crate::failpoint::hit("pull.transfer_downloading", image).await;
                 }

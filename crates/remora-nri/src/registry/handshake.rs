@@ -285,9 +285,11 @@ pub(super) fn sync_chunks(
     let mut chunks = Vec::new();
     let mut current = api::SynchronizeRequest::new();
     let mut size = MORE_FIELD;
-    let fits = |len: usize| len + MORE_FIELD <= budget;
-    for pod in pods {
-        let field = field_size(pod.compute_size());
+    let fits = |len: usize| len.saturating_add(MORE_FIELD) <= budget;
+    let entries = (pods.into_iter().map(SyncEntry::Pod))
+        .chain(containers.into_iter().map(SyncEntry::Container));
+    for entry in entries {
+        let field = field_size(entry.encoded_len());
         if !fits(field) {
             return Err(HandshakeError::Oversized(field));
         }
@@ -296,19 +298,10 @@ pub(super) fn sync_chunks(
             size = MORE_FIELD;
         }
         size += field;
-        current.pods.push(pod);
-    }
-    for container in containers {
-        let field = field_size(container.compute_size());
-        if !fits(field) {
-            return Err(HandshakeError::Oversized(field));
+        match entry {
+            SyncEntry::Pod(pod) => current.pods.push(pod),
+            SyncEntry::Container(container) => current.containers.push(container),
         }
-        if size + field > budget {
-            chunks.push(std::mem::take(&mut current));
-            size = MORE_FIELD;
-        }
-        size += field;
-        current.containers.push(container);
     }
     chunks.push(current);
     let last = chunks.len() - 1;
@@ -318,10 +311,25 @@ pub(super) fn sync_chunks(
     Ok(chunks)
 }
 
+/// One pod or container of a Synchronize snapshot, pods first.
+enum SyncEntry {
+    Pod(api::PodSandbox),
+    Container(api::Container),
+}
+
+impl SyncEntry {
+    fn encoded_len(&self) -> u64 {
+        match self {
+            Self::Pod(pod) => pod.compute_size(),
+            Self::Container(container) => container.compute_size(),
+        }
+    }
+}
+
 /// The encoded size of a length-delimited field of `len` bytes: tag, length varint, bytes.
 fn field_size(len: u64) -> usize {
     let len = usize::try_from(len).unwrap_or(usize::MAX);
-    1 + varint_len(len) + len
+    len.saturating_add(1 + varint_len(len))
 }
 
 fn varint_len(mut n: usize) -> usize {

@@ -6,6 +6,7 @@
 #
 #   scripts/cluster.sh up [--runtime remora|containerd]   make the cluster
 #   scripts/cluster.sh smoke                              check it as a user would (below)
+#   scripts/cluster.sh migrate                            move a containerd node to remora (§4)
 #   scripts/cluster.sh conformance [--check FILE]         Kubernetes' [Conformance] suite (~30 min)
 #   scripts/cluster.sh down                               kubeadm reset; leave nothing behind
 #   scripts/cluster.sh check-clean                        fails if down left anything behind
@@ -377,6 +378,21 @@ start_kubelet() {
 		--config=/var/lib/kubelet/config.yaml $flags
 }
 
+# remora on the node's containerd: $REMORA_BIN, or target/debug/remora built here.
+start_remora() {
+	local bin="${REMORA_BIN:-$REPO_ROOT/target/debug/remora}"
+	if [[ -z "${REMORA_BIN:-}" ]]; then
+		info "cargo build --locked --bin remora (log: $LOGS/remora-build.log)"
+		(cd "$REPO_ROOT" && run_logged "$LOGS/remora-build.log" cargo build --locked --bin remora)
+	fi
+	[[ -x "$bin" ]] || die "remora binary $bin is missing"
+	write_remora_config
+	rm -f "$CL_REMORA_SOCK"
+	info "starting the node's remora ($bin)"
+	start_daemon remora "$LOGS/remora.log" "$(realpath "$bin")" --config "$CL_ROOT/remora.toml"
+	wait_until "the node's remora" 60 crictl --runtime-endpoint "unix://$CL_REMORA_SOCK" --timeout 2s version
+}
+
 cmd_up() {
 	local runtime=remora
 	while (($#)); do
@@ -409,17 +425,7 @@ cmd_up() {
 	wait_until "the node's containerd" 60 ctr --address "$CL_CONTAINERD_SOCK" version
 	local sock=$CL_CONTAINERD_SOCK
 	if [[ $runtime == remora ]]; then
-		local bin="${REMORA_BIN:-$REPO_ROOT/target/debug/remora}"
-		if [[ -z "${REMORA_BIN:-}" ]]; then
-			info "cargo build --locked --bin remora (log: $LOGS/remora-build.log)"
-			(cd "$REPO_ROOT" && run_logged "$LOGS/remora-build.log" cargo build --locked --bin remora)
-		fi
-		[[ -x "$bin" ]] || die "remora binary $bin is missing"
-		write_remora_config
-		rm -f "$CL_REMORA_SOCK"
-		info "starting the node's remora ($bin)"
-		start_daemon remora "$LOGS/remora.log" "$(realpath "$bin")" --config "$CL_ROOT/remora.toml"
-		wait_until "the node's remora" 60 crictl --runtime-endpoint "unix://$CL_REMORA_SOCK" --timeout 2s version
+		start_remora
 		sock=$CL_REMORA_SOCK
 	fi
 	write_kubeadm_config "$sock"
@@ -557,6 +563,134 @@ cmd_check_clean() {
 	info "nothing left behind"
 }
 
+# ---- migrate ------------------------------------------------------------------------------
+
+# The move of docs/kubeadm.md §4, on a cluster `up --runtime containerd` made: a Deployment
+# runs on containerd's CRI; the node is cordoned and drained, kubelet stopped, containerd's
+# CRI's pods removed, kubelet pointed at remora and started, the node uncordoned. Then every
+# pod on the node (the control plane's static pods, kube-proxy, CoreDNS, the Deployment's)
+# must run on remora, containerd's CRI must hold no pod, and exec, logs and cluster DNS must
+# work on the moved node.
+MIGRATE_NS=remora-move
+MIGRATE_IMAGE=registry.k8s.io/e2e-test-images/nginx:1.27.0-2
+MIGRATE_TOOLBOX=registry.k8s.io/e2e-test-images/busybox:1.29-2
+
+# The node's pods that are not Running and Ready with every container on runtime $1, one a
+# line (nothing when all are).
+pods_not_on() { # RUNTIME
+	kc get pods -A --field-selector "spec.nodeName=$NODE_NAME" -o json | jq -r --arg rt "$1://" '
+		.items[] | select(.status.phase != "Succeeded")
+		| select(.status.phase != "Running"
+			or ([.status.conditions[]? | select(.type == "Ready" and .status == "True")] | length) == 0
+			or ((.status.containerStatuses // []) | length) == 0
+			or ([.status.containerStatuses[]? | select((.containerID // "") | startswith($rt) | not)] | length) > 0)
+		| "\(.metadata.namespace)/\(.metadata.name) \(.status.phase) \([.status.containerStatuses[]?.containerID] | join(","))"'
+}
+all_pods_on() { # RUNTIME
+	local out
+	out=$(pods_not_on "$1") || return 1
+	[[ -z "$out" ]]
+}
+pod_done() { # NS POD
+	[[ "$(kc -n "$1" get pod "$2" -o jsonpath='{.status.phase}')" =~ ^(Succeeded|Failed)$ ]]
+}
+
+cmd_migrate() {
+	[[ -e "$KUBECONFIG_ADMIN" ]] || die "no cluster: run $0 up --runtime containerd first"
+	local runtime
+	runtime=$(cat "$RUNTIME_FILE" 2>/dev/null || echo remora)
+	[[ $runtime == containerd ]] ||
+		die "migrate moves a node from containerd's CRI to remora; this cluster's node runs on $runtime"
+	local started=$SECONDS
+	kc delete namespace "$MIGRATE_NS" --ignore-not-found --wait=true --timeout=120s >/dev/null
+	kc create namespace "$MIGRATE_NS" >/dev/null
+	wait_until "namespace $MIGRATE_NS's service account" 60 kc -n "$MIGRATE_NS" get serviceaccount default
+	info "migrate: a Deployment of 2 replicas on containerd's CRI"
+	kc -n "$MIGRATE_NS" apply -f - >/dev/null <<YAML
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: kept}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: kept}}
+  template:
+    metadata: {labels: {app: kept}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: web
+        image: $MIGRATE_IMAGE
+        readinessProbe:
+          httpGet: {path: /, port: 80}
+          periodSeconds: 2
+YAML
+	kc -n "$MIGRATE_NS" rollout status deployment/kept --timeout=180s >/dev/null
+	wait_until "every pod of the node Running on containerd's CRI" 180 all_pods_on containerd
+	local before
+	before=$(kc -n "$MIGRATE_NS" get pods -l app=kept -o jsonpath='{.items[*].metadata.uid}')
+
+	start_remora
+	info "migrate: cordon and drain $NODE_NAME"
+	kc cordon "$NODE_NAME" >/dev/null
+	kc drain "$NODE_NAME" --ignore-daemonsets --delete-emptydir-data --grace-period=5 --timeout=180s >/dev/null
+	info "migrate: kubelet stopped; containerd's CRI's pods (static pods', DaemonSets') removed"
+	stop_daemon kubelet 30
+	crictl --runtime-endpoint "unix://$CL_CONTAINERD_SOCK" --timeout 60s rmp -af >/dev/null
+	# kubelet's configuration names the runtime (kubeadm wrote it there from criSocket).
+	local kubelet_files=(/var/lib/kubelet/config.yaml /var/lib/kubelet/kubeadm-flags.env)
+	sed -i "s#unix://$CL_CONTAINERD_SOCK#unix://$CL_REMORA_SOCK#g" "${kubelet_files[@]}"
+	grep -qs "unix://$CL_REMORA_SOCK" "${kubelet_files[@]}" ||
+		die "kubelet's configuration named no runtime socket to switch (${kubelet_files[*]})"
+	if grep -qs "$CL_CONTAINERD_SOCK" "${kubelet_files[@]}"; then
+		die "kubelet's configuration still names containerd's socket"
+	fi
+	echo remora >"$RUNTIME_FILE"
+	start_kubelet
+	# The API server is a static pod: it answers again once kubelet has started it on remora.
+	wait_until "the API server, started again on remora" 300 kc get --raw /readyz
+	# kubeadm's own record of the socket, where this kubeadm keeps one on the node.
+	if kc get node "$NODE_NAME" -o jsonpath='{.metadata.annotations}' | grep -q 'kubeadm.alpha.kubernetes.io/cri-socket'; then
+		kc annotate node "$NODE_NAME" --overwrite "kubeadm.alpha.kubernetes.io/cri-socket=unix://$CL_REMORA_SOCK" >/dev/null
+	fi
+	kc uncordon "$NODE_NAME" >/dev/null
+	wait_until "node $NODE_NAME Ready" 180 node_ready
+	local version
+	version=$(kc get node "$NODE_NAME" -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')
+	[[ $version == remora://* ]] || die "the node reports runtime '$version', not remora"
+	kc -n "$MIGRATE_NS" rollout status deployment/kept --timeout=180s >/dev/null
+	if ! all_pods_on remora; then
+		local waited=$SECONDS
+		until all_pods_on remora; do
+			((SECONDS - waited < 300)) || die "after 300 s, pods of the node not running on remora: $(pods_not_on remora)"
+			sleep 1
+		done
+	fi
+
+	info "migrate: checks on the moved node"
+	local after uid
+	after=$(kc -n "$MIGRATE_NS" get pods -l app=kept --field-selector=status.phase=Running -o jsonpath='{.items[*].metadata.uid}')
+	(($(wc -w <<<"$after") == 2)) || die "after the move the Deployment runs $(wc -w <<<"$after") pods, not 2"
+	for uid in $after; do
+		[[ " $before " != *" $uid "* ]] || die "pod $uid was not moved: it survived the drain"
+	done
+	local left
+	left=$(crictl --runtime-endpoint "unix://$CL_CONTAINERD_SOCK" --timeout 10s pods -q)
+	[[ -z "$left" ]] || die "containerd's CRI still holds pods after the move: $left"
+	local pod
+	pod=$(kc -n "$MIGRATE_NS" get pods -l app=kept --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}')
+	[[ "$(kc -n "$MIGRATE_NS" exec "$pod" -- cat /proc/1/comm)" == nginx ]] ||
+		die "kubectl exec into the moved pod $pod did not reach its nginx"
+	kc -n "$MIGRATE_NS" logs "$pod" >/dev/null || die "kubectl logs of the moved pod $pod failed"
+	# CoreDNS and kube-proxy moved too: a new pod resolves the API server's Service by name.
+	kc -n "$MIGRATE_NS" run dns --image="$MIGRATE_TOOLBOX" --restart=Never --command -- \
+		nslookup kubernetes.default.svc.cluster.local >/dev/null
+	wait_until "the DNS pod to finish" 120 pod_done "$MIGRATE_NS" dns
+	[[ "$(kc -n "$MIGRATE_NS" get pod dns -o jsonpath='{.status.phase}')" == Succeeded ]] ||
+		die "nslookup kubernetes.default on the moved node failed: $(kc -n "$MIGRATE_NS" logs dns 2>&1)"
+	kc delete namespace "$MIGRATE_NS" --wait=true --timeout=120s >/dev/null
+	info "migrate: node $NODE_NAME moved from containerd's CRI to remora in $((SECONDS - started))s"
+}
+
 # ---- conformance --------------------------------------------------------------------------
 
 # Kubernetes' conformance suite (test/e2e, focus [Conformance]) against the cluster, as
@@ -649,10 +783,11 @@ down) cmd_down ;;
 check-clean) cmd_check_clean ;;
 smoke) "$SCRIPTS_DIR/cluster-smoke.sh" "$@" ;;
 conformance) cmd_conformance "$@" ;;
+migrate) cmd_migrate ;;
 status)
 	kc get nodes -o wide
 	kc get pods -A -o wide
 	;;
 kubectl) kc "$@" ;;
-*) die "usage: cluster.sh up [--runtime remora|containerd] | smoke | conformance [--check FILE] | down | check-clean | status | kubectl ARGS..." ;;
+*) die "usage: cluster.sh up [--runtime remora|containerd] | migrate | smoke | conformance [--check FILE] | down | check-clean | status | kubectl ARGS..." ;;
 esac

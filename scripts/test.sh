@@ -156,6 +156,17 @@ cluster_rc=0
 "$SCRIPTS_DIR/cluster.sh" check-clean
 ((cluster_rc == 0)) || die "the cluster smoke pass failed (exit $cluster_rc; logs in $TB_ROOT/cluster/logs)"
 
+# A node moved from containerd's CRI to remora as docs/kubeadm.md §4 says: a cluster made on
+# containerd's CRI with a Deployment running, cordoned, drained, kubelet switched to remora,
+# uncordoned; every pod then runs on remora, and exec, logs and cluster DNS work. About a minute.
+phase "a kubeadm node moved from containerd's CRI to remora (scripts/cluster.sh migrate)"
+migrate_rc=0
+{ "$SCRIPTS_DIR/cluster.sh" up --runtime containerd &&
+	REMORA_BIN="$(cargo_target_dir)/debug/remora" "$SCRIPTS_DIR/cluster.sh" migrate; } || migrate_rc=$?
+"$SCRIPTS_DIR/cluster.sh" down
+"$SCRIPTS_DIR/cluster.sh" check-clean
+((migrate_rc == 0)) || die "the move from containerd's CRI to remora failed (exit $migrate_rc; logs in $TB_ROOT/cluster/logs)"
+
 if [[ "${REMORA_TEST_GO_SHIM:-1}" == 0 ]]; then
 	phase_end
 	info "REMORA_TEST_GO_SHIM=0: skipping the passes with containerd's Go shim"

@@ -472,6 +472,10 @@ fn pods(
     });
     let netns_dir = config.server.state_dir.join("netns");
     let shared = Arc::new(client.clone());
+    let host = host_facts(match config.runtime.cgroup_driver {
+        CgroupDriver::Cgroupfs => crate::spec::CgroupDriver::Cgroupfs,
+        CgroupDriver::Systemd => crate::spec::CgroupDriver::Systemd,
+    });
     Pods::new(
         PodsConfig {
             state_dir: config.server.state_dir.clone(),
@@ -496,11 +500,11 @@ fn pods(
                 &config.server.state_dir,
                 log.new(slog::o!("component" => "apparmor")),
             )),
+            stats: Arc::new(crate::lifecycle::stats_sampler::HostSource::new(
+                host.cgroup_driver,
+            )),
         },
-        host_facts(match config.runtime.cgroup_driver {
-            CgroupDriver::Cgroupfs => crate::spec::CgroupDriver::Cgroupfs,
-            CgroupDriver::Systemd => crate::spec::CgroupDriver::Systemd,
-        }),
+        host,
         log.new(slog::o!("component" => "pods")),
     )
 }

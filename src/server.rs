@@ -701,6 +701,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
             .map(|pods| pods.state_gauges())
             .unwrap_or_default()
     });
+    pods.stats_sampler().set_observer(Box::new(metrics.clone()));
     pods.set_reachability(Box::new(health.reachability()));
     // In the background: a create that needs the profile meanwhile waits for this load.
     tokio::spawn({

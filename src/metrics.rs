@@ -173,6 +173,8 @@ struct Inner {
     events_handled: Family<TopicLabel, Counter>,
     event_retries: Counter,
     containerd_reconnects: Counter,
+    stats_samples: Counter,
+    stats_sample_duration: Histogram,
     connections_refused: Family<ListenerLabel, Counter>,
 }
 
@@ -301,6 +303,21 @@ impl Metrics {
             containerd_reconnects.clone(),
         );
 
+        let stats_samples = Counter::default();
+        reg.register(
+            "stats_samples",
+            "Samples of every container's and pod's cgroup and network figures taken for the stats RPCs",
+            stats_samples.clone(),
+        );
+        // 1 ms .. about 16 s: a few pods at the bottom, thousands with slow reads at the top.
+        let stats_sample_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        reg.register_with_unit(
+            "stats_sample_duration",
+            "Time to take one sample for the stats RPCs",
+            Unit::Seconds,
+            stats_sample_duration.clone(),
+        );
+
         let connections_refused = Family::<ListenerLabel, Counter>::default();
         reg.register(
             "listener_connections_refused",
@@ -330,6 +347,8 @@ impl Metrics {
                 events_handled,
                 event_retries,
                 containerd_reconnects,
+                stats_samples,
+                stats_sample_duration,
                 connections_refused,
             }),
         }
@@ -460,6 +479,15 @@ impl Metrics {
                 listener: listener.to_string(),
             })
             .inc();
+    }
+}
+
+impl crate::lifecycle::stats_sampler::SampleObserver for Metrics {
+    fn sampled(&self, elapsed: Duration) {
+        self.inner.stats_samples.inc();
+        self.inner
+            .stats_sample_duration
+            .observe(elapsed.as_secs_f64());
     }
 }
 
@@ -597,6 +625,24 @@ mod tests {
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert!(line.starts_with("remora_"), "{line}");
         }
+    }
+
+    #[test]
+    fn stats_samples_are_counted_and_timed() {
+        use crate::lifecycle::stats_sampler::SampleObserver;
+        let m = Metrics::new();
+        assert_eq!(sample(&m.encode(), "remora_stats_samples_total"), Some(0.0));
+        m.sampled(Duration::from_millis(30));
+        let text = m.encode();
+        assert_eq!(sample(&text, "remora_stats_samples_total"), Some(1.0));
+        assert!(
+            text.contains("# TYPE remora_stats_sample_duration_seconds histogram"),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "remora_stats_sample_duration_seconds_count"),
+            Some(1.0)
+        );
     }
 
     #[test]

@@ -472,6 +472,10 @@ fn pods(
     });
     let netns_dir = config.server.state_dir.join("netns");
     let shared = Arc::new(client.clone());
+    let host = host_facts(match config.runtime.cgroup_driver {
+        CgroupDriver::Cgroupfs => crate::spec::CgroupDriver::Cgroupfs,
+        CgroupDriver::Systemd => crate::spec::CgroupDriver::Systemd,
+    });
     Pods::new(
         PodsConfig {
             state_dir: config.server.state_dir.clone(),
@@ -496,11 +500,11 @@ fn pods(
                 &config.server.state_dir,
                 log.new(slog::o!("component" => "apparmor")),
             )),
+            stats: Arc::new(crate::lifecycle::stats_sampler::HostSource::new(
+                host.cgroup_driver,
+            )),
         },
-        host_facts(match config.runtime.cgroup_driver {
-            CgroupDriver::Cgroupfs => crate::spec::CgroupDriver::Cgroupfs,
-            CgroupDriver::Systemd => crate::spec::CgroupDriver::Systemd,
-        }),
+        host,
         log.new(slog::o!("component" => "pods")),
     )
 }
@@ -697,6 +701,7 @@ pub async fn run(config: Config, log: Logger) -> Result<(), ServerError> {
             .map(|pods| pods.state_gauges())
             .unwrap_or_default()
     });
+    pods.stats_sampler().set_observer(Box::new(metrics.clone()));
     pods.set_reachability(Box::new(health.reachability()));
     // In the background: a create that needs the profile meanwhile waits for this load.
     tokio::spawn({

@@ -8,9 +8,10 @@
 //! error: a file that is missing or not a number is a figure not reported.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::Path;
 
-use super::cgroup_stats::{read_keyed, read_u64, CgroupFs, CgroupPath};
+use super::cgroup_stats::{read_keyed, read_small, read_u64, CgroupFs, CgroupPath};
 
 /// Limits at or above this are the kernel's "no limit" (as in [`super::cgroup_stats`]).
 const UNLIMITED: u64 = 1 << 62;
@@ -81,7 +82,7 @@ pub struct CgroupExtras {
 
 /// A limit file: a number, or `max` / the kernel's "unlimited" as 0.
 fn read_limit(path: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = read_small(path)?;
     let text = text.trim();
     if text == "max" {
         return Some(0);
@@ -91,10 +92,20 @@ fn read_limit(path: &Path) -> Option<u64> {
         .map(|v: u64| if v >= UNLIMITED { 0 } else { v })
 }
 
+/// The bytes of `cgroup.procs` that hold [`MAX_COUNTED_PROCS`] pids (a pid has at most 7
+/// digits, `pid_max` being at most 2^22, and a newline).
+const PROCS_CAP: u64 = MAX_COUNTED_PROCS as u64 * 8;
+
 fn read_procs(dir: &Path) -> Vec<u32> {
-    std::fs::read_to_string(dir.join("cgroup.procs"))
-        .unwrap_or_default()
-        .lines()
+    // A longer file is cut at PROCS_CAP: its first pids, the last line left out if cut short.
+    let mut text = String::new();
+    let _ = std::fs::File::open(dir.join("cgroup.procs"))
+        .and_then(|f| f.take(PROCS_CAP).read_to_string(&mut text));
+    if text.len() as u64 == PROCS_CAP && !text.ends_with('\n') {
+        let whole = text.rfind('\n').map_or(0, |i| i + 1);
+        text.truncate(whole);
+    }
+    text.lines()
         .filter_map(|l| l.trim().parse().ok())
         .take(MAX_COUNTED_PROCS)
         .collect()
@@ -217,9 +228,8 @@ impl CgroupFs {
                     out.pids_max = read_limit(&d.join("pids.max"));
                 }
                 if let Some(d) = dir("blkio") {
-                    let read = |f: &str| {
-                        parse_v1_blkio(&std::fs::read_to_string(d.join(f)).unwrap_or_default())
-                    };
+                    let read =
+                        |f: &str| parse_v1_blkio(&read_small(&d.join(f)).unwrap_or_default());
                     let bytes = read("blkio.throttle.io_service_bytes_recursive");
                     let ops = read("blkio.throttle.io_serviced_recursive");
                     let mut devs: Vec<_> = bytes.keys().chain(ops.keys()).copied().collect();
@@ -249,8 +259,7 @@ impl CgroupFs {
                 let d = self.v2_dir(p);
                 let cpu = read_keyed(&d.join("cpu.stat"));
                 let mem = read_keyed(&d.join("memory.stat"));
-                let period = std::fs::read_to_string(d.join("cpu.max"))
-                    .ok()
+                let period = read_small(&d.join("cpu.max"))
                     .and_then(|t| t.split_whitespace().nth(1)?.parse().ok());
                 CgroupExtras {
                     throttling: match (cpu.get("nr_periods"), cpu.get("nr_throttled")) {
@@ -277,9 +286,7 @@ impl CgroupFs {
                     cpu_period: period,
                     cpu_shares: read_u64(&d.join("cpu.weight")).map(weight_to_shares),
                     memory_swap_limit: read_limit(&d.join("memory.swap.max")),
-                    io: parse_io_stat(
-                        &std::fs::read_to_string(d.join("io.stat")).unwrap_or_default(),
-                    ),
+                    io: parse_io_stat(&read_small(&d.join("io.stat")).unwrap_or_default()),
                     procs: read_procs(&d),
                 }
             }
@@ -495,5 +502,31 @@ mod tests {
         let (fds, sockets) = count_descriptors(&[std::process::id()]);
         assert!(fds >= 3 && sockets >= 1, "{fds} {sockets}");
         assert_eq!(count_descriptors(&[u32::MAX]), (0, 0), "no such process");
+    }
+
+    #[test]
+    fn procs_are_the_first_whole_pids_of_a_long_list() {
+        let root = tempfile::tempdir().unwrap();
+        let d = root.path().join("pod1");
+        let pids: Vec<String> = (1_000_000..1_000_000 + 5000)
+            .map(|p| p.to_string())
+            .collect();
+        write(&d, "cgroup.procs", &(pids.join("\n") + "\n"));
+        let procs = read_procs(&d);
+        assert_eq!(procs.len(), MAX_COUNTED_PROCS);
+        assert_eq!(
+            procs.last(),
+            Some(&(1_000_000 + MAX_COUNTED_PROCS as u32 - 1))
+        );
+        // 8-byte lines but one of 9: the file is cut inside a pid, which is left out.
+        let mut long = pids.clone();
+        long[0] = "10000000".into();
+        write(&d, "cgroup.procs", &(long.join("\n") + "\n"));
+        let procs = read_procs(&d);
+        assert_eq!(procs.len(), MAX_COUNTED_PROCS - 1);
+        assert_eq!(
+            procs.last(),
+            Some(&(1_000_000 + MAX_COUNTED_PROCS as u32 - 2))
+        );
     }
 }

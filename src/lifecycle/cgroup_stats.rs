@@ -363,16 +363,7 @@ const PSI_FILE_CAP: u64 = 4096;
 /// A pressure file's figures; `None` if it cannot be read, is larger than [`PSI_FILE_CAP`] or
 /// is not in the kernel's format.
 fn read_psi(path: &Path) -> Option<PsiStats> {
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(PSI_FILE_CAP + 1)
-        .read_to_string(&mut text)
-        .ok()?;
-    if text.len() as u64 > PSI_FILE_CAP {
-        return None;
-    }
-    parse_psi(&text)
+    parse_psi(&read_capped(path, PSI_FILE_CAP)?)
 }
 
 /// The text of a pressure file:
@@ -435,14 +426,35 @@ fn parse_psi_line<'a>(fields: impl Iterator<Item = &'a str>) -> Option<PsiData> 
     })
 }
 
+/// The most the stats readers take of one cgroupfs or procfs file. The largest they read
+/// (`memory.stat`, a pod's `/proc/<pid>/net/dev`, `io.stat`) hold a few KiB; a file larger than
+/// this is not the kernel's, and is no figure rather than an unbounded read on a stats call.
+pub(crate) const FILE_CAP: u64 = 64 * 1024;
+
+/// The text of `path`, if it can be read and holds at most `cap` bytes.
+pub(crate) fn read_capped(path: &Path, cap: u64) -> Option<String> {
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(cap + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    (text.len() as u64 <= cap).then_some(text)
+}
+
+/// The text of `path` (at most [`FILE_CAP`] bytes).
+pub(crate) fn read_small(path: &Path) -> Option<String> {
+    read_capped(path, FILE_CAP)
+}
+
 /// A file holding one number.
 pub(super) fn read_u64(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    read_small(path)?.trim().parse().ok()
 }
 
 /// A `key value` per line file (`memory.stat`, `cpu.stat`, `cpuacct.stat`).
 pub(super) fn read_keyed(path: &Path) -> HashMap<String, u64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = read_small(path).unwrap_or_default();
     text.lines()
         .filter_map(|l| {
             let (k, v) = l.split_once(' ')?;
@@ -753,6 +765,31 @@ mod tests {
         assert_eq!(fs.read(&path).pressure.cpu, None, "missing");
         write(&d, "io.pressure", IO_PRESSURE);
         assert_eq!(fs.read(&path).pressure.io, parse_psi(IO_PRESSURE));
+    }
+
+    #[test]
+    fn a_file_larger_than_the_cap_is_no_figure() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        write(r, "cgroup.controllers", "cpu memory pids\n");
+        let d = r.join("pod1");
+        write(&d, "cpu.stat", "usage_usec 3000\n");
+        write(&d, "pids.current", "2\n");
+        let fs = CgroupFs::at(r.to_path_buf(), 100, Hierarchy::Unified);
+        let path = fs.path_of_dir("/pod1");
+        assert_eq!(fs.read(&path).cpu.map(|c| c.usage_ns), Some(3_000_000));
+        // Good figures, then more than any cgroup file holds: not read to the end.
+        let padding = "x".repeat(FILE_CAP as usize);
+        write(&d, "cpu.stat", &format!("usage_usec 3000\n{padding}"));
+        write(
+            &d,
+            "pids.current",
+            &format!("2{}", " ".repeat(FILE_CAP as usize)),
+        );
+        let s = fs.read(&path);
+        assert_eq!((s.cpu, s.pids), (None, None));
+        assert_eq!(read_capped(&d.join("cpu.stat"), FILE_CAP), None);
+        assert!(read_capped(&d.join("cpu.stat"), 2 * FILE_CAP).is_some());
     }
 
     #[test]

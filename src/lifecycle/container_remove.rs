@@ -109,6 +109,7 @@ impl Pods {
             nri.remove_container(pod, &container.snapshot()).await;
         }
         self.nri_forget(&id);
+        self.stats_sampler.forget(&id);
         info!(self.log, "container removed"; "container_id" => &id);
         let me = self.clone();
         let (name, mounts) = (meta.name.clone(), meta.mounts.clone());

@@ -18,6 +18,7 @@
 //! | ContainerStats, ListContainerStats | `container_stats.rs` |
 //! | PodSandboxStats, ListPodSandboxStats | `sandbox_stats.rs` |
 //! | ListMetricDescriptors, ListPodSandboxMetrics | `sandbox_metrics.rs` |
+//! | (the readings behind the stats RPCs) | `stats_sampler.rs` |
 //! | (restart: sweep and recovery) | `recover.rs` |
 //!
 //! - `backend`: what lifecycle needs from below, as narrow traits (containerd's records and
@@ -30,7 +31,7 @@
 //!   [`apparmor`]: the profile a container runs under is loaded (remora's default loaded
 //!   if missing).
 //! - `cgroup_stats`: a cgroup's CPU, memory and process figures (v1 and v2), behind every
-//!   stats RPC.
+//!   stats RPC; `stats_sampler`: those figures read at most once per period for all callers.
 //!
 //! Every mutating operation runs in a task of its own, so a kubelet that gives up (cancelling
 //! the RPC) cannot interrupt it half way and skip the rollback: the caller's cancellation is
@@ -67,6 +68,7 @@ pub(crate) mod sandbox_stats;
 mod sandbox_stop;
 mod sandbox_update;
 pub(crate) mod snapshot_usage;
+pub(crate) mod stats_sampler;
 #[cfg(test)]
 mod tests;
 mod timing;
@@ -117,6 +119,8 @@ pub struct Pods {
     snapshots: Arc<dyn Snapshots>,
     /// Snapshot disk usage, walked at most once per period (ImageFsInfo, stats).
     snapshot_usage: Arc<snapshot_usage::SnapshotUsage>,
+    /// Cgroup and network readings, sampled at most once per period (the stats RPCs).
+    stats_sampler: Arc<stats_sampler::StatsSampler>,
     leases: Arc<dyn Leases>,
     images: Arc<dyn LocalImages>,
     network: Arc<dyn PodNetwork>,
@@ -174,6 +178,8 @@ pub struct Backends {
     pub oci: Arc<dyn OciRuntime>,
     /// The host's AppArmor profiles (checked before a create when the host has AppArmor).
     pub apparmor: Arc<apparmor::AppArmor>,
+    /// The cgroup and network reads behind the stats RPCs.
+    pub stats: Arc<dyn stats_sampler::StatsSource>,
 }
 
 /// What [`Pods::new`] needs.
@@ -247,6 +253,11 @@ impl Pods {
             snapshot_usage::COLLECT_PERIOD,
             log.new(slog::o!("component" => "snapshot-usage")),
         ));
+        let stats_sampler = stats_sampler::StatsSampler::new(
+            backends.stats,
+            stats_sampler::Limits::default(),
+            log.new(slog::o!("component" => "stats")),
+        );
         Self {
             sandboxes: SandboxStore::new(),
             containers_store: ContainerStore::new(),
@@ -257,6 +268,7 @@ impl Pods {
             tasks: backends.tasks,
             snapshots: backends.snapshots,
             snapshot_usage,
+            stats_sampler,
             leases: backends.leases,
             images: backends.images,
             network: backends.network,
@@ -314,6 +326,11 @@ impl Pods {
     /// Snapshot disk usage (ImageFsInfo sums it; container stats read their writable layer).
     pub fn snapshot_usage(&self) -> &Arc<snapshot_usage::SnapshotUsage> {
         &self.snapshot_usage
+    }
+
+    /// The stats sampler (the metrics endpoint observes its collections).
+    pub fn stats_sampler(&self) -> &Arc<stats_sampler::StatsSampler> {
+        &self.stats_sampler
     }
 
     /// Tells exit monitors when containerd is back after an outage (set once the health

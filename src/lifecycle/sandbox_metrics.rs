@@ -10,16 +10,18 @@
 //! [`DESCRIPTORS`] is static and each metric is built from its descriptor's label keys.
 //!
 //! CRI carries values as integers: seconds counters are whole seconds (as containerd and CRI-O
-//! report them). Metrics are read when asked for, so their timestamp is 0 ("gathered live" in
-//! the CRI contract: kubelet then stamps them itself).
+//! report them). Metrics come from the stats sampler's last sample (at most its period old,
+//! [`super::stats_sampler`]); their timestamp is 0 ("gathered live" in the CRI contract:
+//! kubelet then stamps them itself).
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use super::cgroup_metrics::{count_descriptors, filesystem_of, CgroupExtras};
-use super::cgroup_stats::{CgroupFs, CgroupStats};
+use super::cgroup_stats::{CgroupFs, CgroupPath, CgroupStats};
 use super::container_stats::Stats;
 use super::sandbox_stats::{InterfaceStats, SandboxStats};
+use super::stats_sampler::Need;
 use crate::store::ContainerState;
 
 /// Whether a metric only grows or goes up and down.
@@ -645,13 +647,15 @@ pub struct ContainerExtras {
     pub filesystem: Option<(u64, u64)>,
 }
 
-/// Reads a running container's [`ContainerExtras`] (its init process `pid`, its writable
-/// layer's snapshotter root `writable_root`). Blocking: cgroupfs, procfs and `statvfs`.
-pub fn read_extras(fs: &CgroupFs, pid: u32, writable_root: Option<&Path>) -> ContainerExtras {
-    let cgroup = match std::fs::read_to_string(format!("/proc/{pid}/cgroup")) {
-        Ok(text) => fs.read_extras(&fs.path_of_process(&text)),
-        Err(_) => CgroupExtras::default(),
-    };
+/// Reads a running container's [`ContainerExtras`]: its cgroup at `path` (`None`: its init
+/// process is gone), its writable layer's snapshotter root `writable_root`. Blocking:
+/// cgroupfs, procfs and `statvfs`.
+pub fn read_extras(
+    fs: &CgroupFs,
+    path: Option<&CgroupPath>,
+    writable_root: Option<&Path>,
+) -> ContainerExtras {
+    let cgroup = path.map(|p| fs.read_extras(p)).unwrap_or_default();
     let descriptors = (!cgroup.procs.is_empty()).then(|| count_descriptors(&cgroup.procs));
     ContainerExtras {
         descriptors,
@@ -706,33 +710,25 @@ pub fn pod_metrics(
 
 impl super::Pods {
     /// ListPodSandboxMetrics: the metrics of every ready pod (the pods ListPodSandboxStats
-    /// lists), each running container's extras read off the async threads.
+    /// lists), from the sampler's readings with each running container's extras.
     pub async fn list_sandbox_metrics(&self) -> Vec<PodMetrics> {
-        let stats = self.list_sandbox_stats(&Default::default()).await;
-        let running: Vec<(String, u32, Option<std::path::PathBuf>)> = stats
+        let need = Need {
+            extras: true,
+            writable_root: self
+                .snapshot_usage
+                .latest()
+                .await
+                .ok()
+                .and_then(|c| c.root.clone()),
+        };
+        let (stats, readings) = self
+            .list_sandbox_stats_with(&Default::default(), &need)
+            .await;
+        let extras: HashMap<String, ContainerExtras> = readings
+            .containers
             .iter()
-            .flat_map(|s| &s.containers)
-            .filter(|c| {
-                c.container.status.state == ContainerState::Running && c.container.status.pid != 0
-            })
-            .map(|c| {
-                (
-                    c.container.metadata.id.clone(),
-                    c.container.status.pid,
-                    c.writable.as_ref().map(|w| w.2.clone()),
-                )
-            })
+            .filter_map(|(id, r)| Some((id.clone(), r.figures.extras.clone()?)))
             .collect();
-        let extras = super::blocking(move || {
-            let fs = CgroupFs::host();
-            running
-                .into_iter()
-                .map(|(id, pid, root)| (id, read_extras(&fs, pid, root.as_deref())))
-                .collect::<HashMap<_, _>>()
-        })
-        .await
-        // The reading panicked (a bug): the metrics without extras rather than none.
-        .unwrap_or_default();
         let now_s = (super::now_ns().max(0) as u64) / NS_PER_S;
         stats
             .iter()
@@ -769,6 +765,7 @@ mod tests {
             },
             timestamp_ns: 5,
             cgroup,
+            usage_nano_cores: None,
             writable: None,
         }
     }
@@ -803,6 +800,7 @@ mod tests {
             },
             timestamp_ns: 5,
             cgroup: busy,
+            usage_nano_cores: None,
             network: Some(NetworkStats {
                 timestamp_ns: 5,
                 interfaces: vec![InterfaceStats {

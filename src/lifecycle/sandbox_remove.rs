@@ -47,6 +47,7 @@ impl Pods {
                 nri.remove_pod_sandbox(&sandbox.snapshot()).await;
             }
             me.nri_forget(&id);
+            me.stats_sampler.forget(&id);
             info!(me.log, "pod sandbox removed"; "pod_id" => &id);
             Ok(())
         })

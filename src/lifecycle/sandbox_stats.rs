@@ -26,12 +26,15 @@
 use slog::debug;
 use thiserror::Error;
 
-use super::cgroup_stats::{CgroupFs, CgroupStats};
-use super::container_stats::{process_cgroup, Stats};
+use std::path::{Path, PathBuf};
+
+use super::cgroup_stats::{read_small, CgroupFs, CgroupStats};
+use super::container_stats::{container_target, Stats};
+use super::stats_sampler::{Need, NetworkSource, Readings, SandboxTarget};
 use super::{now_ns, Pods};
 use crate::spec::cgroups::pod_cgroup_dir;
 use crate::spec::CgroupDriver;
-use crate::store::{SandboxFilter, SandboxSnapshot, SandboxState, StoreError};
+use crate::store::{ContainerSnapshot, SandboxFilter, SandboxSnapshot, SandboxState, StoreError};
 
 /// The interface kubelet and containerd take as a pod's own.
 pub const DEFAULT_INTERFACE: &str = "eth0";
@@ -87,6 +90,9 @@ pub struct SandboxStats {
     pub timestamp_ns: i64,
     /// The pod's CPU, memory and processes.
     pub cgroup: CgroupStats,
+    /// The CPU use of its cgroup between two readings, in nanocores (`None` for a pod without
+    /// a cgroup of its own, or at its first reading).
+    pub usage_nano_cores: Option<u64>,
     /// Its network; `None` for a host-network pod.
     pub network: Option<NetworkStats>,
     /// Its containers' stats.
@@ -139,8 +145,8 @@ pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
 }
 
 /// The network of the namespace process `pid` is in.
-fn network_of(pid: u32) -> Option<NetworkStats> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).ok()?;
+pub(crate) fn network_of(pid: u32) -> Option<NetworkStats> {
+    let text = read_small(Path::new(&format!("/proc/{pid}/net/dev")))?;
     Some(network_now(&text))
 }
 
@@ -153,120 +159,192 @@ fn network_now(net_dev: &str) -> NetworkStats {
 }
 
 /// The interfaces of the network namespace at `netns` (a pod without a pause container and
-/// without a running container), read from inside it: `/proc/thread-self/net/dev` is the
-/// reading thread's namespace's.
-async fn network_in(netns: std::path::PathBuf) -> Option<NetworkStats> {
-    let text = tokio::task::spawn_blocking(move || {
-        crate::net::netns::run_in(&netns, || {
-            std::fs::read_to_string("/proc/thread-self/net/dev").ok()
-        })
-    })
-    .await
-    .ok()?
-    .ok()??;
+/// without a running container), read from inside it by a thread of its own:
+/// `/proc/thread-self/net/dev` is the reading thread's namespace's. Blocking.
+pub(crate) fn network_in(netns: &Path) -> Option<NetworkStats> {
+    let text =
+        crate::net::netns::run_in(netns, || read_small(Path::new("/proc/thread-self/net/dev")))
+            .ok()??;
     Some(network_now(&text))
+}
+
+/// What the sampler reads of a pod with containers `containers`, if it is ready: its cgroup
+/// parent, its pause process and where its network is seen (the pause process's view; without
+/// one, a running container's, else the namespace's own; none for a host-network pod).
+pub(crate) fn sandbox_target(
+    sandbox: &SandboxSnapshot,
+    containers: &[ContainerSnapshot],
+) -> Option<SandboxTarget> {
+    let (meta, pid) = (&sandbox.metadata, sandbox.status.pid);
+    if sandbox.status.state != SandboxState::Ready || (pid == 0 && !meta.pinned_namespaces) {
+        return None;
+    }
+    // A pod with a network namespace of its own has its path recorded; a host-network pod
+    // has none.
+    let network = if meta.netns_path.is_empty() {
+        NetworkSource::Host
+    } else if pid != 0 {
+        NetworkSource::Process(pid)
+    } else {
+        let mut running: Vec<_> = containers.iter().filter_map(container_target).collect();
+        running.sort_by(|a, b| a.id.cmp(&b.id));
+        match running.first() {
+            Some(c) => NetworkSource::Process(c.pid),
+            None => NetworkSource::Namespace(PathBuf::from(&meta.netns_path)),
+        }
+    };
+    Some(SandboxTarget {
+        id: meta.id.clone(),
+        pid,
+        cgroup_parent: meta.cgroup_parent.clone(),
+        network,
+    })
 }
 
 impl Pods {
     /// PodSandboxStats.
     pub async fn sandbox_stats(&self, id: &str) -> Result<SandboxStats, StatsError> {
         let sandbox = self.sandboxes.get(id)?.snapshot();
-        self.stats_of_sandbox(sandbox).await
+        let (mut stats, _) = self
+            .stats_of_sandboxes(vec![sandbox], &Need::default())
+            .await;
+        stats
+            .pop()
+            .unwrap_or_else(|| Err(StatsError::NotReady { id: id.to_string() }))
     }
 
     /// ListPodSandboxStats over the ready pods passing `filter` (its state is ignored: only
     /// ready pods have stats). A pod that stops while it is measured is left out.
     pub async fn list_sandbox_stats(&self, filter: &SandboxFilter) -> Vec<SandboxStats> {
+        self.list_sandbox_stats_with(filter, &Need::default())
+            .await
+            .0
+    }
+
+    /// ListPodSandboxStats, with the readings (their extras if `need` asks for them).
+    pub(crate) async fn list_sandbox_stats_with(
+        &self,
+        filter: &SandboxFilter,
+        need: &Need,
+    ) -> (Vec<SandboxStats>, Readings) {
         let filter = SandboxFilter {
             state: Some(SandboxState::Ready),
             ..filter.clone()
         };
-        let mut out = Vec::new();
-        for sandbox in self.sandboxes.list(&filter) {
-            let id = sandbox.metadata.id.clone();
-            match self.stats_of_sandbox(sandbox).await {
+        let (stats, readings) = self
+            .stats_of_sandboxes(self.sandboxes.list(&filter), need)
+            .await;
+        let mut out = Vec::with_capacity(stats.len());
+        for s in stats {
+            match s {
                 Ok(s) => out.push(s),
                 Err(e) => {
-                    debug!(self.log, "pod left out of the stats list"; "pod_id" => id, "reason" => %e)
+                    debug!(self.log, "pod left out of the stats list"; "reason" => %e)
                 }
             }
         }
-        out
+        (out, readings)
     }
 
-    async fn stats_of_sandbox(&self, sandbox: SandboxSnapshot) -> Result<SandboxStats, StatsError> {
-        let pid = sandbox.status.pid;
-        let pinned = sandbox.metadata.pinned_namespaces;
-        if sandbox.status.state != SandboxState::Ready || (pid == 0 && !pinned) {
-            return Err(StatsError::NotReady {
-                id: sandbox.metadata.id.clone(),
-            });
-        }
-        let timestamp_ns = now_ns();
-        let mut containers = Vec::new();
-        for c in self.containers_store.by_sandbox(&sandbox.metadata.id) {
-            containers.push(self.stats_of(c.snapshot()).await);
-        }
-        containers.sort_by(|a, b| a.container.metadata.id.cmp(&b.container.metadata.id));
-        let fs = CgroupFs::host();
-        let driver = self.host.cgroup_driver;
-        let cgroup = pod_cgroup(&fs, driver, &sandbox.metadata.cgroup_parent, || {
-            let pause = (pid != 0).then(|| process_cgroup(&fs, pid));
-            CgroupStats::sum(pause.iter().chain(containers.iter().map(|c| &c.cgroup)))
-        });
-        // A pod with a network namespace of its own has its path recorded; a host-network pod
-        // has none.
-        let network = if sandbox.metadata.netns_path.is_empty() {
-            None
-        } else if pid != 0 {
-            network_of(pid)
-        } else {
-            // No pause process: a running container's view, else the namespace's own.
-            let running = containers
+    /// The stats of `sandboxes`, in their order, from one answer of the sampler.
+    async fn stats_of_sandboxes(
+        &self,
+        sandboxes: Vec<SandboxSnapshot>,
+        need: &Need,
+    ) -> (Vec<Result<SandboxStats, StatsError>>, Readings) {
+        let mut pods = Vec::with_capacity(sandboxes.len());
+        let mut targets = Vec::new();
+        for sandbox in sandboxes {
+            let mut containers: Vec<_> = self
+                .containers_store
+                .by_sandbox(&sandbox.metadata.id)
                 .iter()
-                .map(|c| &c.container.status)
-                .find(|s| s.state == crate::store::status::ContainerState::Running && s.pid != 0);
-            match running {
-                Some(s) => network_of(s.pid),
-                None => network_in(std::path::PathBuf::from(&sandbox.metadata.netns_path)).await,
+                .map(|c| c.snapshot())
+                .collect();
+            containers.sort_by(|a, b| a.metadata.id.cmp(&b.metadata.id));
+            match sandbox_target(&sandbox, &containers) {
+                Some(t) => {
+                    targets.push((t, containers));
+                    pods.push(Ok(sandbox));
+                }
+                None => pods.push(Err(StatsError::NotReady {
+                    id: sandbox.metadata.id.clone(),
+                })),
             }
+        }
+        let readings = self.readings(need, &[], &targets).await;
+        let mut targets = targets.into_iter();
+        let mut out = Vec::with_capacity(pods.len());
+        for pod in pods {
+            let result = match (pod, targets.next()) {
+                (Ok(sandbox), Some((_, containers))) => {
+                    self.sandbox_from(sandbox, containers, &readings).await
+                }
+                (Err(e), _) => Err(e),
+                // One target per Ok pod, in their order: there is no Ok pod without one.
+                (Ok(sandbox), None) => Err(StatsError::NotReady {
+                    id: sandbox.metadata.id.clone(),
+                }),
+            };
+            out.push(result);
+        }
+        (out, readings)
+    }
+
+    /// A ready pod's stats from `readings`.
+    async fn sandbox_from(
+        &self,
+        sandbox: SandboxSnapshot,
+        containers: Vec<ContainerSnapshot>,
+        readings: &Readings,
+    ) -> Result<SandboxStats, StatsError> {
+        let id = &sandbox.metadata.id;
+        let not_ready = || StatsError::NotReady { id: id.clone() };
+        let reading = readings
+            .sandboxes
+            .get(id)
+            .filter(|r| r.pid == sandbox.status.pid)
+            .ok_or_else(not_ready)?;
+        let mut stats = Vec::with_capacity(containers.len());
+        for c in containers {
+            stats.push(self.stats_from(c, readings).await);
+        }
+        let f = &reading.figures;
+        let (cgroup, usage_nano_cores) = match f.own {
+            Some(own) => (own, reading.usage_nano_cores),
+            // No cgroup of its own: the sum of its pause process's and its containers'.
+            None => (
+                CgroupStats::sum(f.pause.iter().chain(stats.iter().map(|c| &c.cgroup))),
+                None,
+            ),
         };
-        // The pause process may have exited while we read: its figures are then not the pod's.
+        // The pause process may have exited since it was read: its figures are then not the
+        // pod's.
         if self
             .sandboxes
-            .get(&sandbox.metadata.id)
+            .get(id)
             .map(|s| s.status().state != SandboxState::Ready)
             .unwrap_or(true)
         {
-            return Err(StatsError::NotReady {
-                id: sandbox.metadata.id.clone(),
-            });
+            return Err(not_ready());
         }
         Ok(SandboxStats {
-            sandbox,
-            timestamp_ns,
+            timestamp_ns: reading.timestamp_ns,
             cgroup,
-            network,
-            containers,
+            usage_nano_cores,
+            network: f.network.clone(),
+            containers: stats,
+            sandbox,
         })
     }
 }
 
-/// A pod's cgroup figures: its cgroup parent's (a path, or a slice under `driver`), if it has
-/// one that exists; `sum_of_parts` otherwise.
-fn pod_cgroup(
-    fs: &CgroupFs,
-    driver: CgroupDriver,
-    parent: &str,
-    sum_of_parts: impl FnOnce() -> CgroupStats,
-) -> CgroupStats {
-    if let Some(dir) = pod_cgroup_dir(driver, parent) {
-        let path = fs.path_of_dir(&dir);
-        if fs.exists(&path) {
-            return fs.read(&path);
-        }
-    }
-    sum_of_parts()
+/// A pod's own cgroup figures: its cgroup parent's (a path, or a slice under `driver`), if it
+/// has one that exists.
+pub(crate) fn own_cgroup(fs: &CgroupFs, driver: CgroupDriver, parent: &str) -> Option<CgroupStats> {
+    let dir = pod_cgroup_dir(driver, parent)?;
+    let path = fs.path_of_dir(&dir);
+    fs.exists(&path).then(|| fs.read(&path))
 }
 
 #[cfg(test)]
@@ -323,7 +401,7 @@ Inter-|   Receive                                                |  Transmit
     }
 
     #[test]
-    fn pod_cgroup_from_its_parent_else_the_sum_of_its_parts() {
+    fn own_cgroup_is_its_parents_if_it_exists() {
         let root = tempfile::tempdir().unwrap();
         let r = root.path();
         write(
@@ -333,29 +411,21 @@ Inter-|   Receive                                                |  Transmit
         );
         write(&r.join("cpuacct/kubepods/pod9"), "cpuacct.usage", "77\n");
         let fs = CgroupFs::at(r.to_path_buf(), 100, remora_host::cgroup::Hierarchy::V1);
-        let parts = || CgroupStats {
-            pids: Some(5),
-            ..Default::default()
-        };
         let fs_driver = CgroupDriver::Cgroupfs;
-        let s = pod_cgroup(&fs, fs_driver, "/kubepods/pod9", parts);
+        let s = own_cgroup(&fs, fs_driver, "/kubepods/pod9").expect("the pod's cgroup");
         assert_eq!(s.memory.map(|m| m.usage), Some(4096));
         assert_eq!(s.cpu.map(|c| c.usage_ns), Some(77));
         assert_eq!(s.pids, None, "the fixture has no pids controller");
+        assert_eq!(own_cgroup(&fs, fs_driver, ""), None, "no parent");
         assert_eq!(
-            pod_cgroup(&fs, fs_driver, "", parts).pids,
-            Some(5),
-            "no parent"
-        );
-        assert_eq!(
-            pod_cgroup(&fs, fs_driver, "/kubepods/missing", parts).pids,
-            Some(5),
+            own_cgroup(&fs, fs_driver, "/kubepods/missing"),
+            None,
             "a parent that does not exist"
         );
     }
 
     #[test]
-    fn pod_cgroup_of_a_systemd_slice_is_where_systemd_puts_it() {
+    fn own_cgroup_of_a_systemd_slice_is_where_systemd_puts_it() {
         let root = tempfile::tempdir().unwrap();
         let r = root.path();
         write(
@@ -366,18 +436,9 @@ Inter-|   Receive                                                |  Transmit
             "8192\n",
         );
         let fs = CgroupFs::at(r.to_path_buf(), 100, remora_host::cgroup::Hierarchy::V1);
-        let parts = CgroupStats::default;
-        let s = pod_cgroup(
-            &fs,
-            CgroupDriver::Systemd,
-            "kubepods-besteffort-pod9.slice",
-            parts,
-        );
-        assert_eq!(s.memory.map(|m| m.usage), Some(8192));
+        let s = own_cgroup(&fs, CgroupDriver::Systemd, "kubepods-besteffort-pod9.slice");
+        assert_eq!(s.and_then(|s| s.memory).map(|m| m.usage), Some(8192));
         // No parent: the default slice is not the pod's.
-        assert_eq!(
-            pod_cgroup(&fs, CgroupDriver::Systemd, "", parts).memory,
-            None
-        );
+        assert_eq!(own_cgroup(&fs, CgroupDriver::Systemd, ""), None);
     }
 }

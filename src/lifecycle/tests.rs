@@ -176,6 +176,9 @@ fn bed_with(
             network: Arc::new(FakeNetwork::new(log.clone(), state_dir.join("netns"))),
             oci: Arc::new(oci.clone()),
             apparmor: Arc::new(apparmor),
+            stats: Arc::new(crate::lifecycle::stats_sampler::HostSource::new(
+                host.cgroup_driver,
+            )),
         },
         host,
         slog::Logger::root(slog::Discard, slog::o!()),

@@ -41,13 +41,14 @@ fn io(c: &CgroupStats, timestamp: i64) -> Option<v1::IoUsage> {
     })
 }
 
-fn cpu(c: &CgroupStats, timestamp: i64) -> v1::CpuUsage {
+fn cpu(c: &CgroupStats, usage_nano_cores: Option<u64>, timestamp: i64) -> v1::CpuUsage {
     v1::CpuUsage {
         timestamp,
         usage_core_nano_seconds: c.cpu.and_then(|c| u(c.usage_ns)),
-        // A rate needs two readings: kubelet computes it itself from the cumulative figure
-        // when the runtime leaves it out.
-        usage_nano_cores: None,
+        // A rate needs two readings of the same process, which the stats sampler keeps: a
+        // caller asking twice within its period gets the same reading twice, from which it
+        // could compute no rate of its own (kubelet computes one where this is left out).
+        usage_nano_cores: usage_nano_cores.and_then(u),
         psi: c.pressure.cpu.as_ref().map(psi),
     }
 }
@@ -77,7 +78,7 @@ pub fn container_stats(s: &Stats) -> v1::ContainerStats {
             labels: c.labels,
             annotations: c.annotations,
         }),
-        cpu: Some(cpu(&s.cgroup, s.timestamp_ns)),
+        cpu: Some(cpu(&s.cgroup, s.usage_nano_cores, s.timestamp_ns)),
         memory: Some(memory(&s.cgroup, s.timestamp_ns)),
         writable_layer: s
             .writable
@@ -132,7 +133,7 @@ pub fn pod_sandbox_stats(s: &SandboxStats) -> v1::PodSandboxStats {
             annotations: m.annotations.clone(),
         }),
         linux: Some(v1::LinuxPodSandboxStats {
-            cpu: Some(cpu(&s.cgroup, s.timestamp_ns)),
+            cpu: Some(cpu(&s.cgroup, s.usage_nano_cores, s.timestamp_ns)),
             memory: Some(memory(&s.cgroup, s.timestamp_ns)),
             network: s.network.as_ref().map(network),
             process: Some(v1::ProcessUsage {
@@ -255,6 +256,7 @@ mod tests {
             },
             timestamp_ns: 7,
             cgroup,
+            usage_nano_cores: None,
             writable: None,
         }
     }
@@ -306,10 +308,22 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            cpu(&huge, 1).psi.and_then(|p| p.some).map(|d| d.total),
+            cpu(&huge, None, 1)
+                .psi
+                .and_then(|p| p.some)
+                .map(|d| d.total),
             Some(u64::MAX),
             "saturates rather than wraps"
         );
+    }
+
+    #[test]
+    fn the_cpu_rate_is_the_readings_and_absent_without_one() {
+        let mut s = container(CgroupStats::default());
+        let cpu = |s: &Stats| container_stats(s).cpu.expect("cpu").usage_nano_cores;
+        assert_eq!(cpu(&s), None, "a first reading has no rate");
+        s.usage_nano_cores = Some(250_000_000);
+        assert_eq!(cpu(&s), Some(v1::UInt64Value { value: 250_000_000 }));
     }
 
     #[test]
@@ -324,6 +338,7 @@ mod tests {
             },
             timestamp_ns: 8,
             cgroup: pressed(),
+            usage_nano_cores: None,
             network: None,
             containers: vec![container(CgroupStats::default())],
         };

@@ -654,8 +654,7 @@ impl StatsSource for HostSource {
     }
 }
 
-// The tests are a file of their own (the module's private items in reach), keeping this one
-// to the sampler.
+// The tests are a file of their own (stats_sampler/tests.rs: the module's private items in
+// reach), keeping this one to the sampler.
 #[cfg(test)]
-#[path = "tests/stats_sampler.rs"]
 mod tests;

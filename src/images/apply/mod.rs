@@ -3,7 +3,7 @@
 //! that either may unpack an image and the snapshots come out the same.
 //!
 //! Design: [`apply_layer`] takes any [`Read`], so a caller may feed it a blob from the
-//! content store or, later, a download as it arrives.
+//! content store (`differ`, the `Differ` port over it) or, later, a download as it arrives.
 //! It decompresses by the stream's magic bytes (`stream`), hashes the uncompressed bytes for
 //! the diff ID while reading them, parses the tar by Go's rules (`tar`), and applies each
 //! entry in containerd's order of steps (`entry`). Every filesystem call is made relative to
@@ -15,6 +15,7 @@
 //! snapshot's upper directory they become overlayfs' own markers; onto a plain directory
 //! they remove what they name.
 
+mod differ;
 mod entry;
 mod error;
 mod fs;
@@ -27,6 +28,7 @@ mod tests;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+pub use differ::{LocalApplyError, LocalDiffer};
 pub use error::ApplyError;
 pub use stream::Compression;
 

@@ -28,7 +28,7 @@ mod tests;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-pub use differ::{LocalApplyError, LocalDiffer};
+pub use differ::{in_user_namespace, ApplyTarget, LocalApplyError, LocalDiffer};
 pub use error::ApplyError;
 pub use stream::Compression;
 

@@ -73,16 +73,32 @@ impl Bed {
 
     async fn write_blob(&self, data: &[u8]) -> Descriptor {
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(data)));
-        let msg = WriteContentRequest {
+        // In chunks under gRPC's 16 MiB message limit, then a commit with no data.
+        const CHUNK: usize = 4 << 20;
+        let r#ref = unique("apply-it-blob");
+        let mut msgs: Vec<WriteContentRequest> = data
+            .chunks(CHUNK)
+            .enumerate()
+            .map(|(i, chunk)| WriteContentRequest {
+                action: WriteAction::Write as i32,
+                r#ref: r#ref.clone(),
+                total: data.len() as i64,
+                expected: digest.clone(),
+                offset: (i * CHUNK) as i64,
+                data: chunk.to_vec(),
+                labels: HashMap::new(),
+            })
+            .collect();
+        msgs.push(WriteContentRequest {
             action: WriteAction::Commit as i32,
-            r#ref: unique("apply-it-blob"),
+            r#ref,
             total: data.len() as i64,
             expected: digest.clone(),
-            offset: 0,
-            data: data.to_vec(),
+            offset: data.len() as i64,
+            data: Vec::new(),
             labels: HashMap::new(),
-        };
-        let stream = tokio_stream::iter(vec![msg]);
+        });
+        let stream = tokio_stream::iter(msgs);
         let answer = ContentClient::new(self.channel.clone())
             .write(self.request(stream))
             .await;

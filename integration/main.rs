@@ -8,6 +8,8 @@ mod harness;
 mod sweep;
 mod testbed;
 
+mod apply;
+mod apply_corpus;
 mod bad_input;
 mod churn;
 mod containers;

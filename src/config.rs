@@ -106,6 +106,12 @@ config_path = "/etc/remora/certs.d"
 # into containerd's content store and applying them through its Diff service. Either way
 # remora resolves tags and fetches and checks manifests and configs itself.
 pull_layers = "transfer"
+# Who applies the layers remora downloads (pull_layers = "remora"; with "transfer",
+# containerd applies its own): "containerd", its Diff service, or "remora", remora's own
+# applier, which reads each blob from containerd's content store and writes the snapshot's
+# directory itself (gzip, zstd or plain; containerd's whiteout, ownership, xattr and path
+# rules; see docs/design.md). The diff ID is checked against the image config either way.
+layer_applier = "containerd"
 # Layer downloads running at once with pull_layers = "remora", across all pulls and
 # registries (with "transfer", containerd's transfer plugin settings bound them).
 max_concurrent_downloads = 12
@@ -484,6 +490,8 @@ pub struct ImagesConfig {
     pub config_path: PathBuf,
     /// Who downloads and unpacks layers.
     pub pull_layers: PullLayers,
+    /// Who applies the layers remora downloads.
+    pub layer_applier: LayerApplier,
     /// Concurrent layer downloads, all registries.
     pub max_concurrent_downloads: usize,
     /// Concurrent layer downloads from one registry.
@@ -514,6 +522,7 @@ impl Default for ImagesConfig {
             snapshotter: "overlayfs".to_string(),
             config_path: PathBuf::from("/etc/remora/certs.d"),
             pull_layers: PullLayers::Transfer,
+            layer_applier: LayerApplier::Containerd,
             max_concurrent_downloads: 12,
             max_concurrent_downloads_per_host: 3,
             stall_min_bytes: 65536,
@@ -534,6 +543,16 @@ pub enum PullLayers {
     /// containerd's Transfer service.
     Transfer,
     /// remora's registry client, through containerd's content store and Diff service.
+    Remora,
+}
+
+/// Who applies the layers remora downloads (`pull_layers = "remora"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LayerApplier {
+    /// containerd's Diff service.
+    Containerd,
+    /// remora's own applier (`images::apply`), over containerd's content store.
     Remora,
 }
 

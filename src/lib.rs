@@ -20,6 +20,8 @@ pub(crate) mod events;
 pub mod grpc;
 pub(crate) mod host_network;
 pub(crate) mod images;
+// remora's layer applier, for the differential test against containerd's (integration/apply.rs).
+pub use images::apply as layer_apply;
 #[cfg(test)]
 mod layering;
 pub mod lifecycle;

@@ -23,7 +23,9 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use crate::config::{CgroupDriver, Config, PauseContainer, PullLayers, RuntimeConfig};
+use crate::config::{
+    CgroupDriver, Config, LayerApplier, PauseContainer, PullLayers, RuntimeConfig,
+};
 use crate::containerd::health::{HealthMonitor, ProbeSchedule};
 use crate::containerd::Client;
 use crate::cri::service::CriService;
@@ -32,6 +34,8 @@ use crate::events;
 use crate::events::monitor::{ImageEvents, Resync, RuntimeEvents, Subscription};
 use crate::events::queue::{OrderedQueue, QueueConfig};
 use crate::host_network::HostNetwork;
+use crate::images::apply::LocalDiffer;
+use crate::images::backend::Differ;
 use crate::images::pull::{Backend, PullConfig, Puller, TransferConfig};
 use crate::images::registry::{RegistryClient, RegistryConfig};
 use crate::images::resolver::ResolverConfig;
@@ -313,12 +317,16 @@ fn image_runtime(
 ) -> Result<ImageRuntime, ServerError> {
     let img = &config.images;
     let shared = Arc::new(client.clone());
+    let differ: Arc<dyn Differ> = match img.layer_applier {
+        LayerApplier::Containerd => shared.clone(),
+        LayerApplier::Remora => Arc::new(LocalDiffer::new(shared.clone())),
+    };
     let backend = Backend {
         content: shared.clone(),
         images: shared.clone(),
         leases: shared.clone(),
         snapshots: shared.clone(),
-        differ: shared.clone(),
+        differ,
         transfer: shared,
     };
     let registry = Arc::new(

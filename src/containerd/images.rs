@@ -29,8 +29,8 @@ use tonic::Code;
 use super::Client;
 use crate::backend_error::{BackendCode, BackendError};
 use crate::images::backend::{
-    Blob, ChunkStream, Content, ContentInfo, ContentWriter, Differ, ImageRecord, Images, Leases,
-    Mount, Snapshots, Usage,
+    Blob, ChunkStream, Content, ContentInfo, ContentWriter, DiffError, Differ, ImageRecord, Images,
+    Leases, Mount, Snapshots, Usage,
 };
 
 fn to_pb(b: &Blob) -> Descriptor {
@@ -740,7 +740,7 @@ impl Snapshots for Client {
 
 #[async_trait::async_trait]
 impl Differ for Client {
-    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, BackendError> {
+    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, DiffError> {
         let mut c = DiffClient::new(self.channel());
         let req = self.request(
             ApplyRequest {

@@ -212,11 +212,22 @@ pub trait Snapshots: Send + Sync + 'static {
     async fn root(&self, snapshotter: &str) -> Result<Option<std::path::PathBuf>, BackendError>;
 }
 
-/// containerd's diff service.
+/// Why applying a layer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    /// containerd failed: its Diff service, or reading the blob from its content store.
+    #[error(transparent)]
+    Containerd(#[from] BackendError),
+    /// remora's own applier failed (`[images] layer_applier = "remora"`).
+    #[error(transparent)]
+    Local(#[from] crate::images::apply::LocalApplyError),
+}
+
+/// Applies layers: containerd's diff service, or remora's own applier over the content store.
 #[async_trait::async_trait]
 pub trait Differ: Send + Sync + 'static {
     /// Applies the (compressed) layer blob onto `mounts`; returns the uncompressed digest.
-    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, BackendError>;
+    async fn apply(&self, layer: &Blob, mounts: Vec<Mount>) -> Result<String, DiffError>;
 }
 
 /// Credentials containerd's Transfer service is given when a registry asks it for them.

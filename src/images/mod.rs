@@ -17,6 +17,7 @@
 //!   [`image_fs_info`]), over [`ImageRuntime`] and domain types; the CRI layer unpacks the
 //!   requests, calls them, and packs their results.
 
+pub mod apply;
 pub mod backend;
 pub mod coalesce;
 pub mod config_stream;

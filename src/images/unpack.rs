@@ -20,7 +20,8 @@ use std::collections::HashMap;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use super::backend::{unique_id, Blob, Differ, Snapshots};
+use super::apply::LocalApplyError;
+use super::backend::{unique_id, Blob, DiffError, Differ, Snapshots};
 use crate::backend_error::BackendError;
 
 /// Why an unpack failed.
@@ -58,6 +59,18 @@ pub enum UnpackError {
     /// containerd failed.
     #[error(transparent)]
     Containerd(#[from] BackendError),
+    /// remora's own layer applier failed.
+    #[error(transparent)]
+    Apply(#[from] LocalApplyError),
+}
+
+impl From<DiffError> for UnpackError {
+    fn from(e: DiffError) -> Self {
+        match e {
+            DiffError::Containerd(e) => UnpackError::Containerd(e),
+            DiffError::Local(e) => UnpackError::Apply(e),
+        }
+    }
 }
 
 /// Chain IDs of a layer stack, bottom first.
@@ -336,16 +349,15 @@ pub(crate) mod tests {
 
     #[async_trait::async_trait]
     impl Differ for FakeDiffer {
-        async fn apply(&self, layer: &Blob, _m: Vec<Mount>) -> Result<String, BackendError> {
-            self.0
-                .get(&layer.digest)
-                .cloned()
-                .ok_or_else(|| BackendError::Call {
+        async fn apply(&self, layer: &Blob, _m: Vec<Mount>) -> Result<String, DiffError> {
+            self.0.get(&layer.digest).cloned().ok_or_else(|| {
+                DiffError::Containerd(BackendError::Call {
                     address: "/fake".into(),
                     op: "Diff.Apply",
                     code: BackendCode::NotFound,
                     message: format!("no content {}", layer.digest),
                 })
+            })
         }
     }
 

@@ -657,7 +657,7 @@ impl Differ for RecordingDiffer {
         &self,
         layer: &Blob,
         mounts: Vec<crate::images::backend::Mount>,
-    ) -> Result<String, BackendError> {
+    ) -> Result<String, crate::images::backend::DiffError> {
         let stored = self.ctr.blob_digests().into_iter().collect();
         self.applied
             .lock()

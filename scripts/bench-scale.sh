@@ -5,7 +5,7 @@
 #
 #   scripts/bench-scale.sh [--pods N] [--concurrent M] [--handler H] [--containerd-pods N]
 #                          [--only remora|containerd] [--bin PATH] [--samples K] [--share-pid]
-#                          [--kill]
+#                          [--kill] [--poll P]
 #
 #   --pods N             pods per runtime (default 300)
 #   --concurrent M       pods started at once (default 10)
@@ -19,6 +19,7 @@
 #                        shaped as kubelet sends a pod without it (PID mode CONTAINER for the
 #                        pod and its container), which remora runs without one
 #                        (`pause_container = "when-needed"`); containerd's CRI always makes one
+#   --poll P             kubelet-like stats polling for P periods of 10 s (default 6)
 #   --kill               before remora's teardown, SIGKILL it at its load and start it again:
 #                        seconds from the kill to its first answer (crictl version), to every
 #                        container listed running again, to a new pod running; and its own
@@ -36,6 +37,9 @@
 #     metricsp); for remora also the mean time inside it (its metrics, served on
 #     127.0.0.1:19338 for the run); and the CPU time per call of containerd, the shims and
 #     remora (for remora's run) together;
+#   - kubelet-like stats polling at N pods: every 10 s for P periods, one ListContainerStats,
+#     ListPodSandboxStats and ListPodSandboxMetrics each; p50/p95/p99 of those calls and the
+#     CPU time per period of what serves them (containerd, the shims, remora);
 #   - teardown time (stopp + rmp, M at a time) and what is left after it (shims, containers
 #     and snapshots in the namespace, pod netns and mounts).
 # The load stops early, and says where, when the node has less than 2 GiB available (before
@@ -52,7 +56,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # pid_mode: the CRI NamespaceMode as a number (1 CONTAINER, 0 POD): crictl's JSON loader
 # refuses enum names.
-pods=300 m=10 handler='' ctrd_pods='' only='' bin='' samples=30 pid_mode=1 kill_remora=''
+pods=300 m=10 handler='' ctrd_pods='' only='' bin='' samples=30 pid_mode=1 kill_remora='' poll=6
 num() { [[ $# -ge 2 && $2 =~ ^[1-9][0-9]*$ ]] || die "$1 needs a positive number"; }
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -60,6 +64,7 @@ while [[ $# -gt 0 ]]; do
 	--concurrent) num "$@" && m=$2 && shift 2 ;;
 	--containerd-pods) num "$@" && ctrd_pods=$2 && shift 2 ;;
 	--samples) num "$@" && samples=$2 && shift 2 ;;
+	--poll) num "$@" && poll=$2 && shift 2 ;;
 	--share-pid) pid_mode=0 && shift ;;
 	--kill) kill_remora=1 && shift ;;
 	--handler)
@@ -317,6 +322,30 @@ time_calls() {
 	echo "$label $(percentiles "$f") $inside $cpu" >>"$work/lists-$rt"
 }
 
+# poll_stats RT: kubelet's stats polling, paced: every 10 s for $poll periods, the three
+# stats calls once each (its /stats/summary and /metrics/cadvisor). Appends "poll p50 p95 p99
+# - cpu", cpu being the CPU time (ms) per 10 s period of what serves RT (cpu_ticks).
+poll_stats() {
+	local rt=$1 k call start t0 rest ticks f="$work/poll"
+	: >"$f"
+	ticks=$(cpu_ticks "$rt")
+	for ((k = 0; k < poll; k++)); do
+		start=$EPOCHREALTIME
+		for call in "stats -a -o json" "statsp -o json" metricsp; do
+			t0=$EPOCHREALTIME
+			# shellcheck disable=SC2086 # the call's words
+			cri "$rt" $call >/dev/null 2>&1 || warn "$rt: crictl $call failed"
+			awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f\n", (b - a) * 1000 }' >>"$f"
+		done
+		rest=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { r = 10 - (b - a); printf "%.3f", r > 0 ? r : 0 }')
+		sleep "$rest"
+	done
+	local cpu
+	cpu=$(awk -v a="$ticks" -v b="$(cpu_ticks "$rt")" -v k="$poll" -v hz="$(getconf CLK_TCK)" \
+		'BEGIN { printf "%.1f", (b - a) * 1000 / hz / k }')
+	echo "poll $(percentiles "$f") - $cpu" >>"$work/lists-$rt"
+}
+
 # list_readings RT SUFFIX: the list and status calls at the current size.
 list_readings() {
 	local rt=$1 sfx=$2 pod ctr
@@ -437,6 +466,8 @@ for rt in remora containerd; do
 	info "$rt: memory (kind count rss_kib pss_kib): $(tr '\n' ';' <"$work/mem-$rt")"
 	info "$rt: list and status calls at ${n_started[$rt]} pods"
 	list_readings "$rt" ""
+	info "$rt: kubelet-like stats polling, $poll periods of 10 s"
+	poll_stats "$rt"
 	info "$rt: the same while $m more pods are being created"
 	start_pods "$rt" "$m" "scale-$rt-more" >/dev/null &
 	more=$!
@@ -497,6 +528,11 @@ for label in version ps-a-q pods-q inspect inspectp stats statsp metricsp; do
 		row "  CPU per call, daemons and shims (ms)" "$(col lists-remora "$label$sfx" 6)" "$(col lists-containerd "$label$sfx" 6)"
 	done
 done
+for c in 2 3 4; do
+	name=$(case $c in 2) echo p50 ;; 3) echo p95 ;; 4) echo p99 ;; esac)
+	row "stats polled every 10 s, a call $name (ms)" "$(col lists-remora poll "$c")" "$(col lists-containerd poll "$c")"
+done
+row "  CPU per 10 s period, daemons and shims (ms)" "$(col lists-remora poll 6)" "$(col lists-containerd poll 6)"
 for what in answering listed new-pod resync; do
 	[[ -s $work/recovery ]] && row "after a SIGKILL: $what (s)" "$(col recovery "$what" 2)" ""
 done

@@ -482,8 +482,10 @@ impl Metrics {
     }
 }
 
-impl crate::lifecycle::stats_sampler::SampleObserver for Metrics {
-    fn sampled(&self, elapsed: Duration) {
+impl Metrics {
+    /// The stats sampler took a sample of every container and pod in `elapsed` (lifecycle
+    /// makes this its `SampleObserver`).
+    pub fn stats_sampled(&self, elapsed: Duration) {
         self.inner.stats_samples.inc();
         self.inner
             .stats_sample_duration
@@ -629,10 +631,9 @@ mod tests {
 
     #[test]
     fn stats_samples_are_counted_and_timed() {
-        use crate::lifecycle::stats_sampler::SampleObserver;
         let m = Metrics::new();
         assert_eq!(sample(&m.encode(), "remora_stats_samples_total"), Some(0.0));
-        m.sampled(Duration::from_millis(30));
+        m.stats_sampled(Duration::from_millis(30));
         let text = m.encode();
         assert_eq!(sample(&text, "remora_stats_samples_total"), Some(1.0));
         assert!(

@@ -220,7 +220,7 @@ pub enum DiffError {
     Containerd(#[from] BackendError),
     /// remora's own applier failed (`[images] layer_applier = "remora"`).
     #[error(transparent)]
-    Local(#[from] crate::images::apply::LocalApplyError),
+    Local(#[from] super::apply_error::LocalApplyError),
 }
 
 /// Applies layers: containerd's diff service, or remora's own applier over the content store.

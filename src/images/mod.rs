@@ -18,6 +18,7 @@
 //!   requests, calls them, and packs their results.
 
 pub mod apply;
+pub mod apply_error;
 pub mod backend;
 pub mod coalesce;
 pub mod config_stream;

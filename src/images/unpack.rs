@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use super::apply::LocalApplyError;
+use super::apply_error::LocalApplyError;
 use super::backend::{unique_id, Blob, DiffError, Differ, Snapshots};
 use crate::backend_error::BackendError;
 

@@ -5,15 +5,14 @@
 //! whoever asks.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use super::cgroup_stats::{read_small, CgroupFs, CgroupStats};
-use super::sandbox_stats::sandbox_target;
-use super::stats_sampler::{ContainerTarget, Need, Readings, SandboxTarget, Targets};
-use super::{now_ns, ContainerError, Pods};
-use crate::store::{
-    ContainerFilter, ContainerSnapshot, ContainerState, SandboxFilter, SandboxState,
+use super::cgroup_stats::CgroupStats;
+use super::stats_sampler::{
+    container_target, sandbox_target, Need, Readings, SandboxTarget, Targets,
 };
+use super::{now_ns, ContainerError, Pods};
+use crate::store::{ContainerFilter, ContainerSnapshot, SandboxFilter, SandboxState};
 
 /// One container's stats.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,24 +29,6 @@ pub struct Stats {
     pub usage_nano_cores: Option<u64>,
     /// Writable layer bytes and inodes, and the snapshotter root.
     pub writable: Option<(u64, u64, PathBuf)>,
-}
-
-/// The cgroup figures of process `pid` (a container's init, a pod's pause process); nothing if
-/// it is gone.
-pub(crate) fn process_cgroup(fs: &CgroupFs, pid: u32) -> CgroupStats {
-    match read_small(Path::new(&format!("/proc/{pid}/cgroup"))) {
-        Some(text) => fs.read(&fs.path_of_process(&text)),
-        None => CgroupStats::default(),
-    }
-}
-
-/// What the sampler reads of `container`: its init process, if it is running.
-pub(crate) fn container_target(container: &ContainerSnapshot) -> Option<ContainerTarget> {
-    let s = &container.status;
-    (s.state == ContainerState::Running && s.pid != 0).then(|| ContainerTarget {
-        id: container.metadata.id.clone(),
-        pid: s.pid,
-    })
 }
 
 impl Pods {

@@ -68,6 +68,7 @@ pub(crate) mod sandbox_stats;
 mod sandbox_stop;
 mod sandbox_update;
 pub(crate) mod snapshot_usage;
+pub(crate) mod stats_read;
 pub(crate) mod stats_sampler;
 #[cfg(test)]
 mod tests;

@@ -15,12 +15,11 @@
 //! kubelet then stamps them itself).
 
 use std::collections::HashMap;
-use std::path::Path;
 
-use super::cgroup_metrics::{count_descriptors, filesystem_of, CgroupExtras};
-use super::cgroup_stats::{CgroupFs, CgroupPath, CgroupStats};
+use super::cgroup_stats::CgroupStats;
 use super::container_stats::Stats;
 use super::sandbox_stats::{InterfaceStats, SandboxStats};
+use super::stats_read::ContainerExtras;
 use super::stats_sampler::Need;
 use crate::store::ContainerState;
 
@@ -636,36 +635,6 @@ fn container_metrics(
     e.out
 }
 
-/// What a running container's metrics read beyond its [`Stats`].
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ContainerExtras {
-    /// The metrics-only figures of its cgroup.
-    pub cgroup: CgroupExtras,
-    /// Open file descriptors and sockets of its processes.
-    pub descriptors: Option<(u64, u64)>,
-    /// Size and free inodes of the filesystem of its writable layer.
-    pub filesystem: Option<(u64, u64)>,
-}
-
-/// Reads a running container's [`ContainerExtras`]: its cgroup at `path` (`None`: its init
-/// process is gone), its writable layer's snapshotter root `writable_root`. Blocking:
-/// cgroupfs, procfs and `statvfs`.
-pub fn read_extras(
-    fs: &CgroupFs,
-    path: Option<&CgroupPath>,
-    writable_root: Option<&Path>,
-) -> ContainerExtras {
-    let cgroup = path.map(|p| fs.read_extras(p)).unwrap_or_default();
-    let descriptors = (!cgroup.procs.is_empty()).then(|| count_descriptors(&cgroup.procs));
-    ContainerExtras {
-        descriptors,
-        filesystem: writable_root
-            .filter(|p| !p.as_os_str().is_empty())
-            .and_then(filesystem_of),
-        cgroup,
-    }
-}
-
 /// A pod's metrics: its network's, and each running container's (with its extras, by
 /// container id, where read), `now_s` the time in seconds (`container_last_seen`).
 pub fn pod_metrics(
@@ -741,6 +710,7 @@ impl super::Pods {
 mod tests {
     use std::sync::Arc;
 
+    use super::super::cgroup_metrics::CgroupExtras;
     use super::*;
     use crate::lifecycle::cgroup_stats::{CpuStats, MemoryStats};
     use crate::lifecycle::sandbox_stats::NetworkStats;

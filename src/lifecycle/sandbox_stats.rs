@@ -26,60 +26,12 @@
 use slog::debug;
 use thiserror::Error;
 
-use std::path::{Path, PathBuf};
-
-use super::cgroup_stats::{read_small, CgroupFs, CgroupStats};
-use super::container_stats::{container_target, Stats};
-use super::stats_sampler::{Need, NetworkSource, Readings, SandboxTarget};
-use super::{now_ns, Pods};
-use crate::spec::cgroups::pod_cgroup_dir;
-use crate::spec::CgroupDriver;
+use super::cgroup_stats::CgroupStats;
+use super::container_stats::Stats;
+pub use super::stats_read::{InterfaceStats, NetworkStats};
+use super::stats_sampler::{sandbox_target, Need, Readings};
+use super::Pods;
 use crate::store::{ContainerSnapshot, SandboxFilter, SandboxSnapshot, SandboxState, StoreError};
-
-/// The interface kubelet and containerd take as a pod's own.
-pub const DEFAULT_INTERFACE: &str = "eth0";
-
-/// Counters of one network interface, from `/proc/net/dev`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct InterfaceStats {
-    /// Interface name.
-    pub name: String,
-    /// Bytes received.
-    pub rx_bytes: u64,
-    /// Packets received.
-    pub rx_packets: u64,
-    /// Receive errors.
-    pub rx_errors: u64,
-    /// Packets dropped on receive.
-    pub rx_dropped: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Packets sent.
-    pub tx_packets: u64,
-    /// Transmit errors.
-    pub tx_errors: u64,
-    /// Packets dropped on transmit.
-    pub tx_dropped: u64,
-}
-
-/// The interfaces of a pod's network namespace, loopback left out, in the kernel's order.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NetworkStats {
-    /// When read (ns since the epoch).
-    pub timestamp_ns: i64,
-    /// The interfaces.
-    pub interfaces: Vec<InterfaceStats>,
-}
-
-impl NetworkStats {
-    /// The pod's default interface: `eth0`, else the first one.
-    pub fn default_interface(&self) -> Option<&InterfaceStats> {
-        self.interfaces
-            .iter()
-            .find(|i| i.name == DEFAULT_INTERFACE)
-            .or_else(|| self.interfaces.first())
-    }
-}
 
 /// One pod's stats.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,94 +63,6 @@ pub enum StatsError {
     /// No such pod.
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// The interfaces in the text of a `/proc/net/dev`, loopback left out.
-pub fn parse_net_dev(text: &str) -> Vec<InterfaceStats> {
-    // Two header lines, then `name: rx bytes packets errs drop fifo frame compressed multicast
-    // tx bytes packets errs drop fifo colls carrier compressed`.
-    text.lines()
-        .filter_map(|line| {
-            let (name, counters) = line.split_once(':')?;
-            let name = name.trim();
-            let v: Vec<u64> = counters
-                .split_whitespace()
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .ok()?;
-            if name == "lo" || v.len() < 16 {
-                return None;
-            }
-            Some(InterfaceStats {
-                name: name.to_string(),
-                rx_bytes: v[0],
-                rx_packets: v[1],
-                rx_errors: v[2],
-                rx_dropped: v[3],
-                tx_bytes: v[8],
-                tx_packets: v[9],
-                tx_errors: v[10],
-                tx_dropped: v[11],
-            })
-        })
-        .collect()
-}
-
-/// The network of the namespace process `pid` is in.
-pub(crate) fn network_of(pid: u32) -> Option<NetworkStats> {
-    let text = read_small(Path::new(&format!("/proc/{pid}/net/dev")))?;
-    Some(network_now(&text))
-}
-
-/// The network stats of a `/proc/.../net/dev` text, read now.
-fn network_now(net_dev: &str) -> NetworkStats {
-    NetworkStats {
-        timestamp_ns: now_ns(),
-        interfaces: parse_net_dev(net_dev),
-    }
-}
-
-/// The interfaces of the network namespace at `netns` (a pod without a pause container and
-/// without a running container), read from inside it by a thread of its own:
-/// `/proc/thread-self/net/dev` is the reading thread's namespace's. Blocking.
-pub(crate) fn network_in(netns: &Path) -> Option<NetworkStats> {
-    let text =
-        crate::net::netns::run_in(netns, || read_small(Path::new("/proc/thread-self/net/dev")))
-            .ok()??;
-    Some(network_now(&text))
-}
-
-/// What the sampler reads of a pod with containers `containers`, if it is ready: its cgroup
-/// parent, its pause process and where its network is seen (the pause process's view; without
-/// one, a running container's, else the namespace's own; none for a host-network pod).
-pub(crate) fn sandbox_target(
-    sandbox: &SandboxSnapshot,
-    containers: &[ContainerSnapshot],
-) -> Option<SandboxTarget> {
-    let (meta, pid) = (&sandbox.metadata, sandbox.status.pid);
-    if sandbox.status.state != SandboxState::Ready || (pid == 0 && !meta.pinned_namespaces) {
-        return None;
-    }
-    // A pod with a network namespace of its own has its path recorded; a host-network pod
-    // has none.
-    let network = if meta.netns_path.is_empty() {
-        NetworkSource::Host
-    } else if pid != 0 {
-        NetworkSource::Process(pid)
-    } else {
-        let mut running: Vec<_> = containers.iter().filter_map(container_target).collect();
-        running.sort_by(|a, b| a.id.cmp(&b.id));
-        match running.first() {
-            Some(c) => NetworkSource::Process(c.pid),
-            None => NetworkSource::Namespace(PathBuf::from(&meta.netns_path)),
-        }
-    };
-    Some(SandboxTarget {
-        id: meta.id.clone(),
-        pid,
-        cgroup_parent: meta.cgroup_parent.clone(),
-        network,
-    })
 }
 
 impl Pods {
@@ -339,17 +203,12 @@ impl Pods {
     }
 }
 
-/// A pod's own cgroup figures: its cgroup parent's (a path, or a slice under `driver`), if it
-/// has one that exists.
-pub(crate) fn own_cgroup(fs: &CgroupFs, driver: CgroupDriver, parent: &str) -> Option<CgroupStats> {
-    let dir = pod_cgroup_dir(driver, parent)?;
-    let path = fs.path_of_dir(&dir);
-    fs.exists(&path).then(|| fs.read(&path))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::cgroup_stats::CgroupFs;
+    use super::super::stats_read::{own_cgroup, parse_net_dev};
     use super::*;
+    use crate::spec::CgroupDriver;
 
     const NET_DEV: &str = "\
 Inter-|   Receive                                                |  Transmit

@@ -49,11 +49,12 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::cgroup_stats::{read_small, CgroupFs, CgroupStats};
-use super::container_stats::process_cgroup;
 use super::now_ns;
-use super::sandbox_metrics::{read_extras, ContainerExtras};
-use super::sandbox_stats::{network_in, network_of, own_cgroup, NetworkStats};
+use super::stats_read::{
+    network_in, network_of, own_cgroup, process_cgroup, read_extras, ContainerExtras, NetworkStats,
+};
 use crate::spec::CgroupDriver;
+use crate::store::{ContainerSnapshot, ContainerState, SandboxSnapshot, SandboxState};
 
 /// How old a sample may be before a call takes a new one: kubelet's housekeeping and stats
 /// polling period, and containerd's `stats_collect_period` (the snapshot usage cache's too).
@@ -254,6 +255,12 @@ impl Drop for Done {
 pub trait SampleObserver: Send + Sync {
     /// A collection took `elapsed`.
     fn sampled(&self, elapsed: Duration);
+}
+
+impl SampleObserver for crate::metrics::Metrics {
+    fn sampled(&self, elapsed: Duration) {
+        self.stats_sampled(elapsed);
+    }
 }
 
 /// A sampler's period and bounds.
@@ -652,6 +659,48 @@ impl StatsSource for HostSource {
             network,
         }
     }
+}
+
+/// What the sampler reads of `container`: its init process, if it is running.
+pub(crate) fn container_target(container: &ContainerSnapshot) -> Option<ContainerTarget> {
+    let s = &container.status;
+    (s.state == ContainerState::Running && s.pid != 0).then(|| ContainerTarget {
+        id: container.metadata.id.clone(),
+        pid: s.pid,
+    })
+}
+
+/// What the sampler reads of a pod with containers `containers`, if it is ready: its cgroup
+/// parent, its pause process and where its network is seen (the pause process's view; without
+/// one, a running container's, else the namespace's own; none for a host-network pod).
+pub(crate) fn sandbox_target(
+    sandbox: &SandboxSnapshot,
+    containers: &[ContainerSnapshot],
+) -> Option<SandboxTarget> {
+    let (meta, pid) = (&sandbox.metadata, sandbox.status.pid);
+    if sandbox.status.state != SandboxState::Ready || (pid == 0 && !meta.pinned_namespaces) {
+        return None;
+    }
+    // A pod with a network namespace of its own has its path recorded; a host-network pod
+    // has none.
+    let network = if meta.netns_path.is_empty() {
+        NetworkSource::Host
+    } else if pid != 0 {
+        NetworkSource::Process(pid)
+    } else {
+        let mut running: Vec<_> = containers.iter().filter_map(container_target).collect();
+        running.sort_by(|a, b| a.id.cmp(&b.id));
+        match running.first() {
+            Some(c) => NetworkSource::Process(c.pid),
+            None => NetworkSource::Namespace(PathBuf::from(&meta.netns_path)),
+        }
+    };
+    Some(SandboxTarget {
+        id: meta.id.clone(),
+        pid,
+        cgroup_parent: meta.cgroup_parent.clone(),
+        network,
+    })
 }
 
 // The tests are a file of their own (stats_sampler/tests.rs: the module's private items in

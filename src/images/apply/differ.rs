@@ -14,59 +14,13 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use thiserror::Error;
 use tokio::sync::mpsc;
 
-use super::{apply_layer, ApplyError, ApplyOptions, OpaqueXattr, Whiteouts};
-use crate::backend_error::BackendError;
+use super::{apply_layer, ApplyOptions, LocalApplyError, OpaqueXattr, Whiteouts};
 use crate::images::backend::{Blob, Content, DiffError, Differ, Mount};
 
 /// Chunks buffered between the content stream and the applier (each at most 1 MiB).
 const QUEUE: usize = 8;
-
-/// Why remora's applier failed a layer.
-#[derive(Debug, Error)]
-pub enum LocalApplyError {
-    /// The mounts are not one bind or one overlay mount.
-    #[error("remora's layer applier takes one bind or overlay mount, got {got}")]
-    Mounts {
-        /// The mount types given.
-        got: String,
-    },
-    /// An overlay mount with no `upperdir=` (a read-only view).
-    #[error("overlay mount without an upperdir= option")]
-    NoUpperdir,
-    /// Reading the blob from containerd's content store failed.
-    #[error("reading layer {layer} from containerd's content store: {source}")]
-    Content {
-        /// The layer digest.
-        layer: String,
-        /// The error.
-        source: BackendError,
-    },
-    /// The blob's stream stopped before its end without an error (the read was dropped).
-    #[error("the content stream of layer {layer} ended early")]
-    StreamClosed {
-        /// The layer digest.
-        layer: String,
-    },
-    /// Applying failed.
-    #[error("applying layer {layer}: {source}")]
-    Apply {
-        /// The layer digest.
-        layer: String,
-        /// The error.
-        source: ApplyError,
-    },
-    /// The blocking apply task panicked or was cancelled.
-    #[error("the apply task of layer {layer} did not finish: {reason}")]
-    Task {
-        /// The layer digest.
-        layer: String,
-        /// The join error.
-        reason: String,
-    },
-}
 
 /// Where a layer goes, read from a snapshot's mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,6 +218,7 @@ impl Differ for LocalDiffer {
 
 #[cfg(test)]
 mod tests {
+    use crate::backend_error::BackendError;
     use std::collections::HashMap;
     use std::io::Write;
 

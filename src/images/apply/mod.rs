@@ -17,7 +17,8 @@
 
 mod differ;
 mod entry;
-mod error;
+// The errors live in a leaf module (the Differ port names them); `super::error::…` here.
+use super::apply_error as error;
 mod fs;
 mod path;
 mod stream;
@@ -28,8 +29,8 @@ mod tests;
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-pub use differ::{in_user_namespace, ApplyTarget, LocalApplyError, LocalDiffer};
-pub use error::ApplyError;
+pub use differ::{in_user_namespace, ApplyTarget, LocalDiffer};
+pub use error::{ApplyError, LocalApplyError};
 pub use stream::Compression;
 
 /// How whiteouts are applied.

@@ -1,8 +1,12 @@
-//! Why applying a layer failed.
+//! Why remora's layer applier failed: the applier's own error and the one its `Differ` gives
+//! (backend's `DiffError::Local`). A leaf module, so that the port names the failure without
+//! depending on the applier that implements it.
 
 use std::io;
 
 use thiserror::Error;
+
+use crate::backend_error::BackendError;
 
 /// A failed layer apply. Paths are relative to the root applied onto.
 #[derive(Debug, Error)]
@@ -118,4 +122,48 @@ impl ApplyError {
             source: source.into(),
         }
     }
+}
+
+/// Why remora's applier failed a layer.
+#[derive(Debug, Error)]
+pub enum LocalApplyError {
+    /// The mounts are not one bind or one overlay mount.
+    #[error("remora's layer applier takes one bind or overlay mount, got {got}")]
+    Mounts {
+        /// The mount types given.
+        got: String,
+    },
+    /// An overlay mount with no `upperdir=` (a read-only view).
+    #[error("overlay mount without an upperdir= option")]
+    NoUpperdir,
+    /// Reading the blob from containerd's content store failed.
+    #[error("reading layer {layer} from containerd's content store: {source}")]
+    Content {
+        /// The layer digest.
+        layer: String,
+        /// The error.
+        source: BackendError,
+    },
+    /// The blob's stream stopped before its end without an error (the read was dropped).
+    #[error("the content stream of layer {layer} ended early")]
+    StreamClosed {
+        /// The layer digest.
+        layer: String,
+    },
+    /// Applying failed.
+    #[error("applying layer {layer}: {source}")]
+    Apply {
+        /// The layer digest.
+        layer: String,
+        /// The error.
+        source: ApplyError,
+    },
+    /// The blocking apply task panicked or was cancelled.
+    #[error("the apply task of layer {layer} did not finish: {reason}")]
+    Task {
+        /// The layer digest.
+        layer: String,
+        /// The join error.
+        reason: String,
+    },
 }

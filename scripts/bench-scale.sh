@@ -337,7 +337,7 @@ poll_stats() {
 			cri "$rt" $call >/dev/null 2>&1 || warn "$rt: crictl $call failed"
 			awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f\n", (b - a) * 1000 }' >>"$f"
 		done
-		rest=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { r = 10 - (b - a); printf "%.3f", r > 0 ? r : 0 }')
+		rest=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { r = 10 - (b - a); printf "%.3f", (r > 0 ? r : 0) }')
 		sleep "$rest"
 	done
 	local cpu

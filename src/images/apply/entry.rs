@@ -72,6 +72,25 @@ fn owner(hdr: &Header, id: i64) -> Result<u32, ApplyError> {
         })
 }
 
+/// Gives `name` in `dir` (not followed) the header's owner; `op` and `path` name a failure.
+fn chown_to_header(
+    dir: &Dir,
+    name: &std::ffi::OsStr,
+    hdr: &Header,
+    op: &'static str,
+    path: &[u8],
+) -> Result<(), ApplyError> {
+    let (uid, gid) = (owner(hdr, hdr.uid)?, owner(hdr, hdr.gid)?);
+    nix::unistd::fchownat(
+        &dir.fd,
+        name,
+        Some(Uid::from_raw(uid)),
+        Some(Gid::from_raw(gid)),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| ApplyError::fs(op, path, e))
+}
+
 impl<'a> Applier<'a> {
     /// An apply onto `root` (opened).
     pub(super) fn new(root: OwnedFd, options: &'a ApplyOptions) -> Result<Self, ApplyError> {
@@ -220,15 +239,7 @@ impl<'a> Applier<'a> {
                 let name = std::ffi::OsStr::from_bytes(original);
                 nix::sys::stat::mknodat(&dir.fd, name, SFlag::S_IFCHR, Mode::empty(), 0)
                     .map_err(|e| ApplyError::fs("mknodat", &path, e))?;
-                let (uid, gid) = (owner(hdr, hdr.uid)?, owner(hdr, hdr.gid)?);
-                nix::unistd::fchownat(
-                    &dir.fd,
-                    name,
-                    Some(Uid::from_raw(uid)),
-                    Some(Gid::from_raw(gid)),
-                    AtFlags::AT_SYMLINK_NOFOLLOW,
-                )
-                .map_err(|e| ApplyError::fs("chown", &path, e))
+                chown_to_header(dir, name, hdr, "chown", &path)
             }
         }
     }
@@ -354,15 +365,7 @@ impl<'a> Applier<'a> {
         hdr: &Header,
     ) -> Result<(), ApplyError> {
         let name = std::ffi::OsStr::from_bytes(base);
-        let (uid, gid) = (owner(hdr, hdr.uid)?, owner(hdr, hdr.gid)?);
-        nix::unistd::fchownat(
-            &dir.fd,
-            name,
-            Some(Uid::from_raw(uid)),
-            Some(Gid::from_raw(gid)),
-            AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .map_err(|e| ApplyError::fs("lchown", path, e))?;
+        chown_to_header(dir, name, hdr, "lchown", path)?;
         if !hdr.xattrs.is_empty() {
             self.xattrs(dir, base, path, hdr)?;
         }
